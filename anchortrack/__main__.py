@@ -1,0 +1,10 @@
+"""Allow ``python -m anchortrack``."""
+
+from __future__ import annotations
+
+import sys
+
+from anchortrack.cli import main
+
+
+sys.exit(main())

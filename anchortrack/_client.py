@@ -1,0 +1,267 @@
+"""
+Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
+
+`wrap` returns a copy of the client whose class is a subclass of the
+original's, so ``isinstance`` holds and typed code and frameworks accept it.
+The copy shares the original's connection pool; the original is untouched.
+The subclass overrides one public method, ``post``: every Responses call the
+SDK makes — ``create`` (streamed or not), ``stream()``, ``parse()``, and their
+``with_raw_response`` / ``with_streaming_response`` forms — goes through it
+with its body already serialized, so anchortrack sees exactly what goes on the
+wire and rewrites only ``input`` and ``previous_response_id``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import openai
+from openai import AsyncStream, Stream
+
+from ._flow import Ticket
+from ._hashing import Scope
+from ._log import get_logger
+from ._mode import Mode
+from ._stream import AsyncTrackedStream, TrackedStream
+from ._tracker import Tracker
+from .stores._base import AnchorStore
+
+
+ClientT = TypeVar("ClientT", openai.OpenAI, openai.AsyncOpenAI)
+
+_RESPONSES_PATH = "/responses"
+_ATTR = "_anchortrack_tracker"
+
+
+def wrap(
+    client: ClientT,
+    *,
+    store: AnchorStore | None = None,
+    mode: Mode | str | None = None,
+    namespace: str | None = None,
+    record_incomplete: bool = False,
+    store_timeout: float = 1.0,
+) -> ClientT:
+    """
+    Return a tracked copy of *client*.
+
+    Args:
+        client: An ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or subclass,
+            e.g. ``AzureOpenAI``).
+        store: Where anchors live (default: a private `MemoryStore`). Share one
+            `SQLiteStore` or `RedisStore` between processes to continue
+            conversations across them.
+        mode: ``"chained"`` (default), ``"shadow"`` or ``"off"``. The
+            ``ANCHORTRACK_MODE`` environment variable wins over this.
+        namespace: Keep these anchors apart from other clients' anchors.
+        record_incomplete: Anchor on ``incomplete`` responses too.
+        store_timeout: Seconds an async store call may take before anchortrack
+            gives up on it and sends the request in full.
+
+    Returns:
+        A client of the same class as *client*, sharing its connection pool.
+        ``with_options()`` and ``copy()`` on it keep tracking, with the same
+        store.
+
+    Raises:
+        TypeError: *client* is not an openai client.
+    """
+    if isinstance(client, openai.AsyncOpenAI):
+        is_async = True
+    elif isinstance(client, openai.OpenAI):
+        is_async = False
+    else:
+        raise TypeError(
+            f"anchortrack.wrap() takes an openai.OpenAI or openai.AsyncOpenAI, not {type(client).__name__}"
+        )
+    tracker = Tracker(
+        store,
+        mode=mode,
+        namespace=namespace,
+        record_incomplete=record_incomplete,
+        store_timeout=store_timeout,
+    )
+    tracker.is_async = is_async
+    base = _untracked_class(type(client))
+    tracked = client.copy()
+    tracked.__class__ = _tracked_class(base, is_async=is_async)
+    setattr(tracked, _ATTR, tracker)
+    return tracked
+
+
+def tracker_of(client: object) -> Tracker:
+    """
+    Return the tracker of a client made by `wrap`.
+
+    Raises:
+        TypeError: *client* was not made by `wrap`.
+    """
+    tracker = getattr(client, _ATTR, None)
+    if not isinstance(tracker, Tracker):
+        raise TypeError("this client is not tracked; make it with anchortrack.wrap()")
+    return tracker
+
+
+def _scope(client: Any, tracker: Tracker) -> Scope:
+    return Scope(
+        base_url=str(client.base_url),
+        organization=getattr(client, "organization", None),
+        project=getattr(client, "project", None),
+        namespace=tracker.namespace,
+    )
+
+
+class _Observer:
+    """A ``post_parser`` that hands the parsed result to the tracker."""
+
+    __slots__ = ("inner", "ticket", "tracker")
+
+    def __init__(self, tracker: Tracker, ticket: Ticket, inner: Callable[[Any], Any] | None) -> None:
+        self.tracker = tracker
+        self.ticket = ticket
+        self.inner = inner
+
+    def __call__(self, parsed: Any) -> Any:
+        if self.inner is not None:
+            parsed = self.inner(parsed)
+        if isinstance(parsed, (TrackedStream, AsyncTrackedStream)):
+            parsed._bind(self.tracker, self.ticket)
+        elif not isinstance(parsed, (Stream, AsyncStream)):
+            self.tracker.observe(self.ticket, parsed)
+        return parsed
+
+
+def _send_kwargs(
+    tracker: Tracker,
+    kwargs: Mapping[str, Any],
+    body: Mapping[str, Any],
+    options: Mapping[str, Any],
+    ticket: Ticket | None,
+    stream_cls: type[Any],
+) -> dict[str, Any]:
+    """The ``post`` keyword arguments for one send."""
+    out = dict(kwargs)
+    out["body"] = body
+    if ticket is not None:
+        inner = options.get("post_parser")
+        out["options"] = {**options, "post_parser": _Observer(tracker, ticket, inner)}
+        if kwargs.get("stream"):
+            out["stream_cls"] = stream_cls
+    return out
+
+
+def _post(client: Any, base_post: Callable[..., Any], path: str, kwargs: dict[str, Any]) -> Any:
+    """The tracked ``OpenAI.post``."""
+    tracker = client.__dict__.get(_ATTR)
+    if tracker is None or path != _RESPONSES_PATH:
+        return base_post(path, **kwargs)
+    try:
+        _mode, call = tracker.begin(kwargs.get("body"), kwargs.get("options") or {}, _scope(client, tracker))
+    except Exception as error:  # noqa: BLE001 - fail open
+        _fault(error)
+        return base_post(path, **kwargs)
+    if call is None:
+        return base_post(path, **kwargs)
+
+    def send(body: Mapping[str, Any], options: Mapping[str, Any], ticket: Ticket | None) -> Any:
+        return base_post(path, **_send_kwargs(tracker, kwargs, body, options, ticket, TrackedStream))
+
+    try:
+        return tracker.run(call, send)
+    except Exception as error:
+        if call.sent:
+            raise
+        _fault(error)
+        return base_post(path, **kwargs)
+
+
+async def _apost(client: Any, base_post: Callable[..., Any], path: str, kwargs: dict[str, Any]) -> Any:
+    """The tracked ``AsyncOpenAI.post``."""
+    tracker = client.__dict__.get(_ATTR)
+    if tracker is None or path != _RESPONSES_PATH:
+        return await base_post(path, **kwargs)
+    try:
+        _mode, call = tracker.begin(kwargs.get("body"), kwargs.get("options") or {}, _scope(client, tracker))
+    except Exception as error:  # noqa: BLE001 - fail open
+        _fault(error)
+        return await base_post(path, **kwargs)
+    if call is None:
+        return await base_post(path, **kwargs)
+
+    async def send(body: Mapping[str, Any], options: Mapping[str, Any], ticket: Ticket | None) -> Any:
+        return await base_post(
+            path, **_send_kwargs(tracker, kwargs, body, options, ticket, AsyncTrackedStream)
+        )
+
+    try:
+        return await tracker.arun(call, send)
+    except Exception as error:
+        if call.sent:
+            raise
+        _fault(error)
+        return await base_post(path, **kwargs)
+
+
+def _copied(source: Any, new: Any) -> Any:
+    """Carry the tracker over to a client made by ``copy()``/``with_options()``."""
+    setattr(new, _ATTR, source.__dict__.get(_ATTR))
+    return new
+
+
+def _make_sync_class(base: type[Any]) -> type[Any]:
+    class Tracked(base):  # type: ignore[misc]
+        def post(self, path: str, **kwargs: Any) -> Any:
+            return _post(self, super().post, path, kwargs)
+
+        def copy(self, *args: Any, **kwargs: Any) -> Any:
+            return _copied(self, super().copy(*args, **kwargs))
+
+        with_options = copy
+
+    return Tracked
+
+
+def _make_async_class(base: type[Any]) -> type[Any]:
+    class Tracked(base):  # type: ignore[misc]
+        async def post(self, path: str, **kwargs: Any) -> Any:
+            return await _apost(self, super().post, path, kwargs)
+
+        def copy(self, *args: Any, **kwargs: Any) -> Any:
+            return _copied(self, super().copy(*args, **kwargs))
+
+        with_options = copy
+
+    return Tracked
+
+
+def _fault(error: Exception) -> None:
+    get_logger().warning(
+        "anchortrack.tracker_fault", error=type(error).__name__, message=str(error), fallback="stateless"
+    )
+
+
+_classes: dict[type[Any], type[Any]] = {}
+_classes_lock = threading.Lock()
+_BASE_ATTR = "_anchortrack_base"
+
+
+def _untracked_class(cls: type[Any]) -> type[Any]:
+    """The openai class a (possibly already tracked) client class derives from."""
+    base: type[Any] = cls.__dict__.get(_BASE_ATTR, cls)
+    return base
+
+
+def _tracked_class(base: type[Any], *, is_async: bool) -> type[Any]:
+    """Return (and cache) the tracked subclass of *base*."""
+    with _classes_lock:
+        cls = _classes.get(base)
+        if cls is None:
+            cls = (_make_async_class if is_async else _make_sync_class)(base)
+            cls.__name__ = base.__name__
+            cls.__qualname__ = base.__qualname__
+            cls.__module__ = base.__module__
+            setattr(cls, _BASE_ATTR, base)
+            _classes[base] = cls
+        return cls

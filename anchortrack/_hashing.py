@@ -1,0 +1,137 @@
+"""
+Fingerprints, prefix hashes and scopes (pure).
+
+``f(item)`` is a 128-bit BLAKE2b digest of the item's canonical bytes.
+``h(0)`` is a digest of the scheme version, the scope and the optional secret
+key; ``h(i) = digest(h(i-1) || f(item i))``.
+So ``h(i)`` names the exact item sequence ``items[:i]`` within one scope, and
+the same bytes come out in every process, on every host, for every library
+version that shares `SCHEME`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from ._canonical import CANONICAL_VERSION, canonical_bytes, canonical_item, dump_canonical
+
+
+#: Version of the whole digest scheme (canonical form + hashing).
+SCHEME = f"anchortrack/{CANONICAL_VERSION}.1"
+DIGEST_SIZE = 16
+
+_blake2b = hashlib.blake2b
+
+
+def fingerprint(item: object) -> bytes:
+    """Return the 16-byte fingerprint of one item."""
+    return _blake2b(canonical_bytes(item), digest_size=DIGEST_SIZE).digest()
+
+
+@attrs.frozen
+class Scope:
+    """
+    Where a response id is valid: anchors never cross scopes.
+
+    Attributes:
+        base_url: The API base URL, normalised without a trailing slash.
+        organization: The OpenAI organization, if the client sets one.
+        project: The OpenAI project, if the client sets one.
+        namespace: An optional extra partition chosen by the user.
+    """
+
+    base_url: str
+    organization: str | None = None
+    project: str | None = None
+    namespace: str | None = None
+
+    @property
+    def key(self) -> str:
+        """A short printable digest of the scope, used to namespace stores."""
+        return _blake2b(self._identity(), digest_size=8).hexdigest()
+
+    def _identity(self) -> bytes:
+        parts = (
+            self.base_url.rstrip("/"),
+            self.organization or "",
+            self.project or "",
+            self.namespace or "",
+        )
+        return "\x1f".join(parts).encode()
+
+    def root(self, secret_key: bytes | None) -> bytes:
+        """Return ``h(0)`` for this scope, keyed by *secret_key* if given."""
+        key = secret_key or b""
+        if len(key) > 64:
+            key = _blake2b(key).digest()
+        return _blake2b(
+            SCHEME.encode() + b"\x00" + self._identity(), digest_size=DIGEST_SIZE, key=key
+        ).digest()
+
+
+def extend(prefix: bytes, fingerprints: Iterable[bytes]) -> bytes:
+    """Continue the prefix hash *prefix* over *fingerprints*; return the last."""
+    for fp in fingerprints:
+        prefix = _blake2b(prefix + fp, digest_size=DIGEST_SIZE).digest()
+    return prefix
+
+
+def prefix_hashes(root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
+    """Return ``[h(1), …, h(n)]`` for *fingerprints* starting from *root*."""
+    out: list[bytes] = []
+    append = out.append
+    h = root
+    for fp in fingerprints:
+        h = _blake2b(h + fp, digest_size=DIGEST_SIZE).digest()
+        append(h)
+    return out
+
+
+MODEL_ITEM_TYPES = frozenset(
+    {
+        "function_call",
+        "custom_tool_call",
+        "reasoning",
+        "compaction",
+        "file_search_call",
+        "web_search_call",
+        "computer_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "tool_search_call",
+    }
+)
+
+
+def fingerprint_items(items: Sequence[object]) -> tuple[list[bytes], list[int], bool]:
+    """
+    Fingerprint a history in one pass.
+
+    Returns:
+        The fingerprints, the canonical byte sizes, and whether any item is
+        model output (an assistant message, a tool call, reasoning, …).
+
+    Raises:
+        ItemError: an item has no Responses API shape.
+    """
+    fps: list[bytes] = []
+    sizes: list[int] = []
+    has_model = False
+    for item in items:
+        canon = canonical_item(item)
+        if not has_model:
+            kind = canon.get("type")
+            has_model = (kind == "message" and canon.get("role") == "assistant") or (kind in MODEL_ITEM_TYPES)
+        data = dump_canonical(canon)
+        fps.append(_blake2b(data, digest_size=DIGEST_SIZE).digest())
+        sizes.append(len(data))
+    return fps, sizes, has_model

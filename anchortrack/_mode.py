@@ -1,0 +1,83 @@
+"""
+The feature flag: ``chained``, ``shadow`` or ``off``.
+
+Precedence: the ``ANCHORTRACK_MODE`` environment variable (so operators can
+turn the feature off without a deploy), then a per-call `using` block, then
+the mode given to `anchortrack.wrap`, then ``chained``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+from ._log import get_logger
+
+
+#: The environment variable that overrides every mode set in code.
+MODE_ENV = "ANCHORTRACK_MODE"
+
+
+class Mode(str, enum.Enum):
+    """How a wrapped client treats ``responses`` calls."""
+
+    #: Send ``previous_response_id`` plus the delta whenever provably valid.
+    CHAINED = "chained"
+    #: Plan and record anchors, log what chaining would save, send full requests.
+    SHADOW = "shadow"
+    #: Kill switch: byte-for-byte passthrough, nothing hashed or stored.
+    OFF = "off"
+
+
+_call_mode: ContextVar[Mode | None] = ContextVar("anchortrack_mode", default=None)
+_warned_env: set[str] = set()
+
+
+def coerce(value: Mode | str) -> Mode:
+    """
+    Turn *value* into a `Mode`.
+
+    Raises:
+        ValueError: *value* names no mode.
+    """
+    try:
+        return Mode(value.lower())
+    except ValueError:
+        names = ", ".join(m.value for m in Mode)
+        raise ValueError(f"unknown anchortrack mode {value!r}; expected one of: {names}") from None
+
+
+def resolve(client_mode: Mode | None) -> Mode:
+    """Return the mode in force for one call."""
+    env = os.environ.get(MODE_ENV)
+    if env:
+        try:
+            return coerce(env.strip())
+        except ValueError:
+            if env not in _warned_env:
+                _warned_env.add(env)
+                get_logger().warning("anchortrack.mode_invalid", variable=MODE_ENV, value=env, used="off")
+            return Mode.OFF
+    return _call_mode.get() or client_mode or Mode.CHAINED
+
+
+@contextlib.contextmanager
+def using(mode: Mode | str) -> Iterator[None]:
+    """
+    Use *mode* for the calls made inside this block (this thread or task only).
+
+    The environment variable still wins.
+
+    Example::
+
+        with anchortrack.using("shadow"):
+            client.responses.create(model=..., input=history)
+    """
+    token = _call_mode.set(coerce(mode))
+    try:
+        yield
+    finally:
+        _call_mode.reset(token)

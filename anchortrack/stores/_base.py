@@ -1,0 +1,119 @@
+"""
+The anchor store contract shared by every backend.
+
+A store maps *view hashes* to the responses whose server-side context they
+describe.
+It never holds item content: only digests, response ids, counts and times.
+Every backend implements the sync methods (``find``, ``get``, ``put``,
+``evict``) and their async twins (``afind``, ``aget``, ``aput``, ``aevict``),
+so one store object serves both ``OpenAI`` and ``AsyncOpenAI`` clients.
+
+Stores raise on failure (timeouts, connection errors, locked files).
+They never swallow errors: the tracker wraps every store call in one
+fail-open guard, so that the logic "warn once per outage, go stateless,
+retry later" is written once for all backends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+
+#: OpenAI keeps stored responses for 30 days; so do anchors by default.
+DEFAULT_TTL: float = 30 * 24 * 3600.0
+
+#: Environment variable holding the optional secret key for keyed digests.
+SECRET_KEY_ENV = "ANCHORTRACK_SECRET_KEY"
+
+
+@attrs.frozen
+class Anchor:
+    """
+    One recorded response, addressed by the digest of its server-side view.
+
+    Attributes:
+        view: Digest of the exact item sequence the server holds for the
+            response (its full input followed by its output items), keyed by
+            scope and optional secret key.
+        response_id: The response id to send as ``previous_response_id``.
+        count: How many items the view holds.
+        created_at: Unix time the response was recorded.
+        expires_at: Unix time after which the anchor must not be used.
+    """
+
+    view: bytes
+    response_id: str
+    count: int
+    created_at: float
+    expires_at: float
+
+    def is_live(self, now: float) -> bool:
+        """Whether the anchor may still be used at *now*."""
+        return now < self.expires_at
+
+
+@runtime_checkable
+class AnchorStore(Protocol):
+    """
+    What every anchor store provides.
+
+    *scope* is a short, printable digest (hex) of where response ids are valid
+    (base URL, organization, project, optional namespace).
+    Backends use it to namespace keys; anchors never cross scopes.
+    """
+
+    #: Seconds an anchor lives after it is recorded.
+    ttl: float
+    #: Optional secret that turns view digests into keyed digests.
+    secret_key: bytes | None
+
+    def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+        """Return the live anchors recorded for any of *views*, in one lookup."""
+        ...
+
+    def get(self, scope: str, response_id: str) -> Anchor | None:
+        """Return the live anchor recorded for *response_id*, if any."""
+        ...
+
+    def put(self, scope: str, anchor: Anchor) -> None:
+        """Record *anchor* (last writer wins for the same view)."""
+        ...
+
+    def evict(self, scope: str, response_id: str) -> None:
+        """Forget *response_id* and the view it was recorded under."""
+        ...
+
+    async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+        """Async twin of `find`."""
+        ...
+
+    async def aget(self, scope: str, response_id: str) -> Anchor | None:
+        """Async twin of `get`."""
+        ...
+
+    async def aput(self, scope: str, anchor: Anchor) -> None:
+        """Async twin of `put`."""
+        ...
+
+    async def aevict(self, scope: str, response_id: str) -> None:
+        """Async twin of `evict`."""
+        ...
+
+
+def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
+    """
+    Return the secret key to use: the given one, else the environment's.
+
+    An empty value means "no key".
+    """
+    if secret_key is None:
+        secret_key = os.environ.get(SECRET_KEY_ENV) or None
+    if secret_key is None:
+        return None
+    if isinstance(secret_key, str):
+        secret_key = secret_key.encode()
+    return secret_key or None

@@ -1,0 +1,222 @@
+"""Tests for choosing the anchor: the longest recorded view that is a prefix, with a non-empty delta."""
+
+from __future__ import annotations
+
+import pytest
+
+from anchortrack import Reason, Scope, fingerprint, plan_request
+from anchortrack._hashing import prefix_hashes
+from anchortrack._plan import RecentViews, choose
+
+from ..helpers import SCOPE, DictStore, assistant, call, output, system, turn, user
+
+
+@pytest.fixture(name="store")
+def _store() -> DictStore:
+    return DictStore()
+
+
+def test_first_turn_has_no_history(store: DictStore) -> None:
+    """A history with no model output yet goes out in full, reason no_history."""
+    plan = plan_request([system("s"), user("hi")], scope=SCOPE, store=store)
+
+    assert plan.anchor is None
+    assert plan.reason == Reason.NO_HISTORY
+    assert plan.sent == 2
+
+
+def test_latest_anchor_when_middleware_only_appended(store: DictStore) -> None:
+    """Appending after the newest view chains from the newest response."""
+    u1, a1 = user("one"), assistant("ONE")
+    r1 = turn(store, [u1], [a1])
+    u2, a2 = user("two"), assistant("TWO")
+    r2 = turn(store, [u1, a1, u2], [a2])
+
+    plan = plan_request(
+        [u1, a1, u2, a2, user("three"), user("injected by middleware")], scope=SCOPE, store=store
+    )
+
+    assert r1 != r2
+    assert plan.anchor is not None
+    assert r2 == plan.anchor.response_id
+    assert plan.skip == 4
+    assert plan.sent == 2
+
+
+def test_tool_loop_delta_is_exactly_the_outputs(store: DictStore) -> None:
+    """In a tool loop the delta is the function_call_output items only."""
+    u = user("weather?")
+    c1, c2 = call("weather", "call_a", '{"city": "Paris"}'), call("time", "call_b")
+    r = turn(store, [u], [c1, c2])
+    history = [u, c1, c2, output("call_a", "sunny"), output("call_b", "noon")]
+
+    plan = plan_request(history, scope=SCOPE, store=store)
+
+    assert plan.anchor is not None
+    assert r == plan.anchor.response_id
+    assert history[plan.skip :] == history[3:]
+
+
+def test_older_intact_anchor_when_middleware_inserts_inside_newest(store: DictStore) -> None:
+    """An item inserted among the newest response's items falls back to the older intact anchor."""
+    u1, a1 = user("one"), assistant("ONE")
+    r1 = turn(store, [u1], [a1])
+    u2 = user("two")
+    c1, c2 = call("f", "c1"), call("g", "c2")
+    turn(store, [u1, a1, u2], [c1, c2])
+    history = [u1, a1, u2, c1, user("INSERTED"), c2, output("c1", "x"), output("c2", "y")]
+
+    plan = plan_request(history, scope=SCOPE, store=store)
+
+    assert plan.anchor is not None
+    assert r1 == plan.anchor.response_id
+    assert plan.skip == 2
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda h: [system("NEW PROMPT"), *h[1:]], id="system-prompt-changed"),
+        pytest.param(lambda h: [h[0], user("[redacted]"), *h[2:]], id="early-message-redacted"),
+        pytest.param(lambda h: [h[0], user("inserted"), *h[1:]], id="inserted-before-anchors"),
+        pytest.param(lambda h: [h[0], *h[2:]], id="early-message-removed"),
+        pytest.param(lambda h: [h[0], h[2], h[1], *h[3:]], id="reordered"),
+    ],
+)
+def test_stateless_when_anything_before_every_anchor_changed(store: DictStore, edit) -> None:
+    """Edits, insertions, removals and reorders before every anchor give no anchor."""
+    s, u1, a1 = system("sys"), user("one"), assistant("ONE")
+    turn(store, [s, u1], [a1])
+    u2, a2 = user("two"), assistant("TWO")
+    turn(store, [s, u1, a1, u2], [a2])
+    history = edit([s, u1, a1, u2, a2, user("three")])
+
+    plan = plan_request(history, scope=SCOPE, store=store)
+
+    assert plan.anchor is None
+    assert plan.reason == Reason.PREFIX_DIVERGED
+    assert len(history) == plan.sent
+
+
+def test_regenerate_uses_the_previous_anchor_not_the_newest(store: DictStore) -> None:
+    """Editing the last user message chains from the response before it (Effect's bug)."""
+    u1, a1 = user("one"), assistant("ONE")
+    r1 = turn(store, [u1], [a1])
+    u2 = user("two")
+    turn(store, [u1, a1, u2], [assistant("TWO")])
+
+    edited = plan_request([u1, a1, user("two, edited")], scope=SCOPE, store=store)
+    regenerated = plan_request([u1, a1, u2], scope=SCOPE, store=store)
+
+    assert edited.anchor is not None
+    assert r1 == edited.anchor.response_id
+    assert regenerated.anchor is not None
+    assert r1 == regenerated.anchor.response_id
+    assert [u2] == [u1, a1, u2][regenerated.skip :]
+
+
+def test_no_anchor_when_a_server_item_at_the_end_of_a_view_was_dropped(store: DictStore) -> None:
+    """Dropping the newest response's last output invalidates that response as an anchor."""
+    u1 = user("one")
+    c1, c2 = call("f", "c1"), call("g", "c2")
+    r1 = turn(store, [u1], [c1, c2])
+
+    plan = plan_request([u1, c1, output("c1", "x"), user("go on")], scope=SCOPE, store=store)
+
+    assert plan.anchor is None or r1 != plan.anchor.response_id
+    assert plan.anchor is None
+
+
+def test_an_edited_server_output_invalidates_its_response(store: DictStore) -> None:
+    """Editing the anchor's own output (e.g. tool-call arguments) is caught."""
+    u1 = user("one")
+    c1 = call("f", "c1", '{"x": 1}')
+    turn(store, [u1], [c1])
+    edited = {**c1, "arguments": '{"x": 2}'}
+
+    plan = plan_request([u1, edited, output("c1", "r")], scope=SCOPE, store=store)
+
+    assert plan.anchor is None
+
+
+def test_never_an_empty_delta(store: DictStore) -> None:
+    """A history that ends exactly at a view does not chain from that view."""
+    u1, a1 = user("one"), assistant("ONE")
+    r1 = turn(store, [u1], [a1])
+
+    plan = plan_request([u1, a1], scope=SCOPE, store=store)
+
+    assert plan.anchor is None or r1 != plan.anchor.response_id
+    assert plan.sent >= 1
+
+
+def test_interleaved_conversations_are_independent(store: DictStore) -> None:
+    """Two conversations on one store each chain from their own responses."""
+    a_hist, b_hist = [user("A")], [user("B")]
+    ra = turn(store, a_hist, [assistant("a")])
+    rb = turn(store, b_hist, [assistant("b")])
+
+    plan_a = plan_request([*a_hist, assistant("a"), user("A2")], scope=SCOPE, store=store)
+    plan_b = plan_request([*b_hist, assistant("b"), user("B2")], scope=SCOPE, store=store)
+
+    assert (ra, rb) == (plan_a.anchor.response_id, plan_b.anchor.response_id)  # type: ignore[union-attr]
+
+
+def test_anchors_never_cross_scopes(store: DictStore) -> None:
+    """The same conversation in another scope finds nothing."""
+    u1, a1 = user("one"), assistant("ONE")
+    turn(store, [u1], [a1])
+    other = Scope("https://other.example/v1")
+
+    plan = plan_request([u1, a1, user("two")], scope=other, store=store)
+
+    assert plan.anchor is None
+
+
+def test_expired_anchors_are_not_used() -> None:
+    """An anchor past its expiry is ignored even if the store returns it."""
+    store = DictStore(ttl=-1.0)
+    u1, a1 = user("one"), assistant("ONE")
+    turn(store, [u1], [a1])
+
+    plan = plan_request([u1, a1, user("two")], scope=SCOPE, store=store)
+
+    assert plan.anchor is None
+
+
+def test_secret_key_changes_every_view() -> None:
+    """Anchors recorded under one secret key are unreachable under another."""
+    keyed = DictStore(secret_key=b"one")
+    u1, a1 = user("one"), assistant("ONE")
+    turn(keyed, [u1], [a1])
+    keyed.secret_key = b"two"
+
+    assert plan_request([u1, a1, user("2")], scope=SCOPE, store=keyed).anchor is None
+    keyed.secret_key = b"one"
+    assert plan_request([u1, a1, user("2")], scope=SCOPE, store=keyed).anchor is not None
+
+
+def test_diverged_at_names_the_first_differing_item() -> None:
+    """With recent views known, a fallback says where the history left the closest one."""
+    root = SCOPE.root(None)
+    view = [user("1"), assistant("2"), user("3"), assistant("4")]
+    recent = RecentViews()
+    recent.add(prefix_hashes(root, [fingerprint(i) for i in view]))
+    edited = [view[0], view[1], user("3 edited"), view[3], user("5")]
+
+    plan = choose(
+        prefix_hashes(root, [fingerprint(i) for i in edited]), {}, 0.0, has_model_items=True, recent=recent
+    )
+
+    assert plan.reason == Reason.PREFIX_DIVERGED
+    assert plan.diverged_at == 2
+
+
+def test_recent_views_are_bounded() -> None:
+    """RecentViews keeps at most max_views views and max_hashes hashes."""
+    recent = RecentViews(max_views=3, max_hashes=10)
+    for n in range(6):
+        recent.add([bytes([n, i]) for i in range(3)])
+
+    assert recent.diverged_at([bytes([0, 0])]) is None
+    assert recent.diverged_at([bytes([5, i]) for i in range(3)]) == 3
