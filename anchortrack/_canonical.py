@@ -56,7 +56,9 @@ _EMPTY_DEFAULT_KEYS = frozenset({"annotations", "logprobs"})
 #: Item types whose JSON-string fields are compared as parsed JSON.
 _JSON_STRING_FIELDS = {"function_call": "arguments", "custom_tool_call": "input"}
 
-_dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=True).encode
+
+def _dumps(data: object) -> str:
+    return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 class ItemError(TypeError):

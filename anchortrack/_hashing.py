@@ -112,7 +112,43 @@ MODEL_ITEM_TYPES = frozenset(
 )
 
 
-def fingerprint_items(items: Sequence[object]) -> tuple[list[bytes], list[int], bool]:
+class Memo:
+    """
+    Remembers fingerprints of items seen before, keyed by a digest of ``repr(item)``.
+
+    ``repr`` of JSON data (dicts, lists, strings, numbers, booleans, None) is
+    injective, so equal keys mean equal items and the memo can never return a
+    wrong fingerprint; a key-order change only costs a miss.
+    It holds digests only (no item content) and is bounded: when full it starts
+    over.
+    """
+
+    def __init__(self, max_entries: int = 65_536) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[bytes, tuple[bytes, int, bool]] = {}
+
+    def get(self, key: bytes) -> tuple[bytes, int, bool] | None:
+        """Return what was remembered under *key*."""
+        return self._entries.get(key)
+
+    def put(self, key: bytes, value: tuple[bytes, int, bool]) -> None:
+        """Remember *value* under *key*."""
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        self._entries[key] = value
+
+
+def _fingerprint_one(item: object) -> tuple[bytes, int, bool]:
+    canon = canonical_item(item)
+    kind = canon.get("type")
+    is_model = (kind == "message" and canon.get("role") == "assistant") or kind in MODEL_ITEM_TYPES
+    data = dump_canonical(canon)
+    return _blake2b(data, digest_size=DIGEST_SIZE).digest(), len(data), is_model
+
+
+def fingerprint_items(
+    items: Sequence[object], memo: Memo | None = None
+) -> tuple[list[bytes], list[int], bool]:
     """
     Fingerprint a history in one pass.
 
@@ -127,11 +163,15 @@ def fingerprint_items(items: Sequence[object]) -> tuple[list[bytes], list[int], 
     sizes: list[int] = []
     has_model = False
     for item in items:
-        canon = canonical_item(item)
-        if not has_model:
-            kind = canon.get("type")
-            has_model = (kind == "message" and canon.get("role") == "assistant") or (kind in MODEL_ITEM_TYPES)
-        data = dump_canonical(canon)
-        fps.append(_blake2b(data, digest_size=DIGEST_SIZE).digest())
-        sizes.append(len(data))
+        if memo is not None and type(item) is dict:
+            key = _blake2b(repr(item).encode(), digest_size=DIGEST_SIZE).digest()
+            known = memo.get(key)
+            if known is None:
+                known = _fingerprint_one(item)
+                memo.put(key, known)
+        else:
+            known = _fingerprint_one(item)
+        fps.append(known[0])
+        sizes.append(known[1])
+        has_model = has_model or known[2]
     return fps, sizes, has_model

@@ -18,7 +18,7 @@ from typing import Any
 from ._errors import Failure
 from ._flow import Context, Effect, Find, Get, Send, Ticket, adrive, call_flow, drive
 from ._guard import UNAVAILABLE, Guard
-from ._hashing import Scope, fingerprint_items, prefix_hashes
+from ._hashing import Memo, Scope, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
 from ._mode import Mode, coerce, resolve
 from ._plan import Plan, Reason, RecentViews, choose
@@ -70,6 +70,7 @@ class Tracker:
         self.stats = Stats()
         self.guard = Guard(self.stats, timeout=store_timeout)
         self.recent = RecentViews()
+        self.memo = Memo()
         self.is_async = False
         self._pending: deque[tuple[str, Anchor]] = deque()
         self._zdr: set[str] = set()
@@ -232,7 +233,7 @@ class Tracker:
 
     def fingerprints(self, items: Sequence[object]) -> tuple[list[bytes], list[int], bool]:
         """Return fingerprints, canonical sizes and whether model output is present."""
-        return fingerprint_items(items)
+        return fingerprint_items(items, self.memo)
 
     def disable_scope(self, scope_key: str) -> None:
         """Stop chaining in *scope_key* (after a ZDR refusal)."""

@@ -1,0 +1,94 @@
+"""
+A local OpenAI Responses API server with ``previous_response_id`` chaining.
+
+It runs anywhere with no API key — for anchortrack's own end-to-end tests,
+``anchortrack demo``, and testing agents offline — and follows OpenAI's
+semantics: the context of a chained request is every stored input and output
+item of the chain followed by the new input; ``instructions`` are not carried
+over; unknown, expired, deleted, unstored or failed parents give 400
+``previous_response_not_found``; a response is saved before its id reaches
+the client.
+
+In-process use::
+
+    from openai import OpenAI
+    from anchortrack.server import ResponsesServer
+
+    with ResponsesServer(store="memory") as srv:        # or "sqlite:/path/file.db"
+        client = OpenAI(base_url=srv.base_url, api_key="test")
+        first = client.responses.create(model="scripted", input="hello")
+        second = client.responses.create(
+            model="scripted", input="again", previous_response_id=first.id
+        )
+        srv.state.resolved_context(second.id)   # what the model saw
+
+From the command line: ``anchortrack serve [--host] [--port]
+[--store memory|sqlite:PATH] [--retention SECONDS] [--test-hooks]``.
+
+The model is :class:`ScriptedModel`, deterministic; its command convention
+(``!call``, ``!rounds``, ``!reason``, ``!fail``, ``!incomplete``, ``!sleep``)
+is documented in :mod:`anchortrack.server._model` and ``docs/server.md``.
+
+``ResponsesServer`` and ``create_app`` need the ``anchortrack[server]`` extra
+(Starlette and uvicorn); they are imported on first use, so the rest of this
+package works without it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from anchortrack.server._chain import DEFAULT_MAX_DEPTH
+from anchortrack.server._errors import APIError
+from anchortrack.server._model import ModelReply, ScriptedModel, context_digest
+from anchortrack.server._sqlite import SQLiteResponseStore
+from anchortrack.server._state import ServerState
+from anchortrack.server._store import (
+    DEFAULT_RETENTION,
+    ChainLink,
+    MemoryResponseStore,
+    ResponseStore,
+    StoreConflictError,
+    StoredResponse,
+    open_store,
+)
+
+
+if TYPE_CHECKING:
+    from anchortrack.server._app import create_app
+    from anchortrack.server._runner import ResponsesServer
+
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_RETENTION",
+    "APIError",
+    "ChainLink",
+    "MemoryResponseStore",
+    "ModelReply",
+    "ResponseStore",
+    "ResponsesServer",
+    "SQLiteResponseStore",
+    "ScriptedModel",
+    "ServerState",
+    "StoreConflictError",
+    "StoredResponse",
+    "context_digest",
+    "create_app",
+    "open_store",
+]
+
+_LAZY = {
+    "create_app": "anchortrack.server._app",
+    "ResponsesServer": "anchortrack.server._runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value

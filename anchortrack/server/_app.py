@@ -1,0 +1,308 @@
+"""
+The HTTP shell: Starlette routes over :class:`ServerState`.
+
+Routes (all errors in OpenAI's ``{"error": {...}}`` shape):
+
+* ``POST /v1/responses`` — JSON, or Server-Sent Events with ``stream: true``.
+* ``GET /v1/responses/{id}`` (``?stream=true&starting_after=N`` replays the
+  events of a finished response), ``DELETE /v1/responses/{id}``,
+  ``GET /v1/responses/{id}/input_items``, ``POST /v1/responses/{id}/cancel``
+  (always refused: there are no background responses).
+* With ``test_hooks=True`` only, under ``/_test``: see :func:`create_app`.
+
+Every response carries an ``x-request-id`` header, like OpenAI's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from anchortrack.server import _errors
+from anchortrack.server._errors import APIError
+from anchortrack.server._events import encode_sse, stream_events
+from anchortrack.server._state import PendingResponse, ServerState
+
+
+logger = logging.getLogger("anchortrack.server")
+
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class _RequestIdMiddleware:
+    """Adds ``x-request-id: req_…`` to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req_{secrets.token_hex(16)}".encode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+#: Deepest nesting of arrays and objects accepted in a request body.
+MAX_JSON_DEPTH = 100
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} does not fit a double")
+    return value
+
+
+def _depth(value: Any) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _decode_json(raw: bytes) -> Any:
+    """Decode a request body: strict JSON (no NaN/Infinity), nested at most MAX_JSON_DEPTH deep."""
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        raise _errors.invalid_json() from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise APIError(400, f"Invalid body: JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+    return value
+
+
+def _error_response(error: APIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return _error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    message = f"Invalid URL ({request.method} {request.url.path})"
+    if exc.status_code not in (404, 405):
+        message = str(exc.detail)
+    return _error_response(APIError(exc.status_code, message))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    logger.error("anchortrack.server.request_failed", exc_info=exc)
+    return _error_response(_errors.server_error(f"The server had an error: {type(exc).__name__}."))
+
+
+def _query_int(request: Request, name: str, default: int) -> int:
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise _errors.invalid_type(name, "an integer", value) from None
+
+
+def create_app(state: ServerState | None = None, *, test_hooks: bool = False) -> Starlette:
+    """
+    Build the ASGI app serving the Responses API over *state*.
+
+    Args:
+        state: The server state (a fresh memory-backed one by default);
+            available afterwards as ``app.state.responses``.
+        test_hooks: Also serve the test hooks, for out-of-process tests:
+
+            * ``POST /_test/responses/{id}/expire`` — make a stored response
+              look expired; ``{"id", "expired": true}`` or 404.
+            * ``DELETE /_test/responses/{id}`` — drop it from the store;
+              ``{"id", "dropped": true}`` or 404.
+            * ``GET /_test/responses/{id}/context`` — the context the model
+              saw: ``{"object": "list", "data": [items]}`` or 404.
+            * ``POST /_test/zdr`` with ``{"enabled": bool}`` / ``GET /_test/zdr``
+              — turn the zero-data-retention refusal on or off; ``{"enabled"}``.
+            * ``GET /_test/requests`` — every ``POST /v1/responses`` body
+              received: ``{"object": "list", "data": [...]}``;
+              ``DELETE /_test/requests`` forgets them.
+    """
+    server_state = state if state is not None else ServerState()
+
+    async def create_response(request: Request) -> Response:
+        body = _decode_json(await request.body())
+        server_state.record_request(body)
+        pending = server_state.prepare(body)
+        if pending.request.stream:
+            server_state.save_in_progress(pending)
+            return StreamingResponse(
+                _event_stream(server_state, pending),
+                media_type="text/event-stream",
+                headers=_SSE_HEADERS,
+            )
+        if pending.delay > 0:
+            await asyncio.sleep(pending.delay)
+        server_state.save_final(pending)
+        return JSONResponse(pending.response)
+
+    async def retrieve_response(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        response = server_state.get_response(response_id)
+        if request.query_params.get("stream", "").lower() != "true":
+            return JSONResponse(response)
+        starting_after = _query_int(request, "starting_after", -1)
+        try:
+            events = stream_events(response)
+        except ValueError:
+            raise APIError(
+                400, f"Response '{response_id}' is still in progress and cannot be replayed yet."
+            ) from None
+        chunks = [encode_sse(event) for event in events if event["sequence_number"] > starting_after]
+        return Response(b"".join(chunks), media_type="text/event-stream", headers=_SSE_HEADERS)
+
+    async def delete_response(request: Request) -> Response:
+        return JSONResponse(server_state.delete_response(request.path_params["response_id"]))
+
+    async def cancel_response(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        server_state.get_response(response_id)
+        raise APIError(400, "Only responses created with background=true can be cancelled.")
+
+    async def list_input_items(request: Request) -> Response:
+        return JSONResponse(
+            server_state.input_items(
+                request.path_params["response_id"],
+                after=request.query_params.get("after"),
+                limit=_query_int(request, "limit", 20),
+                order=request.query_params.get("order", "desc"),
+            )
+        )
+
+    routes = [
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
+    ]
+    if test_hooks:
+        routes.extend(_test_routes(server_state))
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            APIError: _api_error,
+            HTTPException: _http_error,
+            Exception: _server_error,
+        },
+    )
+    app.state.responses = server_state
+    app.add_middleware(_RequestIdMiddleware)
+    return app
+
+
+async def _event_stream(state: ServerState, pending: PendingResponse) -> AsyncIterator[bytes]:
+    """Stream *pending*'s events; save its final state before the terminal event."""
+    events = stream_events(pending.response)
+    finished = False
+    try:
+        for event in events[:2]:
+            yield encode_sse(event)
+        if pending.delay > 0:
+            await asyncio.sleep(pending.delay)
+        for event in events[2:-1]:
+            yield encode_sse(event)
+        finished = True
+        try:
+            state.save_final(pending, overwrite=True)
+        except Exception as exc:  # the status line is gone; report in-stream
+            logger.error("anchortrack.server.save_failed", exc_info=exc)
+            yield encode_sse(
+                {
+                    "type": "error",
+                    "code": "server_error",
+                    "message": "The server could not save the response.",
+                    "param": None,
+                    "sequence_number": events[-1]["sequence_number"],
+                }
+            )
+            return
+        yield encode_sse(events[-1])
+    finally:
+        if not finished:
+            # The client went away mid-stream: the response still completes.
+            try:
+                state.save_final(pending, overwrite=True)
+            except Exception as exc:
+                logger.error("anchortrack.server.save_failed", exc_info=exc)
+
+
+def _test_routes(state: ServerState) -> list[Route]:
+    async def expire(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        try:
+            state.expire(response_id)
+        except KeyError:
+            raise _errors.response_not_found(response_id) from None
+        return JSONResponse({"id": response_id, "expired": True})
+
+    async def drop(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        try:
+            state.drop(response_id)
+        except KeyError:
+            raise _errors.response_not_found(response_id) from None
+        return JSONResponse({"id": response_id, "dropped": True})
+
+    async def context(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        try:
+            items = state.resolved_context(response_id)
+        except KeyError:
+            raise _errors.response_not_found(response_id) from None
+        return JSONResponse({"object": "list", "data": items})
+
+    async def zdr(request: Request) -> Response:
+        if request.method == "POST":
+            body = _decode_json(await request.body())
+            enabled = body.get("enabled") if isinstance(body, dict) else None
+            if not isinstance(enabled, bool):
+                raise _errors.invalid_type("enabled", "a boolean", enabled)
+            state.zdr = enabled
+        return JSONResponse({"enabled": state.zdr})
+
+    async def requests(request: Request) -> Response:
+        if request.method == "DELETE":
+            state.reset_requests()
+        return JSONResponse({"object": "list", "data": state.requests})
+
+    return [
+        Route("/_test/responses/{response_id}/expire", expire, methods=["POST"]),
+        Route("/_test/responses/{response_id}", drop, methods=["DELETE"]),
+        Route("/_test/responses/{response_id}/context", context, methods=["GET"]),
+        Route("/_test/zdr", zdr, methods=["GET", "POST"]),
+        Route("/_test/requests", requests, methods=["GET", "DELETE"]),
+    ]

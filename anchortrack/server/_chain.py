@@ -1,0 +1,151 @@
+"""
+Chain resolution and context checks (pure), with OpenAI's semantics.
+
+:func:`resolve_chain` walks ``previous_response_id`` pointers through a
+store's ``get`` and returns the ancestors oldest first; :func:`chain_items`
+flattens them into the context the model sees.  Where GodeX (seed 000)
+differs from OpenAI, OpenAI wins:
+
+* ``instructions`` of ancestors are **not** part of the context;
+* an ancestor that is unknown, expired, deleted, unstored, ``failed`` or
+  still ``in_progress`` gives ``previous_response_not_found`` (``incomplete``
+  ancestors are chainable, as on OpenAI);
+* the depth guard defaults to :data:`DEFAULT_MAX_DEPTH` (GodeX: 64).
+
+:func:`check_context` then refuses what the real API refuses: an item id that
+occurs twice, a tool output without its call, a call without its output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from anchortrack.server._errors import APIError, previous_response_not_found
+from anchortrack.server._store import ChainLink
+
+
+Item = dict[str, Any]
+
+#: Default maximum number of stored responses in one chain.
+DEFAULT_MAX_DEPTH = 10_000
+
+#: Statuses a parent may have.
+CHAINABLE_STATUSES = frozenset({"completed", "incomplete"})
+
+# call type → (output type, words for "call" in the messages)
+_CALL_KINDS: dict[str, tuple[str, str]] = {
+    "function_call": ("function_call_output", "function call"),
+    "custom_tool_call": ("custom_tool_call_output", "custom tool call"),
+}
+_OUTPUT_KINDS = {output: (call, words) for call, (output, words) in _CALL_KINDS.items()}
+
+
+def resolve_chain(
+    previous_response_id: str,
+    get: Callable[[str], ChainLink | None],
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> list[ChainLink]:
+    """
+    Return the chain ending at *previous_response_id*, oldest first.
+
+    Args:
+        previous_response_id: The parent the request chains from.
+        get: Returns a live stored response's chain data by id, or ``None``
+            (a store's ``link``).
+        max_depth: Most stored responses a chain may hold.
+
+    Raises:
+        APIError: ``previous_response_not_found`` for a missing or
+            unchainable ancestor (naming that ancestor);
+            ``previous_response_chain_too_long`` beyond *max_depth*;
+            ``previous_response_chain_cycle`` for a cycle.  All are 400 with
+            ``param: previous_response_id``.
+    """
+    chain: list[ChainLink] = []
+    seen: set[str] = set()
+    current: str | None = previous_response_id
+    while current is not None:
+        if len(chain) >= max_depth:
+            raise APIError(
+                400,
+                f"The chain of previous response '{previous_response_id}' holds more than "
+                f"{max_depth} responses.",
+                param="previous_response_id",
+                code="previous_response_chain_too_long",
+            )
+        if current in seen:
+            raise APIError(
+                400,
+                f"The chain of previous response '{previous_response_id}' contains a cycle at '{current}'.",
+                param="previous_response_id",
+                code="previous_response_chain_cycle",
+            )
+        seen.add(current)
+        record = get(current)
+        if record is None or record.status not in CHAINABLE_STATUSES:
+            raise previous_response_not_found(current)
+        chain.append(record)
+        current = record.previous_response_id
+    chain.reverse()
+    return chain
+
+
+def chain_items(chain: Sequence[ChainLink]) -> list[Item]:
+    """Every input and output item of *chain* (oldest first), without instructions."""
+    items: list[Item] = []
+    for record in chain:
+        items.extend(record.input_items)
+        items.extend(record.output)
+    return items
+
+
+def _input_error(message: str) -> APIError:
+    return APIError(400, message, param="input")
+
+
+def check_context(context: Sequence[Item]) -> None:
+    """
+    Refuse a context the real API would refuse.
+
+    Raises:
+        APIError: 400 ``param: input`` when an item id occurs twice
+            ("Duplicate item found with id …"), a tool output has no call
+            ("No tool call found for function call output with call_id …"),
+            or a call has no output ("No tool output found for function call …").
+    """
+    by_id: dict[str, Item] = {}
+    for item in context:
+        item_id = item.get("id")
+        if not isinstance(item_id, str) or item.get("type") == "item_reference":
+            continue
+        if item_id in by_id:
+            raise _input_error(
+                f"Duplicate item found with id {item_id}. "
+                "Remove duplicate items from your input and try again."
+            )
+        by_id[item_id] = item
+
+    calls: dict[tuple[str, str], str] = {}
+    outputs: list[tuple[str, str]] = []
+    for item in context:
+        if item.get("type") == "item_reference" and isinstance(item.get("id"), str):
+            item = by_id.get(item["id"], item)
+        kind = item.get("type")
+        call_id = item.get("call_id")
+        if not isinstance(kind, str) or not isinstance(call_id, str):
+            continue
+        if kind in _CALL_KINDS:
+            calls.setdefault((kind, call_id), call_id)
+        elif kind in _OUTPUT_KINDS:
+            outputs.append((kind, call_id))
+    answered: set[tuple[str, str]] = set()
+    for kind, call_id in outputs:
+        call_kind, words = _OUTPUT_KINDS[kind]
+        if (call_kind, call_id) not in calls:
+            raise _input_error(f"No tool call found for {words} output with call_id {call_id}.")
+        answered.add((call_kind, call_id))
+    for kind, call_id in calls:
+        if (kind, call_id) not in answered:
+            raise _input_error(f"No tool output found for {_CALL_KINDS[kind][1]} {call_id}.")

@@ -1,0 +1,118 @@
+"""
+``anchortrack serve``: run the local Responses API server in the foreground.
+
+Starlette and uvicorn are imported by the handler, never at import time, so
+``anchortrack --help`` works without the ``server`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sqlite3
+import sys
+from typing import Any
+
+from anchortrack.server._chain import DEFAULT_MAX_DEPTH
+from anchortrack.server._store import DEFAULT_RETENTION
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``serve`` subcommand to the ``anchortrack`` parser."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="run a local Responses API server (no API key needed)",
+        description=(
+            "Serve the OpenAI Responses API with previous_response_id chaining and a "
+            "deterministic scripted model. Point a client at http://HOST:PORT/v1."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    parser.add_argument(
+        "--store",
+        default="memory",
+        metavar="memory|sqlite:PATH",
+        help="where responses are kept (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--retention",
+        type=float,
+        default=DEFAULT_RETENTION,
+        metavar="SECONDS",
+        help="how long stored responses stay chainable (default: 30 days)",
+    )
+    parser.add_argument(
+        "--max-depth",
+        type=int,
+        default=DEFAULT_MAX_DEPTH,
+        metavar="N",
+        help="most stored responses one chain may hold (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--test-hooks",
+        action="store_true",
+        help="serve the /_test hooks (expire, drop, ZDR, resolved context, request log)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn log level (default: %(default)s)",
+    )
+    parser.set_defaults(handler=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the server until interrupted; return the exit code."""
+    try:
+        import uvicorn
+
+        from anchortrack.server._app import create_app
+        from anchortrack.server._runner import bind_listener
+    except ImportError as exc:
+        sys.stderr.write(
+            f"anchortrack serve needs the server extra ({exc.name} is missing): "
+            "pip install 'anchortrack[server]'\n"
+        )
+        return 2
+    from anchortrack.server._state import ServerState
+
+    try:
+        state = ServerState(
+            args.store,
+            retention=args.retention,
+            max_depth=args.max_depth,
+            record_contexts=args.test_hooks,
+        )
+    except (ValueError, RuntimeError, OSError, sqlite3.Error) as exc:
+        sys.stderr.write(f"anchortrack serve: {exc}\n")
+        return 2
+    app = create_app(state, test_hooks=args.test_hooks)
+    try:
+        sock = bind_listener(args.host, args.port)
+    except OSError as exc:
+        state.close()
+        sys.stderr.write(f"anchortrack serve: cannot listen on {args.host}:{args.port}: {exc}\n")
+        return 1
+    port = int(sock.getsockname()[1])
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    sys.stdout.write(f"anchortrack: Responses API at http://{host}:{port}/v1 (store: {args.store})\n")
+    sys.stdout.flush()
+    config = uvicorn.Config(app, log_level=args.log_level, lifespan="off", ws="none")
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        # uvicorn shuts down gracefully, then re-raises the signal it caught.
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sock.close()
+        state.close()
+    return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,148 @@
+"""
+Errors in OpenAI's shape, raised by the pure parts of the server.
+
+Every refusal the server sends is an :class:`APIError`; the HTTP layer turns
+it into ``{"error": {"message", "type", "param", "code"}}`` with its status.
+The constructors below hold the exact messages the real API sends, so the
+rest of the server never spells an error message twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class APIError(Exception):
+    """
+    A request the server refuses, with the fields of OpenAI's error body.
+
+    Attributes:
+        status: The HTTP status code to answer with.
+        message: Human-readable message (OpenAI's wording where known).
+        type: OpenAI's error ``type``, e.g. ``invalid_request_error``.
+        param: The request parameter at fault, or ``None``.
+        code: OpenAI's error ``code``, or ``None``.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",  # OpenAI's field name
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body OpenAI sends for this error."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"APIError({self.status}, {self.message!r}, type={self.type!r}, "
+            f"param={self.param!r}, code={self.code!r})"
+        )
+
+
+def json_type_name(value: object) -> str:
+    """Name a JSON value's type the way OpenAI's validation messages do."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "an unknown type"
+
+
+def invalid_json() -> APIError:
+    """The body is not valid JSON (OpenAI's exact message)."""
+    return APIError(
+        400,
+        "We could not parse the JSON body of your request. (HINT: This likely means you "
+        "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
+        "but what was sent was not valid JSON. If you have trouble figuring out how to fix "
+        "this, please contact us through our help center at help.openai.com.)",
+    )
+
+
+def invalid_type(param: str, expected: str, value: object) -> APIError:
+    """A parameter has the wrong JSON type."""
+    return APIError(
+        400,
+        f"Invalid type for '{param}': expected {expected}, but got {json_type_name(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def missing_parameter(param: str) -> APIError:
+    """A required parameter is absent."""
+    return APIError(
+        400,
+        f"Missing required parameter: '{param}'.",
+        param=param,
+        code="missing_required_parameter",
+    )
+
+
+def unknown_parameter(param: str) -> APIError:
+    """A parameter the Responses API does not know."""
+    return APIError(400, f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
+
+
+def invalid_value(param: str, message: str) -> APIError:
+    """A parameter has an allowed type but a refused value."""
+    return APIError(400, message, param=param, code="invalid_value")
+
+
+def previous_response_not_found(response_id: str) -> APIError:
+    """The parent is unknown, expired, deleted, unstored or not chainable."""
+    return APIError(
+        400,
+        f"Previous response with id '{response_id}' not found.",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
+
+
+def zero_data_retention() -> APIError:
+    """The organization refuses ``previous_response_id`` (zero data retention)."""
+    return APIError(
+        400,
+        "Previous response cannot be used for this organization due to Zero Data Retention.",
+        param="previous_response_id",
+        code="unsupported_parameter",
+    )
+
+
+def response_not_found(response_id: str) -> APIError:
+    """``GET``/``DELETE`` of a response that is not stored."""
+    return APIError(404, f"Response with id '{response_id}' not found.")
+
+
+def server_error(message: str) -> APIError:
+    """An internal failure (never expected; reported instead of a bare 500)."""
+    return APIError(500, message, type="server_error")

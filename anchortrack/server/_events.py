@@ -1,0 +1,154 @@
+"""
+Server-Sent Events for a response (pure).
+
+:func:`stream_events` renders a finished response object as the event
+sequence OpenAI streams, each event with its ``sequence_number`` (from 0):
+
+``response.created`` → ``response.in_progress`` → for every output item
+``response.output_item.added`` → its content events → ``response.output_item.done``
+→ one terminal ``response.completed`` / ``response.incomplete`` / ``response.failed``.
+
+Content events: a message gets ``response.content_part.added``,
+``response.output_text.delta``… , ``response.output_text.done``,
+``response.content_part.done``; a function call gets
+``response.function_call_arguments.delta``… and ``…done``; a reasoning item
+gets ``response.reasoning_summary_part.added``,
+``response.reasoning_summary_text.delta``/``done`` and
+``response.reasoning_summary_part.done`` per summary part.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+
+Item = dict[str, Any]
+Event = dict[str, Any]
+
+_TERMINAL = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+}
+_WORDS = re.compile(r"\S+\s*|\s+")
+_ARGUMENT_CHUNK = 8
+
+
+def text_chunks(text: str) -> list[str]:
+    """Split *text* into the deltas streamed for it (words with their spaces)."""
+    return _WORDS.findall(text) or [""]
+
+
+def _argument_chunks(arguments: str) -> list[str]:
+    return [
+        arguments[start : start + _ARGUMENT_CHUNK] for start in range(0, len(arguments), _ARGUMENT_CHUNK)
+    ] or [""]
+
+
+def in_progress_snapshot(response: dict[str, Any]) -> dict[str, Any]:
+    """The response as ``response.created``/``in_progress`` show it."""
+    snapshot = copy.deepcopy(response)
+    snapshot.update(
+        status="in_progress",
+        output=[],
+        usage=None,
+        error=None,
+        incomplete_details=None,
+        completed_at=None,
+    )
+    return snapshot
+
+
+def _added_form(item: Item) -> Item:
+    kind = item.get("type")
+    if kind == "message":
+        return {**item, "status": "in_progress", "content": []}
+    if kind == "function_call":
+        return {**item, "status": "in_progress", "arguments": ""}
+    if kind == "reasoning":
+        added = {key: value for key, value in item.items() if key != "encrypted_content"}
+        added["summary"] = []
+        return added
+    return copy.deepcopy(item)
+
+
+def _item_events(item: Item, index: int) -> list[Event]:
+    item_id = item.get("id", "")
+    kind = item.get("type")
+    events: list[Event] = [
+        {"type": "response.output_item.added", "output_index": index, "item": _added_form(item)}
+    ]
+    if kind == "message":
+        for part_index, part in enumerate(item.get("content") or []):
+            where = {"item_id": item_id, "output_index": index, "content_index": part_index}
+            text = part.get("text", "") if part.get("type") == "output_text" else None
+            empty = {**part, "text": ""} if text is not None else part
+            events.append({"type": "response.content_part.added", **where, "part": empty})
+            if text is not None:
+                events.extend(
+                    {"type": "response.output_text.delta", **where, "delta": chunk, "logprobs": []}
+                    for chunk in text_chunks(text)
+                )
+                events.append({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
+            events.append({"type": "response.content_part.done", **where, "part": part})
+    elif kind == "function_call":
+        where = {"item_id": item_id, "output_index": index}
+        arguments = str(item.get("arguments", ""))
+        events.extend(
+            {"type": "response.function_call_arguments.delta", **where, "delta": chunk}
+            for chunk in _argument_chunks(arguments)
+        )
+        events.append(
+            {
+                "type": "response.function_call_arguments.done",
+                **where,
+                "name": item.get("name"),
+                "arguments": arguments,
+            }
+        )
+    elif kind == "reasoning":
+        for summary_index, part in enumerate(item.get("summary") or []):
+            where = {"item_id": item_id, "output_index": index, "summary_index": summary_index}
+            text = str(part.get("text", ""))
+            events.append(
+                {"type": "response.reasoning_summary_part.added", **where, "part": {**part, "text": ""}}
+            )
+            events.extend(
+                {"type": "response.reasoning_summary_text.delta", **where, "delta": chunk}
+                for chunk in text_chunks(text)
+            )
+            events.append({"type": "response.reasoning_summary_text.done", **where, "text": text})
+            events.append({"type": "response.reasoning_summary_part.done", **where, "part": part})
+    events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    return events
+
+
+def stream_events(response: dict[str, Any]) -> list[Event]:
+    """
+    The full event sequence for a finished *response*, numbered from 0.
+
+    Raises:
+        ValueError: If the response's status has no terminal event.
+    """
+    status = response.get("status")
+    terminal = _TERMINAL.get(str(status))
+    if terminal is None:
+        raise ValueError(f"cannot stream a response with status {status!r}")
+    snapshot = in_progress_snapshot(response)
+    events: list[Event] = [
+        {"type": "response.created", "response": snapshot},
+        {"type": "response.in_progress", "response": snapshot},
+    ]
+    for index, item in enumerate(response.get("output") or []):
+        events.extend(_item_events(item, index))
+    events.append({"type": terminal, "response": response})
+    return [{**event, "sequence_number": number} for number, event in enumerate(events)]
+
+
+def encode_sse(event: Event) -> bytes:
+    """One event as Server-Sent Events bytes (``event:`` and ``data:`` lines)."""
+    data = json.dumps(event, separators=(",", ":"))
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()

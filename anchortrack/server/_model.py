@@ -1,0 +1,292 @@
+"""
+The scripted model: a deterministic stand-in for an LLM (pure).
+
+Its reply depends only on the resolved context (and the request's
+instructions), so a chained request and the equivalent stateless request get
+the same answer, and a test can tell from the reply when the server saw a
+different conversation.
+
+Convention (commands are lines of the **last user message** — the last item
+with ``role: "user"`` — that start with ``!``; every other line is the user's
+text).  A message's text is its string content, or the ``text`` of its
+content parts joined with newlines.
+
+``(plain text)``
+    One assistant message:
+    ``echo: <text> [ctx:<digest>] [items:<n>]`` where ``<text>`` is the last
+    user text with command lines removed, trimmed; ``<digest>`` is the first
+    12 hex digits of the SHA-256 of
+    ``json.dumps(context, sort_keys=True, separators=(",", ":"))``
+    (UTF-8; ``ensure_ascii`` left at its default) over the whole resolved
+    context; ``<n>`` is ``len(context)``.  When the request has non-empty
+    ``instructions``, `` [instr:<8 hex of sha256(instructions)>]`` is
+    appended (a string is hashed as UTF-8, an item list as canonical JSON).
+    With no text, the reply starts ``echo: [ctx:…``.
+
+``!call NAME JSON_ARGS`` (one or more lines)
+    On the first model turn after that user message: one ``function_call``
+    per line (parallel calls, fresh ``call_id``s, ``arguments`` = the
+    ``JSON_ARGS`` text as written, ``{}`` when absent) and no message.  Once
+    the calls are answered: one message
+    ``tool results: <outputs joined by ' | '> [ctx:…] [items:…]`` listing,
+    in context order, every ``function_call_output`` after the user message
+    (a string output as is; a content list as its parts' texts joined with
+    no separator).
+
+``!rounds K``
+    With ``!call``: emit the calls K times (each round after the previous
+    round's outputs arrived, fresh ``call_id``s) before the final message.
+    Rounds done = ceil(function calls after the user message / calls per
+    round).  Default 1.
+
+``!reason``
+    Prepend one reasoning item (``summary_text`` ``scripted reasoning
+    [ctx:…] [items:…]``, opaque ``encrypted_content``) to the output of every
+    turn answering this user message.
+
+``!fail``
+    The response ends ``failed`` with ``error: {"code": "server_error",
+    "message": …}`` and no output.  Wins over every other command.
+
+``!incomplete``
+    The response ends ``incomplete`` (``incomplete_details: {"reason":
+    "max_output_tokens"}``) with one message of status ``incomplete`` holding
+    the first half (at least one character) of the ``echo: …`` reply.  Wins
+    over ``!call``.
+
+``!sleep MS``
+    Wait MS milliseconds (0 to 60000) before answering (in a stream: after
+    ``response.in_progress``).
+
+Unknown commands and malformed arguments are ignored (a bad ``!rounds`` or
+``!sleep`` value counts as absent).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+Item = dict[str, Any]
+
+#: Longest ``!sleep`` honoured, in milliseconds.
+MAX_SLEEP_MS = 60_000.0
+
+
+def canonical_json(value: object) -> str:
+    """The canonical JSON text the digests are computed over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def context_digest(context: Sequence[Item]) -> str:
+    """First 12 hex digits of the SHA-256 of the canonical JSON of *context*."""
+    return hashlib.sha256(canonical_json(list(context)).encode("utf-8")).hexdigest()[:12]
+
+
+def instructions_digest(instructions: str | Sequence[Any] | None) -> str | None:
+    """First 8 hex digits of the SHA-256 of *instructions*, or ``None`` if empty."""
+    if not instructions:
+        return None
+    text = instructions if isinstance(instructions, str) else canonical_json(list(instructions))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+
+
+def new_id(prefix: str) -> str:
+    """A fresh random id such as ``msg_3f…`` (48 hex digits, like OpenAI's)."""
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+@dataclass(frozen=True)
+class Script:
+    """The commands and text of one user message."""
+
+    text: str = ""
+    calls: tuple[tuple[str, str], ...] = ()
+    rounds: int = 1
+    reason: bool = False
+    fail: bool = False
+    incomplete: bool = False
+    sleep_ms: float = 0.0
+
+
+def parse_script(message: str) -> Script:
+    """Split a user message into its text and its ``!`` commands."""
+    text_lines: list[str] = []
+    calls: list[tuple[str, str]] = []
+    flags: dict[str, bool] = {"reason": False, "fail": False, "incomplete": False}
+    rounds, sleep_ms = 1, 0.0
+    for line in message.splitlines():
+        stripped = line.strip()
+        if not stripped.startswith("!"):
+            text_lines.append(line)
+            continue
+        command, _, rest = stripped.partition(" ")
+        rest = rest.strip()
+        if command == "!call" and rest:
+            name, _, arguments = rest.partition(" ")
+            calls.append((name, arguments.strip() or "{}"))
+        elif command == "!rounds":
+            rounds = _int(rest, rounds, minimum=1)
+        elif command == "!sleep":
+            sleep_ms = min(float(_int(rest, 0, minimum=0)), MAX_SLEEP_MS)
+        elif command[1:] in flags:
+            flags[command[1:]] = True
+    return Script(
+        text="\n".join(text_lines).strip(),
+        calls=tuple(calls),
+        rounds=rounds,
+        sleep_ms=sleep_ms,
+        **flags,
+    )
+
+
+def _int(text: str, default: int, *, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        return default
+    return value if value >= minimum else default
+
+
+def _is_user_message(item: Item) -> bool:
+    return item.get("role") == "user" and item.get("type", "message") in ("message", None)
+
+
+def content_text(content: object) -> str:
+    """The text of a message's ``content`` (a string, or parts with ``text``)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [part.get("text") for part in content if isinstance(part, dict)]
+        return "\n".join(text for text in texts if isinstance(text, str))
+    return ""
+
+
+def _output_text(output: object) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        texts = [part.get("text") for part in output if isinstance(part, dict)]
+        return "".join(text for text in texts if isinstance(text, str))
+    return canonical_json(output)
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """
+    What the model produced for one turn.
+
+    Attributes:
+        status: ``completed``, ``incomplete`` or ``failed``.
+        output: The output items, shaped like OpenAI's.
+        error: ``{"code", "message"}`` for a failed reply.
+        incomplete_details: ``{"reason": …}`` for an incomplete reply.
+        delay: Seconds to wait before answering.
+    """
+
+    status: str
+    output: list[Item] = field(default_factory=list)
+    error: dict[str, str] | None = None
+    incomplete_details: dict[str, str] | None = None
+    delay: float = 0.0
+
+
+class ScriptedModel:
+    """
+    The deterministic default backend of the local server.
+
+    See the module docstring for the command convention.  Ids are drawn from
+    *id_factory* (random by default); everything else is a function of the
+    context and the instructions.
+    """
+
+    def __init__(self, *, id_factory: Callable[[str], str] = new_id) -> None:
+        self._new_id = id_factory
+
+    def respond(
+        self, context: Sequence[Item], *, instructions: str | Sequence[Any] | None = None
+    ) -> ModelReply:
+        """Answer the resolved *context* (oldest item first)."""
+        user_index = -1
+        for index in range(len(context) - 1, -1, -1):
+            if _is_user_message(context[index]):
+                user_index = index
+                break
+        script = (
+            parse_script(content_text(context[user_index].get("content"))) if user_index >= 0 else Script()
+        )
+        after = context[user_index + 1 :]
+        tags = f"[ctx:{context_digest(context)}] [items:{len(context)}]"
+        instructions_tag = instructions_digest(instructions)
+        if instructions_tag is not None:
+            tags += f" [instr:{instructions_tag}]"
+        delay = script.sleep_ms / 1000.0
+
+        if script.fail:
+            return ModelReply(
+                status="failed",
+                error={
+                    "code": "server_error",
+                    "message": "The scripted model failed as asked (!fail).",
+                },
+                delay=delay,
+            )
+        output: list[Item] = [self._reasoning(tags)] if script.reason else []
+        echo = f"echo: {script.text} {tags}" if script.text else f"echo: {tags}"
+        if script.incomplete:
+            output.append(self._message(echo[: max(1, len(echo) // 2)], status="incomplete"))
+            return ModelReply(
+                status="incomplete",
+                output=output,
+                incomplete_details={"reason": "max_output_tokens"},
+                delay=delay,
+            )
+        if script.calls:
+            calls_made = sum(1 for item in after if item.get("type") == "function_call")
+            rounds_done = -(-calls_made // len(script.calls))
+            if rounds_done < script.rounds:
+                output.extend(self._call(name, arguments) for name, arguments in script.calls)
+            else:
+                results = [
+                    _output_text(item.get("output"))
+                    for item in after
+                    if item.get("type") == "function_call_output"
+                ]
+                output.append(self._message(f"tool results: {' | '.join(results)} {tags}"))
+            return ModelReply(status="completed", output=output, delay=delay)
+        output.append(self._message(echo))
+        return ModelReply(status="completed", output=output, delay=delay)
+
+    def _message(self, text: str, *, status: str = "completed") -> Item:
+        return {
+            "id": self._new_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "status": status,
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+        }
+
+    def _call(self, name: str, arguments: str) -> Item:
+        return {
+            "id": self._new_id("fc"),
+            "type": "function_call",
+            "call_id": self._new_id("call"),
+            "name": name,
+            "arguments": arguments,
+            "status": "completed",
+        }
+
+    def _reasoning(self, tags: str) -> Item:
+        secret = f"anchortrack-scripted-reasoning {tags}".encode()
+        return {
+            "id": self._new_id("rs"),
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": f"scripted reasoning {tags}"}],
+            "encrypted_content": base64.b64encode(secret).decode("ascii"),
+        }

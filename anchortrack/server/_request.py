@@ -1,0 +1,305 @@
+"""
+Validation of ``POST /v1/responses`` bodies (pure).
+
+:func:`parse_create_request` turns a decoded JSON body into a
+:class:`CreateRequest` or raises :class:`~anchortrack.server._errors.APIError`
+with OpenAI's wording, status and ``param``.  It checks shapes only — what
+the server needs to run and echo the request safely — and leaves every item
+exactly as received.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from anchortrack.server._errors import (
+    APIError,
+    invalid_type,
+    invalid_value,
+    json_type_name,
+    missing_parameter,
+    unknown_parameter,
+)
+
+
+Item = dict[str, Any]
+
+#: Every body parameter of ``POST /v1/responses`` (openai 3.54 and the spec).
+KNOWN_PARAMETERS: frozenset[str] = frozenset(
+    {
+        "access_programs",
+        "background",
+        "background_options",
+        "context_management",
+        "conversation",
+        "image",
+        "include",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "max_tool_calls",
+        "metadata",
+        "model",
+        "moderation",
+        "parallel_tool_calls",
+        "previous_response_id",
+        "prompt",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning",
+        "safety_identifier",
+        "service_tier",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "text",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "truncation",
+        "user",
+    }
+)
+
+_ROLES = ("user", "assistant", "system", "developer")
+_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
+
+# Required string fields of the item types whose shape the server relies on.
+_REQUIRED_STRINGS: dict[str, tuple[str, ...]] = {
+    "function_call": ("call_id", "name", "arguments"),
+    "function_call_output": ("call_id",),
+    "custom_tool_call": ("call_id", "name", "input"),
+    "custom_tool_call_output": ("call_id",),
+    "item_reference": ("id",),
+}
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """
+    A validated ``POST /v1/responses`` body.
+
+    Attributes:
+        body: The body as received.
+        model: The requested model name (echoed back).
+        input_items: The request's input items as received; a string input
+            becomes one ``{"type": "message", "role": "user", "content":
+            [{"type": "input_text", "text": …}]}`` item.
+        instructions: The request's instructions (string, item list or None).
+        previous_response_id: The parent to chain from, if any.
+        store: Whether the response is stored (``store`` defaults to true).
+        stream: Whether to answer with Server-Sent Events.
+    """
+
+    body: dict[str, Any]
+    model: str
+    input_items: list[Item]
+    instructions: str | list[Any] | None
+    previous_response_id: str | None
+    store: bool
+    stream: bool
+
+
+def user_message(text: str) -> Item:
+    """The item a plain string input stands for."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# parameter → (check, expected-type wording); None is always allowed.
+_OPTIONAL: dict[str, tuple[Callable[[object], bool], str]] = {
+    "store": (lambda v: isinstance(v, bool), "a boolean"),
+    "stream": (lambda v: isinstance(v, bool), "a boolean"),
+    "background": (lambda v: isinstance(v, bool), "a boolean"),
+    "parallel_tool_calls": (lambda v: isinstance(v, bool), "a boolean"),
+    "tools": (lambda v: isinstance(v, list), "an array"),
+    "include": (lambda v: isinstance(v, list), "an array"),
+    "tool_choice": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
+    "metadata": (lambda v: isinstance(v, dict), "an object"),
+    "text": (lambda v: isinstance(v, dict), "an object"),
+    "reasoning": (lambda v: isinstance(v, dict), "an object"),
+    "stream_options": (lambda v: isinstance(v, dict), "an object"),
+    "temperature": (_is_number, "a decimal"),
+    "top_p": (_is_number, "a decimal"),
+    "top_logprobs": (_is_int, "an integer"),
+    "max_output_tokens": (_is_int, "an integer"),
+    "max_tool_calls": (_is_int, "an integer"),
+    "user": (lambda v: isinstance(v, str), "a string"),
+    "safety_identifier": (lambda v: isinstance(v, str), "a string"),
+    "prompt_cache_key": (lambda v: isinstance(v, str), "a string"),
+    "service_tier": (lambda v: isinstance(v, str), "a string"),
+    "truncation": (lambda v: isinstance(v, str), "a string"),
+    "previous_response_id": (lambda v: isinstance(v, str), "a string"),
+    "conversation": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
+    "instructions": (lambda v: isinstance(v, (str, list)), "a string or an array of input items"),
+}
+
+
+def _check_item(item: object, where: str) -> Item:
+    if not isinstance(item, dict):
+        raise invalid_type(where, "an input item object", item)
+    kind = item.get("type")
+    if kind is not None and not isinstance(kind, str):
+        raise invalid_type(f"{where}.type", "a string", kind)
+    item_id = item.get("id")
+    if item_id is not None and not isinstance(item_id, str):
+        raise invalid_type(f"{where}.id", "a string", item_id)
+    if kind is None or kind == "message":
+        if "role" not in item or item["role"] is None:
+            raise missing_parameter(f"{where}.type" if kind is None else f"{where}.role")
+        role = item["role"]
+        if not isinstance(role, str):
+            raise invalid_type(f"{where}.role", "a string", role)
+        if role not in _ROLES:
+            raise invalid_value(
+                f"{where}.role",
+                f"Invalid value: '{role}'. Supported values are: 'user', 'assistant', "
+                "'system', and 'developer'.",
+            )
+        if "content" not in item:
+            raise missing_parameter(f"{where}.content")
+        content = item["content"]
+        if not isinstance(content, (str, list)):
+            raise invalid_type(f"{where}.content", "a string or an array of content parts", content)
+        if isinstance(content, list):
+            for index, part in enumerate(content):
+                if not isinstance(part, dict):
+                    raise invalid_type(f"{where}.content[{index}]", "an object", part)
+        return item
+    for name in _REQUIRED_STRINGS.get(kind, ()):
+        if item.get(name) is None:
+            raise missing_parameter(f"{where}.{name}")
+        if not isinstance(item[name], str):
+            raise invalid_type(f"{where}.{name}", "a string", item[name])
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        if item.get("output") is None:
+            raise missing_parameter(f"{where}.output")
+        if not isinstance(item["output"], (str, list)):
+            raise invalid_type(f"{where}.output", "a string or an array", item["output"])
+    return item
+
+
+def _check_previous_response_id(value: str) -> None:
+    if not value:
+        raise APIError(
+            400,
+            "Invalid 'previous_response_id': empty string. Expected a string with minimum "
+            "length 1, but got an empty string instead.",
+            param="previous_response_id",
+            code="empty_string",
+        )
+    if not _ID_PATTERN.fullmatch(value):
+        raise invalid_value(
+            "previous_response_id",
+            f"Invalid 'previous_response_id': '{value}'. Expected an ID that contains letters, "
+            "numbers, underscores, or dashes, but this value contained additional characters.",
+        )
+
+
+def parse_create_request(body: object) -> CreateRequest:
+    """
+    Validate a decoded ``POST /v1/responses`` body.
+
+    Raises:
+        APIError: 400 with OpenAI's shape for any malformed body, unknown
+            parameter, ``previous_response_id`` together with
+            ``conversation``, or an unsupported mode (conversations,
+            background).
+    """
+    if not isinstance(body, dict):
+        raise APIError(
+            400,
+            f"Invalid type for request body: expected an object, but got {json_type_name(body)} instead.",
+            code="invalid_type",
+        )
+    for key in body:
+        if key not in KNOWN_PARAMETERS:
+            raise unknown_parameter(str(key))
+    model = body.get("model")
+    if model is None:
+        raise missing_parameter("model")
+    if not isinstance(model, str):
+        raise invalid_type("model", "a string", model)
+    for name, (check, expected) in _OPTIONAL.items():
+        value = body.get(name)
+        if value is not None and not check(value):
+            raise invalid_type(name, expected, value)
+    max_output_tokens = body.get("max_output_tokens")
+    if max_output_tokens is not None and max_output_tokens < 16:
+        raise APIError(
+            400,
+            "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, "
+            f"but got {max_output_tokens} instead.",
+            param="max_output_tokens",
+            code="integer_below_min_value",
+        )
+    for name in ("tools", "include"):
+        for index, element in enumerate(body.get(name) or ()):
+            if name == "tools" and not isinstance(element, dict):
+                raise invalid_type(f"tools[{index}]", "an object", element)
+            if name == "include" and not isinstance(element, str):
+                raise invalid_type(f"include[{index}]", "a string", element)
+    instructions = body.get("instructions")
+    if isinstance(instructions, list):
+        for index, element in enumerate(instructions):
+            _check_item(element, f"instructions[{index}]")
+
+    raw_input = body.get("input")
+    if raw_input is None:
+        items: list[Item] = []
+    elif isinstance(raw_input, str):
+        items = [user_message(raw_input)]
+    elif isinstance(raw_input, list):
+        items = [_check_item(item, f"input[{index}]") for index, item in enumerate(raw_input)]
+    else:
+        raise invalid_type("input", "a string or an array of input items", raw_input)
+
+    previous = body.get("previous_response_id")
+    conversation = body.get("conversation")
+    if previous is not None and conversation is not None:
+        raise APIError(
+            400,
+            "Mutually exclusive parameters: 'previous_response_id' and 'conversation'. "
+            "Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
+            param="conversation",
+            code="mutually_exclusive_parameters",
+        )
+    if conversation is not None:
+        raise APIError(
+            400,
+            "The anchortrack server does not support conversations; "
+            "use previous_response_id or send the full input.",
+            param="conversation",
+            code="unsupported_parameter",
+        )
+    if body.get("background") is True:
+        raise APIError(
+            400,
+            "The anchortrack server does not support background responses.",
+            param="background",
+            code="unsupported_parameter",
+        )
+    if previous is not None:
+        _check_previous_response_id(previous)
+    return CreateRequest(
+        body=body,
+        model=model,
+        input_items=items,
+        instructions=instructions,
+        previous_response_id=previous,
+        store=body.get("store") is not False,
+        stream=body.get("stream") is True,
+    )

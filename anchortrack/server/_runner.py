@@ -1,0 +1,181 @@
+"""
+:class:`ResponsesServer`: the app served by uvicorn in a background thread.
+
+The listening socket is bound before uvicorn starts, so ``port=0`` picks a
+free port that is known at once and can never be taken by someone else in
+between; :meth:`ResponsesServer.start` returns once uvicorn serves it.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from types import TracebackType
+
+import uvicorn
+
+from anchortrack.server._app import create_app
+from anchortrack.server._chain import DEFAULT_MAX_DEPTH
+from anchortrack.server._state import Model, ServerState
+from anchortrack.server._store import DEFAULT_RETENTION, Clock, ResponseStore
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on *host*:*port* (``0`` picks a free port)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class ResponsesServer:
+    """
+    A local Responses API server on a loopback port, for tests and demos.
+
+    Use it as a context manager (or call :meth:`start` and :meth:`stop`)::
+
+        with ResponsesServer() as srv:
+            client = OpenAI(base_url=srv.base_url, api_key="test")
+
+    Args:
+        store: A :class:`ResponseStore` or its spelling, ``"memory"`` or
+            ``"sqlite:PATH"``.
+        retention: Seconds stored responses are kept (for a spelled store).
+        host: Interface to listen on.
+        port: Port to listen on; ``0`` picks a free one.
+        max_depth: Most stored responses one chain may hold.
+        test_hooks: Also serve the ``/_test`` HTTP hooks (see ``create_app``).
+        model: The model backend; the scripted model by default.
+        clock: Time source for timestamps and retention.
+        state: Serve this state instead of building one (then *store*,
+            *retention*, *max_depth*, *model* and *clock* are ignored).
+
+    Attributes:
+        state: The :class:`ServerState` the running app shares.
+    """
+
+    def __init__(
+        self,
+        store: ResponseStore | str = "memory",
+        retention: float = DEFAULT_RETENTION,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        test_hooks: bool = False,
+        model: Model | None = None,
+        clock: Clock | None = None,
+        state: ServerState | None = None,
+    ) -> None:
+        self._owns_state = state is None
+        self.state = state or ServerState(
+            store, retention=retention, max_depth=max_depth, model=model, clock=clock
+        )
+        self.app = create_app(self.state, test_hooks=test_hooks)
+        self.host = host
+        self._requested_port = port
+        self._port: int | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    @property
+    def port(self) -> int:
+        """The port being served (known once started)."""
+        if self._port is None:
+            raise RuntimeError("the server is not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The root URL, e.g. ``http://127.0.0.1:PORT``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The API base URL to give the openai client, e.g. ``http://127.0.0.1:PORT/v1``."""
+        return f"{self.url}/v1"
+
+    def start(self, timeout: float = 10.0) -> ResponsesServer:
+        """
+        Start serving in a background thread; return once connections are served.
+
+        Raises:
+            RuntimeError: Already started or stopped, or uvicorn did not start
+                within *timeout* seconds.
+        """
+        if self._thread is not None or self._stopped:
+            raise RuntimeError("a ResponsesServer can be started only once")
+        sock = bind_listener(self.host, self._requested_port)
+        self._port = int(sock.getsockname()[1])
+        config = uvicorn.Config(
+            self.app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            ws="none",
+            timeout_graceful_shutdown=5,
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(
+            target=self._run,
+            args=(server, sock),
+            name=f"anchortrack-server-{self._port}",
+            daemon=True,
+        )
+        self._server, self._thread = server, thread
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the server did not start on {self.host}:{self._port}")
+            time.sleep(0.005)
+        return self
+
+    @staticmethod
+    def _run(server: uvicorn.Server, sock: socket.socket) -> None:
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving, wait for the thread to end, and close a store this server opened."""
+        if self._stopped:
+            return
+        self._stopped = True
+        server, thread = self._server, self._thread
+        if server is not None and thread is not None:
+            server.should_exit = True
+            thread.join(timeout)
+            if thread.is_alive():
+                server.force_exit = True
+                thread.join(timeout)
+        if self._owns_state:
+            self.state.close()
+
+    def __enter__(self) -> ResponsesServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = f"{self.host}:{self._port}" if self._port is not None else "not started"
+        return f"<ResponsesServer {where}>"

@@ -1,0 +1,389 @@
+"""
+The server's state and request logic, free of HTTP.
+
+:class:`ServerState` owns the store and the model, runs a create request
+through validation → chain resolution → context checks → model, saves the
+response, and keeps what tests look at: every request body received and the
+context the model saw for every response.  The HTTP app is a thin shell over
+it, and tests drive it in-process through ``ResponsesServer.state``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from anchortrack.server import _errors
+from anchortrack.server._chain import DEFAULT_MAX_DEPTH, chain_items, check_context, resolve_chain
+from anchortrack.server._model import ModelReply, ScriptedModel, canonical_json, new_id
+from anchortrack.server._request import CreateRequest, parse_create_request
+from anchortrack.server._store import (
+    DEFAULT_RETENTION,
+    ChainLink,
+    Clock,
+    ResponseStore,
+    StoredResponse,
+    open_store,
+)
+
+
+Item = dict[str, Any]
+
+_ID_PREFIXES = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+}
+
+
+class Model(Protocol):
+    """What the server needs from a model backend (``ScriptedModel`` is one)."""
+
+    def respond(
+        self, context: Sequence[Item], *, instructions: str | Sequence[Any] | None = None
+    ) -> ModelReply:
+        """Answer the resolved *context*."""
+        ...
+
+
+@dataclass
+class PendingResponse:
+    """A validated, answered create request that is not yet (fully) saved."""
+
+    request: CreateRequest
+    response: dict[str, Any]
+    context: list[Item]
+    delay: float
+
+
+def _tokens(value: object) -> int:
+    return math.ceil(len(canonical_json(value)) / 4)
+
+
+def build_response(
+    request: CreateRequest,
+    reply: ModelReply,
+    *,
+    response_id: str,
+    created_at: float,
+    context: Sequence[Item],
+) -> dict[str, Any]:
+    """The response object for *reply*, with every field the spec requires."""
+    body = request.body
+    input_tokens = _tokens(list(context)) + (_tokens(request.instructions) if request.instructions else 0)
+    output_tokens = _tokens(reply.output) if reply.output else 0
+    reasoning_tokens = sum(_tokens(item) for item in reply.output if item.get("type") == "reasoning")
+    created = int(created_at)
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": reply.status,
+        "background": False,
+        "completed_at": created if reply.status == "completed" else None,
+        "error": reply.error,
+        "incomplete_details": reply.incomplete_details,
+        "instructions": request.instructions,
+        "max_output_tokens": body.get("max_output_tokens"),
+        "max_tool_calls": body.get("max_tool_calls"),
+        "model": request.model,
+        "output": reply.output,
+        "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
+        "previous_response_id": request.previous_response_id,
+        "prompt_cache_key": body.get("prompt_cache_key"),
+        "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+        "safety_identifier": body.get("safety_identifier"),
+        "service_tier": body.get("service_tier") or "default",
+        "store": request.store,
+        "temperature": 1.0 if body.get("temperature") is None else body["temperature"],
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice") or "auto",
+        "tools": body.get("tools") or [],
+        "top_logprobs": body.get("top_logprobs") or 0,
+        "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
+        "truncation": body.get("truncation") or "disabled",
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": input_tokens + output_tokens,
+        },
+        "user": body.get("user"),
+        "metadata": body.get("metadata") or {},
+    }
+
+
+class ServerState:
+    """
+    Everything the running server knows; thread-safe.
+
+    Args:
+        store: A :class:`ResponseStore`, or its spelling ``"memory"`` /
+            ``"sqlite:PATH"``.
+        retention: Seconds responses are kept (only when *store* is a spelling).
+        max_depth: Most stored responses one chain may hold.
+        model: The backend; a :class:`ScriptedModel` by default.
+        clock: Time source for timestamps and (for a spelled store) retention.
+        record_contexts: Keep the context of every response for
+            :meth:`resolved_context` (memory grows with traffic).
+
+    Attributes:
+        store: The response store.
+        zdr: When true, every request carrying ``previous_response_id`` gets
+            OpenAI's zero-data-retention error.
+    """
+
+    def __init__(
+        self,
+        store: ResponseStore | str = "memory",
+        *,
+        retention: float = DEFAULT_RETENTION,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        model: Model | None = None,
+        clock: Clock | None = None,
+        record_contexts: bool = True,
+    ) -> None:
+        self._clock: Clock = clock or time.time
+        self._owns_store = isinstance(store, str)
+        self.store: ResponseStore = (
+            open_store(store, retention=retention, clock=self._clock) if isinstance(store, str) else store
+        )
+        self.max_depth = max_depth
+        self.model: Model = model or ScriptedModel()
+        self.zdr = False
+        self.record_contexts = record_contexts
+        self._lock = threading.Lock()
+        self._requests: list[Any] = []
+        # response id → (parent id, its input items, its output items)
+        self._seen: dict[str, tuple[str | None, list[Item], list[Item]]] = {}
+
+    # -- what tests read and drive ------------------------------------------------
+
+    @property
+    def requests(self) -> list[Any]:
+        """Copies of every ``POST /v1/responses`` JSON body received, in arrival order."""
+        with self._lock:
+            return copy.deepcopy(self._requests)
+
+    def reset_requests(self) -> None:
+        """Forget the recorded request bodies."""
+        with self._lock:
+            self._requests.clear()
+
+    def resolved_context(self, response_id: str) -> list[Item]:
+        """
+        The items the model saw for *response_id*, oldest first.
+
+        Every item of the chain (inputs and outputs of the ancestors), then
+        the request's own input items, exactly as received.  Instructions and
+        the response's own output are not included.  Available for every
+        response created (stored or not) while :attr:`record_contexts` is on.
+
+        Raises:
+            KeyError: The server created no such response (or was not recording).
+        """
+        with self._lock:
+            if response_id not in self._seen:
+                raise KeyError(response_id)
+            parent, own_input, _ = self._seen[response_id]
+            segments: list[list[Item]] = [own_input]
+            visited = {response_id}
+            while parent is not None and parent not in visited:
+                visited.add(parent)
+                parent_of_parent, inputs, outputs = self._seen[parent]
+                segments.append(outputs)
+                segments.append(inputs)
+                parent = parent_of_parent
+            items = [item for segment in reversed(segments) for item in segment]
+            return copy.deepcopy(items)
+
+    def expire(self, response_id: str) -> None:
+        """
+        Make a stored response look expired: chaining from it gives
+        ``previous_response_not_found`` and retrieving it gives 404.
+
+        Raises:
+            KeyError: No live stored response has this id.
+        """
+        if not self.store.expire(response_id):
+            raise KeyError(response_id)
+
+    def drop(self, response_id: str) -> None:
+        """
+        Delete a stored response from the store.
+
+        Raises:
+            KeyError: No stored response has this id.
+        """
+        if not self.store.delete(response_id):
+            raise KeyError(response_id)
+
+    def close(self) -> None:
+        """Close the store if this state opened it."""
+        if self._owns_store:
+            self.store.close()
+
+    # -- the request logic --------------------------------------------------------
+
+    def record_request(self, body: object) -> None:
+        """Remember a received body (called for every parsed POST, rejected or not)."""
+        snapshot = copy.deepcopy(body)
+        with self._lock:
+            self._requests.append(snapshot)
+
+    def prepare(self, body: object) -> PendingResponse:
+        """
+        Validate *body*, resolve its chain, check its context and run the model.
+
+        Raises:
+            APIError: For every refusal, in OpenAI's shape.
+        """
+        request = parse_create_request(body)
+        chain: list[ChainLink] = []
+        if request.previous_response_id is not None:
+            if self.zdr:
+                raise _errors.zero_data_retention()
+            chain = resolve_chain(request.previous_response_id, self.store.link, max_depth=self.max_depth)
+        context = chain_items(chain) + request.input_items
+        check_context(context)
+        reply = self.model.respond(context, instructions=request.instructions)
+        response_id = new_id("resp")
+        response = build_response(
+            request, reply, response_id=response_id, created_at=self._clock(), context=context
+        )
+        if self.record_contexts:
+            with self._lock:
+                for record in chain:
+                    self._seen.setdefault(
+                        record.id, (record.previous_response_id, record.input_items, record.output)
+                    )
+                self._seen[response_id] = (
+                    request.previous_response_id,
+                    request.input_items,
+                    reply.output,
+                )
+        return PendingResponse(request=request, response=response, context=context, delay=reply.delay)
+
+    def _record(self, pending: PendingResponse, response: dict[str, Any]) -> StoredResponse:
+        return StoredResponse(
+            id=response["id"],
+            previous_response_id=pending.request.previous_response_id,
+            status=response["status"],
+            input_items=pending.request.input_items,
+            response=response,
+        )
+
+    def save_in_progress(self, pending: PendingResponse) -> None:
+        """Store the response as ``in_progress`` (streams, before ``response.created``)."""
+        if not pending.request.store:
+            return
+        snapshot = dict(pending.response, status="in_progress", output=[], completed_at=None)
+        snapshot.update(usage=None, error=None, incomplete_details=None)
+        self.store.save(self._record(pending, snapshot))
+
+    def save_final(self, pending: PendingResponse, *, overwrite: bool = False) -> None:
+        """Store the finished response (before its id or terminal event is sent)."""
+        if not pending.request.store:
+            return
+        self.store.save(
+            self._record(pending, pending.response),
+            overwrite=overwrite,
+            expected_previous_response_id=pending.request.previous_response_id,
+        )
+
+    def get_response(self, response_id: str) -> dict[str, Any]:
+        """
+        The stored response object.
+
+        Raises:
+            APIError: 404 when it is not stored (unknown, expired, deleted, unstored).
+        """
+        record = self.store.get(response_id)
+        if record is None:
+            raise _errors.response_not_found(response_id)
+        return record.response
+
+    def delete_response(self, response_id: str) -> dict[str, Any]:
+        """
+        Delete a stored response; return OpenAI's deletion object.
+
+        Raises:
+            APIError: 404 when it is not stored.
+        """
+        if self.store.get(response_id) is None or not self.store.delete(response_id):
+            raise _errors.response_not_found(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    def input_items(
+        self, response_id: str, *, after: str | None = None, limit: int = 20, order: str = "desc"
+    ) -> dict[str, Any]:
+        """
+        One page of the items used to generate a stored response.
+
+        The items are the chain's stored inputs and outputs followed by the
+        response's own input, read from the store now (the walk stops at the
+        first ancestor no longer stored).  Items that arrived without an
+        ``id`` are listed with a stable synthetic one.
+
+        Raises:
+            APIError: 404 when the response is not stored; 400 for a bad
+                ``limit`` or ``order``.
+        """
+        if not 1 <= limit <= 100:
+            raise _errors.invalid_value(
+                "limit", f"Invalid 'limit': expected a value between 1 and 100, but got {limit}."
+            )
+        if order not in ("asc", "desc"):
+            raise _errors.invalid_value(
+                "order",
+                f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
+            )
+        record = self.store.get(response_id)
+        if record is None:
+            raise _errors.response_not_found(response_id)
+        segments = [_listed(record.id, record.input_items)]
+        seen = {record.id}
+        parent = record.previous_response_id
+        while parent is not None and parent not in seen and len(seen) <= self.max_depth:
+            seen.add(parent)
+            ancestor = self.store.get(parent)
+            if ancestor is None:
+                break
+            segments.append(ancestor.output)
+            segments.append(_listed(ancestor.id, ancestor.input_items))
+            parent = ancestor.previous_response_id
+        items = [item for segment in reversed(segments) for item in segment]
+        if order == "desc":
+            items.reverse()
+        start = 0
+        if after is not None:
+            ids = [item.get("id") for item in items]
+            start = ids.index(after) + 1 if after in ids else len(items)
+        page = items[start : start + limit]
+        return {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": start + limit < len(items),
+        }
+
+
+def _listed(response_id: str, items: list[Item]) -> list[Item]:
+    listed = []
+    for index, item in enumerate(items):
+        if isinstance(item.get("id"), str):
+            listed.append(item)
+            continue
+        prefix = _ID_PREFIXES.get(str(item.get("type", "message")), "item")
+        digest = hashlib.sha256(f"{response_id}:{index}".encode()).hexdigest()[:48]
+        listed.append({"id": f"{prefix}_{digest}", **item})
+    return listed

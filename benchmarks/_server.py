@@ -1,0 +1,45 @@
+"""Start the local Responses server in a subprocess for benchmarks (so its CPU is not the client's)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def server_process() -> Iterator[str]:
+    """Yield the base URL of a local server running in its own process."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anchortrack", "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/responses/resp_none", timeout=1)
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the local server did not start") from None
+                time.sleep(0.05)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)

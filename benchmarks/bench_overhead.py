@@ -1,0 +1,168 @@
+"""
+Client-side cost of tracking, measured as ratios taken in one run.
+
+1. Client CPU of a 25-call tool loop (~1.5 KB tool outputs) through the
+   wrapped client vs a hand-written loop that tracks previous_response_id
+   itself and sends only the new items (the floor). The server runs in its own
+   process, so only the client's CPU is counted. Target: ratio <= 1.10.
+2. Time to plan one request for 100 and 1,000 typical items (fingerprint the
+   history, look the prefixes up, choose the anchor), cold (items never seen)
+   and warm (all but the newest items seen before, as in a loop).
+   Targets: < 0.3 ms and < 3 ms, growing linearly. Also reported as a ratio to
+   json.dumps of the same history, which the SDK pays anyway.
+
+    python benchmarks/bench_overhead.py
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Any
+
+import openai
+from _server import server_process
+
+import anchortrack
+from anchortrack import Scope
+from anchortrack._flow import Find, Send, call_flow
+from anchortrack._guard import UNAVAILABLE
+from anchortrack.stores import MemoryStore
+
+
+CALLS = 25
+OUTPUT = "x" * 1500
+ASK = 'Collect all the records.\n!call fetch {"page": 1}\n!rounds ' + str(CALLS - 1)
+
+
+def wrapped_loop(client: openai.OpenAI) -> None:
+    history: list[Any] = [{"role": "user", "content": ASK}]
+    for _ in range(CALLS):
+        resp = client.responses.create(model="scripted", input=history)
+        history += resp.output
+        calls = [i for i in resp.output if i.type == "function_call"]
+        history += [{"type": "function_call_output", "call_id": c.call_id, "output": OUTPUT} for c in calls]
+
+
+def hand_loop(client: openai.OpenAI) -> None:
+    new: list[Any] = [{"role": "user", "content": ASK}]
+    previous: str | None = None
+    for _ in range(CALLS):
+        if previous is None:
+            resp = client.responses.create(model="scripted", input=new)
+        else:
+            resp = client.responses.create(model="scripted", input=new, previous_response_id=previous)
+        previous = resp.id
+        calls = [i for i in resp.output if i.type == "function_call"]
+        new = [{"type": "function_call_output", "call_id": c.call_id, "output": OUTPUT} for c in calls]
+
+
+def cpu_ratio(base_url: str, repeats: int = 7) -> tuple[float, float, float]:
+    raw = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    wrapped = anchortrack.wrap(raw)
+    hand_loop(raw)
+    wrapped_loop(wrapped)  # warm up both paths
+    ratios, hands, wraps = [], [], []
+    for _ in range(repeats):
+        t = time.process_time()
+        hand_loop(raw)
+        hand = time.process_time() - t
+        t = time.process_time()
+        wrapped_loop(wrapped)
+        wrap = time.process_time() - t
+        hands.append(hand)
+        wraps.append(wrap)
+        ratios.append(wrap / hand)
+    return statistics.median(ratios), statistics.median(hands), statistics.median(wraps)
+
+
+def typical_items(n: int) -> list[Any]:
+    """A tool loop's items as the SDK serializes them: user, call, 1.5 KB output, assistant."""
+    out: list[Any] = []
+    for i in range(n):
+        kind = i % 4
+        if kind == 0:
+            out.append({"role": "user", "content": f"Please look up record {i} and summarise it."})
+        elif kind == 1:
+            out.append(
+                {
+                    "id": f"fc_{i}",
+                    "type": "function_call",
+                    "call_id": f"call_{i}",
+                    "name": "fetch",
+                    "arguments": json.dumps({"record": i, "fields": ["a", "b"]}),
+                    "status": "completed",
+                }
+            )
+        elif kind == 2:
+            out.append({"type": "function_call_output", "call_id": f"call_{i - 1}", "output": OUTPUT})
+        else:
+            out.append(
+                {
+                    "id": f"msg_{i}",
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": f"Record {i} is fine.", "annotations": []}],
+                }
+            )
+    return out
+
+
+def plan_once(tracker: anchortrack.Tracker, store: MemoryStore, scope: Scope, history: list[Any]) -> bool:
+    """Plan one request up to the point it would be sent; return whether it chains."""
+    _, call = tracker.begin({"model": "m", "input": history}, {}, scope)
+    assert call is not None
+    flow = call_flow(call, call.request, UNAVAILABLE)
+    effect = next(flow)
+    if isinstance(effect, Find):
+        effect = flow.send(store.find(effect.scope, effect.views))
+    assert isinstance(effect, Send)
+    return "previous_response_id" in effect.body
+
+
+def plan_times(n: int, repeats: int = 30) -> tuple[float, float, float]:
+    scope = Scope("http://bench/v1")
+    items = typical_items(n)
+    store = MemoryStore()
+    anchortrack.record_response(
+        items[: n - 2],
+        type("R", (), {"id": "resp_bench", "status": "completed", "output": items[n - 2 : n - 1]})(),
+        scope=scope,
+        store=store,
+    )
+    warm_tracker = anchortrack.Tracker(store)
+    assert plan_once(warm_tracker, store, scope, items)
+    cold, warm, dumps = [], [], []
+    for _ in range(repeats):
+        fresh = [dict(i) for i in items]
+        cold_tracker = anchortrack.Tracker(store)
+        t = time.perf_counter()
+        plan_once(cold_tracker, store, scope, fresh)
+        cold.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        plan_once(warm_tracker, store, scope, fresh)
+        warm.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        json.dumps(fresh)
+        dumps.append(time.perf_counter() - t)
+    return min(cold) * 1e3, min(warm) * 1e3, min(dumps) * 1e3
+
+
+def main() -> None:
+    with server_process() as base_url:
+        ratio, hand, wrap = cpu_ratio(base_url)
+    print(f"client CPU, {CALLS}-call tool loop (median of 7):")
+    print(f"  hand-chained floor  {hand * 1e3:8.1f} ms")
+    print(f"  wrapped             {wrap * 1e3:8.1f} ms")
+    print(f"  ratio wrapped/hand  {ratio:8.3f}   (target <= 1.10)")
+    print("plan time per request (best of 30):")
+    print(f"  {'items':>6} {'cold ms':>9} {'warm ms':>9} {'json.dumps ms':>14} {'warm/dumps':>11}")
+    for n in (100, 1000):
+        cold, warm, dumps = plan_times(n)
+        print(f"  {n:>6} {cold:>9.3f} {warm:>9.3f} {dumps:>14.3f} {warm / dumps:>11.2f}")
+
+
+if __name__ == "__main__":
+    main()

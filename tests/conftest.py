@@ -1,0 +1,64 @@
+"""Fixtures shared by the whole suite: the local Responses server and real openai clients."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from anchortrack.server import ResponsesServer
+
+
+def _http_client_classes() -> tuple[Any, Any]:
+    """The openai client's own HTTP client classes (httpx2 on openai 3, httpx on 2)."""
+    sync = getattr(openai, "DefaultHttpx2Client", None) or openai.DefaultHttpxClient
+    asyn = getattr(openai, "DefaultAsyncHttpx2Client", None) or openai.DefaultAsyncHttpxClient
+    return sync, asyn
+
+
+class Wire:
+    """The raw request bodies a client put on the wire, in order."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def hook(self, request: Any) -> None:
+        if request.method == "POST" and request.url.path.endswith("/responses"):
+            self.bodies.append(bytes(request.content))
+
+    async def ahook(self, request: Any) -> None:
+        self.hook(request)
+
+
+@pytest.fixture(scope="session", name="server")
+def _server() -> Iterator[ResponsesServer]:
+    """One local Responses server (memory store) on a free loopback port."""
+    with ResponsesServer(store="memory") as srv:
+        yield srv
+
+
+@pytest.fixture(name="wire")
+def _wire() -> Wire:
+    return Wire()
+
+
+@pytest.fixture(name="raw_client")
+def _raw_client(server: ResponsesServer, wire: Wire) -> Iterator[openai.OpenAI]:
+    """A plain (unwrapped) sync client talking to the local server, with its bytes captured."""
+    sync, _ = _http_client_classes()
+    http = sync(event_hooks={"request": [wire.hook]})
+    client = openai.OpenAI(base_url=server.base_url, api_key="test", http_client=http, max_retries=0)
+    yield client
+    client.close()
+
+
+@pytest.fixture(name="raw_aclient")
+async def _raw_aclient(server: ResponsesServer, wire: Wire) -> AsyncIterator[openai.AsyncOpenAI]:
+    """A plain (unwrapped) async client talking to the local server, with its bytes captured."""
+    _, asyn = _http_client_classes()
+    http = asyn(event_hooks={"request": [wire.ahook]})
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", http_client=http, max_retries=0)
+    yield client
+    await client.close()

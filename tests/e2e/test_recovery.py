@@ -1,0 +1,137 @@
+"""End to end: the server forgets an anchor, or refuses chaining; anchortrack recovers, once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+import anchortrack
+from anchortrack.server import ResponsesServer
+
+from ..conftest import Wire
+from .conftest import assert_server_saw, sent
+
+
+@pytest.fixture(name="zdr")
+def _zdr(server: ResponsesServer) -> Iterator[None]:
+    server.state.zdr = True
+    yield
+    server.state.zdr = False
+
+
+def _two_turns(client: openai.OpenAI) -> tuple[list[Any], str]:
+    history: list[Any] = [{"role": "user", "content": "one"}]
+    resp = client.responses.create(model="scripted", input=history)
+    return [*history, *resp.output, {"role": "user", "content": "two"}], resp.id
+
+
+@pytest.mark.parametrize("forget", ["drop", "expire"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_stale_anchor_is_evicted_and_resent_in_full(
+    server: ResponsesServer, client: openai.OpenAI, wire: Wire, forget: str, stream: bool
+) -> None:
+    """previous_response_not_found → one stateless resend, no error for the caller, anchor evicted."""
+    history, anchor_id = _two_turns(client)
+    getattr(server.state, forget)(anchor_id)
+    before = len(wire.bodies)
+
+    if stream:
+        events = list(client.responses.create(model="scripted", input=history, stream=True))
+        resp = events[-1].response
+    else:
+        resp = client.responses.create(model="scripted", input=history)
+
+    assert 2 == len(wire.bodies) - before
+    assert anchor_id == sent(wire, -2)["previous_response_id"]
+    assert "previous_response_id" not in sent(wire)
+    assert_server_saw(server, resp.id, history)
+    tracker = anchortrack.tracker(client)
+    assert tracker.store.get(anchortrack.Scope(server.base_url).key, anchor_id) is None
+    assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
+    client.responses.create(
+        model="scripted", input=[*history, *resp.output, {"role": "user", "content": "3"}]
+    )
+    assert resp.id == sent(wire)["previous_response_id"]
+
+
+def test_stale_anchor_with_stream_manager(server: ResponsesServer, client: openai.OpenAI, wire: Wire) -> None:
+    """responses.stream() recovers before any event is yielded."""
+    history, anchor_id = _two_turns(client)
+    server.state.drop(anchor_id)
+
+    with client.responses.stream(model="scripted", input=history) as stream:
+        final = stream.get_final_response()
+
+    assert "previous_response_id" not in sent(wire)
+    assert_server_saw(server, final.id, history)
+
+
+async def test_async_stale_anchor(server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: Wire) -> None:
+    """The async twin recovers the same way, streamed or not."""
+    history: list[Any] = [{"role": "user", "content": "one"}]
+    first = await aclient.responses.create(model="scripted", input=history)
+    history = [*history, *first.output, {"role": "user", "content": "two"}]
+    server.state.expire(first.id)
+
+    resp = await aclient.responses.create(model="scripted", input=history)
+    assert first.id == sent(wire, -2)["previous_response_id"]
+    assert "previous_response_id" not in sent(wire)
+    assert_server_saw(server, resp.id, history)
+
+    history = [*history, *resp.output, {"role": "user", "content": "three"}]
+    server.state.drop(resp.id)
+    stream = await aclient.responses.create(model="scripted", input=history, stream=True)
+    events = [event async for event in stream]
+    assert "previous_response_id" not in sent(wire)
+    assert_server_saw(server, events[-1].response.id, history)
+
+
+@pytest.mark.usefixtures("zdr")
+def test_zdr_refusal_stops_chaining_in_that_scope(client: openai.OpenAI, wire: Wire) -> None:
+    """unsupported_parameter on previous_response_id: resend in full, then stop chaining."""
+    history: list[Any] = [{"role": "user", "content": "one"}]
+    first = client.responses.create(model="scripted", input=history)
+    history = [*history, *first.output, {"role": "user", "content": "two"}]
+    second = client.responses.create(model="scripted", input=history)
+    assert "previous_response_id" in sent(wire, -2)
+    assert "previous_response_id" not in sent(wire)
+    before = len(wire.bodies)
+
+    client.responses.create(
+        model="scripted", input=[*history, *second.output, {"role": "user", "content": "3"}]
+    )
+
+    assert 1 == len(wire.bodies) - before
+    assert "previous_response_id" not in sent(wire)
+    assert 1 == anchortrack.tracker(client).stats.count("stateless", "zdr")
+
+
+def test_other_errors_reach_the_caller_unchanged_without_retry(
+    raw_client: openai.OpenAI, client: openai.OpenAI, wire: Wire
+) -> None:
+    """A 400 that is not about the anchor is raised as the unwrapped client would, after one request."""
+    history, _ = _two_turns(client)
+    bad = [*history, {"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
+    before = len(wire.bodies)
+
+    with pytest.raises(openai.BadRequestError) as wrapped_error:
+        client.responses.create(model="scripted", input=bad)
+    assert 1 == len(wire.bodies) - before
+    with pytest.raises(openai.BadRequestError) as raw_error:
+        raw_client.responses.create(model="scripted", input=bad)
+
+    assert raw_error.value.code == wrapped_error.value.code
+    assert raw_error.value.param == wrapped_error.value.param == "input"
+
+
+def test_caller_managed_errors_are_not_retried(client: openai.OpenAI, wire: Wire) -> None:
+    """A caller's own stale previous_response_id gets the server's error, unchanged."""
+    before = len(wire.bodies)
+    with pytest.raises(openai.BadRequestError) as error:
+        client.responses.create(model="scripted", input="hi", previous_response_id="resp_unknown")
+
+    assert "previous_response_not_found" == error.value.code
+    assert 1 == len(wire.bodies) - before

@@ -1,0 +1,90 @@
+"""Helpers for the local server's tests: a fake clock, raw HTTP, history bookkeeping."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+
+from anchortrack.server import ResponsesServer
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def raw_request(
+    server: ResponsesServer,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    *,
+    content_type: str = "application/json",
+) -> tuple[int, Any, dict[str, str]]:
+    """Send one raw HTTP request; return (status, decoded JSON body or text, headers)."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        headers = {"content-type": content_type} if body is not None else {}
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        data = response.read()
+        header_map = {key.lower(): value for key, value in response.getheaders()}
+    finally:
+        connection.close()
+    try:
+        decoded: Any = json.loads(data)
+    except ValueError:
+        decoded = data.decode("utf-8", "replace")
+    return response.status, decoded, header_map
+
+
+def post_json(server: ResponsesServer, body: Any, path: str = "/v1/responses") -> tuple[int, Any]:
+    """POST *body* as JSON; return (status, decoded body)."""
+    status, decoded, _ = raw_request(server, "POST", path, json.dumps(body).encode())
+    return status, decoded
+
+
+def make_client(server: ResponsesServer) -> openai.OpenAI:
+    """A real sync openai client for *server* that never retries."""
+    return openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+
+
+_SDK_ONLY = frozenset({"parsed", "parsed_arguments"})
+
+
+def plain(value: Any) -> Any:
+    """JSON data without the fields the SDK's parse helpers add (``parsed``…)."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items() if key not in _SDK_ONLY}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
+def as_items(outputs: Sequence[Any]) -> list[dict[str, Any]]:
+    """SDK output items as the JSON the server sent."""
+    return [plain(item.to_dict()) for item in outputs]
+
+
+def user(text: str) -> dict[str, Any]:
+    """A user message item in the explicit form a string input stands for."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def digest(context: Sequence[Any]) -> str:
+    """The scripted model's context digest, computed independently."""
+    text = json.dumps(list(context), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -1,0 +1,91 @@
+"""The /_test HTTP hooks, for tests that drive the server from another process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from anchortrack.server import ResponsesServer
+
+from .support import as_items, make_client, raw_request, user
+
+
+@pytest.fixture(scope="module", name="hooked")
+def _hooked() -> Iterator[ResponsesServer]:
+    with ResponsesServer(test_hooks=True) as srv:
+        yield srv
+
+
+@pytest.fixture(name="hclient")
+def _hclient(hooked: ResponsesServer) -> Iterator[openai.OpenAI]:
+    client = make_client(hooked)
+    yield client
+    client.close()
+
+
+def test_expire_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
+    """POST /_test/responses/{id}/expire makes chaining from it not found."""
+    first = hclient.responses.create(model="scripted", input="hi")
+
+    status, body, _ = raw_request(hooked, "POST", f"/_test/responses/{first.id}/expire", b"")
+
+    assert (200, {"id": first.id, "expired": True}) == (status, body)
+    with pytest.raises(openai.BadRequestError) as caught:
+        hclient.responses.create(model="scripted", input="x", previous_response_id=first.id)
+    assert caught.value.code == "previous_response_not_found"
+    assert raw_request(hooked, "POST", f"/_test/responses/{first.id}/expire", b"")[0] == 404
+
+
+def test_drop_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
+    """DELETE /_test/responses/{id} removes it from the store."""
+    first = hclient.responses.create(model="scripted", input="hi")
+
+    status, body, _ = raw_request(hooked, "DELETE", f"/_test/responses/{first.id}")
+
+    assert (200, {"id": first.id, "dropped": True}) == (status, body)
+    with pytest.raises(openai.NotFoundError):
+        hclient.responses.retrieve(first.id)
+    assert raw_request(hooked, "DELETE", f"/_test/responses/{first.id}")[0] == 404
+
+
+def test_zdr_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
+    """POST /_test/zdr switches the zero-data-retention refusal on and off."""
+    first = hclient.responses.create(model="scripted", input="hi")
+    try:
+        status, body, _ = raw_request(hooked, "POST", "/_test/zdr", json.dumps({"enabled": True}).encode())
+        assert (status, body) == (200, {"enabled": True})
+        assert raw_request(hooked, "GET", "/_test/zdr")[1] == {"enabled": True}
+        with pytest.raises(openai.BadRequestError) as caught:
+            hclient.responses.create(model="scripted", input="x", previous_response_id=first.id)
+        assert (caught.value.code, caught.value.param) == ("unsupported_parameter", "previous_response_id")
+    finally:
+        raw_request(hooked, "POST", "/_test/zdr", json.dumps({"enabled": False}).encode())
+
+    assert hooked.state.zdr is False
+    assert raw_request(hooked, "POST", "/_test/zdr", json.dumps({"enabled": "yes"}).encode())[0] == 400
+
+
+def test_context_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
+    """GET /_test/responses/{id}/context returns what the model saw."""
+    first = hclient.responses.create(model="scripted", input="one")
+    second = hclient.responses.create(model="scripted", input="two", previous_response_id=first.id)
+
+    status, body, _ = raw_request(hooked, "GET", f"/_test/responses/{second.id}/context")
+
+    assert status == 200
+    assert [user("one"), *as_items(first.output), user("two")] == body["data"]
+    assert raw_request(hooked, "GET", "/_test/responses/resp_never/context")[0] == 404
+
+
+def test_requests_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
+    """GET /_test/requests lists the POST bodies; DELETE forgets them."""
+    raw_request(hooked, "DELETE", "/_test/requests")
+    hclient.responses.create(model="scripted", input="logged")
+
+    body = raw_request(hooked, "GET", "/_test/requests")[1]
+
+    assert body["data"] == [{"model": "scripted", "input": "logged"}]
+    assert raw_request(hooked, "DELETE", "/_test/requests")[1]["data"] == []

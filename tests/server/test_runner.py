@@ -1,0 +1,313 @@
+"""Running the server: lifecycle, persistence across restarts, retention, guards, the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from anchortrack.server import (
+    MemoryResponseStore,
+    ResponsesServer,
+    ServerState,
+    StoredResponse,
+    create_app,
+)
+from anchortrack.server._cli import register
+
+from .support import FakeClock, as_items, make_client, user
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def server_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("anchortrack-server-")]
+
+
+class TestLifecycle:
+    def test_start_serves_and_stop_leaves_no_thread(self) -> None:
+        """start() returns a serving server on a free port; stop() ends its thread."""
+        before = set(server_threads())
+        srv = ResponsesServer()
+        srv.start()
+        try:
+            assert srv.base_url == f"http://127.0.0.1:{srv.port}/v1"
+            assert srv.port > 0
+            client = make_client(srv)
+            assert client.responses.create(model="scripted", input="hi").status == "completed"
+            client.close()
+        finally:
+            srv.stop()
+
+        assert before == set(server_threads())
+        srv.stop()  # idempotent
+
+    def test_a_server_starts_only_once(self) -> None:
+        """Starting twice, or after stop, is an error; the port is unknown before start."""
+        srv = ResponsesServer()
+        with pytest.raises(RuntimeError):
+            _ = srv.port
+        with srv, pytest.raises(RuntimeError, match="once"):
+            srv.start()
+        with pytest.raises(RuntimeError, match="once"):
+            srv.start()
+
+    def test_stop_finishes_an_open_stream(self) -> None:
+        """Stopping while a client holds a finished stream's connection does not hang."""
+        before = set(server_threads())
+        srv = ResponsesServer().start()
+        client = make_client(srv)
+        try:
+            stream = client.responses.create(model="scripted", input="hi", stream=True)
+            next(iter(stream))
+        finally:
+            srv.stop()
+            client.close()
+
+        assert before == set(server_threads())
+
+    def test_given_state_is_shared_and_left_open(self) -> None:
+        """A ServerState passed in is the one the app uses; its store is not closed on stop."""
+        store = MemoryResponseStore()
+        state = ServerState(store)
+        with ResponsesServer(state=state) as srv:
+            client = make_client(srv)
+            created = client.responses.create(model="scripted", input="hi")
+            client.close()
+
+        assert srv.state is state
+        assert store.get(created.id) is not None
+
+    def test_create_app_exposes_its_state(self) -> None:
+        """create_app builds a fresh state when none is given, reachable from the app."""
+        app = create_app()
+
+        assert isinstance(app.state.responses, ServerState)
+
+
+class TestPersistence:
+    def test_sqlite_chain_survives_a_restart(self, tmp_path: Path) -> None:
+        """Stop a SQLite-backed server, start a new one on the file: the chain continues."""
+        spec = f"sqlite:{tmp_path / 'db' / 'responses.db'}"
+        with ResponsesServer(store=spec) as first_server:
+            client = make_client(first_server)
+            one = client.responses.create(model="scripted", input="one")
+            two = client.responses.create(model="scripted", input="two", previous_response_id=one.id)
+            client.close()
+
+        with ResponsesServer(store=spec) as second_server:
+            client = make_client(second_server)
+            three = client.responses.create(model="scripted", input="three", previous_response_id=two.id)
+            retrieved = client.responses.retrieve(one.id)
+            client.close()
+            context = second_server.state.resolved_context(three.id)
+
+        assert [
+            user("one"),
+            *as_items(one.output),
+            user("two"),
+            *as_items(two.output),
+            user("three"),
+        ] == context
+        assert one.to_dict() == retrieved.to_dict()
+
+    def test_memory_store_forgets_on_restart(self) -> None:
+        """A memory-backed server starts empty."""
+        with ResponsesServer() as srv:
+            client = make_client(srv)
+            first = client.responses.create(model="scripted", input="one")
+            client.close()
+        with ResponsesServer() as srv:
+            client = make_client(srv)
+            with pytest.raises(openai.BadRequestError):
+                client.responses.create(model="scripted", input="two", previous_response_id=first.id)
+            client.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_retention_expires_responses(tmp_path: Path, backend: str) -> None:
+    """With retention=60 on an injected clock, a response chains at 59 s and is gone at 61 s."""
+    clock = FakeClock()
+    store = "memory" if backend == "memory" else f"sqlite:{tmp_path / 'r.db'}"
+    with ResponsesServer(store=store, retention=60, clock=clock) as srv:
+        client = make_client(srv)
+        first = client.responses.create(model="scripted", input="one")
+        clock.advance(59)
+        client.responses.create(model="scripted", input="two", previous_response_id=first.id)
+
+        clock.advance(2)
+
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="scripted", input="three", previous_response_id=first.id)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(first.id)
+        client.close()
+    assert caught.value.code == "previous_response_not_found"
+
+
+def test_depth_guard() -> None:
+    """With max_depth=3 a request may have three ancestors; a fourth is refused."""
+    with ResponsesServer(max_depth=3) as srv:
+        client = make_client(srv)
+        previous = client.responses.create(model="scripted", input="t0").id
+        for turn in range(1, 4):
+            previous = client.responses.create(
+                model="scripted", input=f"t{turn}", previous_response_id=previous
+            ).id
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="scripted", input="too deep", previous_response_id=previous)
+        client.close()
+
+    assert (
+        caught.value.code,
+        caught.value.param,
+    ) == ("previous_response_chain_too_long", "previous_response_id")
+
+
+def test_cycles_built_through_the_store_are_refused(server: ResponsesServer, client: openai.OpenAI) -> None:
+    """Records pointing at each other (possible only via the store API) give a 400, not a hang."""
+    for this, parent in (("resp_cycle_a", "resp_cycle_b"), ("resp_cycle_b", "resp_cycle_a")):
+        server.state.store.save(
+            StoredResponse(
+                id=this,
+                previous_response_id=parent,
+                status="completed",
+                input_items=[],
+                response={"output": []},
+            )
+        )
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="scripted", input="x", previous_response_id="resp_cycle_a")
+
+    assert (
+        caught.value.code,
+        caught.value.param,
+    ) == ("previous_response_chain_cycle", "previous_response_id")
+
+
+class TestCLI:
+    def test_serve_options(self) -> None:
+        """`serve` parses host, port, store, retention and test hooks, with OpenAI-like defaults."""
+        parser = argparse.ArgumentParser()
+        register(parser.add_subparsers())
+
+        defaults = parser.parse_args(["serve"])
+        custom = parser.parse_args(
+            [
+                "serve",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "9",
+                "--store",
+                "sqlite:x.db",
+                "--retention",
+                "5",
+                "--test-hooks",
+            ]
+        )
+
+        assert (
+            defaults.host,
+            defaults.port,
+            defaults.store,
+            defaults.retention,
+            defaults.test_hooks,
+        ) == ("127.0.0.1", 8000, "memory", 30 * 86400.0, False)
+        assert (
+            custom.host,
+            custom.port,
+            custom.store,
+            custom.retention,
+            custom.test_hooks,
+        ) == ("0.0.0.0", 9, "sqlite:x.db", 5.0, True)
+        assert callable(custom.handler)
+
+    def test_cli_module_does_not_import_the_web_stack(self) -> None:
+        """Importing the CLI module leaves starlette and uvicorn unimported."""
+        code = (
+            "import sys, anchortrack.server._cli, anchortrack.server; "
+            "sys.exit(int(any(m in sys.modules for m in ('starlette', 'uvicorn'))))"
+        )
+        result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(), timeout=60, check=False)
+
+        assert result.returncode == 0
+
+    def test_bad_store_spelling_exits_2(self) -> None:
+        """An unknown --store is reported, not a traceback."""
+        result = subprocess.run(
+            [sys.executable, "-c", _MAIN, "serve", "--store", "redis://x", "--port", "0"],
+            cwd=REPO,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+        assert result.returncode == 2
+        assert "unknown store" in result.stderr
+
+    @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+    def test_anchortrack_serve_runs_and_stops_on_a_signal(self, tmp_path: Path, stop_signal: int) -> None:
+        """`anchortrack serve --port 0 --test-hooks` prints its URL, serves, and exits 0 on SIGINT/SIGTERM."""
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _MAIN,
+                "serve",
+                "--port",
+                "0",
+                "--test-hooks",
+                "--store",
+                f"sqlite:{tmp_path / 'c.db'}",
+            ],
+            cwd=REPO,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            base_url = line.split(" at ")[1].split(" ")[0]
+            client = openai.OpenAI(base_url=base_url, api_key="test", max_retries=0)
+            first = client.responses.create(model="scripted", input="hi")
+            second = client.responses.create(model="scripted", input="again", previous_response_id=first.id)
+            context = client.get(f"{base_url[:-3]}/_test/responses/{second.id}/context", cast_to=object)
+            client.close()
+        finally:
+            process.send_signal(stop_signal)
+            code = process.wait(timeout=30)
+
+        assert base_url.startswith("http://127.0.0.1:")
+        assert len(_data(context)) == 3
+        assert code == 0
+
+
+_MAIN = "import sys; from anchortrack.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def _data(body: Any) -> list[Any]:
+    assert isinstance(body, dict)
+    data = body["data"]
+    assert isinstance(data, list)
+    return data
