@@ -87,23 +87,38 @@ def canonical_item(item: object) -> dict[str, Any]:
     Raises:
         ItemError: the item has a shape no Responses API item has.
     """
-    plain = to_plain(item)
-    if isinstance(plain, str):
+    return canonical_and_plain(item)[0]
+
+
+def canonical_and_plain(item: object) -> tuple[dict[str, Any], bool]:
+    """
+    Return the canonical form of *item*, and whether *item* is a plain JSON dict.
+
+    A plain dict holds only dicts, lists, strings, numbers, booleans and None,
+    so its ``repr`` names its value exactly (used to memoize fingerprints).
+
+    Raises:
+        ItemError: the item has a shape no Responses API item has.
+    """
+    if isinstance(item, str):
         return {
-            "content": [{"text": plain, "type": "input_text"}],
+            "content": [{"text": item, "type": "input_text"}],
             "role": "user",
             "type": "message",
-        }
-    if not isinstance(plain, Mapping):  # pragma: no cover - to_plain guarantees it
+        }, False
+    plain_dict = type(item) is dict
+    source = to_plain(item)
+    if not isinstance(source, Mapping):  # pragma: no cover - to_plain guarantees it
         raise ItemError("input item is not an object")
     out: dict[str, Any] = {}
-    keep_id = plain.get("type") == "item_reference"
-    for key, value in plain.items():
+    plain = [plain_dict]
+    keep_id = source.get("type") == "item_reference"
+    for key, value in source.items():
         if value is None or key in _SDK_ONLY_KEYS:
             continue
         if key in _IGNORED_ITEM_KEYS and not keep_id:
             continue
-        out[key] = _strip(value)
+        out[key] = _strip(value, plain)
     kind = out.get("type")
     if kind is None and "role" in out:
         kind = out["type"] = "message"
@@ -120,7 +135,7 @@ def canonical_item(item: object) -> dict[str, Any]:
         if isinstance(raw, str):
             with contextlib.suppress(ValueError):
                 out[field] = {"json": json.loads(raw)}
-    return out
+    return out, plain[0]
 
 
 def canonical_bytes(item: object) -> bytes:
@@ -147,10 +162,31 @@ def _canonical_part(part: object) -> object:
     return part
 
 
-def _strip(value: object) -> object:
-    """Drop ``None`` values from nested mappings (lists keep their length)."""
+_SCALARS = (str, int, float, bool)
+
+
+def _strip(value: object, plain: list[bool]) -> object:
+    """
+    Drop ``None`` values from nested mappings (lists keep their length).
+
+    Nested SDK models become their JSON data (and clear ``plain[0]``); any
+    other non-JSON value raises `ItemError`.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or kind is float:
+        return value
+    if kind is dict:
+        return {k: _strip(v, plain) for k, v in value.items() if v is not None}  # type: ignore[attr-defined]
+    if kind is list:
+        return [_strip(v, plain) for v in value]  # type: ignore[attr-defined]
+    if value is None or isinstance(value, _SCALARS):
+        return value
+    plain[0] = False
     if isinstance(value, Mapping):
-        return {k: _strip(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_strip(v) for v in value]
-    return value
+        return {k: _strip(v, plain) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_strip(v, plain) for v in value]
+    dump = getattr(value, "model_dump", None)
+    if dump is not None:
+        return _strip(dump(mode="json", exclude_unset=True), plain)
+    raise ItemError(f"unsupported value of type {kind.__name__} inside an input item")

@@ -4,21 +4,29 @@ Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
 `wrap` returns a copy of the client whose class is a subclass of the
 original's, so ``isinstance`` holds and typed code and frameworks accept it.
 The copy shares the original's connection pool; the original is untouched.
-The subclass overrides one public method, ``post``: every Responses call the
-SDK makes — ``create`` (streamed or not), ``stream()``, ``parse()``, and their
-``with_raw_response`` / ``with_streaming_response`` forms — goes through it
-with its body already serialized, so anchortrack sees exactly what goes on the
-wire and rewrites only ``input`` and ``previous_response_id``.
+
+Two public seams are used:
+
+* ``client.responses`` is a subclass of the SDK's ``Responses`` whose
+  ``create`` and ``parse`` plan the call *before* the SDK serializes anything,
+  so a chained call only serializes its delta. ``stream()`` and the
+  ``with_raw_response`` / ``with_streaming_response`` forms call these.
+* ``client.post`` attaches the recorder to the one ``POST /responses`` that a
+  planned call makes (a ``post_parser`` for parsed responses, a
+  ``Stream`` subclass for event streams).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from functools import cached_property
 from typing import Any, TypeVar
 
 import openai
 from openai import AsyncStream, Stream
+from openai.resources.responses import AsyncResponses, Responses
 
 from ._flow import Ticket
 from ._hashing import Scope
@@ -113,6 +121,10 @@ def _scope(client: Any, tracker: Tracker) -> Scope:
     )
 
 
+#: The recorder for the ``POST /responses`` the current planned call makes.
+_pending: ContextVar[tuple[Tracker, Ticket] | None] = ContextVar("anchortrack_pending", default=None)
+
+
 class _Observer:
     """A ``post_parser`` that hands the parsed result to the tracker."""
 
@@ -133,40 +145,41 @@ class _Observer:
         return parsed
 
 
-def _send_kwargs(
-    tracker: Tracker,
-    kwargs: Mapping[str, Any],
-    body: Mapping[str, Any],
-    options: Mapping[str, Any],
-    ticket: Ticket | None,
-    stream_cls: type[Any],
-) -> dict[str, Any]:
-    """The ``post`` keyword arguments for one send."""
+def _observed(path: str, kwargs: dict[str, Any], stream_cls: type[Any]) -> dict[str, Any]:
+    """The ``post`` arguments with the pending recorder attached, if any."""
+    pending = _pending.get()
+    if pending is None or path != _RESPONSES_PATH:
+        return kwargs
+    _pending.set(None)
+    tracker, ticket = pending
+    options = kwargs.get("options") or {}
     out = dict(kwargs)
-    out["body"] = body
-    if ticket is not None:
-        inner = options.get("post_parser")
-        out["options"] = {**options, "post_parser": _Observer(tracker, ticket, inner)}
-        if kwargs.get("stream"):
-            out["stream_cls"] = stream_cls
+    out["options"] = {**options, "post_parser": _Observer(tracker, ticket, options.get("post_parser"))}
+    if kwargs.get("stream"):
+        out["stream_cls"] = stream_cls
     return out
 
 
-def _post(client: Any, base_post: Callable[..., Any], path: str, kwargs: dict[str, Any]) -> Any:
-    """The tracked ``OpenAI.post``."""
+def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
+    """The tracked ``Responses.create`` / ``parse``."""
+    client = resource._client
     tracker = client.__dict__.get(_ATTR)
-    if tracker is None or path != _RESPONSES_PATH:
-        return base_post(path, **kwargs)
+    if tracker is None:
+        return method(**params)
     try:
-        _mode, call = tracker.begin(kwargs.get("body"), kwargs.get("options") or {}, _scope(client, tracker))
+        _mode, call = tracker.begin(params, _scope(client, tracker))
     except Exception as error:  # noqa: BLE001 - fail open
         _fault(error)
-        return base_post(path, **kwargs)
+        return method(**params)
     if call is None:
-        return base_post(path, **kwargs)
+        return method(**params)
 
-    def send(body: Mapping[str, Any], options: Mapping[str, Any], ticket: Ticket | None) -> Any:
-        return base_post(path, **_send_kwargs(tracker, kwargs, body, options, ticket, TrackedStream))
+    def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
+        token = _pending.set((tracker, ticket) if ticket is not None else None)
+        try:
+            return method(**body)
+        finally:
+            _pending.reset(token)
 
     try:
         return tracker.run(call, send)
@@ -174,26 +187,29 @@ def _post(client: Any, base_post: Callable[..., Any], path: str, kwargs: dict[st
         if call.sent:
             raise
         _fault(error)
-        return base_post(path, **kwargs)
+        return method(**params)
 
 
-async def _apost(client: Any, base_post: Callable[..., Any], path: str, kwargs: dict[str, Any]) -> Any:
-    """The tracked ``AsyncOpenAI.post``."""
+async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
+    """The tracked ``AsyncResponses.create`` / ``parse``."""
+    client = resource._client
     tracker = client.__dict__.get(_ATTR)
-    if tracker is None or path != _RESPONSES_PATH:
-        return await base_post(path, **kwargs)
+    if tracker is None:
+        return await method(**params)
     try:
-        _mode, call = tracker.begin(kwargs.get("body"), kwargs.get("options") or {}, _scope(client, tracker))
+        _mode, call = tracker.begin(params, _scope(client, tracker))
     except Exception as error:  # noqa: BLE001 - fail open
         _fault(error)
-        return await base_post(path, **kwargs)
+        return await method(**params)
     if call is None:
-        return await base_post(path, **kwargs)
+        return await method(**params)
 
-    async def send(body: Mapping[str, Any], options: Mapping[str, Any], ticket: Ticket | None) -> Any:
-        return await base_post(
-            path, **_send_kwargs(tracker, kwargs, body, options, ticket, AsyncTrackedStream)
-        )
+    async def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
+        token = _pending.set((tracker, ticket) if ticket is not None else None)
+        try:
+            return await method(**body)
+        finally:
+            _pending.reset(token)
 
     try:
         return await tracker.arun(call, send)
@@ -201,7 +217,27 @@ async def _apost(client: Any, base_post: Callable[..., Any], path: str, kwargs: 
         if call.sent:
             raise
         _fault(error)
-        return await base_post(path, **kwargs)
+        return await method(**params)
+
+
+class _TrackedResponses(Responses):
+    """``client.responses`` of a tracked sync client."""
+
+    def create(self, **params: Any) -> Any:
+        return _create(self, super().create, params)
+
+    def parse(self, **params: Any) -> Any:
+        return _create(self, super().parse, params)
+
+
+class _AsyncTrackedResponses(AsyncResponses):
+    """``client.responses`` of a tracked async client."""
+
+    async def create(self, **params: Any) -> Any:
+        return await _acreate(self, super().create, params)
+
+    async def parse(self, **params: Any) -> Any:
+        return await _acreate(self, super().parse, params)
 
 
 def _copied(source: Any, new: Any) -> Any:
@@ -212,8 +248,12 @@ def _copied(source: Any, new: Any) -> Any:
 
 def _make_sync_class(base: type[Any]) -> type[Any]:
     class Tracked(base):  # type: ignore[misc]
+        @cached_property
+        def responses(self) -> Responses:
+            return _TrackedResponses(self)
+
         def post(self, path: str, **kwargs: Any) -> Any:
-            return _post(self, super().post, path, kwargs)
+            return super().post(path, **_observed(path, kwargs, TrackedStream))
 
         def copy(self, *args: Any, **kwargs: Any) -> Any:
             return _copied(self, super().copy(*args, **kwargs))
@@ -225,8 +265,12 @@ def _make_sync_class(base: type[Any]) -> type[Any]:
 
 def _make_async_class(base: type[Any]) -> type[Any]:
     class Tracked(base):  # type: ignore[misc]
+        @cached_property
+        def responses(self) -> AsyncResponses:
+            return _AsyncTrackedResponses(self)
+
         async def post(self, path: str, **kwargs: Any) -> Any:
-            return await _apost(self, super().post, path, kwargs)
+            return await super().post(path, **_observed(path, kwargs, AsyncTrackedStream))
 
         def copy(self, *args: Any, **kwargs: Any) -> Any:
             return _copied(self, super().copy(*args, **kwargs))

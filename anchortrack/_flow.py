@@ -1,5 +1,5 @@
 """
-One ``POST /responses`` call as a generator of effects (no I/O).
+One ``responses.create`` call as a generator of effects (no I/O).
 
 The flow yields what it needs done — look views up, resolve a parent, evict an
 anchor, send a body — and receives the answers.
@@ -74,10 +74,9 @@ class Ticket:
 
 @attrs.frozen
 class Send:
-    """Send *body* with *options*; record the response with *ticket*."""
+    """Call the SDK with *body* (keyword arguments); record the response with *ticket*."""
 
     body: Mapping[str, Any]
-    options: Mapping[str, Any]
     ticket: Ticket | None
 
 
@@ -126,7 +125,7 @@ def call_flow(ctx: Context, request: Request, unavailable: object) -> Flow:
     except ItemError as error:
         get_logger().warning("anchortrack.item_unsupported", error=str(error), fallback="stateless")
         ctx.planned(request, Plan(Reason.INTERNAL_ERROR, total=n), None)
-        return (yield Send(request.body, request.options, None))
+        return (yield Send(request.body, None))
     hashes = prefix_hashes(ctx.root, fps)
     ticket = Ticket(
         scope=ctx.scope_key,
@@ -148,10 +147,10 @@ def call_flow(ctx: Context, request: Request, unavailable: object) -> Flow:
     plan = _with_sizes(plan, sizes)
     ctx.planned(request, plan, time.perf_counter() - started)
     if ctx.mode is Mode.SHADOW or plan.anchor is None:
-        return (yield Send(request.body, request.options, ticket))
+        return (yield Send(request.body, ticket))
     anchor = plan.anchor
     try:
-        return (yield Send(chained_body(request, plan.skip, anchor.response_id), request.options, ticket))
+        return (yield Send(chained_body(request, plan.skip, anchor.response_id), ticket))
     except Exception as error:
         failure = classify(error)
         if failure is Failure.OTHER:
@@ -159,7 +158,7 @@ def call_flow(ctx: Context, request: Request, unavailable: object) -> Flow:
         if failure is Failure.STALE_ANCHOR:
             yield Evict(ctx.scope_key, anchor.response_id)
         ctx.fell_back(failure, anchor)
-        return (yield Send(request.body, request.options, ticket))
+        return (yield Send(request.body, ticket))
 
 
 def _caller_managed(ctx: Context, request: Request, unavailable: object) -> Flow:
@@ -187,7 +186,7 @@ def _caller_managed(ctx: Context, request: Request, unavailable: object) -> Flow
             previous_response_id=parent_id,
             conversation=request.conversation,
         )
-    return (yield Send(request.body, request.options, ticket))
+    return (yield Send(request.body, ticket))
 
 
 def _with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from ._canonical import CANONICAL_VERSION, canonical_bytes, canonical_item, dump_canonical
+from ._canonical import CANONICAL_VERSION, canonical_and_plain, canonical_bytes, dump_canonical
 
 
 #: Version of the whole digest scheme (canonical form + hashing).
@@ -114,11 +114,12 @@ MODEL_ITEM_TYPES = frozenset(
 
 class Memo:
     """
-    Remembers fingerprints of items seen before, keyed by a digest of ``repr(item)``.
+    Remembers fingerprints of items seen before, keyed by a digest of their value.
 
-    ``repr`` of JSON data (dicts, lists, strings, numbers, booleans, None) is
-    injective, so equal keys mean equal items and the memo can never return a
-    wrong fingerprint; a key-order change only costs a miss.
+    The key of a plain JSON dict is a digest of its ``repr`` (injective on JSON
+    data); the key of an SDK model is a digest of its JSON serialization. Equal
+    keys therefore mean equal items, so the memo can never return a wrong
+    fingerprint; a key-order change only costs a miss.
     It holds digests only (no item content) and is bounded: when full it starts
     over.
     """
@@ -138,12 +139,25 @@ class Memo:
         self._entries[key] = value
 
 
-def _fingerprint_one(item: object) -> tuple[bytes, int, bool]:
-    canon = canonical_item(item)
+def _memo_key(item: object) -> bytes | None:
+    """A digest naming *item*'s value exactly, or None when none is cheap."""
+    if type(item) is dict:
+        return _blake2b(b"d" + repr(item).encode(), digest_size=DIGEST_SIZE).digest()
+    serializer = getattr(item, "__pydantic_serializer__", None)
+    if serializer is not None:
+        data: bytes = serializer.to_json(item, exclude_unset=True)
+        return _blake2b(
+            b"m" + type(item).__name__.encode() + b"\x00" + data, digest_size=DIGEST_SIZE
+        ).digest()
+    return None
+
+
+def _fingerprint_one(item: object) -> tuple[tuple[bytes, int, bool], bool]:
+    canon, plain = canonical_and_plain(item)
     kind = canon.get("type")
     is_model = (kind == "message" and canon.get("role") == "assistant") or kind in MODEL_ITEM_TYPES
     data = dump_canonical(canon)
-    return _blake2b(data, digest_size=DIGEST_SIZE).digest(), len(data), is_model
+    return (_blake2b(data, digest_size=DIGEST_SIZE).digest(), len(data), is_model), plain
 
 
 def fingerprint_items(
@@ -163,14 +177,12 @@ def fingerprint_items(
     sizes: list[int] = []
     has_model = False
     for item in items:
-        if memo is not None and type(item) is dict:
-            key = _blake2b(repr(item).encode(), digest_size=DIGEST_SIZE).digest()
-            known = memo.get(key)
-            if known is None:
-                known = _fingerprint_one(item)
+        key = _memo_key(item) if memo is not None else None
+        known = memo.get(key) if memo is not None and key is not None else None
+        if known is None:
+            known, plain = _fingerprint_one(item)
+            if memo is not None and key is not None and (plain or type(item) is not dict):
                 memo.put(key, known)
-        else:
-            known = _fingerprint_one(item)
         fps.append(known[0])
         sizes.append(known[1])
         has_model = has_model or known[2]

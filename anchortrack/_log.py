@@ -19,17 +19,20 @@ import structlog
 
 
 _stdlib_logger = logging.getLogger("anchortrack")
+#: Used while the application has not configured structlog: events below the
+#: stdlib logger's level are dropped before any rendering.
+_fallback = structlog.wrap_logger(
+    _stdlib_logger,
+    wrapper_class=structlog.stdlib.BoundLogger,
+    processors=[structlog.stdlib.filter_by_level, structlog.stdlib.render_to_log_kwargs],
+)
 
 
 def get_logger() -> Any:
     """Return the logger anchortrack emits its events through."""
     if structlog.is_configured():
         return structlog.get_logger("anchortrack")
-    return structlog.wrap_logger(
-        _stdlib_logger,
-        wrapper_class=structlog.stdlib.BoundLogger,
-        processors=[structlog.stdlib.render_to_log_kwargs],
-    )
+    return _fallback
 
 
 def short(digest: bytes) -> str:

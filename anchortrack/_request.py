@@ -1,14 +1,15 @@
 """
-Reading and rewriting a ``POST /responses`` body (pure).
+Reading and rewriting the arguments of ``responses.create`` / ``parse`` (pure).
 
-anchortrack works on the body the openai client built (SDK models already
-dumped to JSON data), so what it compares is what goes on the wire.
-``extra_body`` keys win over the body, as in the client.
+anchortrack plans before the SDK serializes anything, so that a chained call
+only pays for serializing its delta.
+``extra_body`` keys win over the arguments, as in the client; the SDK's
+"not given" sentinels count as absent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -18,14 +19,20 @@ import attrs
 _STATE_KEYS = ("input", "previous_response_id", "conversation", "store")
 
 
+def _given(value: object) -> bool:
+    """False for None and for the SDK's ``omit`` / ``NOT_GIVEN`` sentinels."""
+    return value is not None and type(value).__name__ not in ("Omit", "NotGiven")
+
+
 @attrs.frozen
 class Request:
     """
-    One ``POST /responses`` call, as anchortrack sees it.
+    One ``responses.create`` / ``parse`` call, as anchortrack sees it.
 
     Attributes:
-        body: The body to send when going stateless (exactly the caller's).
-        options: The request options (``extra_body`` included).
+        body: The keyword arguments to send when going stateless (the
+            caller's, with an iterable ``input`` turned into a list).
+        options: ``{"extra_json": extra_body}`` when ``extra_body`` is given.
         items: The input items (a string input is one item).
         previous_response_id: Set by the caller, if so.
         conversation: Whether the caller set ``conversation``.
@@ -48,26 +55,32 @@ class Request:
         return self.previous_response_id is not None or self.conversation or self.overridden
 
 
-def read_request(body: Mapping[str, Any], options: Mapping[str, Any]) -> Request:
+def read_request(params: Mapping[str, Any]) -> Request:
     """
-    Read the state-relevant parts of a body and its options.
+    Read the state-relevant parts of ``create`` keyword arguments.
 
     Raises:
-        TypeError: ``input`` is neither a string nor a list.
+        TypeError: ``input`` is neither a string nor an iterable of items.
     """
-    extra = options.get("extra_json")
-    effective: Mapping[str, Any] = body
+    extra = params.get("extra_body")
+    options: Mapping[str, Any] = {"extra_json": extra} if isinstance(extra, Mapping) else {}
+    effective: Mapping[str, Any] = params
     if isinstance(extra, Mapping) and any(k in extra for k in _STATE_KEYS):
-        effective = {**body, **{k: extra[k] for k in _STATE_KEYS if k in extra}}
+        effective = {**params, **{k: extra[k] for k in _STATE_KEYS if k in extra}}
     raw = effective.get("input")
-    if raw is None:
+    body = params
+    if not _given(raw):
         items: list[Any] = []
     elif isinstance(raw, str):
         items = [raw]
     elif isinstance(raw, list):
         items = raw
+    elif isinstance(raw, Iterable) and not isinstance(raw, (Mapping, bytes)):
+        items = list(raw)
+        if effective is params:
+            body = {**params, "input": items}
     else:
-        raise TypeError(f"input must be a string or a list, not {type(raw).__name__}")
+        raise TypeError(f"input must be a string or a list of items, not {type(raw).__name__}")
     previous = effective.get("previous_response_id")
     overridden = isinstance(extra, Mapping) and ("input" in extra or "previous_response_id" in extra)
     return Request(
@@ -75,14 +88,14 @@ def read_request(body: Mapping[str, Any], options: Mapping[str, Any]) -> Request
         options=options,
         items=items,
         previous_response_id=previous if isinstance(previous, str) and previous else None,
-        conversation=effective.get("conversation") is not None,
+        conversation=_given(effective.get("conversation")),
         store=effective.get("store") is not False,
         overridden=overridden,
     )
 
 
 def chained_body(request: Request, skip: int, response_id: str) -> dict[str, Any]:
-    """Return a new body sending ``input[skip:]`` after ``previous_response_id``."""
+    """Return new arguments sending ``input[skip:]`` after ``previous_response_id``."""
     body = dict(request.body)
     body["input"] = request.items[skip:]
     body["previous_response_id"] = response_id

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -30,6 +30,18 @@ PLAN_SECONDS_BUCKETS: tuple[float, ...] = (
 )
 #: Upper bounds of the delta-size histogram, in items.
 DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000)
+
+#: Decisions a request is counted under.
+CHAINED, STATELESS, PASSTHROUGH = "chained", "stateless", "passthrough"
+#: Reasons for which anchortrack sends the request exactly as the caller built it.
+PASSTHROUGH_REASONS = frozenset({"mode_off", "caller_managed"})
+
+
+def decision_for(*, chained: bool, reason: str) -> str:
+    """Return the decision label of a request: ``chained``, ``stateless`` or ``passthrough``."""
+    if chained:
+        return CHAINED
+    return PASSTHROUGH if reason in PASSTHROUGH_REASONS else STATELESS
 
 
 @attrs.define
@@ -65,19 +77,31 @@ class Stats:
     """
     What a tracker did, since it was created.
 
+    Every request through the tracked client is counted once in
+    ``requests``; resends after a refused anchor are counted in ``fallbacks``
+    (and their items and bytes in ``items_sent`` / ``bytes_sent``).
+
     Counters:
-        requests: by ``(mode, decision, reason)``; decision ``chained`` or
-            ``stateless`` is what the planner chose (in ``shadow`` mode, what
-            *would* have been sent; the request itself went out in full).
+        requests: by ``(mode, decision, reason)``. The decision is
+            ``chained`` (anchortrack sent ``previous_response_id`` plus the
+            delta), ``stateless`` (it sent the full history because no anchor
+            could be proved) or ``passthrough`` (it sent the request exactly
+            as built: mode ``off``, or caller-managed state). In ``shadow``
+            mode the decision is what *would* have been sent; the request
+            itself went out in full.
         fallbacks: resends after a stale anchor or a ZDR refusal, by reason.
         recorded / not_recorded: responses, the latter by reason.
         store_errors: failed store operations, by operation.
-        items_sent / items_total: items sent vs items in the caller's histories.
-        bytes_sent / bytes_stateless: estimated input bytes actually sent vs
-            what stateless requests would have sent.
-        bytes_planned: estimated input bytes of the planned requests (equal to
-            bytes_sent except in shadow mode, where it is what chaining would
-            have sent).
+        items_sent / items_total: items sent (resends included) vs items in
+            the caller's histories (tracked requests only; mode ``off`` reads
+            nothing).
+        items_planned: items the plans send (equal to items_sent except in
+            shadow mode, where it is what chaining would have sent, and after
+            resends).
+        bytes_sent / bytes_stateless: estimated input bytes actually sent
+            (resends included) vs what stateless requests would have sent.
+        bytes_planned: estimated input bytes of the planned requests (what
+            chaining sends or, in shadow mode, would have sent).
     """
 
     def __init__(self) -> None:
@@ -89,6 +113,7 @@ class Stats:
         self.store_errors: Counter[str] = Counter()
         self.items_sent = 0
         self.items_total = 0
+        self.items_planned = 0
         self.bytes_sent = 0
         self.bytes_stateless = 0
         self.bytes_planned = 0
@@ -109,10 +134,12 @@ class Stats:
     ) -> None:
         """Count one planned request."""
         shadow = mode == "shadow"
+        decision = decision_for(chained=chained, reason=reason)
         with self._lock:
-            self.requests[mode, "chained" if chained else "stateless", reason] += 1
+            self.requests[mode, decision, reason] += 1
             self.items_sent += items_total if shadow else items_sent
             self.items_total += items_total
+            self.items_planned += items_sent
             self.bytes_sent += bytes_stateless if shadow else bytes_planned
             self.bytes_planned += bytes_planned
             self.bytes_stateless += bytes_stateless
@@ -121,10 +148,17 @@ class Stats:
             if seconds is not None:
                 self.plan_seconds.observe(seconds)
 
-    def fell_back(self, reason: str) -> None:
-        """Count one resend after a chained request was refused."""
+    def passed_through(self, *, mode: str, reason: str) -> None:
+        """Count one request sent exactly as the caller built it, without reading it."""
+        with self._lock:
+            self.requests[mode, PASSTHROUGH, reason] += 1
+
+    def fell_back(self, reason: str, *, items_resent: int = 0, bytes_resent: int = 0) -> None:
+        """Count one resend (of *items_resent* items, *bytes_resent* bytes) after a refused anchor."""
         with self._lock:
             self.fallbacks[reason] += 1
+            self.items_sent += items_resent
+            self.bytes_sent += bytes_resent
 
     def recorded_response(self) -> None:
         """Count one recorded response."""
@@ -142,7 +176,14 @@ class Stats:
             self.store_errors[operation] += 1
 
     def snapshot(self) -> dict[str, Any]:
-        """Return every counter and histogram as plain data."""
+        """
+        Return every counter and histogram as plain data.
+
+        Besides the counters, ``bytes_saved`` is ``bytes_stateless -
+        bytes_sent`` (what chaining saved) and ``bytes_would_save`` is
+        ``bytes_stateless - bytes_planned`` (what it saves or, for requests
+        planned in shadow mode, would have saved).
+        """
         with self._lock:
             return {
                 "requests": [
@@ -155,9 +196,12 @@ class Stats:
                 "store_errors": dict(sorted(self.store_errors.items())),
                 "items_sent": self.items_sent,
                 "items_total": self.items_total,
+                "items_planned": self.items_planned,
                 "bytes_sent": self.bytes_sent,
                 "bytes_stateless": self.bytes_stateless,
                 "bytes_planned": self.bytes_planned,
+                "bytes_saved": self.bytes_stateless - self.bytes_sent,
+                "bytes_would_save": self.bytes_stateless - self.bytes_planned,
                 "plan_seconds": self.plan_seconds.snapshot(),
                 "delta_items": self.delta_items.snapshot(),
             }
@@ -175,3 +219,32 @@ class Stats:
 def sizes_total(sizes: Sequence[int]) -> int:
     """Estimated JSON bytes of a list of items of the given canonical sizes."""
     return sum(sizes) + max(len(sizes) - 1, 0) + 2
+
+
+def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """
+    Add up `Stats.snapshot` results (of several trackers) into one of the same shape.
+
+    Histograms must share their bounds, as every `Stats` does.
+    """
+    merged = Stats().snapshot()
+    requests: Counter[tuple[str, str, str]] = Counter()
+    for snap in snapshots:
+        for row in snap["requests"]:
+            requests[row["mode"], row["decision"], row["reason"]] += row["count"]
+        for key, value in snap.items():
+            if key == "requests":
+                continue
+            merged[key] = _add(merged[key], value)
+    merged["requests"] = [
+        {"mode": m, "decision": d, "reason": r, "count": n} for (m, d, r), n in sorted(requests.items())
+    ]
+    return merged
+
+
+def _add(a: Any, b: Any) -> Any:
+    """Add two snapshot values of the same shape (numbers, or mappings of them)."""
+    if isinstance(a, Mapping):
+        keys = sorted({*a, *b}, key=str) if "+Inf" not in a else list(a)
+        return {k: _add(a.get(k, 0), b.get(k, 0)) for k in keys}
+    return a + b

@@ -27,8 +27,8 @@ from ._stats import Stats
 from .stores._base import Anchor, AnchorStore
 
 
-SendFn = Callable[[Mapping[str, Any], Mapping[str, Any], "Ticket | None"], Any]
-AsyncSendFn = Callable[[Mapping[str, Any], Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
+SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
+AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
 
 
 class Tracker:
@@ -79,17 +79,22 @@ class Tracker:
 
     # -- per call -----------------------------------------------------------
 
-    def begin(self, body: object, options: Mapping[str, Any], scope: Scope) -> tuple[Mode, _Call | None]:
+    def begin(self, params: Mapping[str, Any], scope: Scope) -> tuple[Mode, _Call | None]:
         """
-        Decide how to handle one ``POST /responses``.
+        Decide how to handle one ``responses.create`` / ``parse`` call.
 
         Returns the mode and, unless the call must pass through untouched, the
         call context.
+
+        Raises:
+            TypeError: ``input`` has no Responses API shape.
         """
         mode = resolve(self.mode)
-        if mode is Mode.OFF or not isinstance(body, Mapping):
+        if mode is Mode.OFF:
+            self.stats.passed_through(mode=mode.value, reason=Reason.MODE_OFF.value)
+            get_logger().debug("anchortrack.request_passed_through", reason=Reason.MODE_OFF.value)
             return mode, None
-        request = read_request(body, options)
+        request = read_request(params)
         key, root = self._root(scope)
         return mode, _Call(self, request, mode, key, root)
 
@@ -111,7 +116,7 @@ class Tracker:
         def perform(effect: Effect) -> Any:
             if isinstance(effect, Send):
                 call.sent = True
-                result = send(effect.body, effect.options, effect.ticket)
+                result = send(effect.body, effect.ticket)
                 self.flush()
                 return result
             if isinstance(effect, Find):
@@ -130,7 +135,7 @@ class Tracker:
         async def perform(effect: Effect) -> Any:
             if isinstance(effect, Send):
                 call.sent = True
-                result = await send(effect.body, effect.options, effect.ticket)
+                result = await send(effect.body, effect.ticket)
                 await self.aflush()
                 return result
             if isinstance(effect, Find):
@@ -292,6 +297,8 @@ class _Call(Context):
                 items_skipped=plan.skip,
                 bytes_saved=plan.bytes_stateless - plan.bytes_planned,
             )
+        elif plan.reason is Reason.CALLER_MANAGED:
+            log.debug("anchortrack.request_passed_through", reason=plan.reason.value, items_sent=plan.total)
         else:
             log.debug(
                 "anchortrack.request_stateless",
@@ -302,11 +309,21 @@ class _Call(Context):
 
     def fell_back(self, failure: Failure, anchor: Anchor) -> None:
         t = self.tracker
-        t.stats.fell_back(failure.value)
+        plan = self.plan
+        t.stats.fell_back(
+            failure.value,
+            items_resent=plan.total if plan is not None else 0,
+            bytes_resent=plan.bytes_stateless if plan is not None else 0,
+        )
         log = get_logger()
         if failure is Failure.ZDR:
             t.disable_scope(self.scope_key)
-            log.warning("anchortrack.scope_disabled", reason=Reason.ZDR.value, anchor_id=anchor.response_id)
+            log.warning(
+                "anchortrack.scope_disabled",
+                reason=Reason.ZDR.value,
+                anchor_id=anchor.response_id,
+                scope=self.scope_key,
+            )
         else:
             log.warning(
                 "anchortrack.anchor_evicted",

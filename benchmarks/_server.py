@@ -22,8 +22,13 @@ def _free_port() -> int:
 def server_process() -> Iterator[str]:
     """Yield the base URL of a local server running in its own process."""
     port = _free_port()
+    code = (
+        "import sys, time; from anchortrack.server import ResponsesServer\n"
+        "with ResponsesServer(port=int(sys.argv[1])):\n"
+        "    time.sleep(3600)\n"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "anchortrack", "serve", "--port", str(port)],
+        [sys.executable, "-c", code, str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

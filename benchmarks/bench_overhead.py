@@ -112,7 +112,7 @@ def typical_items(n: int) -> list[Any]:
 
 def plan_once(tracker: anchortrack.Tracker, store: MemoryStore, scope: Scope, history: list[Any]) -> bool:
     """Plan one request up to the point it would be sent; return whether it chains."""
-    _, call = tracker.begin({"model": "m", "input": history}, {}, scope)
+    _, call = tracker.begin({"model": "m", "input": history}, scope)
     assert call is not None
     flow = call_flow(call, call.request, UNAVAILABLE)
     effect = next(flow)

@@ -13,9 +13,9 @@ from anchortrack.server import ResponsesServer
 
 def _http_client_classes() -> tuple[Any, Any]:
     """The openai client's own HTTP client classes (httpx2 on openai 3, httpx on 2)."""
-    sync = getattr(openai, "DefaultHttpx2Client", None) or openai.DefaultHttpxClient
-    asyn = getattr(openai, "DefaultAsyncHttpx2Client", None) or openai.DefaultAsyncHttpxClient
-    return sync, asyn
+    if int(openai.__version__.split(".")[0]) >= 3:
+        return openai.DefaultHttpx2Client, openai.DefaultAsyncHttpx2Client
+    return openai.DefaultHttpxClient, openai.DefaultAsyncHttpxClient
 
 
 class Wire:

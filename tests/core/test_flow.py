@@ -31,8 +31,8 @@ def _setup(mode: Mode | None = None) -> tuple[Tracker, DictStore, list[Any]]:
     return Tracker(store, mode=mode), store, [u1, a1, user("two")]
 
 
-def _start(tracker: Tracker, body: dict[str, Any], options: dict[str, Any] | None = None) -> Any:
-    _, call = tracker.begin(body, options or {}, SCOPE)
+def _start(tracker: Tracker, body: dict[str, Any]) -> Any:
+    _, call = tracker.begin(body, SCOPE)
     assert call is not None
     flow = call_flow(call, call.request, UNAVAILABLE)
     return call, flow
@@ -76,7 +76,7 @@ def test_zdr_refusal_disables_the_scope_and_resends() -> None:
     resend = flow.throw(APIError(400, "unsupported_parameter", "previous_response_id"))
 
     assert "previous_response_id" not in resend.body
-    _, later = tracker.begin({"model": "m", "input": history}, {}, SCOPE)
+    _, later = tracker.begin({"model": "m", "input": history}, SCOPE)
     assert later is not None
     assert later.zdr_disabled
     assert isinstance(next(call_flow(later, later.request, UNAVAILABLE)), Send)
@@ -176,7 +176,7 @@ def test_off_mode_is_not_planned(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANCHORTRACK_MODE", "off")
     tracker = Tracker(DictStore(), mode="chained")
 
-    mode, call = tracker.begin({"model": "m", "input": [object()]}, {}, SCOPE)
+    mode, call = tracker.begin({"model": "m", "input": [object()]}, SCOPE)
 
     assert mode == Mode.OFF
     assert call is None
@@ -198,8 +198,8 @@ def test_unsupported_item_degrades_to_stateless_with_a_warning() -> None:
 def test_extra_body_input_is_caller_managed() -> None:
     """extra_body overriding input or previous_response_id is sent as given."""
     tracker, _, history = _setup()
-    body = {"model": "m", "input": history}
-    _, flow = _start(tracker, body, {"extra_json": {"input": [user("x")]}})
+    body = {"model": "m", "input": history, "extra_body": {"input": [user("x")]}}
+    _, flow = _start(tracker, body)
 
     send = next(flow)
 

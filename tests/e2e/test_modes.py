@@ -42,7 +42,8 @@ def test_off_is_byte_for_byte_passthrough(
 
     assert wire.bodies == wrapped_bodies
     assert 0 == anchortrack.tracker(client).stats.recorded
-    assert [] == anchortrack.tracker(client).stats.snapshot()["requests"]
+    counted = anchortrack.tracker(client).stats.snapshot()["requests"]
+    assert {("off", "mode_off")} == {(r["mode"], r["reason"]) for r in counted}
     assert len(store) == 0
 
 
