@@ -22,6 +22,7 @@ from ._canonical import ItemError, canonical_item
 from ._client import tracker_of as tracker
 from ._client import wrap
 from ._engine import plan_request, record_response
+from ._explain import Explanation, explain
 from ._hashing import SCHEME, Scope, fingerprint
 from ._mode import MODE_ENV, Mode, using
 from ._plan import Plan, Reason
@@ -35,6 +36,7 @@ __all__ = [
     "SCHEME",
     "Anchor",
     "AnchorStore",
+    "Explanation",
     "ItemError",
     "Mode",
     "Plan",
@@ -43,6 +45,7 @@ __all__ = [
     "Stats",
     "Tracker",
     "canonical_item",
+    "explain",
     "fingerprint",
     "plan_request",
     "record_response",

@@ -31,7 +31,8 @@ from openai.resources.responses import AsyncResponses, Responses
 from ._flow import Ticket
 from ._hashing import Scope
 from ._log import get_logger
-from ._mode import Mode
+from ._mode import Mode, resolve
+from ._plan import Reason
 from ._stream import AsyncTrackedStream, TrackedStream
 from ._tracker import Tracker
 from .stores._base import AnchorStore
@@ -169,7 +170,7 @@ def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -
     try:
         _mode, call = tracker.begin(params, _scope(client, tracker))
     except Exception as error:  # noqa: BLE001 - fail open
-        _fault(error)
+        _fault(tracker, error)
         return method(**params)
     if call is None:
         return method(**params)
@@ -186,7 +187,7 @@ def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -
     except Exception as error:
         if call.sent:
             raise
-        _fault(error)
+        _fault(tracker, error)
         return method(**params)
 
 
@@ -199,7 +200,7 @@ async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, 
     try:
         _mode, call = tracker.begin(params, _scope(client, tracker))
     except Exception as error:  # noqa: BLE001 - fail open
-        _fault(error)
+        _fault(tracker, error)
         return await method(**params)
     if call is None:
         return await method(**params)
@@ -216,7 +217,7 @@ async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, 
     except Exception as error:
         if call.sent:
             raise
-        _fault(error)
+        _fault(tracker, error)
         return await method(**params)
 
 
@@ -280,10 +281,10 @@ def _make_async_class(base: type[Any]) -> type[Any]:
     return Tracked
 
 
-def _fault(error: Exception) -> None:
-    get_logger().warning(
-        "anchortrack.tracker_fault", error=type(error).__name__, message=str(error), fallback="stateless"
-    )
+def _fault(tracker: Tracker, error: Exception) -> None:
+    """Report a fault inside anchortrack; the call goes out exactly as given."""
+    tracker.stats.passed_through(mode=resolve(tracker.mode).value, reason=Reason.INTERNAL_ERROR.value)
+    get_logger().warning("anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless")
 
 
 _classes: dict[type[Any], type[Any]] = {}

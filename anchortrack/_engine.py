@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._hashing import Scope, extend, fingerprint_items, prefix_hashes
-from ._plan import Plan, candidates, choose
-from ._stats import sizes_total
+from ._plan import Plan, candidates, choose, with_sizes
 from .stores._base import Anchor, AnchorStore
 
 
@@ -31,17 +30,7 @@ def plan_request(history: Sequence[Any], *, scope: Scope, store: AnchorStore) ->
     hashes = prefix_hashes(scope.root(store.secret_key), fps)
     found = store.find(scope.key, candidates(hashes)) if len(hashes) > 1 else {}
     plan = choose(hashes, found, time.time(), has_model_items=has_model)
-    stateless = sizes_total(sizes)
-    planned = sizes_total(sizes[plan.skip :]) if plan.anchor else stateless
-    return Plan(
-        plan.reason,
-        total=plan.total,
-        skip=plan.skip,
-        anchor=plan.anchor,
-        diverged_at=plan.diverged_at,
-        bytes_stateless=stateless,
-        bytes_planned=planned,
-    )
+    return with_sizes(plan, sizes)
 
 
 def record_response(

@@ -22,9 +22,8 @@ from ._errors import Failure, classify
 from ._hashing import extend, prefix_hashes
 from ._log import get_logger
 from ._mode import Mode
-from ._plan import Plan, Reason, candidates
+from ._plan import Plan, Reason, candidates, with_sizes
 from ._request import Request, chained_body
-from ._stats import sizes_total
 from .stores._base import Anchor
 
 
@@ -144,7 +143,7 @@ def call_flow(ctx: Context, request: Request, unavailable: object) -> Flow:
             plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
         else:
             plan = ctx.choose(hashes, found, has_model=has_model)
-    plan = _with_sizes(plan, sizes)
+    plan = with_sizes(plan, sizes)
     ctx.planned(request, plan, time.perf_counter() - started)
     if ctx.mode is Mode.SHADOW or plan.anchor is None:
         return (yield Send(request.body, ticket))
@@ -187,14 +186,6 @@ def _caller_managed(ctx: Context, request: Request, unavailable: object) -> Flow
             conversation=request.conversation,
         )
     return (yield Send(request.body, ticket))
-
-
-def _with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
-    return attrs.evolve(
-        plan,
-        bytes_stateless=sizes_total(sizes),
-        bytes_planned=sizes_total(sizes[plan.skip :]) if plan.anchor else sizes_total(sizes),
-    )
 
 
 def drive(flow: Flow, run: Callable[[Effect], Any]) -> Any:

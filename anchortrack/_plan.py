@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from ._stats import sizes_total
 from .stores._base import Anchor
 
 
@@ -88,6 +89,16 @@ class Plan:
     def sent(self) -> int:
         """How many items go out in ``input``."""
         return self.total - self.skip
+
+
+def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
+    """Return *plan* with its byte estimates, from the canonical *sizes* of the history."""
+    stateless = sizes_total(sizes)
+    return attrs.evolve(
+        plan,
+        bytes_stateless=stateless,
+        bytes_planned=sizes_total(sizes[plan.skip :]) if plan.anchor else stateless,
+    )
 
 
 def candidates(hashes: Sequence[bytes]) -> list[bytes]:

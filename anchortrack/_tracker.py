@@ -157,7 +157,7 @@ class Tracker:
         try:
             self._observe(ticket, response, output)
         except Exception as error:  # noqa: BLE001 - recording must never break a call
-            get_logger().warning("anchortrack.record_failed", error=type(error).__name__, message=str(error))
+            get_logger().warning("anchortrack.record_failed", error=type(error).__name__)
         if not self.is_async:
             self.flush()
 
@@ -288,6 +288,7 @@ class _Call(Context):
                 items_total=plan.total,
                 items_would_send=plan.sent,
                 bytes_would_save=plan.bytes_stateless - plan.bytes_planned,
+                diverged_at=plan.diverged_at,
             )
         elif plan.anchor is not None:
             log.debug(

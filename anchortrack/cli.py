@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 
 #: Modules that provide subcommands, each with ``register(subparsers)``.
-_COMMAND_MODULES = ("anchortrack.server._cli",)
+_COMMAND_MODULES = ("anchortrack.server._cli", "anchortrack._demo", "anchortrack._explain_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

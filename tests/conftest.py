@@ -7,6 +7,7 @@ from typing import Any
 
 import openai
 import pytest
+import structlog
 
 from anchortrack.server import ResponsesServer
 
@@ -30,6 +31,13 @@ class Wire:
 
     async def ahook(self, request: Any) -> None:
         self.hook(request)
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> Iterator[None]:
+    """capture_logs() leaves structlog "configured"; put the defaults back after each test."""
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture(scope="session", name="server")

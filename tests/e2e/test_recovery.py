@@ -7,6 +7,7 @@ from typing import Any
 
 import openai
 import pytest
+from structlog.testing import capture_logs
 
 import anchortrack
 from anchortrack.server import ResponsesServer
@@ -135,3 +136,45 @@ def test_caller_managed_errors_are_not_retried(client: openai.OpenAI, wire: Wire
 
     assert "previous_response_not_found" == error.value.code
     assert 1 == len(wire.bodies) - before
+
+
+def test_a_fault_inside_anchortrack_degrades_to_the_callers_own_request(
+    server: ResponsesServer, client: openai.OpenAI, wire: Wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """I4: a bug in planning sends the call exactly as given, with one warning, never an error."""
+    history, _ = _two_turns(client)
+    tracker = anchortrack.tracker(client)
+
+    def broken(items: object) -> object:
+        raise RuntimeError("planner bug")
+
+    monkeypatch.setattr(tracker, "fingerprints", broken)
+    with capture_logs() as logs:
+        resp = client.responses.create(model="scripted", input=history)
+
+    assert "previous_response_id" not in sent(wire)
+    assert_server_saw(server, resp.id, history)
+    faults = [e for e in logs if e["event"] == "anchortrack.tracker_fault"]
+    assert [
+        {
+            "event": "anchortrack.tracker_fault",
+            "error": "RuntimeError",
+            "fallback": "stateless",
+            "log_level": "warning",
+        }
+    ] == faults
+    assert 1 == tracker.stats.count(reason="internal_error")
+
+
+def test_bad_input_gets_the_clients_own_clear_error(
+    raw_client: openai.OpenAI, client: openai.OpenAI, wire: Wire
+) -> None:
+    """An input that is no list of items fails exactly as it would unwrapped."""
+    with pytest.raises(openai.BadRequestError) as raw_error:
+        raw_client.responses.create(model="scripted", input=42)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError) as wrapped_error:
+        client.responses.create(model="scripted", input=42)  # type: ignore[arg-type]
+
+    assert raw_error.value.message == wrapped_error.value.message
+    assert wire.bodies[0] == wire.bodies[1]
+    wire.bodies.clear()  # the caller's own invalid bodies are not the wrapper's to validate

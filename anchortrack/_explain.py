@@ -1,0 +1,317 @@
+"""
+``anchortrack.explain``: what anchortrack would send for a history, and why.
+
+Given a history (or a whole request body), a store and a scope, `explain`
+shows each item with its type, role, fingerprint prefix and the recorded
+response whose view first holds it, marks the anchor and the delta, and says
+in one line why the request would chain or go out in full.
+It uses the planner the wrapped client uses (`choose`), reads the store and
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._canonical import ItemError, canonical_item
+from ._hashing import Scope, fingerprint_items, prefix_hashes
+from ._log import short
+from ._plan import Plan, Reason, choose, with_sizes
+from ._request import read_request
+from ._stats import decision_for
+from ._tracker import Tracker
+from .stores._base import Anchor, AnchorStore
+
+
+#: One line per reason: why a request went out the way it did.
+REASON_TEXT: dict[Reason, str] = {
+    Reason.CHAINED: "a recorded response's view is a prefix of the history",
+    Reason.NO_HISTORY: "the history holds no model output yet, so no recorded response can be its prefix",
+    Reason.PREFIX_DIVERGED: (
+        "no recorded response's view is a prefix of the history: an earlier item was edited, "
+        "removed or inserted (or the anchors are in another store or scope)"
+    ),
+    Reason.MODE_OFF: "ANCHORTRACK_MODE=off: requests pass through untouched",
+    Reason.CALLER_MANAGED: (
+        "the caller set previous_response_id or conversation, so the request is sent as given"
+    ),
+    Reason.STALE_ANCHOR: (
+        "the server no longer had the anchor: it was evicted and the call resent in full, once"
+    ),
+    Reason.ZDR: (
+        "the organization refuses previous_response_id (zero data retention): chaining stopped in this scope"
+    ),
+    Reason.STORE_UNAVAILABLE: "the anchor store did not answer, so the request went out in full",
+    Reason.INTERNAL_ERROR: "an item anchortrack cannot fingerprint, so the request went out as given",
+    Reason.STORE_FALSE: "the request said store=false, so its response cannot be an anchor",
+    Reason.NOT_COMPLETED: "the response did not complete, so it cannot be an anchor",
+    Reason.STREAM_ABANDONED: "the stream ended before its terminal event, so the response was not recorded",
+    Reason.UNKNOWN_PARENT: "the caller's previous_response_id is not a recorded response",
+}
+
+
+@attrs.frozen
+class ItemRow:
+    """
+    One item of an explained history.
+
+    Attributes:
+        index: Position in the history (0-based).
+        type: The item's ``type`` (``message``, ``function_call``, …).
+        role: The message role, if a message.
+        fingerprint: The first 12 hex digits of the item's fingerprint
+            (None if it cannot be fingerprinted).
+        held_by: The recorded response whose view first holds this item
+            (the shortest recorded view that is a prefix of the history and
+            covers it), if any.
+        in_delta: Whether the item goes out in ``input``.
+    """
+
+    index: int
+    type: str
+    role: str | None
+    fingerprint: str | None
+    held_by: str | None
+    in_delta: bool
+
+
+@attrs.frozen
+class Explanation:
+    """
+    What anchortrack would send for one history, and why.
+
+    Attributes:
+        items: One row per item.
+        plan: The plan the wrapped client would make.
+        scope: The scope the anchors were looked up in.
+        previous_response_id: Set by the caller in the request body, if so.
+        store_false: The request body says ``store: false``.
+        closest: The response whose recorded view is the longest prefix of
+            the history, if any.
+        detail: The error behind ``store_unavailable`` or ``internal_error``.
+    """
+
+    items: tuple[ItemRow, ...]
+    plan: Plan
+    scope: Scope
+    previous_response_id: str | None = None
+    store_false: bool = False
+    closest: Anchor | None = None
+    detail: str | None = None
+
+    @property
+    def reason(self) -> Reason:
+        """Why the request would chain or go out in full."""
+        return self.plan.reason
+
+    @property
+    def decision(self) -> str:
+        """``chained``, ``stateless`` or ``passthrough``."""
+        return decision_for(chained=self.plan.chained, reason=self.plan.reason.value)
+
+    @property
+    def summary(self) -> str:
+        """One line: the decision, the reason code and why."""
+        plan = self.plan
+        label = "chained" if plan.chained else f"{self.decision} ({plan.reason.value})"
+        line = f"{label}: {self._why()}"
+        if self.store_false:
+            line += "; the response will not be recorded (store=false)"
+        return line
+
+    def _why(self) -> str:
+        plan, reason = self.plan, self.plan.reason
+        if plan.anchor is not None:
+            saved = 1 - plan.bytes_planned / plan.bytes_stateless if plan.bytes_stateless else 0.0
+            return (
+                f"sends {plan.sent} of {plan.total} items after {plan.anchor.response_id} "
+                f"(its view is items 0-{plan.skip - 1}): ~{plan.bytes_planned:,} of "
+                f"~{plan.bytes_stateless:,} input bytes ({saved:.0%} less)"
+            )
+        if reason is Reason.NO_HISTORY and plan.total == 0:
+            return "the history is empty"
+        if reason is Reason.PREFIX_DIVERGED:
+            if self.closest is not None and self.closest.count == plan.total:
+                return (
+                    f"the history ends exactly where {self.closest.response_id}'s view ends, "
+                    "so there is nothing new to send after it"
+                )
+            if plan.diverged_at is not None:
+                return (
+                    f"item {plan.diverged_at} is the first that differs from the closest recorded view; "
+                    "no recorded response's view is a prefix of the history"
+                )
+        if reason is Reason.CALLER_MANAGED and self.previous_response_id is not None:
+            return (
+                f"the request sets previous_response_id={self.previous_response_id} itself, "
+                "so it is sent as given"
+            )
+        text = REASON_TEXT[reason]
+        return f"{text} ({self.detail})" if self.detail else text
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the explanation as JSON data (``anchortrack explain --json``)."""
+        plan = self.plan
+        return {
+            "decision": self.decision,
+            "reason": plan.reason.value,
+            "summary": self.summary,
+            "anchor": _anchor_dict(plan.anchor),
+            "closest": _anchor_dict(self.closest),
+            "diverged_at": plan.diverged_at,
+            "items_total": plan.total,
+            "items_sent": plan.sent,
+            "items_skipped": plan.skip,
+            "bytes_stateless": plan.bytes_stateless,
+            "bytes_planned": plan.bytes_planned,
+            "previous_response_id": self.previous_response_id,
+            "store_false": self.store_false,
+            "scope": {
+                "base_url": self.scope.base_url,
+                "organization": self.scope.organization,
+                "project": self.scope.project,
+                "namespace": self.scope.namespace,
+                "key": self.scope.key,
+            },
+            "items": [attrs.asdict(row) for row in self.items],
+        }
+
+    def render(self) -> str:
+        """Return the explanation as a text table followed by the summary line."""
+        head = f"  {'#':>4}  {'type':<22} {'role':<10} {'fingerprint':<12}  held by"
+        lines = [head]
+        skip = self.plan.skip if self.plan.anchor is not None else 0
+        for row in self.items:
+            if self.plan.anchor is not None and row.index == skip:
+                lines.append(
+                    f"  ── anchor {self.plan.anchor.response_id} (its view is items 0-{skip - 1}) ──"
+                )
+            mark = "+" if row.in_delta else " "
+            lines.append(
+                f"{mark} {row.index:>4}  {row.type:<22} {row.role or '-':<10} "
+                f"{row.fingerprint or '?':<12}  {_abbrev(row.held_by)}"
+            )
+        if not self.items:
+            lines.append("  (no items)")
+        lines.append("  + = sent in input")
+        lines.append(self.summary)
+        return "\n".join(lines)
+
+
+def explain(
+    history_or_body: object,
+    *,
+    store: AnchorStore,
+    scope: Scope,
+    tracker: Tracker | None = None,
+    now: float | None = None,
+) -> Explanation:
+    """
+    Explain what the wrapped client would send for *history_or_body*.
+
+    Args:
+        history_or_body: A history (a list of items, or a string: one user
+            message), or a ``POST /responses`` body (a mapping with
+            ``input``; its ``previous_response_id``, ``conversation`` and
+            ``store`` are taken into account).
+        store: The store the anchors are in.
+        scope: The scope they were recorded under (the client's base URL,
+            organization and project, and the namespace given to ``wrap``).
+        tracker: A live tracker, whose recent views locate where a
+            diverged history first differs (``Plan.diverged_at``).
+        now: Unix time for anchor expiry (default: now).
+
+    Raises:
+        TypeError: A body's ``input`` is neither a string nor a list.
+    """
+    now = time.time() if now is None else now
+    items, previous_id, managed, store_false = _read(history_or_body)
+    n = len(items)
+    try:
+        fps, sizes, has_model = fingerprint_items(items)
+    except ItemError as error:
+        plan = Plan(Reason.CALLER_MANAGED if managed else Reason.INTERNAL_ERROR, total=n)
+        rows = _rows(items, None, {}, plan)
+        return Explanation(rows, plan, scope, previous_id, store_false, detail=str(error))
+    hashes = prefix_hashes(scope.root(store.secret_key), fps)
+    views: dict[int, Anchor] = {}
+    detail = None
+    if managed:
+        plan = Plan(Reason.CALLER_MANAGED, total=n)
+    else:
+        try:
+            found = store.find(scope.key, hashes) if hashes else {}
+        except Exception as error:  # noqa: BLE001 - reported as store_unavailable, like the client does
+            plan, detail = Plan(Reason.STORE_UNAVAILABLE, total=n), type(error).__name__
+        else:
+            recent = tracker.recent if tracker is not None else None
+            plan = choose(hashes, found, now, has_model_items=has_model, recent=recent)
+            views = _views(hashes, found, now)
+        plan = with_sizes(plan, sizes)
+    rows = _rows(items, fps, views, plan)
+    closest = views[max(views)] if views else None
+    return Explanation(rows, plan, scope, previous_id, store_false, closest, detail)
+
+
+def _read(source: object) -> tuple[list[Any], str | None, bool, bool]:
+    """Return the items, the caller's previous_response_id, caller-managed, store=false."""
+    if isinstance(source, Mapping):
+        request = read_request(source)
+        return request.items, request.previous_response_id, request.caller_managed, not request.store
+    if isinstance(source, str):
+        return [source], None, False, False
+    if isinstance(source, Sequence):
+        return list(source), None, False, False
+    raise TypeError(f"explain() takes a history (list) or a request body (dict), not {type(source).__name__}")
+
+
+def _views(hashes: Sequence[bytes], found: Mapping[bytes, Anchor], now: float) -> dict[int, Anchor]:
+    """The recorded views that are prefixes of the history, by length."""
+    views = {}
+    for i, h in enumerate(hashes, start=1):
+        anchor = found.get(h)
+        if anchor is not None and anchor.count == i and anchor.is_live(now):
+            views[i] = anchor
+    return views
+
+
+def _rows(
+    items: Sequence[Any], fps: Sequence[bytes] | None, views: Mapping[int, Anchor], plan: Plan
+) -> tuple[ItemRow, ...]:
+    lengths = sorted(views)
+    rows = []
+    first = plan.skip if plan.anchor is not None else 0
+    for index, item in enumerate(items):
+        try:
+            canon = canonical_item(item)
+            kind, role = str(canon.get("type", "?")), canon.get("role")
+        except ItemError:
+            kind, role = type(item).__name__, None
+        holder = next((views[n].response_id for n in lengths if n > index), None)
+        rows.append(
+            ItemRow(
+                index=index,
+                type=kind,
+                role=role if isinstance(role, str) else None,
+                fingerprint=short(fps[index]) if fps is not None else None,
+                held_by=holder,
+                in_delta=index >= first,
+            )
+        )
+    return tuple(rows)
+
+
+def _anchor_dict(anchor: Anchor | None) -> dict[str, Any] | None:
+    if anchor is None:
+        return None
+    return {"response_id": anchor.response_id, "items": anchor.count, "view": short(anchor.view)}
+
+
+def _abbrev(response_id: str | None) -> str:
+    if response_id is None:
+        return "-"
+    return response_id if len(response_id) <= 16 else response_id[:14] + "…"

@@ -1,0 +1,174 @@
+"""
+Prometheus exposition of anchortrack's counters and histograms.
+
+Needs the ``prometheus`` extra (``pip install 'anchortrack[prometheus]'``).
+Nothing is counted twice: the collector reads each tracker's `Stats` at scrape
+time, so it costs nothing between scrapes.
+
+Example::
+
+    import anchortrack.metrics
+    from prometheus_client import start_http_server
+
+    client = anchortrack.wrap(OpenAI())
+    anchortrack.metrics.register(client)     # on prometheus_client.REGISTRY
+    start_http_server(9464)
+
+Several clients registered on one registry are added up into one set of
+series.
+The metric names and labels are listed in ``docs/operations.md``.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ._client import tracker_of
+from ._stats import merge_snapshots
+from ._tracker import Tracker
+
+
+__all__ = ["AnchortrackCollector", "register"]
+
+
+class AnchortrackCollector(Collector):
+    """
+    A Prometheus collector that reads one or more trackers' `Stats` at scrape time.
+
+    Args:
+        sources: Trackers, or clients made by `anchortrack.wrap`.
+
+    Example::
+
+        registry = CollectorRegistry()
+        registry.register(AnchortrackCollector(client))
+    """
+
+    def __init__(self, *sources: object) -> None:
+        self._trackers: list[Tracker] = []
+        self._lock = threading.Lock()
+        for source in sources:
+            self.add(source)
+
+    def add(self, source: object) -> None:
+        """Also report *source* (a tracker or a wrapped client); adding one twice is a no-op."""
+        tracker = _tracker(source)
+        with self._lock:
+            if all(t is not tracker for t in self._trackers):
+                self._trackers.append(tracker)
+
+    def describe(self) -> list[Metric]:
+        """Return the metric families without values (lets the registry check names)."""
+        return list(_families(merge_snapshots([])))
+
+    def collect(self) -> Iterator[Metric]:
+        """Return the current values of every metric family."""
+        with self._lock:
+            trackers = list(self._trackers)
+        yield from _families(merge_snapshots(t.stats.snapshot() for t in trackers))
+
+
+_collectors: weakref.WeakKeyDictionary[CollectorRegistry, AnchortrackCollector] = weakref.WeakKeyDictionary()
+_collectors_lock = threading.Lock()
+
+
+def register(source: object, registry: CollectorRegistry | None = None) -> AnchortrackCollector:
+    """
+    Report *source* (a wrapped client or a tracker) on *registry*.
+
+    Every source registered on the same registry (default:
+    ``prometheus_client.REGISTRY``) shares one `AnchortrackCollector`, so the
+    series add up across clients instead of clashing.
+
+    Returns:
+        The registry's anchortrack collector.
+
+    Raises:
+        TypeError: *source* is neither a tracker nor a wrapped client.
+    """
+    registry = REGISTRY if registry is None else registry
+    tracker = _tracker(source)
+    with _collectors_lock:
+        collector = _collectors.get(registry)
+        if collector is None:
+            collector = AnchortrackCollector()
+            registry.register(collector)
+            _collectors[registry] = collector
+    collector.add(tracker)
+    return collector
+
+
+def _tracker(source: object) -> Tracker:
+    return source if isinstance(source, Tracker) else tracker_of(source)
+
+
+def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
+    """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
+    requests = CounterMetricFamily(
+        "anchortrack_requests",
+        "Responses API requests by mode and decision (chained, stateless, passthrough) and reason.",
+        labels=["mode", "decision", "reason"],
+    )
+    for row in snap["requests"]:
+        requests.add_metric([row["mode"], row["decision"], row["reason"]], row["count"])
+    yield requests
+    yield _by_label(
+        "anchortrack_fallbacks",
+        "Chained requests refused by the server and resent in full, by reason.",
+        "reason",
+        snap["fallbacks"],
+    )
+    yield CounterMetricFamily(
+        "anchortrack_responses_recorded", "Responses recorded as anchors.", value=snap["recorded"]
+    )
+    yield _by_label(
+        "anchortrack_responses_not_recorded",
+        "Responses not recorded as anchors, by reason.",
+        "reason",
+        snap["not_recorded"],
+    )
+    yield _by_label(
+        "anchortrack_store_errors",
+        "Failed anchor store operations, by operation.",
+        "operation",
+        snap["store_errors"],
+    )
+    yield _by_label(
+        "anchortrack_request_items",
+        "Input items: sent (resends included), planned, and in the callers' histories.",
+        "kind",
+        {"sent": snap["items_sent"], "planned": snap["items_planned"], "history": snap["items_total"]},
+    )
+    yield _by_label(
+        "anchortrack_request_bytes",
+        "Estimated input bytes: sent (resends included), planned, and what stateless requests send.",
+        "kind",
+        {"sent": snap["bytes_sent"], "planned": snap["bytes_planned"], "stateless": snap["bytes_stateless"]},
+    )
+    yield _histogram(
+        "anchortrack_plan_seconds",
+        "Time to plan one request (fingerprint, look up, choose).",
+        snap["plan_seconds"],
+    )
+    yield _histogram("anchortrack_delta_items", "Items sent by chained requests.", snap["delta_items"])
+
+
+def _by_label(name: str, documentation: str, label: str, values: Mapping[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for key, value in values.items():
+        family.add_metric([key], value)
+    return family
+
+
+def _histogram(name: str, documentation: str, data: Mapping[str, Any]) -> HistogramMetricFamily:
+    buckets = [
+        (bound if bound == "+Inf" else repr(float(bound)), count) for bound, count in data["buckets"].items()
+    ]
+    return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=data["sum"])

@@ -1,0 +1,324 @@
+"""The structlog event catalogue: names, levels and keys, asserted as whole dicts."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from structlog.testing import capture_logs
+
+import anchortrack
+from anchortrack._guard import Breaker
+from anchortrack._log import short
+from anchortrack.server import ResponsesServer
+from anchortrack.stores import MemoryStore
+
+from .conftest import BreakableStore, ask, scope_of, user
+
+
+ROOT = Path(__file__).parents[2]
+SECRET = "my card is 4111 1111 1111 1111"
+
+
+@pytest.fixture(name="zdr")
+def _zdr(server: ResponsesServer) -> Iterator[None]:
+    server.state.zdr = True
+    yield
+    server.state.zdr = False
+
+
+def _events(logs: Sequence[Mapping[str, Any]], name: str) -> list[Mapping[str, Any]]:
+    return [e for e in logs if e["event"] == f"anchortrack.{name}"]
+
+
+def _saved(client: openai.OpenAI, store: MemoryStore, history: list[Any]) -> int:
+    plan = anchortrack.plan_request(history, scope=scope_of(client), store=store)
+    return plan.bytes_stateless - plan.bytes_planned
+
+
+def test_first_turn_is_stateless_no_history_then_recorded(client: openai.OpenAI, store: MemoryStore) -> None:
+    """A first turn logs request_stateless (no_history), then response_recorded with the view's prefix."""
+    with capture_logs() as logs:
+        _, resp = ask(client, [], "hello")
+
+    recorded = _events(logs, "response_recorded")[0]
+    anchor = store.get(scope_of(client).key, resp.id)
+    assert [
+        {
+            "event": "anchortrack.request_stateless",
+            "log_level": "debug",
+            "reason": "no_history",
+            "items_sent": 1,
+            "diverged_at": None,
+        },
+        {
+            "event": "anchortrack.response_recorded",
+            "log_level": "debug",
+            "response_id": resp.id,
+            "view": recorded["view"],
+            "items": 2,
+            "outputs": 1,
+        },
+    ] == logs
+    assert anchor is not None
+    assert short(anchor.view) == recorded["view"]
+
+
+def test_chained_request_logs_anchor_items_and_bytes_saved(client: openai.OpenAI, store: MemoryStore) -> None:
+    """request_chained carries the anchor id, items sent and skipped, and the bytes saved."""
+    history, first = ask(client, [], "one")
+    expected_saved = _saved(client, store, [*history, user("two")])
+
+    with capture_logs() as logs:
+        ask(client, history, "two")
+
+    assert {
+        "event": "anchortrack.request_chained",
+        "log_level": "debug",
+        "anchor_id": first.id,
+        "items_sent": 1,
+        "items_skipped": 2,
+        "bytes_saved": expected_saved,
+    } == logs[0]
+    assert expected_saved > 0
+
+
+def test_prefix_diverged_reports_where_the_history_first_differs(client: openai.OpenAI) -> None:
+    """Redacting item 1 logs request_stateless with reason prefix_diverged and diverged_at=1."""
+    history: list[Any] = [{"role": "system", "content": "be brief"}]
+    history, _ = ask(client, history, SECRET)
+    history, _ = ask(client, history, "and then?")
+    redacted = [history[0], user("my card is [card]"), *history[2:]]
+
+    with capture_logs() as logs:
+        client.responses.create(model="scripted", input=[*redacted, user("next")])
+
+    assert {
+        "event": "anchortrack.request_stateless",
+        "log_level": "debug",
+        "reason": "prefix_diverged",
+        "items_sent": len(redacted) + 1,
+        "diverged_at": 1,
+    } == logs[0]
+
+
+def test_stale_anchor_is_evicted_and_resent_with_a_warning(
+    server: ResponsesServer, client: openai.OpenAI
+) -> None:
+    """A forgotten anchor logs anchor_evicted (warning), then the resent call is recorded."""
+    history, first = ask(client, [], "one")
+    server.state.drop(first.id)
+
+    with capture_logs() as logs:
+        _, resp = ask(client, history, "two")
+
+    assert ["request_chained", "anchor_evicted", "response_recorded"] == [
+        e["event"].removeprefix("anchortrack.") for e in logs
+    ]
+    assert {
+        "event": "anchortrack.anchor_evicted",
+        "log_level": "warning",
+        "reason": "stale_anchor",
+        "anchor_id": first.id,
+        "resent": "stateless",
+    } == logs[1]
+    assert resp.id == logs[2]["response_id"]
+
+
+@pytest.mark.usefixtures("zdr")
+def test_zdr_refusal_disables_the_scope_with_a_warning(client: openai.OpenAI) -> None:
+    """A ZDR refusal logs scope_disabled once; later calls are stateless with reason zdr."""
+    history, first = ask(client, [], "one")
+
+    with capture_logs() as logs:
+        history, _ = ask(client, history, "two")
+        ask(client, history, "three")
+
+    assert {
+        "event": "anchortrack.scope_disabled",
+        "log_level": "warning",
+        "reason": "zdr",
+        "anchor_id": first.id,
+        "scope": scope_of(client).key,
+    } == _events(logs, "scope_disabled")[0]
+    assert 1 == len(_events(logs, "scope_disabled"))
+    assert ["zdr"] == [e["reason"] for e in _events(logs, "request_stateless")]
+
+
+def test_shadow_mode_logs_what_chaining_would_have_saved(raw_client: openai.OpenAI) -> None:
+    """shadow_planned (info) reports the would-be anchor, items and bytes per call."""
+    store = MemoryStore()
+    client = anchortrack.wrap(raw_client, store=store, mode="shadow")
+    history, first = ask(client, [], "one")
+    would_save = _saved(client, store, [*history, user("two")])
+
+    with capture_logs() as logs:
+        ask(client, history, "two")
+
+    assert {
+        "event": "anchortrack.shadow_planned",
+        "log_level": "info",
+        "would_chain": True,
+        "reason": "chained",
+        "anchor_id": first.id,
+        "items_total": 3,
+        "items_would_send": 1,
+        "bytes_would_save": would_save,
+        "diverged_at": None,
+    } == logs[0]
+
+
+def test_mode_off_logs_a_passthrough_and_records_nothing(
+    client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kill switch logs request_passed_through (mode_off) and nothing else."""
+    monkeypatch.setenv("ANCHORTRACK_MODE", "off")
+
+    with capture_logs() as logs:
+        ask(client, [], "one")
+
+    assert [
+        {"event": "anchortrack.request_passed_through", "log_level": "debug", "reason": "mode_off"}
+    ] == logs
+
+
+def test_caller_managed_state_is_a_passthrough(client: openai.OpenAI) -> None:
+    """A caller's own previous_response_id logs request_passed_through (caller_managed)."""
+    _, first = ask(client, [], "one")
+
+    with capture_logs() as logs:
+        client.responses.create(model="scripted", input=[user("two")], previous_response_id=first.id)
+
+    assert {
+        "event": "anchortrack.request_passed_through",
+        "log_level": "debug",
+        "reason": "caller_managed",
+        "items_sent": 1,
+    } == logs[0]
+
+
+@pytest.mark.parametrize(
+    ("params", "text", "reason", "status"),
+    [({"store": False}, "x", "store_false", "completed"), ({}, "x\n!fail", "not_completed", "failed")],
+)
+def test_response_not_recorded_says_why(
+    client: openai.OpenAI, params: dict[str, Any], text: str, reason: str, status: str
+) -> None:
+    """response_not_recorded carries the response id, its status and the reason."""
+    with capture_logs() as logs:
+        _, resp = ask(client, [], text, **params)
+
+    assert {
+        "event": "anchortrack.response_not_recorded",
+        "log_level": "debug",
+        "response_id": resp.id,
+        "status": status,
+        "reason": reason,
+    } == logs[-1]
+
+
+def test_store_outage_logs_degraded_once_and_recovered(raw_client: openai.OpenAI) -> None:
+    """A store outage logs store_degraded once and store_recovered when it answers again."""
+    store = BreakableStore()
+    client = anchortrack.wrap(raw_client, store=store)
+    now = [100.0]
+    anchortrack.tracker(client).guard.breaker = Breaker(cooldown=0.0, clock=lambda: now[0])
+    history, _ = ask(client, [], "one")
+    store.broken = True
+
+    with capture_logs() as logs:
+        history, _ = ask(client, history, "two")
+        history, _ = ask(client, history, "three")
+        store.broken = False
+        now[0] = 102.5
+        ask(client, history, "four")
+
+    assert [
+        {
+            "event": "anchortrack.store_degraded",
+            "log_level": "warning",
+            "operation": "find",
+            "error": "ConnectionError",
+            "retry_in": 0.0,
+        },
+        {"event": "anchortrack.store_recovered", "log_level": "warning", "outage_seconds": 2.5},
+    ] == [e for e in logs if e["event"] in ("anchortrack.store_degraded", "anchortrack.store_recovered")]
+    assert ["store_unavailable", "store_unavailable"] == [
+        e["reason"] for e in _events(logs, "request_stateless")
+    ]
+
+
+def test_invalid_mode_variable_warns_once_and_turns_tracking_off(
+    client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unknown ANCHORTRACK_MODE logs mode_invalid (warning) once and behaves as off."""
+    monkeypatch.setenv("ANCHORTRACK_MODE", "chaind-typo")
+
+    with capture_logs() as logs:
+        ask(client, [], "one")
+        ask(client, [], "two")
+
+    assert [
+        {
+            "event": "anchortrack.mode_invalid",
+            "log_level": "warning",
+            "variable": "ANCHORTRACK_MODE",
+            "value": "chaind-typo",
+            "used": "off",
+        }
+    ] == _events(logs, "mode_invalid")
+    assert ["mode_off", "mode_off"] == [e["reason"] for e in _events(logs, "request_passed_through")]
+
+
+def test_events_never_carry_item_content(server: ResponsesServer, client: openai.OpenAI) -> None:
+    """No event value holds any text of the conversation; digests appear as 12-hex prefixes only."""
+    history: list[Any] = [{"role": "system", "content": "be brief"}]
+    with capture_logs() as logs:
+        history, _ = ask(client, history, SECRET)
+        history, second = ask(client, history, 'second question\n!call lookup {"card": "4111"}')
+        outputs = [
+            {"type": "function_call_output", "call_id": item.call_id, "output": "card 4111 has 300 EUR"}
+            for item in second.output
+        ]
+        server.state.drop(second.id)
+        history, _ = ask(client, [*history, *outputs], "third")
+
+    values = [str(v) for event in logs for k, v in event.items() if k != "event"]
+    assert logs
+    assert not [v for v in values if "4111" in v or "question" in v or "brief" in v]
+    digests = [event["view"] for event in _events(logs, "response_recorded")]
+    assert all(re.fullmatch(r"[0-9a-f]{12}", d) for d in digests)
+    assert len(short(b"\x00" * 16)) == 12
+
+
+def test_unconfigured_library_is_quiet_below_warnings(
+    server: ResponsesServer, client: openai.OpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without logging configuration only warnings reach the stdlib logger; debug events are dropped."""
+    history, first = ask(client, [], "one")
+    server.state.drop(first.id)
+
+    ask(client, history, "two")
+
+    records = [r for r in caplog.records if r.name == "anchortrack"]
+    assert ["anchortrack.anchor_evicted"] == [r.getMessage() for r in records]
+    assert [logging.WARNING] == [r.levelno for r in records]
+    assert first.id == getattr(records[0], "anchor_id", None)  # key/values arrive as ``extra``
+
+
+def test_every_emitted_event_is_documented() -> None:
+    """docs/events.md lists exactly the events the library emits (by literal name in the code)."""
+    emitted = {
+        name
+        for path in (ROOT / "anchortrack").rglob("*.py")
+        if "server" not in path.parts
+        for name in re.findall(r"\"(anchortrack\.[a-z_]+)\"", path.read_text(encoding="utf-8"))
+        if not name.startswith(("anchortrack.server", "anchortrack._"))
+    }
+    documented = set(re.findall(r"^\| `(anchortrack\.[a-z_]+)`", (ROOT / "docs/events.md").read_text(), re.M))
+    assert emitted == documented

@@ -1,0 +1,184 @@
+"""In-process counters and histograms after scripted conversations: every reason code counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+import anchortrack
+from anchortrack._guard import Breaker
+from anchortrack._stats import merge_snapshots
+from anchortrack.server import ResponsesServer
+from anchortrack.stores import MemoryStore
+
+from .conftest import BreakableStore, ask, scope_of, user
+
+
+@pytest.fixture(name="zdr")
+def _zdr(server: ResponsesServer) -> Iterator[None]:
+    server.state.zdr = True
+    yield
+    server.state.zdr = False
+
+
+def _row(mode: str, decision: str, reason: str, count: int) -> dict[str, Any]:
+    return {"mode": mode, "decision": decision, "reason": reason, "count": count}
+
+
+def test_a_scripted_conversation_counts_each_reason(
+    server: ResponsesServer, raw_client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No history, chained, diverged, stale, caller-managed, store=false, failed, store down, mode off."""
+    store = BreakableStore()
+    client = anchortrack.wrap(raw_client, store=store)
+    tracker = anchortrack.tracker(client)
+    tracker.guard.breaker = Breaker(cooldown=0.0, clock=lambda: 0.0)
+
+    history, first = ask(client, [], "one")  # stateless / no_history
+    history, second = ask(client, history, "two")  # chained
+    ask(client, [user("ONE"), *history[1:]], "edited")  # stateless / prefix_diverged
+    server.state.drop(second.id)
+    ask(client, history, "three")  # chained, then resent: fallback stale_anchor
+    client.responses.create(model="scripted", input=[user("four")], previous_response_id=first.id)
+    ask(client, [], "five", store=False)  # stateless / no_history, not recorded: store_false
+    ask(client, [], "six\n!fail")  # stateless / no_history, not recorded: not_completed
+    store.broken = True
+    ask(client, history, "seven")  # stateless / store_unavailable; find and put fail
+    store.broken = False
+    monkeypatch.setenv("ANCHORTRACK_MODE", "off")
+    ask(client, history, "eight")  # passthrough / mode_off
+
+    snap = tracker.stats.snapshot()
+    assert [
+        _row("chained", "chained", "chained", 2),
+        _row("chained", "passthrough", "caller_managed", 1),
+        _row("chained", "stateless", "no_history", 3),
+        _row("chained", "stateless", "prefix_diverged", 1),
+        _row("chained", "stateless", "store_unavailable", 1),
+        _row("off", "passthrough", "mode_off", 1),
+    ] == snap["requests"]
+    assert {"stale_anchor": 1} == snap["fallbacks"]
+    assert {"not_completed": 1, "store_false": 1} == snap["not_recorded"]
+    assert {"find": 1, "put": 1} == snap["store_errors"]
+    # one, two, edited, three (resent), four (parent known), seven (its write failed: store_errors)
+    assert 6 == snap["recorded"]
+    assert 2 == tracker.stats.count("chained")
+    assert 3 == tracker.stats.count(reason="no_history")
+
+
+@pytest.mark.usefixtures("zdr")
+def test_zdr_is_counted_as_a_fallback_then_as_stateless(client: openai.OpenAI) -> None:
+    """The refused chained call counts as a zdr fallback; later calls count as stateless / zdr."""
+    history, _ = ask(client, [], "one")
+    history, _ = ask(client, history, "two")
+    ask(client, history, "three")
+
+    snap = anchortrack.tracker(client).stats.snapshot()
+    assert [
+        _row("chained", "chained", "chained", 1),
+        _row("chained", "stateless", "no_history", 1),
+        _row("chained", "stateless", "zdr", 1),
+    ] == snap["requests"]
+    assert {"zdr": 1} == snap["fallbacks"]
+
+
+def test_internal_error_is_counted_when_an_item_has_no_shape(client: openai.OpenAI) -> None:
+    """An item anchortrack cannot fingerprint is counted as stateless / internal_error."""
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model="scripted", input=[user("one"), 42])  # type: ignore[list-item]
+
+    assert 1 == anchortrack.tracker(client).stats.count("stateless", "internal_error")
+
+
+def test_items_and_bytes_add_up_for_chained_calls(client: openai.OpenAI, store: MemoryStore) -> None:
+    """Chained mode: sent == planned < stateless; the delta histogram sees each chained call."""
+    history, _ = ask(client, [], "one")
+    nxt = [*history, user("two")]
+    plan = anchortrack.plan_request(nxt, scope=scope_of(client), store=store)
+    first = anchortrack.plan_request([user("one")], scope=scope_of(client), store=store)
+
+    client.responses.create(model="scripted", input=nxt)
+
+    snap = anchortrack.tracker(client).stats.snapshot()
+    assert (1 + 1, 1 + 3) == (snap["items_sent"], snap["items_total"])
+    assert first.bytes_stateless + plan.bytes_planned == snap["bytes_sent"] == snap["bytes_planned"]
+    assert first.bytes_stateless + plan.bytes_stateless == snap["bytes_stateless"]
+    assert snap["bytes_stateless"] - snap["bytes_sent"] == snap["bytes_saved"] == snap["bytes_would_save"]
+    assert {"count": 1, "sum": 1.0} == {k: snap["delta_items"][k] for k in ("count", "sum")}
+    assert 1 == snap["delta_items"]["buckets"]["1"]
+    assert 2 == snap["plan_seconds"]["count"] == snap["plan_seconds"]["buckets"]["+Inf"]
+
+
+def test_a_stale_anchor_resend_counts_its_bytes_as_sent(
+    server: ResponsesServer, client: openai.OpenAI, store: MemoryStore
+) -> None:
+    """The resend after a stale anchor adds the full history to items and bytes sent."""
+    history, first = ask(client, [], "one")
+    nxt = [*history, user("two")]
+    plan = anchortrack.plan_request(nxt, scope=scope_of(client), store=store)
+    server.state.drop(first.id)
+    before = anchortrack.tracker(client).stats.snapshot()
+
+    client.responses.create(model="scripted", input=nxt)
+
+    after = anchortrack.tracker(client).stats.snapshot()
+    assert plan.bytes_planned + plan.bytes_stateless == after["bytes_sent"] - before["bytes_sent"]
+    assert plan.sent + plan.total == after["items_sent"] - before["items_sent"]
+    assert plan.bytes_planned == after["bytes_planned"] - before["bytes_planned"]
+
+
+def test_shadow_mode_aggregates_what_chaining_would_have_saved(raw_client: openai.OpenAI) -> None:
+    """Shadow mode sends everything, and bytes_would_save / items_planned show the saving."""
+    store = MemoryStore()
+    client = anchortrack.wrap(raw_client, store=store, mode="shadow")
+    history: list[Any] = []
+    for text in ("one", "two", "three"):
+        history, _ = ask(client, history, text)
+
+    snap = anchortrack.tracker(client).stats.snapshot()
+    assert [_row("shadow", "chained", "chained", 2), _row("shadow", "stateless", "no_history", 1)] == snap[
+        "requests"
+    ]
+    assert 0 == snap["bytes_saved"]
+    assert snap["bytes_would_save"] == snap["bytes_stateless"] - snap["bytes_planned"] > 0
+    assert (1 + 3 + 5, 1 + 1 + 1) == (snap["items_sent"], snap["items_planned"])
+
+
+def test_mode_off_counts_requests_without_reading_or_storing(
+    client: openai.OpenAI, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kill switch is countable, and still hashes and stores nothing."""
+    monkeypatch.setenv("ANCHORTRACK_MODE", "off")
+    history, _ = ask(client, [], "one")
+    ask(client, history, "two")
+
+    snap = anchortrack.tracker(client).stats.snapshot()
+    assert [_row("off", "passthrough", "mode_off", 2)] == snap["requests"]
+    assert (0, 0, 0) == (snap["items_total"], snap["bytes_stateless"], snap["recorded"])
+    assert 0 == len(store)
+
+
+def test_merged_snapshots_add_up_counters_and_histograms(raw_client: openai.OpenAI) -> None:
+    """merge_snapshots sums two trackers' counters, label by label, and their histogram buckets."""
+    a = anchortrack.wrap(raw_client)
+    b = anchortrack.wrap(raw_client, mode="shadow")
+    history, _ = ask(a, [], "one")
+    ask(a, history, "two")
+    ask(b, [], "x", store=False)
+
+    sa, sb = (anchortrack.tracker(c).stats.snapshot() for c in (a, b))
+    merged = merge_snapshots([sa, sb])
+
+    assert [
+        _row("chained", "chained", "chained", 1),
+        _row("chained", "stateless", "no_history", 1),
+        _row("shadow", "stateless", "no_history", 1),
+    ] == merged["requests"]
+    assert sa["bytes_sent"] + sb["bytes_sent"] == merged["bytes_sent"]
+    assert {"store_false": 1} == merged["not_recorded"]
+    assert 3 == merged["plan_seconds"]["count"] == merged["plan_seconds"]["buckets"]["+Inf"]
+    assert list(sa["plan_seconds"]["buckets"]) == list(merged["plan_seconds"]["buckets"])
+    assert merge_snapshots([]) == anchortrack.Stats().snapshot()
