@@ -27,7 +27,7 @@ import attrs
 DEFAULT_TTL: float = 30 * 24 * 3600.0
 
 #: Environment variable holding the optional secret key for keyed digests.
-SECRET_KEY_ENV = "ANCHORTRACK_SECRET_KEY"
+SECRET_KEY_ENV = "ANCHORTRACK_SECRET_KEY"  # noqa: S105 - a variable name, not a secret
 
 
 @attrs.frozen
@@ -80,11 +80,20 @@ class AnchorStore(Protocol):
         ...
 
     def put(self, scope: str, anchor: Anchor) -> None:
-        """Record *anchor* (last writer wins for the same view)."""
+        """
+        Record *anchor* (last writer wins for the same view).
+
+        A response id names one view: recording it under another view
+        replaces the older entry.
+        """
         ...
 
     def evict(self, scope: str, response_id: str) -> None:
-        """Forget *response_id* and the view it was recorded under."""
+        """
+        Forget *response_id* and the view it was recorded under.
+
+        The view entry is kept if it now names another response.
+        """
         ...
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:

@@ -1,0 +1,228 @@
+"""
+`SQLiteStore`: anchors in one SQLite file, shared by the processes of a host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
+from ._codec import check_anchor, check_response_id, check_scope, unique_views
+from ._sqlite_schema import SchemaVersionError, migrate
+
+
+__all__ = ["SQLiteStore", "SchemaVersionError"]
+
+_T = TypeVar("_T")
+
+#: Views per ``IN (...)`` list, well under SQLite's variable limit.
+_CHUNK = 500
+
+_GET = (
+    "SELECT view, response_id, count, created_at, expires_at FROM anchors"
+    " WHERE scope = ? AND response_id = ? AND expires_at > ?"
+    " ORDER BY created_at DESC LIMIT 1"
+)
+_DROP_OTHER_VIEWS = "DELETE FROM anchors WHERE scope = ? AND response_id = ? AND view <> ?"
+_UPSERT = (
+    "INSERT INTO anchors (scope, view, response_id, count, created_at, expires_at)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (scope, view) DO UPDATE SET response_id = excluded.response_id,"
+    " count = excluded.count, created_at = excluded.created_at,"
+    " expires_at = excluded.expires_at"
+)
+_EVICT = "DELETE FROM anchors WHERE scope = ? AND response_id = ?"
+_SWEEP = "DELETE FROM anchors WHERE expires_at <= ?"
+
+
+def _find_sql(n: int) -> str:
+    """Return the find query for *n* views (only placeholders are inserted)."""
+    marks = ", ".join("?" * n)
+    return (
+        "SELECT view, response_id, count, created_at, expires_at FROM anchors"  # noqa: S608
+        f" WHERE scope = ? AND expires_at > ? AND view IN ({marks})"
+    )
+
+
+class SQLiteStore:
+    """
+    Anchors in one SQLite file: survives restarts, shared by a host's processes.
+
+    The file is in WAL mode, so readers never wait for writers, and every
+    write is one short ``BEGIN IMMEDIATE`` transaction.
+    The store opens its connection lazily, serialises its threads on one
+    lock, and after any SQLite error drops the connection so the next call
+    reconnects.
+    Errors are raised, never swallowed, and arrive quickly: a file locked by
+    another writer raises ``sqlite3.OperationalError`` after *timeout*
+    seconds, a read-only file or directory at once.
+
+    Expired rows are never returned; they are deleted on the first write
+    after opening and then every *sweep_every* writes.
+    The schema is versioned with ``PRAGMA user_version`` and migrated on
+    open; a file from a newer anchortrack raises `SchemaVersionError`.
+
+    The async methods run the sync ones in a worker thread
+    (``asyncio.to_thread``).
+
+    Args:
+        path: The database file (created if missing), or ``":memory:"``
+            (private to this store, and lost when its connection closes).
+        ttl: Seconds an anchor lives; the tracker sets
+            ``expires_at = created_at + ttl``.
+        secret_key: Optional key for keyed view digests (else the
+            ``ANCHORTRACK_SECRET_KEY`` environment variable).
+        timeout: Seconds to wait for another connection's write lock.
+        clock: Returns the current Unix time; injectable for tests.
+        sweep_every: Writes between two deletions of expired rows.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ttl: float = DEFAULT_TTL,
+        secret_key: bytes | str | None = None,
+        timeout: float = 0.25,
+        clock: Callable[[], float] = time.time,
+        sweep_every: int = 1000,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError(f"ttl must be positive, got {ttl}")
+        if sweep_every < 1:
+            raise ValueError(f"sweep_every must be at least 1, got {sweep_every}")
+        self.path = os.fspath(path)
+        self.ttl = float(ttl)
+        self.secret_key = resolve_secret_key(secret_key)
+        self.timeout = timeout
+        self.sweep_every = sweep_every
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+        self._writes_to_sweep = 0  # sweep at the first write
+
+    # -- the AnchorStore protocol ------------------------------------------
+
+    def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+        """Return the live anchors recorded in *scope* for any of *views*."""
+        check_scope(scope)
+        wanted = unique_views(views)
+        if not wanted:
+            return {}
+
+        def run(conn: sqlite3.Connection) -> dict[bytes, Anchor]:
+            now, found = self._clock(), {}
+            for i in range(0, len(wanted), _CHUNK):
+                chunk = wanted[i : i + _CHUNK]
+                for row in conn.execute(_find_sql(len(chunk)), (scope, now, *chunk)):
+                    found[row[0]] = Anchor(*row)
+            return found
+
+        return self._run(run)
+
+    def get(self, scope: str, response_id: str) -> Anchor | None:
+        """Return the live anchor recorded in *scope* for *response_id*."""
+        check_scope(scope)
+        check_response_id(response_id)
+
+        def run(conn: sqlite3.Connection) -> Anchor | None:
+            row = conn.execute(_GET, (scope, response_id, self._clock())).fetchone()
+            return Anchor(*row) if row is not None else None
+
+        return self._run(run)
+
+    def put(self, scope: str, anchor: Anchor) -> None:
+        """
+        Record *anchor* in *scope*.
+
+        The last writer wins for a view, and a response id lives under one
+        view: recording it under another view deletes the older row.
+        """
+        check_scope(scope)
+        a = check_anchor(anchor)
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(_DROP_OTHER_VIEWS, (scope, a.response_id, a.view))
+                conn.execute(_UPSERT, (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at))
+                sweep = self._writes_to_sweep <= 0
+                if sweep:
+                    conn.execute(_SWEEP, (self._clock(),))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self._writes_to_sweep = (self.sweep_every if sweep else self._writes_to_sweep) - 1
+
+        self._run(run)
+
+    def evict(self, scope: str, response_id: str) -> None:
+        """Forget *response_id* and the view it was recorded under, if any."""
+        check_scope(scope)
+        check_response_id(response_id)
+        self._run(lambda conn: conn.execute(_EVICT, (scope, response_id)).close())
+
+    async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+        """Async twin of `find`, run in a worker thread."""
+        return await asyncio.to_thread(self.find, scope, views)
+
+    async def aget(self, scope: str, response_id: str) -> Anchor | None:
+        """Async twin of `get`, run in a worker thread."""
+        return await asyncio.to_thread(self.get, scope, response_id)
+
+    async def aput(self, scope: str, anchor: Anchor) -> None:
+        """Async twin of `put`, run in a worker thread."""
+        await asyncio.to_thread(self.put, scope, anchor)
+
+    async def aevict(self, scope: str, response_id: str) -> None:
+        """Async twin of `evict`, run in a worker thread."""
+        await asyncio.to_thread(self.evict, scope, response_id)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; the store reopens it if it is used again."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        await asyncio.to_thread(self.close)
+
+    def _run(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run *operation* on the connection; drop the connection if it fails."""
+        if self._pid != os.getpid():  # forked: never share a connection
+            self._pid, self._lock, self._conn = os.getpid(), threading.Lock(), None
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                conn = self._conn = self._open()
+            try:
+                return operation(conn)
+            except sqlite3.Error:
+                self._conn = None
+                conn.close()
+                raise
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").close()
+            conn.execute("PRAGMA synchronous = NORMAL").close()
+            migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._writes_to_sweep = 0
+        return conn

@@ -1,0 +1,218 @@
+"""
+The anchor stores side by side: round trips, latency and memory.
+
+For each backend (MemoryStore, SQLiteStore on a temporary file, RedisStore on
+a redis-server this script starts on a free loopback port):
+
+1. Round trips per plan (``find``) and per record (``put``). For Redis they
+   are counted two ways: requests written on the socket (a counting
+   connection class) and the server's own ``INFO commandstats`` deltas.
+   For SQLite the column shows SQL statements instead (trace callback).
+2. Latency of one ``find`` of 100 views (5 recorded) plus one ``put``,
+   averaged over 2,000 operations on a store holding 2,000 anchors, sync and
+   async, and as a ratio to MemoryStore.
+3. MemoryStore's memory per anchor: ``tracemalloc`` over 100,000 anchors
+   with 16-byte views and 30-character response ids.
+
+Needs ``redis-server`` on PATH and the ``redis`` extra. Takes about 15 s.
+
+    python benchmarks/bench_stores.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import hashlib
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from anchortrack.stores import Anchor, AnchorStore, MemoryStore, RedisStore, SQLiteStore  # noqa: E402
+from tests._redis import RedisServer  # noqa: E402
+
+
+SCOPE = "0123456789abcdef"
+OPS = 2_000
+VIEWS_PER_FIND = 100
+HITS_PER_FIND = 5
+PRELOAD = 2_000
+MEMORY_ANCHORS = 100_000
+
+
+def digest(label: str) -> bytes:
+    return hashlib.blake2b(label.encode(), digest_size=16).digest()
+
+
+def anchor(label: str, now: float) -> Anchor:
+    v = digest(label)
+    return Anchor(v, f"resp_{v.hex()[:25]}", 7, now, now + 3600)
+
+
+class CountingConnection(redis.Connection):
+    """Counts requests written to the socket: one per round trip."""
+
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+
+
+def workload(now: float) -> tuple[list[Anchor], list[list[bytes]], list[Anchor]]:
+    """Preloaded anchors, the view lists to find, the anchors to put."""
+    preload = [anchor(f"pre-{i}", now) for i in range(PRELOAD)]
+    finds = []
+    for op in range(OPS):
+        hits = [preload[(op * 7 + k) % PRELOAD].view for k in range(HITS_PER_FIND)]
+        misses = [digest(f"miss-{op}-{k}") for k in range(VIEWS_PER_FIND - HITS_PER_FIND)]
+        finds.append(misses[:50] + hits + misses[50:])
+    puts = [anchor(f"new-{op}", now) for op in range(OPS)]
+    return preload, finds, puts
+
+
+def time_sync(store: AnchorStore, finds: list[list[bytes]], puts: list[Anchor]) -> float:
+    """Mean seconds of one find plus one put."""
+    started = time.perf_counter()
+    for views, a in zip(finds, puts, strict=True):
+        found = store.find(SCOPE, views)
+        assert len(found) == HITS_PER_FIND
+        store.put(SCOPE, a)
+    return (time.perf_counter() - started) / len(puts)
+
+
+async def time_async(store: AnchorStore, finds: list[list[bytes]], puts: list[Anchor]) -> float:
+    """Mean seconds of one afind plus one aput; closes the store in the same loop."""
+    started = time.perf_counter()
+    for views, a in zip(finds, puts, strict=True):
+        found = await store.afind(SCOPE, views)
+        assert len(found) == HITS_PER_FIND
+        await store.aput(SCOPE, a)
+    elapsed = (time.perf_counter() - started) / len(puts)
+    await store.aclose()  # type: ignore[attr-defined]
+    return elapsed
+
+
+def commandstats(client: redis.Redis) -> dict[str, int]:
+    return {name: int(stats["calls"]) for name, stats in client.info("commandstats").items()}
+
+
+def count_per_op(op: Callable[[int], object], counter: Callable[[], int], n: int = 200) -> float:
+    before = counter()
+    for i in range(n):
+        op(i)
+    return (counter() - before) / n
+
+
+def redis_round_trips(url: str, now: float) -> tuple[float, float, dict[str, int]]:
+    """Socket requests per find and per put, plus the server's command deltas."""
+    store = RedisStore.from_url(url, prefix="rt", connection_class=CountingConnection)
+    store.put(SCOPE, anchor("warm", now))  # loads the Lua scripts once
+    views = [digest(f"rt-{k}") for k in range(VIEWS_PER_FIND)]
+    observer = redis.Redis.from_url(url)
+    stats_before = commandstats(observer)
+    per_find = count_per_op(lambda i: store.find(SCOPE, views), lambda: CountingConnection.sent)
+    per_put = count_per_op(
+        lambda i: store.put(SCOPE, anchor(f"rt-{i}", now)), lambda: CountingConnection.sent
+    )
+    stats_after = commandstats(observer)
+    delta = {
+        name.removeprefix("cmdstat_"): stats_after[name] - stats_before.get(name, 0)
+        for name in stats_after
+        if stats_after[name] != stats_before.get(name, 0) and name != "cmdstat_info"
+    }
+    observer.close()
+    store.close()
+    return per_find, per_put, delta
+
+
+def sqlite_statements(path: Path, now: float) -> tuple[float, float]:
+    """SQL statements per find and per put (the sweep runs every 1,000 puts)."""
+    store = SQLiteStore(path)
+    store.put(SCOPE, anchor("warm", now))
+    statements: list[str] = []
+    conn = store._conn
+    assert conn is not None
+    conn.set_trace_callback(statements.append)
+    views = [digest(f"rt-{k}") for k in range(VIEWS_PER_FIND)]
+    per_find = count_per_op(lambda i: store.find(SCOPE, views), lambda: len(statements))
+    per_put = count_per_op(lambda i: store.put(SCOPE, anchor(f"rt-{i}", now)), lambda: len(statements))
+    store.close()
+    return per_find, per_put
+
+
+def memory_per_anchor(n: int = MEMORY_ANCHORS) -> float:
+    now = time.time()
+    inputs = [(digest(f"m-{i}"), f"resp_{i:025d}") for i in range(n)]
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    store = MemoryStore(n)
+    for v, rid in inputs:  # fresh view objects, as the tracker's digests are
+        store.put(SCOPE, Anchor(v[:8] + v[8:], rid, 7, now, now + 3600))
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(store) == n
+    return used / n
+
+
+def main() -> None:
+    started = time.perf_counter()
+    now = time.time()
+    preload, finds, puts = workload(now)
+    with RedisServer() as server, tempfile.TemporaryDirectory() as tmp:
+        factories: dict[str, Callable[[str], AnchorStore]] = {
+            "memory": lambda name: MemoryStore(),
+            "sqlite": lambda name: SQLiteStore(Path(tmp) / f"{name}.db"),
+            "redis": lambda name: RedisStore.from_url(server.url, prefix=name),
+        }
+        results: dict[str, tuple[float, float]] = {}
+        for backend, make in factories.items():
+            sync_store, async_store = make(f"{backend}-sync"), make(f"{backend}-async")
+            for a in preload:
+                sync_store.put(SCOPE, a)
+                async_store.put(SCOPE, a)
+            sync_s = time_sync(sync_store, finds, puts)
+            async_s = asyncio.run(time_async(async_store, finds, puts))
+            sync_store.close()  # type: ignore[attr-defined]
+            results[backend] = (sync_s, async_s)
+
+        rt_find, rt_put, delta = redis_round_trips(server.url, now)
+        sql_find, sql_put = sqlite_statements(Path(tmp) / "statements.db", now)
+    per_anchor = memory_per_anchor()
+
+    base_sync, base_async = results["memory"]
+    print(
+        f"find of {VIEWS_PER_FIND} views ({HITS_PER_FIND} recorded) + put, "
+        f"{OPS:,} operations, {PRELOAD:,} anchors preloaded\n"
+    )
+    print(f"{'backend':<8} {'sync µs':>9} {'ratio':>7} {'async µs':>9} {'ratio':>7}   per find / per put")
+    for backend, (sync_s, async_s) in results.items():
+        if backend == "redis":
+            trips = f"{rt_find:.2f} / {rt_put:.2f} round trips"
+        elif backend == "sqlite":
+            trips = f"{sql_find:.2f} / {sql_put:.2f} SQL statements (local file)"
+        else:
+            trips = "in-process"
+        print(
+            f"{backend:<8} {sync_s * 1e6:>9.1f} {sync_s / base_sync:>6.1f}x"
+            f" {async_s * 1e6:>9.1f} {async_s / base_async:>6.1f}x   {trips}"
+        )
+    print(f"\nredis-server command deltas for 200 finds + 200 puts: {delta}")
+    print(f"MemoryStore: {per_anchor:.0f} bytes per anchor (tracemalloc, {MEMORY_ANCHORS:,} anchors)")
+    print(f"\ntotal {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Tests of the anchor stores (issue #4)."""
