@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import attrs
 
@@ -114,19 +115,26 @@ MODEL_ITEM_TYPES = frozenset(
 
 class Memo:
     """
-    Remembers fingerprints of items seen before, keyed by a digest of their value.
+    Remembers fingerprints of items seen before — by value, never trusting identity.
 
-    The key of a plain JSON dict is a digest of its ``repr`` (injective on JSON
-    data); the key of an SDK model is a digest of its JSON serialization. Equal
-    keys therefore mean equal items, so the memo can never return a wrong
-    fingerprint; a key-order change only costs a miss.
-    It holds digests only (no item content) and is bounded: when full it starts
-    over.
+    Two ways in, both exact:
+
+    * A plain dict whose leaves are all strings is remembered with a private
+      copy of its containers (sharing the leaf strings). When the same object
+      comes back, ``item == copy`` (a pointer-fast C comparison) proves its
+      value is unchanged — in-place edits by middleware are caught — and only
+      then is its fingerprint reused. With string leaves only, ``==`` is exact
+      (no ``1 == True == 1.0`` aliasing).
+    * Any other dict, or an SDK model, is keyed by a digest of its ``repr`` /
+      JSON serialization, which names its value exactly.
+
+    Bounded: when full it starts over.
     """
 
     def __init__(self, max_entries: int = 65_536) -> None:
         self.max_entries = max_entries
         self._entries: dict[bytes, tuple[bytes, int, bool]] = {}
+        self._objects: dict[int, tuple[object, tuple[bytes, int, bool]]] = {}
 
     def get(self, key: bytes) -> tuple[bytes, int, bool] | None:
         """Return what was remembered under *key*."""
@@ -137,6 +145,57 @@ class Memo:
         if len(self._entries) >= self.max_entries:
             self._entries.clear()
         self._entries[key] = value
+
+    def lookup_object(self, item: dict[str, Any]) -> tuple[bytes, int, bool] | None:
+        """Return the remembered fingerprint of *item* if its value is unchanged."""
+        entry = self._objects.get(id(item))
+        if entry is not None and entry[0] == item:
+            return entry[1]
+        return None
+
+    def remember_object(self, item: dict[str, Any], value: tuple[bytes, int, bool]) -> bool:
+        """Remember *item* by a copy of its value; False if it is not all-string."""
+        copy = _freeze(item)
+        if copy is None:
+            return False
+        if len(self._objects) >= self.max_entries:
+            self._objects.clear()
+        self._objects[id(item)] = (copy, value)
+        return True
+
+
+def _freeze(value: object) -> object | None:
+    """
+    Copy dict/list containers, sharing str and None leaves.
+
+    Returns None (meaning "cannot remember by identity") if any leaf is another
+    type: ``==`` would equate ``1``, ``1.0`` and ``True``, whose JSON differs.
+    """
+    kind = type(value)
+    if kind is str:
+        return value
+    if value is None:
+        return _NONE
+    if kind is dict:
+        out = {}
+        for key, item in value.items():  # type: ignore[attr-defined]
+            frozen = _freeze(item)
+            if frozen is None:
+                return None
+            out[key] = None if frozen is _NONE else frozen
+        return out
+    if kind is list:
+        items = []
+        for item in value:  # type: ignore[attr-defined]
+            frozen = _freeze(item)
+            if frozen is None:
+                return None
+            items.append(None if frozen is _NONE else frozen)
+        return items
+    return None
+
+
+_NONE = object()
 
 
 def _memo_key(item: object) -> bytes | None:
@@ -177,12 +236,20 @@ def fingerprint_items(
     sizes: list[int] = []
     has_model = False
     for item in items:
-        key = _memo_key(item) if memo is not None else None
-        known = memo.get(key) if memo is not None and key is not None else None
+        known = None
+        is_dict = type(item) is dict
+        if memo is not None and is_dict:
+            known = memo.lookup_object(item)  # type: ignore[arg-type]
         if known is None:
-            known, plain = _fingerprint_one(item)
-            if memo is not None and key is not None and (plain or type(item) is not dict):
-                memo.put(key, known)
+            key = _memo_key(item) if memo is not None else None
+            known = memo.get(key) if memo is not None and key is not None else None
+            if known is None:
+                known, plain = _fingerprint_one(item)
+                if memo is not None and key is not None and (plain or not is_dict):
+                    memo.put(key, known)
+                    if is_dict:
+                        # First sighting of this value: loops pass this very object again.
+                        memo.remember_object(item, known)  # type: ignore[arg-type]
         fps.append(known[0])
         sizes.append(known[1])
         has_model = has_model or known[2]

@@ -1,0 +1,99 @@
+"""Tests for the fingerprint memo: it may only ever return the fingerprint of the item's current value."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from openai.types.responses import ResponseOutputMessage
+
+from anchortrack import fingerprint
+from anchortrack._hashing import Memo, fingerprint_items
+
+
+def _fps(items: list[Any], memo: Memo) -> list[bytes]:
+    return fingerprint_items(items, memo)[0]
+
+
+def test_in_place_edits_are_seen() -> None:
+    """Middleware mutating an item in place (nested too) gets the new fingerprint, not the memo's."""
+    memo = Memo()
+    item: dict[str, Any] = {"role": "user", "content": [{"type": "input_text", "text": "card 4111"}]}
+    first = _fps([item], memo)
+
+    item["content"][0]["text"] = "card [redacted]"
+    second = _fps([item], memo)
+    item["role"] = "developer"
+    third = _fps([item], memo)
+
+    assert [
+        fingerprint({"role": "user", "content": [{"type": "input_text", "text": "card [redacted]"}]})
+    ] == second
+    assert first != second != third
+    assert [fingerprint(item)] == third
+
+
+def test_number_aliasing_never_fools_the_memo() -> None:
+    """1, 1.0 and True compare equal in Python but not in JSON: such items are never trusted by identity."""
+    memo = Memo()
+    item: dict[str, Any] = {"type": "x", "n": 1}
+    one = _fps([item], memo)
+    item["n"] = True
+    true = _fps([item], memo)
+    item["n"] = 1.0
+    float_one = _fps([item], memo)
+
+    assert len({one[0], true[0], float_one[0]}) == 3
+
+
+def test_a_reused_object_id_is_checked_by_value() -> None:
+    """An object that happens to reuse a dead item's id is compared by value first."""
+    memo = Memo()
+    for n in range(20):
+        item = {"role": "user", "content": f"message {n}"}
+        assert [fingerprint(item)] == _fps([item], memo)
+        del item
+        gc.collect()
+
+
+def test_sdk_models_are_keyed_by_value() -> None:
+    """Mutating an SDK model in place changes its fingerprint through the memo too."""
+    memo = Memo()
+    model = ResponseOutputMessage.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "secret", "annotations": []}],
+        }
+    )
+    before = _fps([model], memo)
+    model.content[0].text = "[redacted]"  # type: ignore[union-attr]
+
+    assert before != _fps([model], memo)
+    assert [fingerprint(model)] == _fps([model], memo)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(
+    before=st.dictionaries(st.text(max_size=4), JSON, max_size=4),
+    after=st.dictionaries(st.text(max_size=4), JSON, max_size=4),
+)
+def test_memo_always_agrees_with_a_fresh_fingerprint(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Whatever an item was and becomes in place, the memo returns the fresh fingerprint."""
+    memo = Memo()
+    item = dict(before)
+    assert [fingerprint(item)] == _fps([item], memo)
+    item.clear()
+    item.update(after)
+
+    assert [fingerprint(item)] == _fps([item], memo)
