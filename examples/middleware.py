@@ -36,7 +36,8 @@ def inject(history: list[Any], note: str) -> list[Any]:
 def main() -> None:
     with endpoint() as (raw, model):
         client = anchortrack.wrap(raw)
-        stats = anchortrack.tracker(client).stats
+        tracker = anchortrack.tracker(client)
+        scope = anchortrack.Scope(str(client.base_url))
         history: list[Any] = [
             {"role": "system", "content": "You are a support agent."},
             {"role": "user", "content": "My card 4111 1111 1111 1111 was charged twice."},
@@ -49,11 +50,10 @@ def main() -> None:
         ]
         for n, (label, middleware) in enumerate(steps):
             history = middleware(history)
-            before = {(r["decision"], r["reason"]): r["count"] for r in stats.snapshot()["requests"]}
+            # What will this call send, and why? (The same plan the wrapped client makes.)
+            why = anchortrack.explain(history, store=tracker.store, scope=scope, tracker=tracker)
             response = client.responses.create(model=model, input=history)
-            after = stats.snapshot()["requests"]
-            new = next(r for r in after if r["count"] != before.get((r["decision"], r["reason"]), 0))
-            print(f"call {n} ({label}): {new['decision']:9s} reason={new['reason']}")
+            print(f"call {n} ({label}): {why.summary}")
             history += [*response.output, {"role": "user", "content": f"follow-up {n}"}]
 
 
