@@ -9,7 +9,9 @@ import openai
 import pytest
 import structlog
 
+import anchortrack
 from anchortrack.server import ResponsesServer
+from anchortrack.stores import MemoryStore
 
 
 def _http_client_classes() -> tuple[Any, Any]:
@@ -35,7 +37,8 @@ class Wire:
 
 @pytest.fixture(autouse=True)
 def _structlog_defaults() -> Iterator[None]:
-    """capture_logs() leaves structlog "configured"; put the defaults back after each test."""
+    """capture_logs() leaves structlog "configured"; start and end every test with the defaults."""
+    structlog.reset_defaults()
     yield
     structlog.reset_defaults()
 
@@ -70,3 +73,20 @@ async def _raw_aclient(server: ResponsesServer, wire: Wire) -> AsyncIterator[ope
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", http_client=http, max_retries=0)
     yield client
     await client.close()
+
+
+@pytest.fixture(name="store")
+def _store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture(name="client")
+def _client(raw_client: openai.OpenAI, store: MemoryStore) -> openai.OpenAI:
+    """A wrapped sync client with its own memory store."""
+    return anchortrack.wrap(raw_client, store=store)
+
+
+@pytest.fixture(name="aclient")
+def _aclient(raw_aclient: openai.AsyncOpenAI, store: MemoryStore) -> openai.AsyncOpenAI:
+    """A wrapped async client with its own memory store."""
+    return anchortrack.wrap(raw_aclient, store=store)

@@ -28,9 +28,8 @@ from anchortrack.server._store import (
     Row,
     StoredResponse,
     _Unset,
-    check_save_policy,
     decode_row,
-    encode_row,
+    row_to_save,
 )
 
 
@@ -157,15 +156,14 @@ class SQLiteResponseStore:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 now = self._clock()
-                old = self._live(record.id, now)
-                check_save_policy(
-                    None if old is None else decode_row(old),
+                row = row_to_save(
+                    self._live(record.id, now),
                     record,
+                    now=now,
+                    retention=self.retention,
                     overwrite=overwrite,
                     expected_previous_response_id=expected_previous_response_id,
                 )
-                created = now if old is None else old.created_at
-                row = encode_row(record, created, created + self.retention)
                 self._conn.execute(
                     f"INSERT OR REPLACE INTO responses ({_COLUMNS}) "  # noqa: S608
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

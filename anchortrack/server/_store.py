@@ -241,6 +241,33 @@ def check_save_policy(
         raise StoreConflictError(record.id, "Response already exists.")
 
 
+def row_to_save(
+    old: Row | None,
+    record: StoredResponse,
+    *,
+    now: float,
+    retention: float,
+    overwrite: bool,
+    expected_previous_response_id: str | Literal[_Unset.UNSET] | None,
+) -> Row:
+    """
+    Apply the save policy against the live row *old* and encode *record* (every backend's save).
+
+    A replaced response keeps its creation time, and so its expiry.
+
+    Raises:
+        StoreConflictError: On a parent mismatch or an overwrite not asked for.
+    """
+    check_save_policy(
+        None if old is None else decode_row(old),
+        record,
+        overwrite=overwrite,
+        expected_previous_response_id=expected_previous_response_id,
+    )
+    created = now if old is None else old.created_at
+    return encode_row(record, created, created + retention)
+
+
 class MemoryResponseStore:
     """
     Responses kept in memory, for tests and single-process servers.
@@ -291,15 +318,14 @@ class MemoryResponseStore:
         """Store *record* under the save policy; see :class:`ResponseStore`."""
         with self._lock:
             now = self._clock()
-            old = self._live(record.id, now)
-            check_save_policy(
-                None if old is None else decode_row(old),
+            row = row_to_save(
+                self._live(record.id, now),
                 record,
+                now=now,
+                retention=self.retention,
                 overwrite=overwrite,
                 expected_previous_response_id=expected_previous_response_id,
             )
-            created = now if old is None else old.created_at
-            row = encode_row(record, created, created + self.retention)
             self._rows[record.id] = row
             self._links.pop(record.id, None)
             if now - self._last_purge >= PURGE_INTERVAL:

@@ -6,33 +6,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import openai
 import pytest
 
-import anchortrack
 from anchortrack import canonical_item
 from anchortrack.server import ResponsesServer
-from anchortrack.stores import MemoryStore
 
 from ..conftest import Wire
 from .schema import validate_create_response
-
-
-@pytest.fixture(name="store")
-def _store() -> MemoryStore:
-    return MemoryStore()
-
-
-@pytest.fixture(name="client")
-def _client(raw_client: openai.OpenAI, store: MemoryStore) -> openai.OpenAI:
-    """A wrapped sync client with its own memory store."""
-    return anchortrack.wrap(raw_client, store=store)
-
-
-@pytest.fixture(name="aclient")
-def _aclient(raw_aclient: openai.AsyncOpenAI, store: MemoryStore) -> openai.AsyncOpenAI:
-    """A wrapped async client with its own memory store."""
-    return anchortrack.wrap(raw_aclient, store=store)
 
 
 @pytest.fixture(autouse=True)

@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import openai
-import pytest
-import structlog
 
-import anchortrack
 from anchortrack import Anchor, Scope
 from anchortrack.stores import MemoryStore
-
-
-@pytest.fixture(autouse=True)
-def _pristine_structlog() -> Iterator[None]:
-    """capture_logs() leaves structlog marked as configured; undo that after every test."""
-    structlog.reset_defaults()
-    yield
-    structlog.reset_defaults()
-
-
-@pytest.fixture(name="store")
-def _store() -> MemoryStore:
-    return MemoryStore()
-
-
-@pytest.fixture(name="client")
-def _client(raw_client: openai.OpenAI, store: MemoryStore) -> openai.OpenAI:
-    """A wrapped sync client on the local server, with its own memory store."""
-    return anchortrack.wrap(raw_client, store=store)
 
 
 def scope_of(client: openai.OpenAI, namespace: str | None = None) -> Scope:
