@@ -60,8 +60,7 @@ class WireTap:
 
     def http_client(self) -> Any:
         """A new openai default HTTP client (sync) with the hook installed."""
-        cls = getattr(openai, "DefaultHttpx2Client", None) or openai.DefaultHttpxClient
-        return cls(event_hooks={"request": [self.hook]})
+        return http_client_classes()[0](event_hooks={"request": [self.hook]})
 
     def since(self, start: int) -> list[dict[str, Any]]:
         """The bodies sent after the first *start* ones, parsed."""
@@ -70,3 +69,15 @@ class WireTap:
     def bytes_since(self, start: int) -> int:
         """Total bytes of the bodies sent after the first *start* ones."""
         return sum(len(raw) for raw in self.bodies[start:])
+
+
+def http_client_classes() -> tuple[Any, Any]:
+    """
+    The openai client's own default HTTP client classes, sync and async.
+
+    openai 3 uses httpx2; openai 2 uses httpx (it also names httpx2 classes, but
+    they need an extra that is usually not installed).
+    """
+    if int(openai.__version__.split(".")[0]) >= 3:
+        return openai.DefaultHttpx2Client, openai.DefaultAsyncHttpx2Client
+    return openai.DefaultHttpxClient, openai.DefaultAsyncHttpxClient

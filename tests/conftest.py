@@ -10,15 +10,9 @@ import pytest
 import structlog
 
 import anchortrack
+from anchortrack._wire import http_client_classes
 from anchortrack.server import ResponsesServer
 from anchortrack.stores import MemoryStore
-
-
-def _http_client_classes() -> tuple[Any, Any]:
-    """The openai client's own HTTP client classes (httpx2 on openai 3, httpx on 2)."""
-    if int(openai.__version__.split(".")[0]) >= 3:
-        return openai.DefaultHttpx2Client, openai.DefaultAsyncHttpx2Client
-    return openai.DefaultHttpxClient, openai.DefaultAsyncHttpxClient
 
 
 class Wire:
@@ -58,7 +52,7 @@ def _wire() -> Wire:
 @pytest.fixture(name="raw_client")
 def _raw_client(server: ResponsesServer, wire: Wire) -> Iterator[openai.OpenAI]:
     """A plain (unwrapped) sync client talking to the local server, with its bytes captured."""
-    sync, _ = _http_client_classes()
+    sync, _ = http_client_classes()
     http = sync(event_hooks={"request": [wire.hook]})
     client = openai.OpenAI(base_url=server.base_url, api_key="test", http_client=http, max_retries=0)
     yield client
@@ -68,7 +62,7 @@ def _raw_client(server: ResponsesServer, wire: Wire) -> Iterator[openai.OpenAI]:
 @pytest.fixture(name="raw_aclient")
 async def _raw_aclient(server: ResponsesServer, wire: Wire) -> AsyncIterator[openai.AsyncOpenAI]:
     """A plain (unwrapped) async client talking to the local server, with its bytes captured."""
-    _, asyn = _http_client_classes()
+    _, asyn = http_client_classes()
     http = asyn(event_hooks={"request": [wire.ahook]})
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", http_client=http, max_retries=0)
     yield client
