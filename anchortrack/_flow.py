@@ -62,6 +62,8 @@ class Ticket:
         count: How many items that context holds.
         hashes: ``[h(1), …, h(n)]`` when known, to explain later fallbacks.
         skip_reason: Why the response must not be recorded, if so.
+        expires_at: When the response's chain expires, if it is chained: a
+            response cannot outlive the ancestors the server resolves it through.
     """
 
     scope: str
@@ -69,6 +71,7 @@ class Ticket:
     count: int
     hashes: Sequence[bytes] | None = None
     skip_reason: Reason | None = None
+    expires_at: float | None = None
 
 
 @attrs.frozen
@@ -149,7 +152,8 @@ def call_flow(ctx: Context, request: Request, unavailable: object) -> Flow:
         return (yield Send(request.body, ticket))
     anchor = plan.anchor
     try:
-        return (yield Send(chained_body(request, plan.skip, anchor.response_id), ticket))
+        chained_ticket = attrs.evolve(ticket, expires_at=anchor.expires_at)
+        return (yield Send(chained_body(request, plan.skip, anchor.response_id), chained_ticket))
     except Exception as error:
         failure = classify(error)
         if failure is Failure.OTHER:
@@ -177,6 +181,7 @@ def _caller_managed(ctx: Context, request: Request, unavailable: object) -> Flow
                     base=extend(parent.view, fps),
                     count=parent.count + len(fps),
                     skip_reason=None if request.store else Reason.STORE_FALSE,
+                    expires_at=parent.expires_at,
                 )
     ctx.planned(request, Plan(Reason.CALLER_MANAGED, total=len(request.items)), None)
     if ticket is None:

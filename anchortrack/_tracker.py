@@ -188,12 +188,15 @@ class Tracker:
         hashes = prefix_hashes(ticket.base, fps)
         view = hashes[-1] if hashes else ticket.base
         now = self.clock()
+        expires_at = now + self.store.ttl
+        if ticket.expires_at is not None:
+            expires_at = min(expires_at, ticket.expires_at)
         anchor = Anchor(
             view=view,
             response_id=response_id,
             count=ticket.count + len(items),
             created_at=now,
-            expires_at=now + self.store.ttl,
+            expires_at=expires_at,
         )
         self._pending.append((ticket.scope, anchor))
         if ticket.hashes is not None:

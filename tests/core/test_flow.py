@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -215,3 +216,23 @@ def test_store_false_is_planned_but_marked_unrecordable() -> None:
 
     assert "previous_response_id" in send.body
     assert send.ticket.skip_reason == Reason.STORE_FALSE
+
+
+def test_a_chained_response_expires_with_its_chain() -> None:
+    """A response chained from an anchor is recorded to expire no later than that anchor."""
+    store = DictStore(ttl=1000.0)
+    u1, a1 = user("one"), assistant("ONE")
+    turn(store, [u1], [a1])
+    first = next(iter(store.ids.values()))
+    tracker = Tracker(store, clock=lambda: first.created_at + 500.0)
+    history = [u1, a1, user("two")]
+    _, flow = _start(tracker, {"model": "m", "input": history})
+    send = _answer_find(flow, store)
+
+    tracker.observe(
+        send.ticket, SimpleNamespace(id="resp_child", status="completed", output=[assistant("TWO")])
+    )
+
+    child = store.ids[SCOPE.key, "resp_child"]
+    assert first.expires_at == child.expires_at
+    assert child.created_at + 1000.0 > child.expires_at
