@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._hashing import Scope, extend, fingerprint_items, prefix_hashes
-from ._plan import Plan, candidates, choose, with_sizes
+from ._plan import Plan, candidates, choose, unrecordable, with_sizes
 from .stores._base import Anchor, AnchorStore
 
 
@@ -48,10 +48,7 @@ def record_response(
         The recorded anchor, or None when the response must not be an anchor
         (not completed, or ``store`` false).
     """
-    status = getattr(response, "status", None)
-    if not (status == "completed" or (status == "incomplete" and record_incomplete)):
-        return None
-    if getattr(response, "store", None) is False:
+    if unrecordable(response, record_incomplete=record_incomplete) is not None:
         return None
     fps, _, _ = fingerprint_items(list(history))
     outputs, _, _ = fingerprint_items(list(response.output))

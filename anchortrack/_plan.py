@@ -91,6 +91,23 @@ class Plan:
         return self.total - self.skip
 
 
+def unrecordable(response: object, *, record_incomplete: bool) -> Reason | None:
+    """
+    Why *response* must not become an anchor, or None if it may.
+
+    Only a completed response (optionally an incomplete one) with an id, that
+    was not created with ``store: false``, is an anchor.
+    """
+    if getattr(response, "store", None) is False:
+        return Reason.STORE_FALSE
+    status = getattr(response, "status", None)
+    if not (status == "completed" or (status == "incomplete" and record_incomplete)):
+        return Reason.NOT_COMPLETED
+    if not isinstance(getattr(response, "id", None), str):
+        return Reason.NOT_COMPLETED
+    return None
+
+
 def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
     """Return *plan* with its byte estimates, from the canonical *sizes* of the history."""
     stateless = sizes_total(sizes)

@@ -21,7 +21,7 @@ from ._guard import UNAVAILABLE, Guard
 from ._hashing import Memo, Scope, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
 from ._mode import Mode, coerce, resolve
-from ._plan import Plan, Reason, RecentViews, choose
+from ._plan import Plan, Reason, RecentViews, choose, unrecordable
 from ._request import Request, read_request
 from ._stats import Stats
 from .stores._base import Anchor, AnchorStore
@@ -164,15 +164,7 @@ class Tracker:
     def _observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> None:
         response_id = getattr(response, "id", None)
         status = getattr(response, "status", None)
-        reason = ticket.skip_reason
-        if reason is None and getattr(response, "store", None) is False:
-            reason = Reason.STORE_FALSE
-        if reason is None and not (
-            status == "completed" or (status == "incomplete" and self.record_incomplete)
-        ):
-            reason = Reason.NOT_COMPLETED
-        if reason is None and not isinstance(response_id, str):
-            reason = Reason.NOT_COMPLETED
+        reason = ticket.skip_reason or unrecordable(response, record_incomplete=self.record_incomplete)
         if reason is not None:
             self.stats.skipped_response(reason.value)
             get_logger().debug(
