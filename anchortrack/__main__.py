@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from anchortrack.cli import main
+from anchortrack._cli import main
 
 
 sys.exit(main())

@@ -29,8 +29,7 @@ import matplotlib.pyplot as plt
 import openai
 
 import anchortrack
-from anchortrack._wire import WireTap
-from anchortrack.server import ResponsesServer
+from anchortrack.server import ResponsesServer, WireTap
 
 
 TURNS = 25

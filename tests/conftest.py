@@ -1,32 +1,22 @@
-"""Fixtures shared by the whole suite: the local Responses server and real openai clients."""
+"""
+Fixtures shared by the whole suite: the local Responses server and real openai clients.
+
+Fixture names mean one thing everywhere: ``client``/``aclient`` are wrapped clients, and
+``raw_client``/``raw_aclient`` the plain clients under them; ``server`` is the session's local
+server; ``wire`` is the `WireTap` that saw every request body the raw clients sent.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import openai
 import pytest
 import structlog
 
 import anchortrack
-from anchortrack._wire import http_client_classes
-from anchortrack.server import ResponsesServer
+from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import MemoryStore
-
-
-class Wire:
-    """The raw request bodies a client put on the wire, in order."""
-
-    def __init__(self) -> None:
-        self.bodies: list[bytes] = []
-
-    def hook(self, request: Any) -> None:
-        if request.method == "POST" and request.url.path.endswith("/responses"):
-            self.bodies.append(bytes(request.content))
-
-    async def ahook(self, request: Any) -> None:
-        self.hook(request)
 
 
 @pytest.fixture(autouse=True)
@@ -45,32 +35,34 @@ def _server() -> Iterator[ResponsesServer]:
 
 
 @pytest.fixture(name="wire")
-def _wire() -> Wire:
-    return Wire()
+def _wire() -> WireTap:
+    """The request bodies the test's raw clients put on the wire, in order."""
+    return WireTap()
 
 
 @pytest.fixture(name="raw_client")
-def _raw_client(server: ResponsesServer, wire: Wire) -> Iterator[openai.OpenAI]:
+def _raw_client(server: ResponsesServer, wire: WireTap) -> Iterator[openai.OpenAI]:
     """A plain (unwrapped) sync client talking to the local server, with its bytes captured."""
-    sync, _ = http_client_classes()
-    http = sync(event_hooks={"request": [wire.hook]})
-    client = openai.OpenAI(base_url=server.base_url, api_key="test", http_client=http, max_retries=0)
+    client = openai.OpenAI(
+        base_url=server.base_url, api_key="test", http_client=wire.http_client(), max_retries=0
+    )
     yield client
     client.close()
 
 
 @pytest.fixture(name="raw_aclient")
-async def _raw_aclient(server: ResponsesServer, wire: Wire) -> AsyncIterator[openai.AsyncOpenAI]:
+async def _raw_aclient(server: ResponsesServer, wire: WireTap) -> AsyncIterator[openai.AsyncOpenAI]:
     """A plain (unwrapped) async client talking to the local server, with its bytes captured."""
-    _, asyn = http_client_classes()
-    http = asyn(event_hooks={"request": [wire.ahook]})
-    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", http_client=http, max_retries=0)
+    client = openai.AsyncOpenAI(
+        base_url=server.base_url, api_key="test", http_client=wire.async_http_client(), max_retries=0
+    )
     yield client
     await client.close()
 
 
 @pytest.fixture(name="store")
 def _store() -> MemoryStore:
+    """The anchor store of ``client`` and ``aclient``."""
     return MemoryStore()
 
 

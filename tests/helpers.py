@@ -1,22 +1,63 @@
-"""Builders shared by the test suite (items, fake responses, a dict store for pure unit tests)."""
+"""
+Helpers shared by the whole test suite (the one home for them; conftest files hold fixtures only).
+
+* time: `FakeClock`;
+* items and histories: `user`, `user_message`, `system`, `assistant`, `call`, `output`, `canon`,
+  `dumped`;
+* the wire and the local server: `sent` (one body a `WireTap` saw), `assert_server_saw` (I1);
+* wrapped clients: `ask`, `conversation`, `scope_of`, `BreakableStore`;
+* pure unit tests: `response`, `turn`, `DictStore`.
+
+Folder-only helpers live in that folder's ``helpers.py``.
+"""
 
 from __future__ import annotations
 
 import itertools
+import json
+import time
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
+import openai
+
 from anchortrack import Anchor, Scope, record_response
+from anchortrack._canonical import canonical_item
+from anchortrack.server import ResponsesServer, WireTap
+from anchortrack.stores import MemoryStore
 
 
 SCOPE = Scope("http://127.0.0.1:1/v1")
 _ids = itertools.count(1)
 
 
+class FakeClock:
+    """
+    A clock that moves only when told to.
+
+    Args:
+        now: The start time; the real time when not given (Redis expiries are absolute).
+    """
+
+    def __init__(self, now: float | None = None) -> None:
+        self.now = time.time() if now is None else now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def user(text: str) -> dict[str, Any]:
     """A user message in the shorthand form."""
     return {"role": "user", "content": text}
+
+
+def user_message(text: str) -> dict[str, Any]:
+    """A user message item in the explicit form a string input stands for (as the server stores it)."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
 def system(text: str) -> dict[str, Any]:
@@ -50,6 +91,77 @@ def call(name: str, call_id: str, arguments: str = "{}") -> dict[str, Any]:
 def output(call_id: str, text: str) -> dict[str, Any]:
     """A function call output as a caller appends it."""
     return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+
+def canon(items: Sequence[Any] | str) -> list[dict[str, Any]]:
+    """The canonical forms of a history (a string is one user message)."""
+    if isinstance(items, str):
+        items = [items]
+    return [canonical_item(i) for i in items]
+
+
+def dumped(history: Sequence[Any]) -> list[Any]:
+    """The history as JSON data (SDK output models dumped)."""
+    return [i if isinstance(i, dict) else i.to_dict(mode="json") for i in history]
+
+
+def sent(wire: WireTap, index: int = -1) -> dict[str, Any]:
+    """The JSON of one body the client sent."""
+    body: dict[str, Any] = json.loads(wire.bodies[index])
+    return body
+
+
+def assert_server_saw(server: ResponsesServer, response_id: str, history: Sequence[Any] | str) -> None:
+    """I1: the context the server resolved for *response_id* is item-for-item *history*."""
+    assert canon(history) == canon(server.state.resolved_context(response_id))
+
+
+def scope_of(client: openai.OpenAI, namespace: str | None = None) -> Scope:
+    """The scope a wrapped client records its anchors under."""
+    return Scope(base_url=str(client.base_url), namespace=namespace)
+
+
+def ask(client: openai.OpenAI, history: Sequence[Any], text: str, **params: Any) -> tuple[list[Any], Any]:
+    """Append a user message, call the model, append its output; return (history, response)."""
+    before = [*history, user(text)]
+    resp = client.responses.create(model="scripted", input=before, **params)
+    return [*before, *resp.output], resp
+
+
+def conversation(client: openai.OpenAI) -> tuple[list[Any], list[str]]:
+    """
+    Two turns with a tool call through *client*, as JSON data, and the three response ids.
+
+    The history is [system, user, call, output, assistant, user, assistant].
+    """
+    history: list[Any] = [{"role": "system", "content": "be brief"}]
+    history, first = ask(client, history, 'weather?\n!call get_weather {"city": "Oslo"}')
+    history = [
+        *history,
+        {"type": "function_call_output", "call_id": first.output[0].call_id, "output": "-3C"},
+    ]
+    resp = client.responses.create(model="scripted", input=history)
+    history = [*history, *resp.output]
+    history, last = ask(client, history, "thanks")
+    return dumped(history), [first.id, resp.id, last.id]
+
+
+class BreakableStore(MemoryStore):
+    """A memory store whose every operation raises while ``broken`` is set."""
+
+    broken = False
+
+    def _check(self) -> None:
+        if self.broken:
+            raise ConnectionError("store down")
+
+    def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+        self._check()
+        return super().find(scope, views)
+
+    def put(self, scope: str, anchor: Anchor) -> None:
+        self._check()
+        super().put(scope, anchor)
 
 
 def response(outputs: Sequence[Any], status: str = "completed", rid: str | None = None) -> Any:

@@ -1,35 +1,33 @@
 """
 The ``anchortrack`` command line: ``serve``, ``demo`` and ``explain``.
 
-Each subcommand lives in its own module and registers itself through a
-``register(subparsers)`` function; this module only dispatches.
-Optional dependencies (the server's web stack) are imported by the
-subcommand when it runs, never here.
+Each subcommand lives in its own module of this package and registers itself
+through a ``register(subparsers)`` function; this module only dispatches.
+Nothing in the library imports this package.
+The web stack (Starlette, uvicorn) and the server's request logic are imported
+by the handlers when they run, so ``anchortrack --help`` works without the
+``server`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 
-
-#: Modules that provide subcommands, each with ``register(subparsers)``.
-_COMMAND_MODULES = ("anchortrack.server._cli", "anchortrack._demo", "anchortrack._explain_cli")
+from . import demo, explain, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser with every available subcommand."""
+    """Build the argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="anchortrack",
         description="Provably valid previous_response_id chaining for the OpenAI Responses API.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name in _COMMAND_MODULES:
-        module = importlib.import_module(name)
-        module.register(subparsers)
+    for command in (serve, demo, explain):
+        command.register(subparsers)
     return parser
 
 

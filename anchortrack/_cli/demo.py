@@ -2,7 +2,7 @@
 ``anchortrack demo``: watch anchortrack work on a tool-calling agent.
 
 With no API key it starts the local Responses server in-process on a free
-port and runs the demo agent (`anchortrack._demo_agent`) through a wrapped
+port and runs the demo agent (`anchortrack._cli.agent`) through a wrapped
 client; with ``--base-url`` or an API key it runs the same turns against that
 endpoint.
 Each call prints one table row measured on the wire: what anchortrack sent,
@@ -21,25 +21,48 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from . import _demo_agent as agent
-from ._canonical import canonical_item
-from ._client import _scope, tracker_of, wrap
-from ._explain import REASON_TEXT
-from ._locations import DEMO_NAMESPACE, DemoRecord, cache_dir, close_store, default_store_spec, open_store
-from ._mode import Mode, resolve
-from ._plan import Reason
-from ._wire import WireTap, chained_body, stateless_body, wire_size
-from .stores._base import AnchorStore
+from .._canonical import canonical_item
+from .._client import _scope, tracker_of, wrap
+from .._explain import REASON_TEXT
+from .._mode import Mode, resolve
+from .._plan import Reason
+from .._request import chained_body, read_request
+from ..stores import open_store
+from ..stores._base import AnchorStore
+from . import agent
+from .record import DEMO_NAMESPACE, DemoRecord, cache_dir, default_store_spec
+
+
+if TYPE_CHECKING:
+    from ..server import WireTap
 
 
 #: Most model calls per user turn against a real model (tool rounds + answer).
 MAX_CALLS_PER_TURN = 5
 _RECORD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+def wire_size(body: object) -> int:
+    """
+    Bytes of *body* as the openai client puts JSON on the wire.
+
+    Compact separators, UTF-8, no ASCII escaping: the size of a counterfactual
+    body (the same request sent stateless) is measured in the same unit as
+    the bytes `WireTap` saw leave the process.
+    """
+    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def stateless_body(body: Mapping[str, Any], history: Sequence[Any]) -> dict[str, Any]:
+    """*body* sent without ``previous_response_id``, with the full *history* as ``input``."""
+    out = {k: v for k, v in body.items() if k != "previous_response_id"}
+    out["input"] = list(history)
+    return out
 
 
 def register(subparsers: Any) -> None:
@@ -151,7 +174,7 @@ def main(args: argparse.Namespace) -> int:
             model = args.model or "gpt-5-mini"
             return _run(args, store, spec, args.base_url, api_key or "none", model, server=None)
         try:
-            from .server import ResponsesServer
+            from ..server import ResponsesServer
         except ImportError as error:  # pragma: no cover - the server extra is missing
             sys.stderr.write(
                 f"anchortrack demo needs the server extra: pip install 'anchortrack[server]' ({error})\n"
@@ -160,7 +183,7 @@ def main(args: argparse.Namespace) -> int:
         with ResponsesServer(store="memory") as server:
             return _run(args, store, spec, server.base_url, "local", args.model or "scripted", server=server)
     finally:
-        close_store(store)
+        store.close()
 
 
 def _run(
@@ -173,6 +196,8 @@ def _run(
     server: Any,
 ) -> int:
     import openai
+
+    from ..server import WireTap
 
     tap = WireTap()
     raw = openai.OpenAI(base_url=base_url, api_key=api_key, http_client=tap.http_client(), max_retries=0)
@@ -306,7 +331,8 @@ def _measure(
             if event["would_chain"]:
                 row.anchor = event["anchor_id"]
                 skip = event["items_total"] - event["items_would_send"]
-                row.bytes_chained = wire_size(chained_body(last, history, skip, event["anchor_id"]))
+                chained = chained_body(read_request(stateless_body(last, history)), skip, event["anchor_id"])
+                row.bytes_chained = wire_size(chained)
         elif name in ("anchor_evicted", "scope_disabled"):
             row.decision, row.reason = "resent", event["reason"]
             notes.append(f"{_short_id(event['anchor_id'])} refused: resent in full")

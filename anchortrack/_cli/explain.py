@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._explain import explain
-from ._hashing import Scope
-from ._locations import OPENAI_BASE_URL, DemoRecord, close_store, default_store_spec, open_store
+from .._explain import explain
+from .._hashing import Scope
+from ..stores import open_store
+from .record import OPENAI_BASE_URL, DemoRecord, default_store_spec
 
 
 def register(subparsers: Any) -> None:
@@ -68,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
     except TypeError as error:
         return _fail(str(error))
     finally:
-        close_store(store)
+        store.close()
     if args.json:
         sys.stdout.write(json.dumps({"store": spec, **explanation.to_dict()}, indent=2) + "\n")
     else:

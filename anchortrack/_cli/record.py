@@ -1,5 +1,5 @@
 """
-Where the demo keeps its anchors, and how a store is spelled on the command line.
+Where the demo keeps its anchors: the cache directory and ``demo.json``.
 
 ``anchortrack demo`` records its anchors in a SQLite file in the per-user
 cache directory and writes ``demo.json`` beside it: the store, the scope the
@@ -18,8 +18,7 @@ from typing import Any
 
 import attrs
 
-from ._hashing import Scope
-from .stores._base import AnchorStore
+from .._hashing import Scope
 
 
 #: The namespace the demo wraps its client with (part of the anchors' scope).
@@ -37,42 +36,6 @@ def cache_dir() -> Path:
 def default_store_spec() -> str:
     """The demo's default store: ``sqlite:<cache dir>/demo.db``."""
     return f"sqlite:{cache_dir() / 'demo.db'}"
-
-
-def open_store(spec: str) -> AnchorStore:
-    """
-    Open the anchor store spelled *spec*.
-
-    ``memory``, ``sqlite:PATH`` or a Redis URL (``redis://…``, ``rediss://…``,
-    ``unix://…``).
-
-    Raises:
-        ValueError: *spec* names no store.
-    """
-    if spec == "memory":
-        from .stores import MemoryStore
-
-        return MemoryStore()
-    if spec.startswith("sqlite:"):
-        path = Path(spec.removeprefix("sqlite:")).expanduser()
-        if not str(path):
-            raise ValueError("sqlite: needs a path, e.g. sqlite:/tmp/anchors.db")
-        from .stores import SQLiteStore
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return SQLiteStore(path)
-    if spec.startswith(("redis://", "rediss://", "unix://")):
-        from .stores import RedisStore
-
-        return RedisStore.from_url(spec)
-    raise ValueError(f"unknown store {spec!r}; expected memory, sqlite:PATH or redis://HOST[:PORT][/DB]")
-
-
-def close_store(store: AnchorStore) -> None:
-    """Close *store* if it has a ``close`` method."""
-    close = getattr(store, "close", None)
-    if callable(close):
-        close()
 
 
 @attrs.frozen

@@ -13,8 +13,7 @@ import sqlite3
 import sys
 from typing import Any
 
-from anchortrack.server._chain import DEFAULT_MAX_DEPTH
-from anchortrack.server._store import DEFAULT_RETENTION
+from ..server import DEFAULT_MAX_DEPTH, DEFAULT_RETENTION
 
 
 def register(subparsers: Any) -> None:
@@ -68,15 +67,15 @@ def serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from anchortrack.server._app import create_app
-        from anchortrack.server._runner import bind_listener
+        from ..server._app import create_app
+        from ..server._runner import bind_listener
     except ImportError as exc:
         sys.stderr.write(
             f"anchortrack serve needs the server extra ({exc.name} is missing): "
             "pip install 'anchortrack[server]'\n"
         )
         return 2
-    from anchortrack.server._state import ServerState
+    from ..server import ServerState
 
     try:
         state = ServerState(

@@ -25,9 +25,9 @@ In-process use::
 From the command line: ``anchortrack serve [--host] [--port]
 [--store memory|sqlite:PATH] [--retention SECONDS] [--test-hooks]``.
 
-The model is :class:`ScriptedModel`, deterministic; its command convention
+The model is `ScriptedModel`, deterministic; its command convention
 (``!call``, ``!rounds``, ``!reason``, ``!fail``, ``!incomplete``, ``!sleep``)
-is documented in :mod:`anchortrack.server._model` and ``docs/server.md``.
+is documented in `anchortrack.server._model` and ``docs/server.md``.
 
 ``ResponsesServer`` and ``create_app`` need the ``anchortrack[server]`` extra
 (Starlette and uvicorn); they are imported on first use, so the rest of this
@@ -40,18 +40,18 @@ from typing import TYPE_CHECKING, Any
 
 from anchortrack.server._chain import DEFAULT_MAX_DEPTH
 from anchortrack.server._errors import APIError
+from anchortrack.server._memory import MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, context_digest
-from anchortrack.server._sqlite import SQLiteResponseStore
-from anchortrack.server._state import ServerState
-from anchortrack.server._store import (
+from anchortrack.server._records import (
     DEFAULT_RETENTION,
     ChainLink,
-    MemoryResponseStore,
     ResponseStore,
     StoreConflictError,
     StoredResponse,
-    open_store,
 )
+from anchortrack.server._sqlite import SQLiteResponseStore
+from anchortrack.server._state import ServerState, open_store
+from anchortrack.server._wire import WireTap, http_client_classes
 
 
 if TYPE_CHECKING:
@@ -72,8 +72,10 @@ __all__ = [
     "ServerState",
     "StoreConflictError",
     "StoredResponse",
+    "WireTap",
     "context_digest",
     "create_app",
+    "http_client_classes",
     "open_store",
 ]
 

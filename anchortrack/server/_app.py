@@ -1,5 +1,5 @@
 """
-The HTTP shell: Starlette routes over :class:`ServerState`.
+The HTTP shell: Starlette routes over `ServerState`.
 
 Routes (all errors in OpenAI's ``{"error": {...}}`` shape):
 
@@ -8,7 +8,7 @@ Routes (all errors in OpenAI's ``{"error": {...}}`` shape):
   events of a finished response), ``DELETE /v1/responses/{id}``,
   ``GET /v1/responses/{id}/input_items``, ``POST /v1/responses/{id}/cancel``
   (always refused: there are no background responses).
-* With ``test_hooks=True`` only, under ``/_test``: see :func:`create_app`.
+* With ``test_hooks=True`` only, under ``/_test``: see `create_app`.
 
 Every response carries an ``x-request-id`` header, like OpenAI's.
 """

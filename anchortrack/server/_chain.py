@@ -1,18 +1,17 @@
 """
 Chain resolution and context checks (pure), with OpenAI's semantics.
 
-:func:`resolve_chain` walks ``previous_response_id`` pointers through a
-store's ``get`` and returns the ancestors oldest first; :func:`chain_items`
-flattens them into the context the model sees.  Where GodeX (seed 000)
-differs from OpenAI, OpenAI wins:
+`resolve_chain` walks ``previous_response_id`` pointers through a
+store's ``get`` and returns the ancestors oldest first; `chain_items`
+flattens them into the context the model sees.  The semantics are OpenAI's:
 
 * ``instructions`` of ancestors are **not** part of the context;
 * an ancestor that is unknown, expired, deleted, unstored, ``failed`` or
   still ``in_progress`` gives ``previous_response_not_found`` (``incomplete``
   ancestors are chainable, as on OpenAI);
-* the depth guard defaults to :data:`DEFAULT_MAX_DEPTH` (GodeX: 64).
+* the depth guard defaults to `DEFAULT_MAX_DEPTH`.
 
-:func:`check_context` then refuses what the real API refuses: an item id that
+`check_context` then refuses what the real API refuses: an item id that
 occurs twice, a tool output without its call, a call without its output.
 """
 
@@ -22,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anchortrack.server._errors import APIError, previous_response_not_found
-from anchortrack.server._store import ChainLink
+from anchortrack.server._records import ChainLink
 
 
 Item = dict[str, Any]

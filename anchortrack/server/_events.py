@@ -1,7 +1,7 @@
 """
 Server-Sent Events for a response (pure).
 
-:func:`stream_events` renders a finished response object as the event
+`stream_events` renders a finished response object as the event
 sequence OpenAI streams, each event with its ``sequence_number`` (from 0):
 
 ``response.created`` → ``response.in_progress`` → for every output item

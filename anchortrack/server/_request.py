@@ -1,8 +1,8 @@
 """
 Validation of ``POST /v1/responses`` bodies (pure).
 
-:func:`parse_create_request` turns a decoded JSON body into a
-:class:`CreateRequest` or raises :class:`~anchortrack.server._errors.APIError`
+`parse_create_request` turns a decoded JSON body into a
+`CreateRequest` or raises `APIError`
 with OpenAI's wording, status and ``param``.  It checks shapes only — what
 the server needs to run and echo the request safely — and leaves every item
 exactly as received.

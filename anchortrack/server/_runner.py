@@ -1,9 +1,9 @@
 """
-:class:`ResponsesServer`: the app served by uvicorn in a background thread.
+`ResponsesServer`: the app served by uvicorn in a background thread.
 
 The listening socket is bound before uvicorn starts, so ``port=0`` picks a
 free port that is known at once and can never be taken by someone else in
-between; :meth:`ResponsesServer.start` returns once uvicorn serves it.
+between; `ResponsesServer.start` returns once uvicorn serves it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import uvicorn
 
 from anchortrack.server._app import create_app
 from anchortrack.server._chain import DEFAULT_MAX_DEPTH
+from anchortrack.server._records import DEFAULT_RETENTION, Clock, ResponseStore
 from anchortrack.server._state import Model, ServerState
-from anchortrack.server._store import DEFAULT_RETENTION, Clock, ResponseStore
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -41,13 +41,13 @@ class ResponsesServer:
     """
     A local Responses API server on a loopback port, for tests and demos.
 
-    Use it as a context manager (or call :meth:`start` and :meth:`stop`)::
+    Use it as a context manager (or call `start` and `stop`)::
 
         with ResponsesServer() as srv:
             client = OpenAI(base_url=srv.base_url, api_key="test")
 
     Args:
-        store: A :class:`ResponseStore` or its spelling, ``"memory"`` or
+        store: A `ResponseStore` or its spelling, ``"memory"`` or
             ``"sqlite:PATH"``.
         retention: Seconds stored responses are kept (for a spelled store).
         host: Interface to listen on.
@@ -60,7 +60,7 @@ class ResponsesServer:
             *retention*, *max_depth*, *model* and *clock* are ignored).
 
     Attributes:
-        state: The :class:`ServerState` the running app shares.
+        state: The `ServerState` the running app shares.
     """
 
     def __init__(

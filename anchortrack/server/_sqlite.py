@@ -1,7 +1,7 @@
 """
-:class:`SQLiteResponseStore`: responses in a SQLite file (WAL), surviving restarts.
+`SQLiteResponseStore`: responses in a SQLite file (WAL), surviving restarts.
 
-Same contract as the memory store (see :mod:`anchortrack.server._store`); the
+Same contract as the memory store (see `anchortrack.server._records`); the
 save policy is checked and applied in one ``BEGIN IMMEDIATE`` transaction, so
 it holds across threads and across processes sharing the file.
 """
@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from anchortrack.server._store import (
+from anchortrack.server._records import (
     DEFAULT_RETENTION,
     EXPIRED,
     PURGE_INTERVAL,
-    SCHEMA_VERSION,
     UNSET,
     ChainLink,
     Clock,
@@ -32,6 +31,9 @@ from anchortrack.server._store import (
     row_to_save,
 )
 
+
+#: Version of the SQLite schema, kept in ``PRAGMA user_version``.
+SCHEMA_VERSION = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -151,7 +153,7 @@ class SQLiteResponseStore:
         overwrite: bool = False,
         expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
     ) -> StoredResponse:
-        """Store *record* under the save policy, atomically; see :class:`ResponseStore`."""
+        """Store *record* under the save policy, atomically; see `ResponseStore`."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:

@@ -1,7 +1,7 @@
 """
 The server's state and request logic, free of HTTP.
 
-:class:`ServerState` owns the store and the model, runs a create request
+`ServerState` owns the store and the model, runs a create request
 through validation → chain resolution → context checks → model, saves the
 response, and keeps what tests look at: every request body received and the
 context the model saw for every response.  The HTTP app is a thin shell over
@@ -21,16 +21,11 @@ from typing import Any, Protocol
 
 from anchortrack.server import _errors
 from anchortrack.server._chain import DEFAULT_MAX_DEPTH, chain_items, check_context, resolve_chain
+from anchortrack.server._memory import MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, canonical_json, new_id
+from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, ResponseStore, StoredResponse
 from anchortrack.server._request import CreateRequest, parse_create_request
-from anchortrack.server._store import (
-    DEFAULT_RETENTION,
-    ChainLink,
-    Clock,
-    ResponseStore,
-    StoredResponse,
-    open_store,
-)
+from anchortrack.server._sqlite import SQLiteResponseStore
 
 
 Item = dict[str, Any]
@@ -41,6 +36,27 @@ _ID_PREFIXES = {
     "function_call_output": "fco",
     "reasoning": "rs",
 }
+
+
+def open_store(spec: str, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> ResponseStore:
+    """
+    Open a store from its command-line spelling.
+
+    Args:
+        spec: ``"memory"`` or ``"sqlite:PATH"``.
+        retention: Seconds a response stays retrievable and chainable.
+        clock: The store's clock.
+
+    Raises:
+        ValueError: For any other spelling, or a negative retention.
+    """
+    if not retention >= 0:
+        raise ValueError(f"retention must be a non-negative number of seconds, got {retention!r}")
+    if spec == "memory":
+        return MemoryResponseStore(retention=retention, clock=clock)
+    if spec.startswith("sqlite:") and len(spec) > len("sqlite:"):
+        return SQLiteResponseStore(spec[len("sqlite:") :], retention=retention, clock=clock)
+    raise ValueError(f"unknown store {spec!r}: expected 'memory' or 'sqlite:PATH'")
 
 
 class Model(Protocol):
@@ -126,14 +142,14 @@ class ServerState:
     Everything the running server knows; thread-safe.
 
     Args:
-        store: A :class:`ResponseStore`, or its spelling ``"memory"`` /
+        store: A `ResponseStore`, or its spelling ``"memory"`` /
             ``"sqlite:PATH"``.
         retention: Seconds responses are kept (only when *store* is a spelling).
         max_depth: Most stored responses one chain may hold.
-        model: The backend; a :class:`ScriptedModel` by default.
+        model: The backend; a `ScriptedModel` by default.
         clock: Time source for timestamps and (for a spelled store) retention.
         record_contexts: Keep the context of every response for
-            :meth:`resolved_context` (memory grows with traffic).
+            `resolved_context` (memory grows with traffic).
 
     Attributes:
         store: The response store.
@@ -185,7 +201,7 @@ class ServerState:
         Every item of the chain (inputs and outputs of the ancestors), then
         the request's own input items, exactly as received.  Instructions and
         the response's own output are not included.  Available for every
-        response created (stored or not) while :attr:`record_contexts` is on.
+        response created (stored or not) while `record_contexts` is on.
 
         Raises:
             KeyError: The server created no such response (or was not recording).

@@ -1,43 +1,18 @@
 """
-Measuring request bytes on the wire (for ``anchortrack demo`` and the benchmarks).
+`WireTap`: the exact request bodies an openai client puts on the wire.
 
-`WireTap` is an HTTP event hook on the openai client's own HTTP client: it
-keeps the exact bytes of every ``POST …/responses`` body that leaves the
-process.
-`wire_size` encodes JSON the way the openai client does (compact separators,
-UTF-8, no ASCII escaping), so the size of a counterfactual body — the same
-request sent stateless — is measured in the same unit as the real one.
+A `WireTap` is an HTTP ``request`` event hook on the openai client's own
+HTTP client: it keeps the bytes of every ``POST …/responses`` body that leaves
+the process, in order, for tests, demos and benchmarks that check or measure
+what a client sent to the server.
+`http_client_classes` names the openai client's default HTTP client classes,
+which differ between openai 2 and 3.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from typing import Any
-
-import openai
-
-
-def wire_size(body: object) -> int:
-    """Bytes of *body* as the openai client puts JSON on the wire."""
-    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-def stateless_body(body: Mapping[str, Any], history: Sequence[Any]) -> dict[str, Any]:
-    """*body* sent without ``previous_response_id``, with the full *history* as ``input``."""
-    out = {k: v for k, v in body.items() if k != "previous_response_id"}
-    out["input"] = list(history)
-    return out
-
-
-def chained_body(
-    body: Mapping[str, Any], history: Sequence[Any], skip: int, anchor_id: str
-) -> dict[str, Any]:
-    """*body* chained from *anchor_id*, sending ``history[skip:]`` as ``input``."""
-    out = dict(body)
-    out["input"] = list(history[skip:])
-    out["previous_response_id"] = anchor_id
-    return out
 
 
 class WireTap:
@@ -47,20 +22,33 @@ class WireTap:
     Example::
 
         tap = WireTap()
-        client = OpenAI(http_client=tap.http_client())
+        client = OpenAI(base_url=srv.base_url, api_key="test", http_client=tap.http_client())
+        client.responses.create(model="scripted", input="hello")
+        tap.since(0)        # [{"model": "scripted", "input": "hello"}]
+
+    Attributes:
+        bodies: Every body seen so far, as sent.
     """
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
 
     def hook(self, request: Any) -> None:
-        """The ``request`` event hook."""
+        """The sync ``request`` event hook."""
         if request.method == "POST" and request.url.path.endswith("/responses"):
             self.bodies.append(bytes(request.content))
+
+    async def ahook(self, request: Any) -> None:
+        """The async ``request`` event hook."""
+        self.hook(request)
 
     def http_client(self) -> Any:
         """A new openai default HTTP client (sync) with the hook installed."""
         return http_client_classes()[0](event_hooks={"request": [self.hook]})
+
+    def async_http_client(self) -> Any:
+        """A new openai default HTTP client (async) with the hook installed."""
+        return http_client_classes()[1](event_hooks={"request": [self.ahook]})
 
     def since(self, start: int) -> list[dict[str, Any]]:
         """The bodies sent after the first *start* ones, parsed."""
@@ -78,6 +66,8 @@ def http_client_classes() -> tuple[Any, Any]:
     openai 3 uses httpx2; openai 2 uses httpx (it also names httpx2 classes, but
     they need an extra that is usually not installed).
     """
+    import openai
+
     if int(openai.__version__.split(".")[0]) >= 3:
         return openai.DefaultHttpx2Client, openai.DefaultAsyncHttpx2Client
     return openai.DefaultHttpxClient, openai.DefaultAsyncHttpxClient

@@ -6,6 +6,8 @@ Anchor stores: where anchortrack remembers which response holds which view.
 * `RedisStore`: shared by many workers and hosts (``pip install 'anchortrack[redis]'``).
 
 All implement `AnchorStore`, with sync and async methods on one object.
+`open_store` opens one from its command-line spelling (``memory``,
+``sqlite:PATH``, ``redis://…``).
 This module does not import ``redis``: `RedisStore` is loaded on first use.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._base import DEFAULT_TTL, Anchor, AnchorStore
+from ._open import open_store, redis_store_class
 from ._sqlite_schema import SchemaVersionError
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
@@ -31,18 +34,11 @@ __all__ = [
     "RedisStore",
     "SQLiteStore",
     "SchemaVersionError",
+    "open_store",
 ]
 
 
 def __getattr__(name: str) -> object:
     if name == "RedisStore":
-        try:
-            from .redis import RedisStore
-        except ModuleNotFoundError as error:
-            if error.name is None or error.name.split(".")[0] != "redis":
-                raise
-            raise ImportError(
-                "RedisStore needs the redis package: pip install 'anchortrack[redis]'"
-            ) from error
-        return RedisStore
+        return redis_store_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

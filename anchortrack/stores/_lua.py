@@ -2,7 +2,7 @@
 Lua scripts that give `RedisStore` one round trip per record, lookup by id
 and eviction, atomically.
 
-Values are those of `_codec.encode_value` (``1|count|created|expires|id``),
+Values are those of `_redis_format.encode_value` (``1|count|created|expires|id``),
 reverse keys hold the view in hex.
 The scripts build the other entry's key from a prefix argument; every key of
 a scope shares one hash tag, so that stays on one Redis Cluster slot.

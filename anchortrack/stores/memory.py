@@ -26,7 +26,7 @@ from array import array
 from collections.abc import Callable, Sequence
 
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
-from ._codec import check_anchor, check_response_id, check_scope
+from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
 _RECORD = struct.Struct("<IIdd")  # slot, count, created_at, expires_at
@@ -85,10 +85,8 @@ class MemoryStore:
     ) -> None:
         if max_anchors < 1:
             raise ValueError(f"max_anchors must be at least 1, got {max_anchors}")
-        if ttl <= 0:
-            raise ValueError(f"ttl must be positive, got {ttl}")
         self.max_anchors = max_anchors
-        self.ttl = float(ttl)
+        self.ttl = float(check_ttl(ttl))
         self.secret_key = resolve_secret_key(secret_key)
         self._clock = clock
         self._lock = threading.Lock()

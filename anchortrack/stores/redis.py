@@ -28,16 +28,8 @@ import redis.retry
 
 from . import _lua
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
-from ._codec import (
-    KeySchema,
-    check_anchor,
-    check_response_id,
-    decode_value,
-    encode_value,
-    expiry_ms,
-    live,
-    unique_views,
-)
+from ._checks import check_anchor, check_response_id, check_ttl, unique_views
+from ._redis_format import KeySchema, decode_value, encode_value, expiry_ms, live
 
 
 __all__ = ["RedisStore"]
@@ -100,15 +92,13 @@ class RedisStore:
         secret_key: bytes | str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if ttl <= 0:
-            raise ValueError(f"ttl must be positive, got {ttl}")
         sync, asynchronous = (None, client) if _is_async(client) else (client, async_client)
         if sync is not None and _is_async(sync):
             raise TypeError("client must be a redis.Redis or a redis.asyncio.Redis")
         if asynchronous is not None and not _is_async(asynchronous):
             raise TypeError(f"async_client must be a redis.asyncio.Redis, got {asynchronous!r}")
         self.key_schema = KeySchema(prefix)
-        self.ttl = float(ttl)
+        self.ttl = float(check_ttl(ttl))
         self.secret_key = resolve_secret_key(secret_key)
         self.client = cast("redis.Redis | None", sync)
         self.async_client = cast("redis.asyncio.Redis | None", asynchronous)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
-from ._codec import check_anchor, check_response_id, check_scope, unique_views
+from ._checks import check_anchor, check_response_id, check_scope, check_ttl, unique_views
 from ._sqlite_schema import SchemaVersionError, migrate
 
 
@@ -93,12 +93,10 @@ class SQLiteStore:
         clock: Callable[[], float] = time.time,
         sweep_every: int = 1000,
     ) -> None:
-        if ttl <= 0:
-            raise ValueError(f"ttl must be positive, got {ttl}")
         if sweep_every < 1:
             raise ValueError(f"sweep_every must be at least 1, got {sweep_every}")
         self.path = os.fspath(path)
-        self.ttl = float(ttl)
+        self.ttl = float(check_ttl(ttl))
         self.secret_key = resolve_secret_key(secret_key)
         self.timeout = timeout
         self.sweep_every = sweep_every

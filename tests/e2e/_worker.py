@@ -18,14 +18,7 @@ from typing import Any
 import openai
 
 import anchortrack
-from anchortrack.stores import AnchorStore, RedisStore, SQLiteStore
-
-
-def open_store(spec: str) -> AnchorStore:
-    """Open the store named by *spec*."""
-    if spec.startswith("sqlite:"):
-        return SQLiteStore(spec.removeprefix("sqlite:"))
-    return RedisStore.from_url(spec)
+from anchortrack.stores import open_store
 
 
 def main(store_spec: str, base_url: str) -> None:

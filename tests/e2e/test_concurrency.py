@@ -11,7 +11,7 @@ import openai
 import anchortrack
 from anchortrack.server import ResponsesServer
 
-from .conftest import assert_server_saw
+from ..helpers import assert_server_saw
 
 
 def _conversation(client: openai.OpenAI, server: ResponsesServer, name: str, turns: int) -> list[str]:

@@ -10,10 +10,9 @@ import openai
 import pytest
 
 import anchortrack
-from anchortrack.server import ResponsesServer
+from anchortrack.server import ResponsesServer, WireTap
 
-from ..conftest import Wire
-from .conftest import assert_server_saw, sent
+from ..helpers import assert_server_saw, sent
 
 
 TOOLS = [
@@ -40,7 +39,7 @@ def test_wrapped_client_is_the_same_class_and_leaves_the_original_alone(
 
 @pytest.mark.parametrize("append", ["models", "dumps", "shorthand"])
 def test_plain_chat_chains_every_turn(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire, append: str
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap, append: str
 ) -> None:
     """history += resp.output in any of its forms sends previous_response_id + the new message."""
     history: list[Any] = [{"role": "user", "content": "turn 0"}]
@@ -65,7 +64,7 @@ def test_plain_chat_chains_every_turn(
         assert "be brief" == body["instructions"]
 
 
-def test_string_first_input(server: ResponsesServer, client: openai.OpenAI, wire: Wire) -> None:
+def test_string_first_input(server: ResponsesServer, client: openai.OpenAI, wire: WireTap) -> None:
     """A plain string as the first input is one user message, and the next turn chains."""
     first = client.responses.create(model="scripted", input="hello")
     history: list[Any] = [
@@ -81,7 +80,7 @@ def test_string_first_input(server: ResponsesServer, client: openai.OpenAI, wire
 
 
 def test_tool_loop_sends_exactly_the_function_call_outputs(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """In a tool loop the delta is exactly the function_call_output items; tools go every call."""
     ask = 'weather please\n!call weather {"city": "Paris"}\n!call weather {"city": "Oslo"}\n!rounds 2'
@@ -132,7 +131,7 @@ def test_caller_history_is_never_mutated(client: openai.OpenAI) -> None:
     assert ids == [id(item) for item in history]
 
 
-def test_instructions_and_parameters_are_sent_on_every_call(client: openai.OpenAI, wire: Wire) -> None:
+def test_instructions_and_parameters_are_sent_on_every_call(client: openai.OpenAI, wire: WireTap) -> None:
     """Every parameter but input/previous_response_id goes out exactly as given."""
     kwargs: dict[str, Any] = {
         "model": "scripted",
@@ -153,7 +152,7 @@ def test_instructions_and_parameters_are_sent_on_every_call(client: openai.OpenA
     assert {"input", "previous_response_id", *kwargs} == set(sent(wire, 1))
 
 
-def test_with_options_and_copy_keep_tracking(client: openai.OpenAI, wire: Wire) -> None:
+def test_with_options_and_copy_keep_tracking(client: openai.OpenAI, wire: WireTap) -> None:
     """with_options()/copy() return tracked clients sharing the same tracker and store."""
     history: list[Any] = [{"role": "user", "content": "one"}]
     first = client.with_options(timeout=30).responses.create(model="scripted", input=history)
@@ -167,7 +166,7 @@ def test_with_options_and_copy_keep_tracking(client: openai.OpenAI, wire: Wire) 
     assert first.id == sent(wire)["previous_response_id"]
 
 
-async def test_async_loop_chains(server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: Wire) -> None:
+async def test_async_loop_chains(server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: WireTap) -> None:
     """The async twin chains the same way."""
     history: list[Any] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
     previous = None

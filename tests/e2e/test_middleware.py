@@ -7,10 +7,9 @@ from typing import Any
 import openai
 
 import anchortrack
-from anchortrack.server import ResponsesServer
+from anchortrack.server import ResponsesServer, WireTap
 
-from ..conftest import Wire
-from .conftest import assert_server_saw, sent
+from ..helpers import assert_server_saw, sent
 
 
 def _build(client: openai.OpenAI, turns: int) -> tuple[list[Any], list[str]]:
@@ -24,7 +23,7 @@ def _build(client: openai.OpenAI, turns: int) -> tuple[list[Any], list[str]]:
 
 
 def test_redacting_an_early_message_goes_stateless_and_the_server_sees_the_redaction(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """Redaction before every anchor cannot be chained: the full, redacted history goes out."""
     history, _ = _build(client, 3)
@@ -38,7 +37,7 @@ def test_redacting_an_early_message_goes_stateless_and_the_server_sees_the_redac
 
 
 def test_changed_system_prompt_is_not_silently_ignored(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """A new system prompt reaches the model (langchain's silent bug)."""
     history, _ = _build(client, 2)
@@ -51,7 +50,7 @@ def test_changed_system_prompt_is_not_silently_ignored(
 
 
 def test_injected_items_after_the_anchor_are_sent_in_the_delta(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """Middleware appending context chains from the newest response and sends the injection."""
     history, ids = _build(client, 2)
@@ -65,7 +64,7 @@ def test_injected_items_after_the_anchor_are_sent_in_the_delta(
 
 
 def test_injection_inside_the_newest_response_uses_the_older_anchor(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """An item inserted among the newest response's items chains from the response before it."""
     history: list[Any] = [{"role": "user", "content": "go\n!reason"}]
@@ -88,7 +87,7 @@ def test_injection_inside_the_newest_response_uses_the_older_anchor(
 
 
 def test_dropping_the_last_server_item_invalidates_that_anchor(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """Removing an output item at the end of a view never chains from that response."""
     history: list[Any] = [{"role": "user", "content": "go\n!reason"}]

@@ -9,10 +9,10 @@ import openai
 import pytest
 
 import anchortrack
+from anchortrack.server import WireTap
 from anchortrack.stores import MemoryStore
 
-from ..conftest import Wire
-from .conftest import sent
+from ..helpers import sent
 
 
 def _conversation(client: openai.OpenAI, turns: int = 3) -> list[list[Any]]:
@@ -27,7 +27,7 @@ def _conversation(client: openai.OpenAI, turns: int = 3) -> list[list[Any]]:
 
 
 def test_off_is_byte_for_byte_passthrough(
-    raw_client: openai.OpenAI, wire: Wire, monkeypatch: pytest.MonkeyPatch
+    raw_client: openai.OpenAI, wire: WireTap, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """I7: with mode off the body is exactly what the unwrapped client sends, nothing hashed or stored."""
     monkeypatch.setenv("ANCHORTRACK_MODE", "off")
@@ -47,7 +47,7 @@ def test_off_is_byte_for_byte_passthrough(
     assert len(store) == 0
 
 
-def test_shadow_records_and_reports_but_sends_full_requests(raw_client: openai.OpenAI, wire: Wire) -> None:
+def test_shadow_records_and_reports_but_sends_full_requests(raw_client: openai.OpenAI, wire: WireTap) -> None:
     """Shadow mode sends every history in full while counting what chaining would save."""
     client = anchortrack.wrap(raw_client, mode="shadow")
     histories = _conversation(client, turns=4)
@@ -62,7 +62,7 @@ def test_shadow_records_and_reports_but_sends_full_requests(raw_client: openai.O
 
 
 def test_env_wins_over_code_and_call(
-    raw_client: openai.OpenAI, wire: Wire, monkeypatch: pytest.MonkeyPatch
+    raw_client: openai.OpenAI, wire: WireTap, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ANCHORTRACK_MODE overrides both the client's and the per-call mode."""
     client = anchortrack.wrap(raw_client, mode="chained")
@@ -80,7 +80,7 @@ def test_env_wins_over_code_and_call(
     assert resp.id == sent(wire)["previous_response_id"]
 
 
-def test_per_call_mode(raw_client: openai.OpenAI, wire: Wire, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_per_call_mode(raw_client: openai.OpenAI, wire: WireTap, monkeypatch: pytest.MonkeyPatch) -> None:
     """anchortrack.using() picks the mode for the calls in its block only."""
     monkeypatch.delenv("ANCHORTRACK_MODE", raising=False)
     client = anchortrack.wrap(raw_client)
@@ -96,7 +96,7 @@ def test_per_call_mode(raw_client: openai.OpenAI, wire: Wire, monkeypatch: pytes
 
 
 def test_invalid_env_value_means_off(
-    raw_client: openai.OpenAI, wire: Wire, monkeypatch: pytest.MonkeyPatch
+    raw_client: openai.OpenAI, wire: WireTap, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A typo in ANCHORTRACK_MODE fails safe: passthrough."""
     monkeypatch.setenv("ANCHORTRACK_MODE", "chianed")

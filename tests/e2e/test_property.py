@@ -14,11 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import anchortrack
-from anchortrack.server import ResponsesServer
+from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import MemoryStore
 
-from ..conftest import Wire
-from .conftest import canon
+from ..helpers import canon
 
 
 OPS = st.one_of(
@@ -57,7 +56,7 @@ def _oracle_skip(history: list[Any], views: list[list[dict[str, Any]]]) -> int:
 )
 @given(ops=st.lists(OPS, min_size=2, max_size=9))
 def test_equivalence_under_random_middleware(
-    server: ResponsesServer, raw_client: openai.OpenAI, wire: Wire, ops: list[tuple[Any, ...]]
+    server: ResponsesServer, raw_client: openai.OpenAI, wire: WireTap, ops: list[tuple[Any, ...]]
 ) -> None:
     """I1 + longest-anchor, for a few hundred random conversations."""
     client = anchortrack.wrap(raw_client, store=MemoryStore())

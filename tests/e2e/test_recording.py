@@ -7,18 +7,17 @@ from typing import Any
 import openai
 
 import anchortrack
-from anchortrack.server import ResponsesServer
+from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import MemoryStore
 
-from ..conftest import Wire
-from .conftest import assert_server_saw, sent
+from ..helpers import assert_server_saw, scope_of, sent
 
 
 def _next(history: list[Any], resp: Any, text: str) -> list[Any]:
     return [*history, *resp.output, {"role": "user", "content": text}]
 
 
-def test_store_false_responses_are_never_anchors(client: openai.OpenAI, wire: Wire) -> None:
+def test_store_false_responses_are_never_anchors(client: openai.OpenAI, wire: WireTap) -> None:
     """I3: a store=false response is not recorded; the next call goes out in full."""
     history: list[Any] = [{"role": "user", "content": "one"}]
     resp = client.responses.create(model="scripted", input=history, store=False)
@@ -30,7 +29,7 @@ def test_store_false_responses_are_never_anchors(client: openai.OpenAI, wire: Wi
 
 
 def test_store_false_request_may_chain_from_a_stored_anchor(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """A store=false request still chains from a stored anchor (only it is not recorded)."""
     history: list[Any] = [{"role": "user", "content": "one"}]
@@ -42,7 +41,7 @@ def test_store_false_request_may_chain_from_a_stored_anchor(
     assert first.id == sent(wire)["previous_response_id"]
 
 
-def test_failed_responses_are_never_anchors(client: openai.OpenAI, wire: Wire) -> None:
+def test_failed_responses_are_never_anchors(client: openai.OpenAI, wire: WireTap) -> None:
     """I3: a failed response is not recorded; the next call chains from the last good one."""
     history: list[Any] = [{"role": "user", "content": "one"}]
     good = client.responses.create(model="scripted", input=history)
@@ -55,7 +54,7 @@ def test_failed_responses_are_never_anchors(client: openai.OpenAI, wire: Wire) -
     assert good.id == sent(wire)["previous_response_id"]
 
 
-def test_incomplete_is_an_option(raw_client: openai.OpenAI, wire: Wire) -> None:
+def test_incomplete_is_an_option(raw_client: openai.OpenAI, wire: WireTap) -> None:
     """incomplete responses are not anchors by default, and are with record_incomplete=True."""
     for record, expect_chain in ((False, False), (True, True)):
         client = anchortrack.wrap(raw_client, store=MemoryStore(), record_incomplete=record)
@@ -68,9 +67,11 @@ def test_incomplete_is_an_option(raw_client: openai.OpenAI, wire: Wire) -> None:
         assert expect_chain == ("previous_response_id" in sent(wire))
 
 
-def test_streamed_response_is_recorded_at_its_terminal_event_only(client: openai.OpenAI, wire: Wire) -> None:
-    """Nothing is recorded at response.created; the anchor appears with response.completed."""
-    store = anchortrack.tracker(client).store
+def test_streamed_response_is_recorded_at_its_terminal_event_only(
+    client: openai.OpenAI, store: MemoryStore, wire: WireTap
+) -> None:
+    """Nothing is in the store at response.created; the anchor appears with response.completed."""
+    key = scope_of(client).key
     history: list[Any] = [{"role": "user", "content": "stream me"}]
     stream = client.responses.create(model="scripted", input=history, stream=True)
     seen = []
@@ -78,16 +79,22 @@ def test_streamed_response_is_recorded_at_its_terminal_event_only(client: openai
         seen.append(event.type)
         if event.type == "response.created":
             assert 0 == anchortrack.tracker(client).stats.recorded
+            assert None is store.get(key, event.response.id)
         final = event
     assert 1 == anchortrack.tracker(client).stats.recorded
     assert "response.created" == seen[0]
+    anchor = store.get(key, final.response.id)
+    assert anchor is not None
+    assert (final.response.id, len(history) + len(final.response.output)) == (
+        anchor.response_id,
+        anchor.count,
+    )
 
     client.responses.create(model="scripted", input=_next(history, final.response, "next"))
     assert final.response.id == sent(wire)["previous_response_id"]
-    assert store is not None
 
 
-def test_abandoned_stream_records_nothing(client: openai.OpenAI, wire: Wire) -> None:
+def test_abandoned_stream_records_nothing(client: openai.OpenAI, wire: WireTap) -> None:
     """A stream closed before its terminal event never becomes an anchor."""
     history: list[Any] = [{"role": "user", "content": "one"}]
     stream = client.responses.create(model="scripted", input=history, stream=True)
@@ -103,7 +110,7 @@ def test_abandoned_stream_records_nothing(client: openai.OpenAI, wire: Wire) -> 
     assert resp_id
 
 
-def test_failed_stream_records_nothing(client: openai.OpenAI, wire: Wire) -> None:
+def test_failed_stream_records_nothing(client: openai.OpenAI, wire: WireTap) -> None:
     """A stream ending in response.failed is not recorded."""
     history: list[Any] = [{"role": "user", "content": "one\n!fail"}]
     events = list(client.responses.create(model="scripted", input=history, stream=True))
@@ -117,7 +124,7 @@ def test_failed_stream_records_nothing(client: openai.OpenAI, wire: Wire) -> Non
 
 
 def test_hand_chained_calls_mix_with_automatic_ones(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """Caller-managed previous_response_id is sent as given, and its child becomes an anchor."""
     history: list[Any] = [{"role": "user", "content": "one"}]

@@ -10,10 +10,9 @@ import pytest
 from structlog.testing import capture_logs
 
 import anchortrack
-from anchortrack.server import ResponsesServer
+from anchortrack.server import ResponsesServer, WireTap
 
-from ..conftest import Wire
-from .conftest import assert_server_saw, sent
+from ..helpers import assert_server_saw, sent
 
 
 @pytest.fixture(name="zdr")
@@ -32,7 +31,7 @@ def _two_turns(client: openai.OpenAI) -> tuple[list[Any], str]:
 @pytest.mark.parametrize("forget", ["drop", "expire"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_stale_anchor_is_evicted_and_resent_in_full(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire, forget: str, stream: bool
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap, forget: str, stream: bool
 ) -> None:
     """previous_response_not_found → one stateless resend, no error for the caller, anchor evicted."""
     history, anchor_id = _two_turns(client)
@@ -58,7 +57,9 @@ def test_stale_anchor_is_evicted_and_resent_in_full(
     assert resp.id == sent(wire)["previous_response_id"]
 
 
-def test_stale_anchor_with_stream_manager(server: ResponsesServer, client: openai.OpenAI, wire: Wire) -> None:
+def test_stale_anchor_with_stream_manager(
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
+) -> None:
     """responses.stream() recovers before any event is yielded."""
     history, anchor_id = _two_turns(client)
     server.state.drop(anchor_id)
@@ -70,7 +71,9 @@ def test_stale_anchor_with_stream_manager(server: ResponsesServer, client: opena
     assert_server_saw(server, final.id, history)
 
 
-async def test_async_stale_anchor(server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: Wire) -> None:
+async def test_async_stale_anchor(
+    server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: WireTap
+) -> None:
     """The async twin recovers the same way, streamed or not."""
     history: list[Any] = [{"role": "user", "content": "one"}]
     first = await aclient.responses.create(model="scripted", input=history)
@@ -91,7 +94,7 @@ async def test_async_stale_anchor(server: ResponsesServer, aclient: openai.Async
 
 
 @pytest.mark.usefixtures("zdr")
-def test_zdr_refusal_stops_chaining_in_that_scope(client: openai.OpenAI, wire: Wire) -> None:
+def test_zdr_refusal_stops_chaining_in_that_scope(client: openai.OpenAI, wire: WireTap) -> None:
     """unsupported_parameter on previous_response_id: resend in full, then stop chaining."""
     history: list[Any] = [{"role": "user", "content": "one"}]
     first = client.responses.create(model="scripted", input=history)
@@ -111,7 +114,7 @@ def test_zdr_refusal_stops_chaining_in_that_scope(client: openai.OpenAI, wire: W
 
 
 def test_other_errors_reach_the_caller_unchanged_without_retry(
-    raw_client: openai.OpenAI, client: openai.OpenAI, wire: Wire
+    raw_client: openai.OpenAI, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """A 400 that is not about the anchor is raised as the unwrapped client would, after one request."""
     history, _ = _two_turns(client)
@@ -128,7 +131,7 @@ def test_other_errors_reach_the_caller_unchanged_without_retry(
     assert raw_error.value.param == wrapped_error.value.param == "input"
 
 
-def test_caller_managed_errors_are_not_retried(client: openai.OpenAI, wire: Wire) -> None:
+def test_caller_managed_errors_are_not_retried(client: openai.OpenAI, wire: WireTap) -> None:
     """A caller's own stale previous_response_id gets the server's error, unchanged."""
     before = len(wire.bodies)
     with pytest.raises(openai.BadRequestError) as error:
@@ -139,7 +142,7 @@ def test_caller_managed_errors_are_not_retried(client: openai.OpenAI, wire: Wire
 
 
 def test_a_fault_inside_anchortrack_degrades_to_the_callers_own_request(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire, monkeypatch: pytest.MonkeyPatch
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """I4: a bug in planning sends the call exactly as given, with one warning, never an error."""
     history, _ = _two_turns(client)
@@ -167,7 +170,7 @@ def test_a_fault_inside_anchortrack_degrades_to_the_callers_own_request(
 
 
 def test_bad_input_gets_the_clients_own_clear_error(
-    raw_client: openai.OpenAI, client: openai.OpenAI, wire: Wire
+    raw_client: openai.OpenAI, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """An input that is no list of items fails exactly as it would unwrapped."""
     with pytest.raises(openai.BadRequestError) as raw_error:

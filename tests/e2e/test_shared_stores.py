@@ -20,12 +20,11 @@ import pytest
 from structlog.testing import capture_logs
 
 import anchortrack
-from anchortrack.server import ResponsesServer
+from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import RedisStore, SQLiteStore
 
 from .._redis import RedisServer
-from ..conftest import Wire
-from .conftest import assert_server_saw, sent
+from ..helpers import assert_server_saw, sent
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,9 +135,9 @@ def _turn(
 
 
 def test_redis_down_mid_conversation_goes_stateless_then_chaining_resumes(
-    server: ResponsesServer, raw_client: openai.OpenAI, redis_server: RedisServer, wire: Wire
+    server: ResponsesServer, raw_client: openai.OpenAI, redis_server: RedisServer, wire: WireTap
 ) -> None:
-    """Stopping Redis never fails a call; one warning per outage; chaining resumes when it returns."""
+    """I4: stopping Redis never fails a call; one warning per outage; chaining resumes when it returns."""
     store = RedisStore.from_url(redis_server.url)
     client = anchortrack.wrap(raw_client, store=store)
     tracker = anchortrack.tracker(client)
@@ -169,9 +168,9 @@ def test_redis_down_mid_conversation_goes_stateless_then_chaining_resumes(
 
 
 def test_locked_sqlite_goes_stateless_with_a_warning(
-    server: ResponsesServer, raw_client: openai.OpenAI, tmp_path: Path, wire: Wire
+    server: ResponsesServer, raw_client: openai.OpenAI, tmp_path: Path, wire: WireTap
 ) -> None:
-    """A SQLite file write-locked by another process costs full requests, never a call."""
+    """I4: a SQLite file write-locked by another process costs full requests, never a call."""
     path = tmp_path / "anchors.db"
     store = SQLiteStore(path)
     store.find("probe", [b"x"])

@@ -7,10 +7,9 @@ from typing import Any
 import openai
 
 import anchortrack
-from anchortrack.server import ResponsesServer
+from anchortrack.server import ResponsesServer, WireTap
 
-from ..conftest import Wire
-from .conftest import assert_server_saw, sent
+from ..helpers import assert_server_saw, sent
 
 
 def _first_turn(client: openai.OpenAI) -> tuple[list[Any], str]:
@@ -28,7 +27,7 @@ async def _afirst_turn(client: openai.AsyncOpenAI) -> tuple[list[Any], str]:
 
 
 def test_stream_true_chains_and_records_at_completion(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """create(stream=True) is chained, keeps the Stream contract, and its response becomes an anchor."""
     history, first = _first_turn(client)
@@ -47,7 +46,7 @@ def test_stream_true_chains_and_records_at_completion(
 
 
 def test_stream_manager_and_final_response(
-    server: ResponsesServer, client: openai.OpenAI, wire: Wire
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
     """responses.stream() + get_final_response() chains and records."""
     history, first = _first_turn(client)
@@ -64,7 +63,7 @@ def test_stream_manager_and_final_response(
     assert final.id == sent(wire)["previous_response_id"]
 
 
-def test_parse_chains_and_records(server: ResponsesServer, client: openai.OpenAI, wire: Wire) -> None:
+def test_parse_chains_and_records(server: ResponsesServer, client: openai.OpenAI, wire: WireTap) -> None:
     """responses.parse() goes through the same tracking."""
     history, first = _first_turn(client)
 
@@ -77,7 +76,7 @@ def test_parse_chains_and_records(server: ResponsesServer, client: openai.OpenAI
     assert_server_saw(server, after.id, history)
 
 
-def test_raw_response_forms(server: ResponsesServer, client: openai.OpenAI, wire: Wire) -> None:
+def test_raw_response_forms(server: ResponsesServer, client: openai.OpenAI, wire: WireTap) -> None:
     """with_raw_response.create/parse and with_streaming_response.create are tracked."""
     history, first = _first_turn(client)
 
@@ -106,7 +105,7 @@ def test_raw_response_forms(server: ResponsesServer, client: openai.OpenAI, wire
     assert final.id == sent(wire)["previous_response_id"]
 
 
-async def test_async_stream_true(server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: Wire) -> None:
+async def test_async_stream_true(server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: WireTap) -> None:
     """Async create(stream=True) chains and records."""
     history, first = await _afirst_turn(aclient)
 
@@ -123,7 +122,7 @@ async def test_async_stream_true(server: ResponsesServer, aclient: openai.AsyncO
 
 
 async def test_async_stream_manager_parse_and_raw(
-    server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: Wire
+    server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: WireTap
 ) -> None:
     """Async responses.stream(), parse(), with_raw_response and with_streaming_response are tracked."""
     history, first = await _afirst_turn(aclient)

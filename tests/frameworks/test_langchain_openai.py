@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from .conftest import WEATHER_DONE, WEATHER_LOOP, Lab, Run, kinds, scrub, weather
+from .helpers import WEATHER_DONE, WEATHER_LOOP, Lab, Run, kinds, scrub, weather
 
 
 FCO = "function_call_output"

@@ -12,7 +12,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.models.openai_responses import OpenAIResponsesModel
 from agents.run_config import CallModelData, ModelInputData
 
-from .conftest import WEATHER_DONE, WEATHER_LOOP, Lab, kinds, scrub, weather
+from .helpers import WEATHER_DONE, WEATHER_LOOP, Lab, kinds, scrub, weather
 
 
 RUN_CONFIG = RunConfig(tracing_disabled=True)

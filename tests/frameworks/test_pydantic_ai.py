@@ -18,7 +18,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 import anchortrack
 
-from .conftest import WEATHER_DONE, WEATHER_LOOP, Lab, kinds, scrub, weather
+from .helpers import WEATHER_DONE, WEATHER_LOOP, Lab, kinds, scrub, weather
 
 
 FCO = "function_call_output"

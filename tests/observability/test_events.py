@@ -18,7 +18,7 @@ from anchortrack._log import short
 from anchortrack.server import ResponsesServer
 from anchortrack.stores import MemoryStore
 
-from .conftest import BreakableStore, ask, scope_of, user
+from ..helpers import BreakableStore, ask, scope_of, user
 
 
 ROOT = Path(__file__).parents[2]

@@ -14,7 +14,7 @@ import anchortrack.metrics
 from anchortrack.metrics import AnchortrackCollector
 from anchortrack.server import ResponsesServer
 
-from .conftest import ask
+from ..helpers import ask
 
 
 ROOT = Path(__file__).parents[2]

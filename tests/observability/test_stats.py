@@ -14,7 +14,7 @@ from anchortrack._stats import merge_snapshots
 from anchortrack.server import ResponsesServer
 from anchortrack.stores import MemoryStore
 
-from .conftest import BreakableStore, ask, scope_of, user
+from ..helpers import BreakableStore, ask, scope_of, user
 
 
 @pytest.fixture(name="zdr")

@@ -1,4 +1,11 @@
-"""Fixtures for the local Responses server's own tests."""
+"""
+Fixtures for the local Responses server's own tests.
+
+The names say what they are, so they never shadow the suite's wrapped ``client`` or its session
+``server``: ``fake_server`` (the shared memory-store server, reset), ``plain_client`` and
+``plain_aclient`` (unwrapped openai clients for it), ``any_server``/``any_client`` (each store
+backend in turn), ``response_store`` (a fresh server-side store of each backend).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +22,8 @@ from anchortrack.server import (
     SQLiteResponseStore,
 )
 
-from .support import FakeClock, make_client
+from ..helpers import FakeClock
+from .helpers import make_client
 
 
 def _reset(server: ResponsesServer) -> None:
@@ -36,8 +44,8 @@ def _sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Respons
         yield srv
 
 
-@pytest.fixture(name="server")
-def _server(memory_server: ResponsesServer) -> Iterator[ResponsesServer]:
+@pytest.fixture(name="fake_server")
+def _fake_server(memory_server: ResponsesServer) -> Iterator[ResponsesServer]:
     """The shared memory-store server, with ZDR off and an empty request log."""
     _reset(memory_server)
     yield memory_server
@@ -53,35 +61,40 @@ def _any_server(request: pytest.FixtureRequest) -> Iterator[ResponsesServer]:
     _reset(srv)
 
 
-@pytest.fixture(name="client")
-def _client(server: ResponsesServer) -> Iterator[openai.OpenAI]:
-    client = make_client(server)
+@pytest.fixture(name="plain_client")
+def _plain_client(fake_server: ResponsesServer) -> Iterator[openai.OpenAI]:
+    """A plain (unwrapped) sync client for ``fake_server``."""
+    client = make_client(fake_server)
     yield client
     client.close()
 
 
 @pytest.fixture(name="any_client")
 def _any_client(any_server: ResponsesServer) -> Iterator[openai.OpenAI]:
+    """A plain (unwrapped) sync client for ``any_server``."""
     client = make_client(any_server)
     yield client
     client.close()
 
 
-@pytest.fixture(name="aclient")
-async def _aclient(server: ResponsesServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+@pytest.fixture(name="plain_aclient")
+async def _plain_aclient(fake_server: ResponsesServer) -> AsyncIterator[openai.AsyncOpenAI]:
+    """A plain (unwrapped) async client for ``fake_server``."""
+    client = openai.AsyncOpenAI(base_url=fake_server.base_url, api_key="test", max_retries=0)
     yield client
     await client.close()
 
 
 @pytest.fixture(name="clock")
 def _clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1_000_000.0)
 
 
-@pytest.fixture(name="store", params=["memory", "sqlite"])
-def _store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[ResponseStore]:
-    """A fresh store of each backend, on the fake clock, keeping records 100 seconds."""
+@pytest.fixture(name="response_store", params=["memory", "sqlite"])
+def _response_store(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> Iterator[ResponseStore]:
+    """A fresh server-side store of each backend, on the fake clock, keeping records 100 seconds."""
     store: ResponseStore
     if request.param == "memory":
         store = MemoryResponseStore(retention=100, clock=clock)

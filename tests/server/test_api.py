@@ -13,7 +13,8 @@ from openai.types.responses import Response
 
 from anchortrack.server import ResponsesServer
 
-from .support import as_items, digest, make_client, plain, raw_request, user
+from ..helpers import user_message
+from .helpers import as_items, digest, make_client, plain, raw_request
 
 
 def chat(
@@ -22,7 +23,7 @@ def chat(
     """Send *text* chained on *previous*; extend *history* with what the server now holds."""
     kwargs: dict[str, Any] = {"previous_response_id": previous} if previous else {}
     response = client.responses.create(model="scripted", input=text, **kwargs, **params)
-    history.append(user(text))
+    history.append(user_message(text))
     return response
 
 
@@ -42,11 +43,13 @@ class TestChaining:
             history += as_items(response.output)
             previous = response.id
 
-    def test_instructions_are_not_carried_over(self, client: openai.OpenAI, server: ResponsesServer) -> None:
+    def test_instructions_are_not_carried_over(
+        self, plain_client: openai.OpenAI, fake_server: ResponsesServer
+    ) -> None:
         """Instructions affect only their own response: echoed, tagged, never in the context."""
-        first = client.responses.create(model="scripted", input="a", instructions="Speak French.")
-        second = client.responses.create(model="scripted", input="b", previous_response_id=first.id)
-        third = client.responses.create(
+        first = plain_client.responses.create(model="scripted", input="a", instructions="Speak French.")
+        second = plain_client.responses.create(model="scripted", input="b", previous_response_id=first.id)
+        third = plain_client.responses.create(
             model="scripted", input="c", previous_response_id=second.id, instructions="Be terse."
         )
 
@@ -55,24 +58,26 @@ class TestChaining:
         assert second.instructions is None
         assert "[instr:" not in second.output_text
         assert third.instructions == "Be terse."
-        context = server.state.resolved_context(third.id)
+        context = fake_server.state.resolved_context(third.id)
         assert len(context) == 5
         assert all(item.get("role") in ("user", "assistant") for item in context)
 
-    def test_stateless_and_chained_requests_get_the_same_reply(self, client: openai.OpenAI) -> None:
+    def test_stateless_and_chained_requests_get_the_same_reply(self, plain_client: openai.OpenAI) -> None:
         """The reply depends only on the resolved context, however it was sent."""
-        first = client.responses.create(model="scripted", input="hello")
-        chained = client.responses.create(model="scripted", input="again", previous_response_id=first.id)
+        first = plain_client.responses.create(model="scripted", input="hello")
+        chained = plain_client.responses.create(
+            model="scripted", input="again", previous_response_id=first.id
+        )
 
-        full = [user("hello"), *as_items(first.output), user("again")]
-        stateless = client.responses.create(model="scripted", input=full)
+        full = [user_message("hello"), *as_items(first.output), user_message("again")]
+        stateless = plain_client.responses.create(model="scripted", input=full)
 
         assert chained.output_text == stateless.output_text
 
-    def test_a_different_conversation_gives_a_different_digest(self, client: openai.OpenAI) -> None:
+    def test_a_different_conversation_gives_a_different_digest(self, plain_client: openai.OpenAI) -> None:
         """Editing an earlier item changes the reply to the same last message."""
-        one = client.responses.create(model="scripted", input=[user("x"), user("same")])
-        two = client.responses.create(model="scripted", input=[user("y"), user("same")])
+        one = plain_client.responses.create(model="scripted", input=[user_message("x"), user_message("same")])
+        two = plain_client.responses.create(model="scripted", input=[user_message("y"), user_message("same")])
 
         assert one.output_text != two.output_text
 
@@ -89,12 +94,12 @@ class TestChaining:
         with pytest.raises(openai.NotFoundError) as missing:
             any_client.responses.retrieve(unstored.id)
         assert f"Response with id '{unstored.id}' not found." == missing.value.body["message"]
-        assert [user("secret")] == any_server.state.resolved_context(unstored.id)
+        assert [user_message("secret")] == any_server.state.resolved_context(unstored.id)
 
-    def test_store_false_child_of_a_stored_parent_sees_the_chain(self, client: openai.OpenAI) -> None:
+    def test_store_false_child_of_a_stored_parent_sees_the_chain(self, plain_client: openai.OpenAI) -> None:
         """A store=false request may still chain from a stored parent."""
-        first = client.responses.create(model="scripted", input="one")
-        child = client.responses.create(
+        first = plain_client.responses.create(model="scripted", input="one")
+        child = plain_client.responses.create(
             model="scripted", input="two", previous_response_id=first.id, store=False
         )
 
@@ -126,7 +131,7 @@ class TestChaining:
         following = any_client.responses.create(model="scripted", input="go on", previous_response_id=cut.id)
 
         assert following.status == "completed"
-        assert [user("long story\n!incomplete"), *as_items(cut.output), user("go on")] == (
+        assert [user_message("long story\n!incomplete"), *as_items(cut.output), user_message("go on")] == (
             any_server.state.resolved_context(following.id)
         )
 
@@ -180,7 +185,7 @@ class TestChaining:
 
 
 class TestResponseObject:
-    def test_every_required_field_is_present_and_valid(self, server: ResponsesServer) -> None:
+    def test_every_required_field_is_present_and_valid(self, fake_server: ResponsesServer) -> None:
         """The raw JSON validates as the SDK's Response and echoes the request."""
         body = {
             "model": "scripted-1",
@@ -191,7 +196,7 @@ class TestResponseObject:
             "temperature": 0.5,
         }
         status, raw, headers = raw_request(
-            server, "POST", "/v1/responses", __import__("json").dumps(body).encode()
+            fake_server, "POST", "/v1/responses", __import__("json").dumps(body).encode()
         )
 
         assert status == 200
@@ -214,31 +219,31 @@ class TestResponseObject:
         assert response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens > 0
         assert headers["x-request-id"].startswith("req_")
 
-    def test_ids_are_unique(self, client: openai.OpenAI) -> None:
+    def test_ids_are_unique(self, plain_client: openai.OpenAI) -> None:
         """Response and item ids never repeat."""
-        responses = [client.responses.create(model="scripted", input="same") for _ in range(20)]
+        responses = [plain_client.responses.create(model="scripted", input="same") for _ in range(20)]
 
         assert len({response.id for response in responses}) == 20
         assert len({response.output[0].id for response in responses}) == 20
 
     def test_requests_are_recorded_in_order_as_copies(
-        self, client: openai.OpenAI, server: ResponsesServer
+        self, plain_client: openai.OpenAI, fake_server: ResponsesServer
     ) -> None:
         """Every POST body is logged, rejected ones included; the log cannot be altered from outside."""
-        client.responses.create(model="scripted", input="one")
+        plain_client.responses.create(model="scripted", input="one")
         with pytest.raises(openai.BadRequestError):
-            client.responses.create(model="scripted", input="two", previous_response_id="resp_gone")
+            plain_client.responses.create(model="scripted", input="two", previous_response_id="resp_gone")
 
-        logged = server.state.requests
+        logged = fake_server.state.requests
         logged[0]["input"] = "changed"
 
-        assert [body["input"] for body in server.state.requests] == ["one", "two"]
-        assert server.state.requests[1]["previous_response_id"] == "resp_gone"
-        server.state.reset_requests()
-        assert server.state.requests == []
+        assert [body["input"] for body in fake_server.state.requests] == ["one", "two"]
+        assert fake_server.state.requests[1]["previous_response_id"] == "resp_gone"
+        fake_server.state.reset_requests()
+        assert fake_server.state.requests == []
 
     def test_resolved_context_keeps_items_exactly_as_received(
-        self, client: openai.OpenAI, server: ResponsesServer
+        self, plain_client: openai.OpenAI, fake_server: ResponsesServer
     ) -> None:
         """Items are stored as sent, shorthand and unknown fields included; own output excluded."""
         items = [
@@ -246,11 +251,11 @@ class TestResponseObject:
             {"role": "user", "content": "shorthand"},
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "long form"}]},
         ]
-        response = client.responses.create(model="scripted", input=items)
+        response = plain_client.responses.create(model="scripted", input=items)
 
-        assert items == server.state.resolved_context(response.id)
+        assert items == fake_server.state.resolved_context(response.id)
         with pytest.raises(KeyError):
-            server.state.resolved_context("resp_never")
+            fake_server.state.resolved_context("resp_never")
 
 
 class TestRetrieveDeleteList:
@@ -274,11 +279,11 @@ class TestRetrieveDeleteList:
             any_client.responses.create(model="scripted", input="x", previous_response_id=created.id)
         assert caught.value.code == "previous_response_not_found"
 
-    def test_delete_body(self, server: ResponsesServer, client: openai.OpenAI) -> None:
+    def test_delete_body(self, fake_server: ResponsesServer, plain_client: openai.OpenAI) -> None:
         """DELETE answers OpenAI's deletion object."""
-        created = client.responses.create(model="scripted", input="hi")
+        created = plain_client.responses.create(model="scripted", input="hi")
 
-        status, body, _ = raw_request(server, "DELETE", f"/v1/responses/{created.id}")
+        status, body, _ = raw_request(fake_server, "DELETE", f"/v1/responses/{created.id}")
 
         assert (200, {"id": created.id, "object": "response.deleted", "deleted": True}) == (status, body)
 
@@ -298,7 +303,7 @@ class TestRetrieveDeleteList:
 
     def test_input_items_paginate(self, any_client: openai.OpenAI) -> None:
         """limit and after walk the list page by page; the SDK's auto-pagination sees every item."""
-        items = [user(f"m{n}") for n in range(7)]
+        items = [user_message(f"m{n}") for n in range(7)]
         created = any_client.responses.create(model="scripted", input=items)
 
         first = any_client.responses.input_items.list(created.id, order="asc", limit=3)
@@ -308,22 +313,22 @@ class TestRetrieveDeleteList:
         assert first.data[0].id == first.first_id
         assert [f"m{n}" for n in range(7)] == [item.content[0].text for item in every]
 
-    def test_retrieve_stream_replays_events(self, client: openai.OpenAI) -> None:
+    def test_retrieve_stream_replays_events(self, plain_client: openai.OpenAI) -> None:
         """GET ?stream=true replays the finished response's events after starting_after."""
-        created = client.responses.create(model="scripted", input="hi")
+        created = plain_client.responses.create(model="scripted", input="hi")
 
-        events = list(client.responses.retrieve(created.id, stream=True, starting_after=1))
+        events = list(plain_client.responses.retrieve(created.id, stream=True, starting_after=1))
 
         assert events[0].sequence_number == 2
         assert events[-1].type == "response.completed"
         assert created.id == events[-1].response.id
 
-    def test_cancel_is_refused(self, client: openai.OpenAI) -> None:
+    def test_cancel_is_refused(self, plain_client: openai.OpenAI) -> None:
         """There are no background responses to cancel."""
-        created = client.responses.create(model="scripted", input="hi")
+        created = plain_client.responses.create(model="scripted", input="hi")
 
         with pytest.raises(openai.BadRequestError, match="background"):
-            client.responses.cancel(created.id)
+            plain_client.responses.cancel(created.id)
 
 
 class TestStreaming:
@@ -341,9 +346,9 @@ class TestStreaming:
         following = any_client.responses.create(model="scripted", input="next", previous_response_id=final.id)
         assert "[items:3]" in following.output_text
 
-    def test_stream_helper_function_call_arguments(self, client: openai.OpenAI) -> None:
+    def test_stream_helper_function_call_arguments(self, plain_client: openai.OpenAI) -> None:
         """Argument deltas accumulate to the full JSON in the SDK's snapshots."""
-        with client.responses.stream(
+        with plain_client.responses.stream(
             model="scripted", input='x\n!call lookup {"query": "weather in Paris"}'
         ) as stream:
             snapshots = [
@@ -356,9 +361,9 @@ class TestStreaming:
         assert '{"query": "weather in Paris"}' == call.arguments == snapshots[-1]
         assert len(snapshots) > 1
 
-    def test_raw_stream_events(self, client: openai.OpenAI) -> None:
+    def test_raw_stream_events(self, plain_client: openai.OpenAI) -> None:
         """stream=True yields the full sequence with consecutive sequence numbers."""
-        stream = client.responses.create(model="scripted", input="think\n!reason", stream=True)
+        stream = plain_client.responses.create(model="scripted", input="think\n!reason", stream=True)
         events = list(stream)
 
         assert list(range(len(events))) == [event.sequence_number for event in events]
@@ -380,14 +385,14 @@ class TestStreaming:
     @pytest.mark.parametrize(
         ("command", "terminal"), [("!fail", "response.failed"), ("!incomplete", "response.incomplete")]
     )
-    def test_stream_terminal_events(self, client: openai.OpenAI, command: str, terminal: str) -> None:
+    def test_stream_terminal_events(self, plain_client: openai.OpenAI, command: str, terminal: str) -> None:
         """Failed and incomplete streams end on their own terminal event; the helper has no final response."""
-        events = list(client.responses.create(model="scripted", input=f"x\n{command}", stream=True))
+        events = list(plain_client.responses.create(model="scripted", input=f"x\n{command}", stream=True))
 
         assert terminal == events[-1].type
         assert sum(event.type == terminal for event in events) == 1
         with (
-            client.responses.stream(model="scripted", input=f"x\n{command}") as stream,
+            plain_client.responses.stream(model="scripted", input=f"x\n{command}") as stream,
             pytest.raises(RuntimeError, match=r"response\.completed"),
         ):
             stream.get_final_response()
@@ -397,54 +402,61 @@ class TestStreaming:
     ) -> None:
         """Chaining the moment the terminal event arrives, before the stream ends, succeeds."""
         other = make_client(any_server)
+        chained = []
         try:
             with any_client.responses.stream(model="scripted", input="quick") as stream:
                 for event in stream:
                     if event.type == "response.completed":
-                        chained = other.responses.create(
-                            model="scripted", input="next", previous_response_id=event.response.id
+                        chained.append(
+                            other.responses.create(
+                                model="scripted", input="next", previous_response_id=event.response.id
+                            )
                         )
-                        assert chained.status == "completed"
         finally:
             other.close()
 
+        assert ["completed"] == [response.status for response in chained]
+
     def test_stream_in_progress_is_not_chainable_until_done(
-        self, server: ResponsesServer, client: openai.OpenAI
+        self, fake_server: ResponsesServer, plain_client: openai.OpenAI
     ) -> None:
         """Mid-stream the response is in_progress, not chainable; a client leaving still completes it."""
-        stream = client.responses.create(model="scripted", input="slow\n!sleep 60000", stream=True)
+        stream = plain_client.responses.create(model="scripted", input="slow\n!sleep 60000", stream=True)
         created = next(iter(stream))
         response_id = created.response.id
 
         assert created.type == "response.created"
-        assert client.responses.retrieve(response_id).status == "in_progress"
+        assert plain_client.responses.retrieve(response_id).status == "in_progress"
         with pytest.raises(openai.BadRequestError) as caught:
-            client.responses.create(model="scripted", input="x", previous_response_id=response_id)
+            plain_client.responses.create(model="scripted", input="x", previous_response_id=response_id)
         assert caught.value.code == "previous_response_not_found"
 
         stream.close()
         deadline = time.monotonic() + 20
-        while client.responses.retrieve(response_id).status == "in_progress" and time.monotonic() < deadline:
+        while (
+            plain_client.responses.retrieve(response_id).status == "in_progress"
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
 
-        assert client.responses.retrieve(response_id).status == "completed"
-        chained = client.responses.create(model="scripted", input="x", previous_response_id=response_id)
+        assert plain_client.responses.retrieve(response_id).status == "completed"
+        chained = plain_client.responses.create(model="scripted", input="x", previous_response_id=response_id)
         assert "[items:3]" in chained.output_text
 
 
 class TestAsync:
     async def test_async_chaining_and_streaming(
-        self, aclient: openai.AsyncOpenAI, server: ResponsesServer
+        self, plain_aclient: openai.AsyncOpenAI, fake_server: ResponsesServer
     ) -> None:
         """AsyncOpenAI: create, stream helper, stream=True, chained across all three."""
-        first = await aclient.responses.create(model="scripted", input="one")
-        async with aclient.responses.stream(
+        first = await plain_aclient.responses.create(model="scripted", input="one")
+        async with plain_aclient.responses.stream(
             model="scripted", input="two", previous_response_id=first.id
         ) as stream:
             async for _ in stream:
                 pass
             second = await stream.get_final_response()
-        raw = await aclient.responses.create(
+        raw = await plain_aclient.responses.create(
             model="scripted", input="three", previous_response_id=second.id, stream=True
         )
         events = [event async for event in raw]
@@ -452,30 +464,36 @@ class TestAsync:
 
         assert events[-1].type == "response.completed"
         expected = [
-            user("one"),
+            user_message("one"),
             *as_items(first.output),
-            user("two"),
+            user_message("two"),
             *as_items(second.output),
-            user("three"),
+            user_message("three"),
         ]
-        assert expected == server.state.resolved_context(third.id)
+        assert expected == fake_server.state.resolved_context(third.id)
         with pytest.raises(openai.BadRequestError):
-            await aclient.responses.create(model="scripted", input="x", previous_response_id="resp_missing")
+            await plain_aclient.responses.create(
+                model="scripted", input="x", previous_response_id="resp_missing"
+            )
 
-    async def test_a_sleeping_model_does_not_block_other_requests(self, aclient: openai.AsyncOpenAI) -> None:
+    async def test_a_sleeping_model_does_not_block_other_requests(
+        self, plain_aclient: openai.AsyncOpenAI
+    ) -> None:
         """While one stream waits a minute in `!sleep`, other requests are answered."""
-        stream = await aclient.responses.create(model="scripted", input="slow\n!sleep 60000", stream=True)
+        stream = await plain_aclient.responses.create(
+            model="scripted", input="slow\n!sleep 60000", stream=True
+        )
         events = stream.__aiter__()
         kinds = [(await events.__anext__()).type, (await events.__anext__()).type]
 
-        quick = await aclient.responses.create(model="scripted", input="quick")
+        quick = await plain_aclient.responses.create(model="scripted", input="quick")
         await stream.close()
 
         assert kinds == ["response.created", "response.in_progress"]
         assert quick.status == "completed"
 
 
-def test_threads_share_one_sync_client(server: ResponsesServer, client: openai.OpenAI) -> None:
+def test_threads_share_one_sync_client(fake_server: ResponsesServer, plain_client: openai.OpenAI) -> None:
     """Threads chaining on one client each get their own conversation back."""
     errors: list[BaseException] = []
 
@@ -484,8 +502,8 @@ def test_threads_share_one_sync_client(server: ResponsesServer, client: openai.O
             history: list[Any] = []
             previous = None
             for turn in range(4):
-                response = chat(client, history, f"{name} {turn}", previous)
-                assert history == server.state.resolved_context(response.id)
+                response = chat(plain_client, history, f"{name} {turn}", previous)
+                assert history == fake_server.state.resolved_context(response.id)
                 history += as_items(response.output)
                 previous = response.id
         except BaseException as exc:  # pragma: no cover - reported below

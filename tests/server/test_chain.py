@@ -88,7 +88,7 @@ def test_depth_guard_counts_stored_responses() -> None:
 
 
 def test_default_depth_allows_long_agent_loops() -> None:
-    """The default guard is far above GodeX's 64: a 2,000-turn chain resolves."""
+    """The default guard is far above 64: a 2,000-turn chain resolves."""
     records = [record("r0", None)] + [record(f"r{n}", f"r{n - 1}") for n in range(1, 2000)]
 
     assert len(resolve_chain("r1999", getter(*records))) == 2000
@@ -156,11 +156,15 @@ def test_custom_tool_calls_are_paired_too() -> None:
 
 def test_item_reference_stands_for_the_item_it_names() -> None:
     """A reference to a stored call pairs with the call's output and is no duplicate."""
-    context = [call("call_1", "fc_1"), output("call_1"), {"type": "item_reference", "id": "fc_1"}]
+    reference = {"type": "item_reference", "id": "fc_1"}
 
-    check_context(context)
+    check_context([call("call_1", "fc_1"), output("call_1"), reference])
+    with pytest.raises(APIError):
+        check_context([call("call_1", "fc_1"), reference, call("call_1", "fc_1"), output("call_1")])
 
 
 def test_well_formed_context_passes() -> None:
-    """Calls with their outputs, in any number, are accepted."""
+    """Calls with their outputs, in any number, are accepted; one output fewer is not."""
     check_context([call("a", "fc_a"), call("b", "fc_b"), output("b"), output("a")])
+    with pytest.raises(APIError, match="No tool output found"):
+        check_context([call("a", "fc_a"), call("b", "fc_b"), output("b")])

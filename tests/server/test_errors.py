@@ -10,7 +10,7 @@ import pytest
 
 from anchortrack.server import ResponsesServer
 
-from .support import as_items, post_json, raw_request
+from .helpers import as_items, post_json, raw_request
 
 
 def error_of(caught: pytest.ExceptionInfo[openai.APIStatusError]) -> tuple[int, Any, Any, Any, str]:
@@ -85,33 +85,35 @@ class TestChainErrors:
             f"No tool output found for function call {call_id}.",
         ) == (error_of(caught))
 
-    def test_conversation_with_previous_response_id(self, client: openai.OpenAI) -> None:
+    def test_conversation_with_previous_response_id(self, plain_client: openai.OpenAI) -> None:
         """previous_response_id and conversation together are refused before any lookup."""
         with pytest.raises(openai.BadRequestError) as caught:
-            client.responses.create(
+            plain_client.responses.create(
                 model="scripted", input="x", previous_response_id="resp_unknown", conversation="conv_1"
             )
 
         status, _, code, param, _ = error_of(caught)
         assert (status, code, param) == (400, "mutually_exclusive_parameters", "conversation")
 
-    def test_conversation_alone_is_unsupported(self, client: openai.OpenAI) -> None:
+    def test_conversation_alone_is_unsupported(self, plain_client: openai.OpenAI) -> None:
         """The server has no Conversations API and says so."""
         with pytest.raises(openai.BadRequestError) as caught:
-            client.responses.create(model="scripted", input="x", conversation={"id": "conv_1"})
+            plain_client.responses.create(model="scripted", input="x", conversation={"id": "conv_1"})
 
         assert error_of(caught)[2:4] == ("unsupported_parameter", "conversation")
 
 
 class TestZeroDataRetention:
-    def test_zdr_refuses_previous_response_id(self, client: openai.OpenAI, server: ResponsesServer) -> None:
+    def test_zdr_refuses_previous_response_id(
+        self, plain_client: openai.OpenAI, fake_server: ResponsesServer
+    ) -> None:
         """With zdr on, chained requests get OpenAI's ZDR error; stateless ones still work."""
-        first = client.responses.create(model="scripted", input="hi")
-        server.state.zdr = True
+        first = plain_client.responses.create(model="scripted", input="hi")
+        fake_server.state.zdr = True
 
         with pytest.raises(openai.BadRequestError) as caught:
-            client.responses.create(model="scripted", input="x", previous_response_id=first.id)
-        stateless = client.responses.create(model="scripted", input="x")
+            plain_client.responses.create(model="scripted", input="x", previous_response_id=first.id)
+        stateless = plain_client.responses.create(model="scripted", input="x")
 
         assert error_of(caught) == (
             400,
@@ -121,9 +123,9 @@ class TestZeroDataRetention:
             "Previous response cannot be used for this organization due to Zero Data Retention.",
         )
         assert stateless.status == "completed"
-        server.state.zdr = False
+        fake_server.state.zdr = False
         assert (
-            client.responses.create(model="scripted", input="x", previous_response_id=first.id).status
+            plain_client.responses.create(model="scripted", input="x", previous_response_id=first.id).status
             == "completed"
         )
 
@@ -274,10 +276,10 @@ MALFORMED: list[tuple[str, bytes, str | None, str | None]] = [
     ("raw", "param", "code"), [case[1:] for case in MALFORMED], ids=[case[0] for case in MALFORMED]
 )
 def test_malformed_bodies_are_400(
-    server: ResponsesServer, raw: bytes, param: str | None, code: str | None
+    fake_server: ResponsesServer, raw: bytes, param: str | None, code: str | None
 ) -> None:
     """Each malformed body gets a 400 in OpenAI's shape naming the culprit, never a 500 or a hang."""
-    status, body, _ = raw_request(server, "POST", "/v1/responses", raw)
+    status, body, _ = raw_request(fake_server, "POST", "/v1/responses", raw)
 
     assert status == 400
     assert {"message", "type", "param", "code"} == set(body["error"])
@@ -286,24 +288,24 @@ def test_malformed_bodies_are_400(
     assert body["error"]["message"]
 
 
-def test_malformed_json_message_is_openais(server: ResponsesServer) -> None:
+def test_malformed_json_message_is_openais(fake_server: ResponsesServer) -> None:
     """Unparseable JSON gets OpenAI's own hint."""
-    _, body, _ = raw_request(server, "POST", "/v1/responses", b"{nope")
+    _, body, _ = raw_request(fake_server, "POST", "/v1/responses", b"{nope")
 
     assert body["error"]["message"].startswith("We could not parse the JSON body of your request.")
 
 
-def test_rejected_bodies_are_recorded_and_the_server_keeps_serving(server: ResponsesServer) -> None:
+def test_rejected_bodies_are_recorded_and_the_server_keeps_serving(fake_server: ResponsesServer) -> None:
     """A refused JSON body is in the request log, and the next good request succeeds."""
-    post_json(server, {"input": "no model"})
+    post_json(fake_server, {"input": "no model"})
 
-    status, body = post_json(server, {"model": "m", "input": "fine"})
+    status, body = post_json(fake_server, {"model": "m", "input": "fine"})
 
-    assert server.state.requests == [{"input": "no model"}, {"model": "m", "input": "fine"}]
+    assert fake_server.state.requests == [{"input": "no model"}, {"model": "m", "input": "fine"}]
     assert (status, body["status"]) == (200, "completed")
 
 
-def test_every_sdk_parameter_is_known(client: openai.OpenAI) -> None:
+def test_every_sdk_parameter_is_known(plain_client: openai.OpenAI) -> None:
     """No parameter of the installed openai SDK's create() is refused as unknown."""
     import typing
 
@@ -329,10 +331,10 @@ def test_every_sdk_parameter_is_known(client: openai.OpenAI) -> None:
     ],
 )
 def test_unknown_things_are_json_errors(
-    server: ResponsesServer, method: str, path: str, status: int, message: str
+    fake_server: ResponsesServer, method: str, path: str, status: int, message: str
 ) -> None:
     """Unknown responses and routes answer in OpenAI's error shape (and no test hooks by default)."""
-    got, body, _ = raw_request(server, method, path, b"{}" if method in ("POST", "PUT") else None)
+    got, body, _ = raw_request(fake_server, method, path, b"{}" if method in ("POST", "PUT") else None)
 
     assert (status, message, "invalid_request_error") == (
         got,
@@ -346,29 +348,33 @@ def test_unknown_things_are_json_errors(
     [("limit=0", "limit"), ("limit=101", "limit"), ("limit=many", "limit"), ("order=sideways", "order")],
 )
 def test_bad_input_items_queries(
-    server: ResponsesServer, client: openai.OpenAI, query: str, param: str
+    fake_server: ResponsesServer, plain_client: openai.OpenAI, query: str, param: str
 ) -> None:
     """input_items refuses a bad limit or order with a 400."""
-    created = client.responses.create(model="scripted", input="x")
+    created = plain_client.responses.create(model="scripted", input="x")
 
-    status, body, _ = raw_request(server, "GET", f"/v1/responses/{created.id}/input_items?{query}")
+    status, body, _ = raw_request(fake_server, "GET", f"/v1/responses/{created.id}/input_items?{query}")
 
     assert (400, param) == (status, body["error"]["param"])
 
 
-def test_stream_request_errors_come_before_the_stream(client: openai.OpenAI) -> None:
+def test_stream_request_errors_come_before_the_stream(plain_client: openai.OpenAI) -> None:
     """A refused streaming request fails at call time with the same 400, not mid-stream."""
     with pytest.raises(openai.BadRequestError) as caught:
-        client.responses.create(model="scripted", input="x", previous_response_id="resp_unknown", stream=True)
+        plain_client.responses.create(
+            model="scripted", input="x", previous_response_id="resp_unknown", stream=True
+        )
     with pytest.raises(openai.BadRequestError):
-        client.responses.stream(model="scripted", input="x", previous_response_id="resp_unknown").__enter__()
+        plain_client.responses.stream(
+            model="scripted", input="x", previous_response_id="resp_unknown"
+        ).__enter__()
 
     assert error_of(caught)[2] == "previous_response_not_found"
 
 
-def test_error_bodies_are_json_with_request_ids(server: ResponsesServer) -> None:
+def test_error_bodies_are_json_with_request_ids(fake_server: ResponsesServer) -> None:
     """Errors carry JSON content and an x-request-id header."""
-    _, body, headers = raw_request(server, "POST", "/v1/responses", json.dumps({"input": "x"}).encode())
+    _, body, headers = raw_request(fake_server, "POST", "/v1/responses", json.dumps({"input": "x"}).encode())
 
     assert headers["content-type"].startswith("application/json")
     assert headers["x-request-id"].startswith("req_")

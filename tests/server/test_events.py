@@ -79,8 +79,12 @@ def test_function_call_arguments_stream_in_pieces() -> None:
 
 def test_response_objects_validate_strictly() -> None:
     """Every status of the response object passes the SDK model's validation."""
-    for text in ("hi", "x\n!fail", "x\n!incomplete", "x\n!reason\n!call f {}"):
-        Response.model_validate(respond(text))
+    statuses = [
+        Response.model_validate(respond(text)).status
+        for text in ("hi", "x\n!fail", "x\n!incomplete", "x\n!reason\n!call f {}")
+    ]
+
+    assert ["completed", "failed", "incomplete", "completed"] == statuses
 
 
 def test_sse_framing() -> None:

@@ -10,7 +10,8 @@ import pytest
 
 from anchortrack.server import ResponsesServer
 
-from .support import as_items, make_client, raw_request, user
+from ..helpers import user_message
+from .helpers import as_items, make_client, raw_request
 
 
 @pytest.fixture(scope="module", name="hooked")
@@ -76,7 +77,7 @@ def test_context_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
     status, body, _ = raw_request(hooked, "GET", f"/_test/responses/{second.id}/context")
 
     assert status == 200
-    assert [user("one"), *as_items(first.output), user("two")] == body["data"]
+    assert [user_message("one"), *as_items(first.output), user_message("two")] == body["data"]
     assert raw_request(hooked, "GET", "/_test/responses/resp_never/context")[0] == 404
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from anchortrack.server import ResponsesServer
 
-from .support import as_items, digest, make_client, user
+from ..helpers import user_message
+from .helpers import as_items, digest, make_client
 
 
 ASYNC_CONVERSATIONS = 24
@@ -34,7 +35,7 @@ def next_input(name: str, turn: int, last_output: list[dict[str, Any]]) -> list[
         text += f'\n!call probe {{"conversation": "{name}"}}\n!call other {{}}'
     if turn % 3 == 0:
         text += "\n!sleep 2"
-    return [user(text)]
+    return [user_message(text)]
 
 
 async def async_conversation(client: openai.AsyncOpenAI, name: str, seen: Seen) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any
 
@@ -12,15 +11,8 @@ import pytest
 from anchortrack.server import ScriptedModel, context_digest
 from anchortrack.server._model import parse_script
 
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def digest(context: list[Any]) -> str:
-    """The digest as the convention spells it, computed independently."""
-    text = json.dumps(context, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+from ..helpers import user
+from .helpers import digest
 
 
 def answer(model: ScriptedModel, context: list[Any]) -> list[dict[str, Any]]:

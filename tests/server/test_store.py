@@ -18,9 +18,9 @@ from anchortrack.server import (
     StoredResponse,
     open_store,
 )
-from anchortrack.server._store import SCHEMA_VERSION
+from anchortrack.server._sqlite import SCHEMA_VERSION
 
-from .support import FakeClock
+from ..helpers import FakeClock
 
 
 def record(response_id: str = "resp_1", parent: str | None = None, **changes: Any) -> StoredResponse:
@@ -37,23 +37,23 @@ def record(response_id: str = "resp_1", parent: str | None = None, **changes: An
 class TestContract:
     """Every backend behaves the same."""
 
-    def test_save_then_get_round_trips(self, store: ResponseStore, clock: FakeClock) -> None:
+    def test_save_then_get_round_trips(self, response_store: ResponseStore, clock: FakeClock) -> None:
         """A saved record reads back equal, with created_at and expires_at stamped."""
-        saved = store.save(record())
+        saved = response_store.save(record())
 
-        got = store.get("resp_1")
+        got = response_store.get("resp_1")
 
         assert got == saved
         assert (clock.now, clock.now + 100) == (got.created_at, got.expires_at)
         assert record().input_items == got.input_items
         assert record().response == got.response
         assert got.output == [{"id": "msg_1", "type": "message"}]
-        assert store.get("resp_missing") is None
+        assert response_store.get("resp_missing") is None
 
-    def test_link_gives_the_chain_data(self, store: ResponseStore, clock: FakeClock) -> None:
+    def test_link_gives_the_chain_data(self, response_store: ResponseStore, clock: FakeClock) -> None:
         """link() returns parent, status and items of a live record, fresh after an overwrite."""
-        store.save(record(parent="resp_0", status="in_progress"))
-        assert store.link("resp_1") == ChainLink(
+        response_store.save(record(parent="resp_0", status="in_progress"))
+        assert response_store.link("resp_1") == ChainLink(
             id="resp_1",
             previous_response_id="resp_0",
             status="in_progress",
@@ -61,130 +61,134 @@ class TestContract:
             output=record().output,
         )
 
-        store.save(record(parent="resp_0"), overwrite=True)
-        link = store.link("resp_1")
+        response_store.save(record(parent="resp_0"), overwrite=True)
+        link = response_store.link("resp_1")
 
         assert link is not None
         assert link.status == "completed"
-        assert store.link("resp_missing") is None
+        assert response_store.link("resp_missing") is None
         clock.advance(100)
-        assert store.link("resp_1") is None
+        assert response_store.link("resp_1") is None
 
-    def test_no_silent_overwrite(self, store: ResponseStore) -> None:
+    def test_no_silent_overwrite(self, response_store: ResponseStore) -> None:
         """Saving an existing id without overwrite is a conflict and changes nothing."""
-        store.save(record())
+        response_store.save(record())
 
         with pytest.raises(StoreConflictError, match="already exists") as caught:
-            store.save(record(status="failed"))
+            response_store.save(record(status="failed"))
 
         assert caught.value.response_id == "resp_1"
-        got = store.get("resp_1")
+        got = response_store.get("resp_1")
         assert got is not None
         assert got.status == "completed"
 
-    def test_overwrite_replaces_and_keeps_created_at(self, store: ResponseStore, clock: FakeClock) -> None:
+    def test_overwrite_replaces_and_keeps_created_at(
+        self, response_store: ResponseStore, clock: FakeClock
+    ) -> None:
         """With overwrite the record is replaced; its age still counts from the first save."""
-        first = store.save(record(status="in_progress"))
+        first = response_store.save(record(status="in_progress"))
         clock.advance(10)
 
-        store.save(record(status="completed"), overwrite=True)
+        response_store.save(record(status="completed"), overwrite=True)
 
-        got = store.get("resp_1")
+        got = response_store.get("resp_1")
         assert got is not None
         assert ("completed", first.created_at) == (got.status, got.created_at)
 
-    def test_parent_mismatch_is_a_conflict(self, store: ResponseStore) -> None:
+    def test_parent_mismatch_is_a_conflict(self, response_store: ResponseStore) -> None:
         """expected_previous_response_id must match the record's and the existing record's parent."""
         with pytest.raises(StoreConflictError, match="parent"):
-            store.save(record(parent="resp_0"), expected_previous_response_id="resp_x")
-        store.save(record(parent="resp_0"), expected_previous_response_id="resp_0")
+            response_store.save(record(parent="resp_0"), expected_previous_response_id="resp_x")
+        response_store.save(record(parent="resp_0"), expected_previous_response_id="resp_0")
 
         with pytest.raises(StoreConflictError, match="parent"):
-            store.save(record(parent="resp_x"), overwrite=True, expected_previous_response_id="resp_x")
-        store.save(
+            response_store.save(
+                record(parent="resp_x"), overwrite=True, expected_previous_response_id="resp_x"
+            )
+        response_store.save(
             record(parent="resp_0", status="failed"), overwrite=True, expected_previous_response_id="resp_0"
         )
-        got = store.get("resp_1")
+        got = response_store.get("resp_1")
         assert got is not None
         assert got.status == "failed"
 
-    def test_records_are_isolated_from_callers(self, store: ResponseStore) -> None:
+    def test_records_are_isolated_from_callers(self, response_store: ResponseStore) -> None:
         """Mutating what was saved or read never changes the stored record."""
         original = record()
-        store.save(original)
+        response_store.save(original)
         original.input_items[0]["content"] = "changed"
         original.response["output"].clear()
 
-        got = store.get("resp_1")
+        got = response_store.get("resp_1")
         assert got is not None
         got.input_items.clear()
         got.response["id"] = "other"
 
-        again = store.get("resp_1")
+        again = response_store.get("resp_1")
         assert again == record(created_at=again.created_at, expires_at=again.expires_at)
 
-    def test_delete(self, store: ResponseStore) -> None:
+    def test_delete(self, response_store: ResponseStore) -> None:
         """Delete removes a record and reports whether one was there."""
-        store.save(record())
+        response_store.save(record())
 
-        assert store.link("resp_1") is not None
-        assert store.delete("resp_1") is True
-        assert store.get("resp_1") is None
-        assert store.link("resp_1") is None
-        assert store.delete("resp_1") is False
+        assert response_store.link("resp_1") is not None
+        assert response_store.delete("resp_1") is True
+        assert response_store.get("resp_1") is None
+        assert response_store.link("resp_1") is None
+        assert response_store.delete("resp_1") is False
 
-    def test_retention_expires_records(self, store: ResponseStore, clock: FakeClock) -> None:
+    def test_retention_expires_records(self, response_store: ResponseStore, clock: FakeClock) -> None:
         """After the retention period a record is gone; just before, it is there."""
-        store.save(record())
+        response_store.save(record())
         clock.advance(99.9)
-        assert store.get("resp_1") is not None
+        assert response_store.get("resp_1") is not None
 
         clock.advance(0.1)
 
-        assert store.get("resp_1") is None
-        assert store.count() == 0
+        assert response_store.get("resp_1") is None
+        assert response_store.count() == 0
 
-    def test_expired_id_can_be_saved_again(self, store: ResponseStore, clock: FakeClock) -> None:
+    def test_expired_id_can_be_saved_again(self, response_store: ResponseStore, clock: FakeClock) -> None:
         """An expired record no longer blocks its id."""
-        store.save(record())
+        response_store.save(record())
         clock.advance(200)
 
-        store.save(record(status="incomplete"))
+        response_store.save(record(status="incomplete"))
 
-        got = store.get("resp_1")
+        got = response_store.get("resp_1")
         assert got is not None
         assert got.status == "incomplete"
 
-    def test_expire_hook(self, store: ResponseStore) -> None:
+    def test_expire_hook(self, response_store: ResponseStore) -> None:
         """expire() makes a live record look expired, once."""
-        store.save(record())
+        response_store.save(record())
 
-        assert store.expire("resp_1") is True
-        assert store.get("resp_1") is None
-        assert store.link("resp_1") is None
-        assert store.expire("resp_1") is False
-        assert store.expire("resp_missing") is False
+        assert response_store.expire("resp_1") is True
+        assert response_store.get("resp_1") is None
+        assert response_store.link("resp_1") is None
+        assert response_store.expire("resp_1") is False
+        assert response_store.expire("resp_missing") is False
 
-    def test_purge_and_count(self, store: ResponseStore, clock: FakeClock) -> None:
+    def test_purge_and_count(self, response_store: ResponseStore, clock: FakeClock) -> None:
         """purge_expired deletes exactly the expired records."""
-        store.save(record("resp_a"))
+        response_store.save(record("resp_a"))
         clock.advance(50)
-        store.save(record("resp_b"))
+        response_store.save(record("resp_b"))
         clock.advance(60)
 
-        assert store.count() == 1
-        assert store.purge_expired() == 1
-        assert store.purge_expired() == 0
-        assert store.get("resp_b") is not None
+        assert response_store.count() == 1
+        assert response_store.purge_expired() == 1
+        assert response_store.purge_expired() == 0
+        assert response_store.get("resp_b") is not None
 
-    def test_concurrent_saves_from_threads(self, store: ResponseStore) -> None:
+    def test_concurrent_saves_from_threads(self, response_store: ResponseStore) -> None:
         """Many threads saving and reading at once lose nothing."""
 
         def work(worker: int) -> None:
             for n in range(25):
                 response_id = f"resp_{worker}_{n}"
-                store.save(record(response_id))
-                assert store.get(response_id) is not None
+                response_store.save(record(response_id))
+                assert response_store.get(response_id) is not None
 
         threads = [threading.Thread(target=work, args=(worker,)) for worker in range(8)]
         for thread in threads:
@@ -192,16 +196,16 @@ class TestContract:
         for thread in threads:
             thread.join()
 
-        assert store.count() == 200
+        assert response_store.count() == 200
 
-    def test_same_id_raced_by_threads_is_saved_once(self, store: ResponseStore) -> None:
+    def test_same_id_raced_by_threads_is_saved_once(self, response_store: ResponseStore) -> None:
         """The save policy holds under races: exactly one concurrent save of an id wins."""
         results: list[str] = []
         lock = threading.Lock()
 
         def attempt(n: int) -> None:
             try:
-                store.save(record(status=f"s{n}"))
+                response_store.save(record(status=f"s{n}"))
                 outcome = "saved"
             except StoreConflictError:
                 outcome = "conflict"

@@ -1,1 +1,1 @@
-"""Tests of the anchor stores (issue #4)."""
+"""Tests of the anchor stores: one contract suite over every backend, then each backend's own."""

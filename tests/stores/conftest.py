@@ -5,34 +5,20 @@ factory parametrized over every backend.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from anchortrack.stores import Anchor, AnchorStore, MemoryStore, RedisStore, SQLiteStore
+from anchortrack.stores import AnchorStore, MemoryStore, RedisStore, SQLiteStore
 from tests._redis import RedisServer
+
+from ..helpers import FakeClock
+from .helpers import Api, StoreFactory
 
 
 BACKENDS = ["memory", "sqlite", "redis"]
-
-SCOPE = "0123456789abcdef"
-OTHER_SCOPE = "fedcba9876543210"
-
-
-class FakeClock:
-    """A clock that only moves when told; starts at the real time."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture(scope="session")
@@ -51,9 +37,6 @@ def redis_server() -> Iterator[RedisServer]:
 def clock() -> FakeClock:
     """A manual clock for stores built by `make_store`."""
     return FakeClock()
-
-
-StoreFactory = Callable[..., AnchorStore]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -91,41 +74,6 @@ async def make_store(
     yield make
     for store in made:
         await store.aclose()  # type: ignore[attr-defined]
-
-
-class Api:
-    """
-    One store driven through its sync or its async methods.
-
-    Tests call ``await api.find(...)`` either way, so each scenario is
-    written once and runs against both halves of the protocol.
-    """
-
-    def __init__(self, store: AnchorStore, mode: str) -> None:
-        self.store = store
-        self.mode = mode
-
-    async def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
-        if self.mode == "sync":
-            return self.store.find(scope, views)
-        return await self.store.afind(scope, views)
-
-    async def get(self, scope: str, response_id: str) -> Anchor | None:
-        if self.mode == "sync":
-            return self.store.get(scope, response_id)
-        return await self.store.aget(scope, response_id)
-
-    async def put(self, scope: str, anchor: Anchor) -> None:
-        if self.mode == "sync":
-            self.store.put(scope, anchor)
-        else:
-            await self.store.aput(scope, anchor)
-
-    async def evict(self, scope: str, response_id: str) -> None:
-        if self.mode == "sync":
-            self.store.evict(scope, response_id)
-        else:
-            await self.store.aevict(scope, response_id)
 
 
 @pytest.fixture(params=["sync", "async"])

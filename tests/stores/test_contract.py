@@ -12,8 +12,8 @@ import pytest
 
 from anchortrack.stores import DEFAULT_TTL, Anchor, AnchorStore
 
-from ._helpers import make_anchor, view
-from .conftest import OTHER_SCOPE, SCOPE, Api, FakeClock, StoreFactory
+from ..helpers import FakeClock
+from .helpers import OTHER_SCOPE, SCOPE, Api, StoreFactory, make_anchor, view
 
 
 async def test_store_satisfies_the_protocol(api: Api) -> None:

@@ -19,8 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from anchortrack.stores import Anchor, MemoryStore
 from anchortrack.stores.memory import _HEAD, _RECORD
 
-from ._helpers import make_anchor, view
-from .conftest import SCOPE, FakeClock
+from ..helpers import FakeClock
+from .helpers import SCOPE, make_anchor, view
 
 
 def check_layout(store: MemoryStore) -> None:

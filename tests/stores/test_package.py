@@ -1,10 +1,12 @@
-"""What ``anchortrack.stores`` exports, and that it loads redis only on demand."""
+"""What ``anchortrack.stores`` exports, `open_store`'s spellings, and that it loads redis only on demand."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import anchortrack.stores
 from anchortrack.stores import (
@@ -16,7 +18,9 @@ from anchortrack.stores import (
     SchemaVersionError,
     SQLiteStore,
     _base,
+    open_store,
 )
+from tests._redis import RedisServer
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +49,7 @@ def test_public_names() -> None:
         "RedisStore",
         "SQLiteStore",
         "SchemaVersionError",
+        "open_store",
     } == set(anchortrack.stores.__all__)
     assert (_base.Anchor, _base.AnchorStore, _base.DEFAULT_TTL) == (Anchor, AnchorStore, DEFAULT_TTL)
     assert issubclass(SchemaVersionError, Exception)
@@ -60,6 +65,48 @@ def test_sync_and_async_twins_match() -> None:
         for name in ("find", "get", "put", "evict", "close"):
             assert callable(getattr(cls, name))
             assert inspect.iscoroutinefunction(getattr(cls, "a" + name)), (cls, name)
+
+
+def test_open_store_spellings(tmp_path: Path, redis_server: RedisServer) -> None:
+    """``memory``, ``sqlite:PATH`` (parents created) and Redis URLs open working stores of their kind."""
+    path = tmp_path / "new" / "dir" / "anchors.db"
+    anchor = Anchor(b"v" * 16, "resp_1", 1, 0.0, 2e9)
+    stores = [open_store("memory"), open_store(f"sqlite:{path}"), open_store(redis_server.url)]
+    try:
+        for store in stores:
+            store.put("0123456789abcdef", anchor)
+
+        assert [MemoryStore, SQLiteStore, RedisStore] == [type(store) for store in stores]
+        assert [anchor] * 3 == [store.get("0123456789abcdef", "resp_1") for store in stores]
+        assert path.is_file()
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_open_store_home_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``~`` in a SQLite path is the user's home directory."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    store = open_store("sqlite:~/anchors.db")
+    store.put("0123456789abcdef", Anchor(b"v" * 16, "resp_1", 1, 0.0, 2e9))
+    store.close()
+
+    assert (tmp_path / "anchors.db").is_file()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "unknown store ''"),
+        ("sqlite:", "sqlite: needs a path"),
+        ("postgres://db", "expected memory, sqlite:PATH or redis://"),
+        ("Memory", "unknown store 'Memory'"),
+    ],
+)
+def test_open_store_refuses_other_spellings(spec: str, message: str) -> None:
+    """Anything else is a ValueError that names the accepted spellings."""
+    with pytest.raises(ValueError, match=message):
+        open_store(spec)
 
 
 def test_importing_stores_does_not_import_redis() -> None:
@@ -92,7 +139,5 @@ def test_missing_redis_gives_a_clear_import_error() -> None:
 
 def test_unknown_attribute() -> None:
     """Other missing names still raise AttributeError."""
-    import pytest
-
     with pytest.raises(AttributeError, match="NoSuchStore"):
         anchortrack.stores.NoSuchStore  # noqa: B018

@@ -19,8 +19,8 @@ import redis.asyncio
 from anchortrack.stores import RedisStore
 from tests._redis import RedisServer, free_port
 
-from ._helpers import make_anchor, view
-from .conftest import SCOPE, FakeClock
+from ..helpers import FakeClock
+from .helpers import SCOPE, make_anchor, view
 
 
 class CountingConnection(redis.Connection):
@@ -87,7 +87,7 @@ def test_every_key_expires_at_the_anchor_expiry(store: RedisStore, raw: redis.Re
 
 
 def test_no_content_at_rest(store: RedisStore, raw: redis.Redis, prefix: str) -> None:
-    """Keys and values hold digests, ids, counts and times: nothing else."""
+    """I5: keys and values hold digests, ids, counts and times, nothing else."""
     secret = "the user's secret message"
     for i in range(20):
         store.put(SCOPE, make_anchor(f"{secret} {i}", store._clock(), count=i))

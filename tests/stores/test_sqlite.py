@@ -21,8 +21,8 @@ import pytest
 from anchortrack.stores import SchemaVersionError, SQLiteStore
 from anchortrack.stores import _sqlite_schema as schema
 
-from ._helpers import make_anchor, view
-from .conftest import SCOPE, FakeClock
+from ..helpers import FakeClock
+from .helpers import SCOPE, make_anchor, view
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,7 +236,7 @@ def test_expired_rows_are_deleted(tmp_path: Path, clock: FakeClock) -> None:
 
 
 def test_no_content_at_rest(tmp_path: Path, clock: FakeClock) -> None:
-    """The file holds digests, ids, counts and times: nothing else."""
+    """I5: the file holds digests, ids, counts and times, nothing else."""
     secret = "the user's secret message"
     store = SQLiteStore(tmp_path / "a.db", clock=clock)
     anchors = [make_anchor(f"{secret} {i}", clock.now, count=i) for i in range(20)]

@@ -1,20 +1,20 @@
 """
-Where the local server keeps its responses: the store contract, the memory
-store, and :func:`open_store` (the SQLite store lives in ``_sqlite``).
+What the server's response stores share: the records, the store contract, the
+row codec and the save policy.
 
-Both backends implement :class:`ResponseStore`, the same narrow contract as
-GodeX's session stores (seed 001): ``get``, ``save`` (with the save policy),
-``delete``, plus ``link`` (the cheap read chain resolution uses) and what
-OpenAI semantics add — a retention period after which a response is gone,
+The backends (`MemoryResponseStore` in ``_memory``, `SQLiteResponseStore` in
+``_sqlite``) implement `ResponseStore`: ``get``, ``save`` (with the save
+policy), ``delete``, plus ``link`` (the cheap read chain resolution uses) and
+what OpenAI semantics add: a retention period after which a response is gone,
 and ``expire`` so tests can make one look old.
 
-Records are kept as JSON text in both backends, so a caller can never change
-a stored response by mutating what it saved or read, and both backends give
-byte-for-byte the same data back.
+Records are kept as JSON text (a `Row`) in both backends, so a caller can
+never change a stored response by mutating what it saved or read, and both
+backends give byte-for-byte the same data back.
 
-Every method is thread-safe: the running app and a test thread may use one
-store at once.  Time comes from an injectable clock, so retention can be
-tested without sleeping.
+Every method of a store is thread-safe: the running app and a test thread may
+use one store at once.  Time comes from an injectable clock, so retention can
+be tested without sleeping.
 """
 
 from __future__ import annotations
@@ -22,18 +22,13 @@ from __future__ import annotations
 import enum
 import json
 import math
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 
 #: OpenAI keeps stored responses for 30 days.
 DEFAULT_RETENTION: float = 30 * 24 * 3600.0
-
-#: Version of the SQLite schema, kept in ``PRAGMA user_version``.
-SCHEMA_VERSION = 1
 
 #: Expired records are purged at most this often (store-clock seconds).
 PURGE_INTERVAL = 60.0
@@ -120,7 +115,7 @@ class ResponseStore(Protocol):
         ...
 
     def link(self, response_id: str) -> ChainLink | None:
-        """The live record's chain data (cheaper than :meth:`get`; read-only), or ``None``."""
+        """The live record's chain data (cheaper than `get`; read-only), or ``None``."""
         ...
 
     def save(
@@ -222,7 +217,7 @@ def check_save_policy(
     expected_previous_response_id: str | Literal[_Unset.UNSET] | None,
 ) -> None:
     """
-    The save policy of seed 001, shared by every backend.
+    The save policy, shared by every backend.
 
     *existing* is the live record with the same id, if any.
 
@@ -266,134 +261,3 @@ def row_to_save(
     )
     created = now if old is None else old.created_at
     return encode_row(record, created, created + retention)
-
-
-class MemoryResponseStore:
-    """
-    Responses kept in memory, for tests and single-process servers.
-
-    Args:
-        retention: Seconds a response stays retrievable and chainable.
-        clock: Returns the current time in seconds; ``time.time`` by default.
-    """
-
-    def __init__(self, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> None:
-        self.retention = retention
-        self._clock = clock
-        self._rows: dict[str, Row] = {}
-        self._links: dict[str, ChainLink] = {}
-        self._lock = threading.Lock()
-        self._last_purge = -math.inf
-
-    def _live(self, response_id: str, now: float) -> Row | None:
-        row = self._rows.get(response_id)
-        if row is None or row.expires_at <= now:
-            return None
-        return row
-
-    def get(self, response_id: str) -> StoredResponse | None:
-        """Return the live record for *response_id*, or ``None``."""
-        with self._lock:
-            row = self._live(response_id, self._clock())
-        return None if row is None else decode_row(row)
-
-    def link(self, response_id: str) -> ChainLink | None:
-        """The live record's chain data, decoded once per save and shared (read-only)."""
-        with self._lock:
-            row = self._live(response_id, self._clock())
-            if row is None:
-                return None
-            cached = self._links.get(response_id)
-            if cached is None:
-                cached = self._links[response_id] = row_link(row)
-            return cached
-
-    def save(
-        self,
-        record: StoredResponse,
-        *,
-        overwrite: bool = False,
-        expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
-    ) -> StoredResponse:
-        """Store *record* under the save policy; see :class:`ResponseStore`."""
-        with self._lock:
-            now = self._clock()
-            row = row_to_save(
-                self._live(record.id, now),
-                record,
-                now=now,
-                retention=self.retention,
-                overwrite=overwrite,
-                expected_previous_response_id=expected_previous_response_id,
-            )
-            self._rows[record.id] = row
-            self._links.pop(record.id, None)
-            if now - self._last_purge >= PURGE_INTERVAL:
-                self._purge(now)
-        return decode_row(row)
-
-    def delete(self, response_id: str) -> bool:
-        """Remove a record; return whether one was there."""
-        with self._lock:
-            self._links.pop(response_id, None)
-            return self._rows.pop(response_id, None) is not None
-
-    def expire(self, response_id: str) -> bool:
-        """Make a live record look expired; return whether one was live."""
-        with self._lock:
-            row = self._live(response_id, self._clock())
-            if row is None:
-                return False
-            self._rows[response_id] = replace(row, expires_at=EXPIRED)
-            return True
-
-    def _purge(self, now: float) -> int:
-        dead = [key for key, row in self._rows.items() if row.expires_at <= now]
-        for key in dead:
-            del self._rows[key]
-            self._links.pop(key, None)
-        self._last_purge = now
-        return len(dead)
-
-    def purge_expired(self) -> int:
-        """Delete expired records; return how many."""
-        with self._lock:
-            return self._purge(self._clock())
-
-    def count(self) -> int:
-        """How many live records the store holds."""
-        with self._lock:
-            now = self._clock()
-            return sum(1 for row in self._rows.values() if row.expires_at > now)
-
-    def clear(self) -> None:
-        """Forget every record."""
-        with self._lock:
-            self._rows.clear()
-            self._links.clear()
-
-    def close(self) -> None:
-        """Nothing to release; present for the protocol."""
-
-
-def open_store(spec: str, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> ResponseStore:
-    """
-    Open a store from its command-line spelling.
-
-    Args:
-        spec: ``"memory"`` or ``"sqlite:PATH"``.
-        retention: Seconds a response stays retrievable and chainable.
-        clock: The store's clock.
-
-    Raises:
-        ValueError: For any other spelling, or a negative retention.
-    """
-    if not retention >= 0:
-        raise ValueError(f"retention must be a non-negative number of seconds, got {retention!r}")
-    if spec == "memory":
-        return MemoryResponseStore(retention=retention, clock=clock)
-    if spec.startswith("sqlite:") and len(spec) > len("sqlite:"):
-        from anchortrack.server._sqlite import SQLiteResponseStore
-
-        return SQLiteResponseStore(spec[len("sqlite:") :], retention=retention, clock=clock)
-    raise ValueError(f"unknown store {spec!r}: expected 'memory' or 'sqlite:PATH'")

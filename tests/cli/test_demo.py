@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from anchortrack.cli import main
+from anchortrack._cli import main
 
 
 ROOT = Path(__file__).parents[2]

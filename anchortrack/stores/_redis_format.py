@@ -1,9 +1,11 @@
 """
-Pure helpers shared by the store backends: validation, the value codec and
-the Redis key schema.
+The Redis store's data format: the value of a view key and the key names.
 
-Nothing here does I/O, so every backend encodes, decodes and checks anchors
-the same way, and the sync and async paths of one backend share it too.
+`encode_value` writes what the Lua scripts in `anchortrack.stores._lua`
+parse (``1|count|created_at|expires_at|response_id``); `KeySchema` names the
+keys they touch.
+Pure: nothing here does I/O, so the sync and async halves of `RedisStore`
+share it.
 """
 
 from __future__ import annotations
@@ -12,65 +14,11 @@ import math
 from collections.abc import Iterable, Sequence
 
 from ._base import Anchor
+from ._checks import FORBIDDEN_KEY_CHARS, check_scope
 
 
 #: Version tag at the start of every encoded value (see `encode_value`).
 VALUE_VERSION = "1"
-
-#: Longest accepted scope, in characters.
-MAX_SCOPE_LENGTH = 128
-
-_FORBIDDEN_SCOPE_CHARS = frozenset("{}")
-
-
-def _filled(value: object, kind: type[object]) -> bool:
-    """Whether *value* is a non-empty instance of *kind* (for untyped callers)."""
-    return isinstance(value, kind) and bool(value)
-
-
-def check_scope(scope: str) -> str:
-    """
-    Return *scope* if it can namespace store keys, else raise `ValueError`.
-
-    A scope is a short printable string (the tracker uses 16 hex digits).
-    Braces are refused because Redis keys wrap the scope in a hash tag.
-    """
-    if not _filled(scope, str):
-        raise ValueError(f"scope must be a non-empty str, got {scope!r}")
-    if scope.isascii() and scope.isalnum() and len(scope) <= MAX_SCOPE_LENGTH:
-        return scope  # the common case (hex digits), checked fast
-    if (
-        len(scope) > MAX_SCOPE_LENGTH
-        or not scope.isprintable()
-        or any(c.isspace() or c in _FORBIDDEN_SCOPE_CHARS for c in scope)
-    ):
-        raise ValueError(f"scope must be short and printable, without spaces or braces: {scope!r}")
-    return scope
-
-
-def check_anchor(anchor: Anchor) -> Anchor:
-    """Return *anchor* if a store can record it, else raise `ValueError`."""
-    if not _filled(anchor.view, bytes):
-        raise ValueError(f"anchor.view must be non-empty bytes, got {anchor.view!r}")
-    if not _filled(anchor.response_id, str):
-        raise ValueError(f"anchor.response_id must be a non-empty str: {anchor.response_id!r}")
-    if not 0 <= anchor.count < 2**32:
-        raise ValueError(f"anchor.count out of range: {anchor.count!r}")
-    if not (math.isfinite(anchor.created_at) and math.isfinite(anchor.expires_at)):
-        raise ValueError(f"anchor times must be finite: {anchor!r}")
-    return anchor
-
-
-def check_response_id(response_id: str) -> str:
-    """Return *response_id* if it is a non-empty str, else raise `ValueError`."""
-    if not _filled(response_id, str):
-        raise ValueError(f"response_id must be a non-empty str, got {response_id!r}")
-    return response_id
-
-
-def unique_views(views: Iterable[bytes]) -> list[bytes]:
-    """Return *views* without duplicates, in their first order."""
-    return list(dict.fromkeys(views))
 
 
 def encode_value(anchor: Anchor) -> str:
@@ -124,7 +72,7 @@ class KeySchema:
     """
 
     def __init__(self, prefix: str) -> None:
-        if not prefix or any(c.isspace() or c in _FORBIDDEN_SCOPE_CHARS for c in prefix):
+        if not prefix or any(c.isspace() or c in FORBIDDEN_KEY_CHARS for c in prefix):
             raise ValueError(f"prefix must be non-empty, without spaces or braces: {prefix!r}")
         self.prefix = prefix
 

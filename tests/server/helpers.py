@@ -1,4 +1,4 @@
-"""Helpers for the local server's tests: a fake clock, raw HTTP, history bookkeeping."""
+"""Helpers of the local server's tests: raw HTTP, plain clients, items as the server sends them."""
 
 from __future__ import annotations
 
@@ -11,19 +11,6 @@ from typing import Any
 import openai
 
 from anchortrack.server import ResponsesServer
-
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def raw_request(
@@ -77,11 +64,6 @@ def plain(value: Any) -> Any:
 def as_items(outputs: Sequence[Any]) -> list[dict[str, Any]]:
     """SDK output items as the JSON the server sent."""
     return [plain(item.to_dict()) for item in outputs]
-
-
-def user(text: str) -> dict[str, Any]:
-    """A user message item in the explicit form a string input stands for."""
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
 def digest(context: Sequence[Any]) -> str:
