@@ -18,11 +18,11 @@ from typing import Any
 import attrs
 
 from ._canonical import ItemError
-from ._errors import Failure, classify
 from ._hashing import extend, prefix_hashes
 from ._log import get_logger
 from ._mode import Mode
 from ._plan import Plan, Reason, candidates, with_sizes
+from ._refusal import Failure, classify
 from ._request import Request, chained_body
 from .stores._base import Anchor
 
@@ -155,7 +155,7 @@ def call_flow(ctx: Context, request: Request, unavailable: object) -> Flow:
         chained_ticket = attrs.evolve(ticket, expires_at=anchor.expires_at)
         return (yield Send(chained_body(request, plan.skip, anchor.response_id), chained_ticket))
     except Exception as error:
-        failure = classify(error)
+        failure = classify(error, anchor.response_id)
         if failure is Failure.OTHER:
             raise
         if failure is Failure.STALE_ANCHOR:

@@ -15,13 +15,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ._errors import Failure
 from ._flow import Context, Effect, Find, Get, Send, Ticket, adrive, call_flow, drive
 from ._guard import UNAVAILABLE, Guard
 from ._hashing import Memo, Scope, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
 from ._mode import Mode, coerce, resolve
 from ._plan import Plan, Reason, RecentViews, choose, unrecordable
+from ._refusal import Failure
 from ._request import Request, read_request
 from ._stats import Stats
 from .stores._base import Anchor, AnchorStore

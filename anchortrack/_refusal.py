@@ -1,0 +1,149 @@
+"""
+What a refused chained request means (pure).
+
+Only two refusals are ours to handle: the server forgot the anchor (evict it
+and resend once in full) and the organization refuses ``previous_response_id``
+(zero data retention: stop chaining in that scope and resend).
+Every other error belongs to the caller, unchanged.
+
+Servers say "I do not have that response" in different words
+(docs/compatibility.md has the exact bodies).
+A refusal is a stale anchor when
+
+* it is OpenAI's: ``code == "previous_response_not_found"`` or
+  ``param == "previous_response_id"`` (also Azure OpenAI, and our own server),
+  or one of the codes chain-resolving proxies answer instead;
+* or it is a 400 or 404 whose body names the anchor's response id anywhere:
+  agentic-api (``storage error: not found: Response with id '…'``),
+  llama-stack (``{"detail": "Response '…' not found. …"}`` and, inside a
+  stream, ``{"error": {"message": …, "code": "404"}}``), a LiteLLM proxy
+  (which names the id it decoded from its own ``resp_<base64>`` wrapping).
+
+A 5xx, a 404 for an unknown model, a 400 about another parameter and a 400 or
+404 that does not name the anchor are not stale anchors.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import re
+from collections.abc import Iterator, Mapping
+
+
+class Failure(enum.Enum):
+    """What an error raised by a chained request means to anchortrack."""
+
+    STALE_ANCHOR = "stale_anchor"
+    ZDR = "zdr"
+    OTHER = "other"
+
+
+#: OpenAI's code, plus what chain-resolving proxies (GodeX) answer instead.
+STALE_CODES = frozenset(
+    {
+        "previous_response_not_found",
+        "session.chain.not_found",
+        "session.chain.unavailable",
+        "session.chain.depth_exceeded",
+        "session.chain.cycle_detected",
+    }
+)
+
+#: The statuses a refused anchor comes with; anything else is never stale.
+_REFUSAL_STATUSES = frozenset({400, 404})
+
+#: What the ChatGPT/Codex backend says instead of OpenAI's code.
+_CODEX_MESSAGE = "Invalid `previous_response_id`"
+
+#: LiteLLM's managed response ids: ``resp_`` + base64 of this.
+_LITELLM_ID = re.compile(r"^litellm:custom_llm_provider:[^;]*;model_id:[^;]*;response_id:(?P<id>.+)$")
+
+#: How deep to look into an error body for strings.
+_MAX_DEPTH = 8
+
+
+def classify(error: BaseException, anchor_id: str) -> Failure:
+    """
+    Tell what *error*, raised by a request chained to *anchor_id*, means for chaining.
+
+    *error* is an ``openai.APIStatusError``, an ``openai.APIError`` raised from
+    an error event inside a stream (no HTTP status; llama-stack puts the status
+    in ``code`` as a string), or anything with alike attributes.
+    """
+    status = _status(error)
+    if status is not None and status not in _REFUSAL_STATUSES:
+        return Failure.OTHER
+    code = getattr(error, "code", None)
+    param = getattr(error, "param", None)
+    if code == "unsupported_parameter" and param == "previous_response_id":
+        return Failure.ZDR
+    if code in STALE_CODES or param == "previous_response_id":
+        return Failure.STALE_ANCHOR
+    if status is None:
+        return Failure.OTHER
+    texts = list(_texts(error))
+    if any(_CODEX_MESSAGE in text for text in texts):
+        return Failure.STALE_ANCHOR
+    names = _names(anchor_id)
+    if any(name.search(text) for text in texts for name in names):
+        return Failure.STALE_ANCHOR
+    return Failure.OTHER
+
+
+def _status(error: BaseException) -> int | None:
+    """The HTTP status, or the one an in-stream error event carries as its code."""
+    status = getattr(error, "status_code", None)
+    if isinstance(status, int):
+        return status
+    code = getattr(error, "code", None)
+    if isinstance(code, str) and code.isdigit() and len(code) == 3:
+        return int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599:
+        return code
+    return None
+
+
+def _texts(error: BaseException) -> Iterator[str]:
+    """Every string in the error's message and body (nested objects and lists too)."""
+    message = getattr(error, "message", None)
+    if isinstance(message, str):
+        yield message
+    yield from _strings(getattr(error, "body", None), 0)
+
+
+def _strings(value: object, depth: int) -> Iterator[str]:
+    if depth > _MAX_DEPTH:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item, depth + 1)
+
+
+def _names(anchor_id: str) -> list[re.Pattern[str]]:
+    """Patterns for the ids a server may use for *anchor_id* in its message."""
+    ids = [anchor_id]
+    inner = _litellm_inner_id(anchor_id)
+    if inner is not None and inner != anchor_id:
+        ids.append(inner)
+    # Whole ids only: "resp_1" must not match inside "resp_12".
+    return [re.compile(rf"(?<![\w-]){re.escape(i)}(?![\w-])") for i in ids if i]
+
+
+def _litellm_inner_id(anchor_id: str) -> str | None:
+    """The upstream id inside a LiteLLM-managed ``resp_<base64>`` id, if it is one."""
+    if not anchor_id.startswith("resp_"):
+        return None
+    encoded = anchor_id[len("resp_") :]
+    try:
+        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    match = _LITELLM_ID.match(decoded)
+    return match.group("id") if match else None
