@@ -8,6 +8,8 @@ Routes (all errors in OpenAI's ``{"error": {...}}`` shape):
   events of a finished response), ``DELETE /v1/responses/{id}``,
   ``GET /v1/responses/{id}/input_items``, ``POST /v1/responses/{id}/cancel``
   (always refused: there are no background responses).
+* WebSocket ``/v1/responses`` — the Responses WebSocket mode
+  (``client.responses.connect()``): see :mod:`anchortrack.server._websocket`.
 * With ``test_hooks=True`` only, under ``/_test``: see :func:`create_app`.
 
 Every response carries an ``x-request-id`` header, like OpenAI's.
@@ -27,7 +29,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from anchortrack.server import _errors
@@ -150,8 +152,15 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
             * ``GET /_test/requests`` — every ``POST /v1/responses`` body
               received: ``{"object": "list", "data": [...]}``;
               ``DELETE /_test/requests`` forgets them.
+            * ``/_test/websockets…`` — the WebSocket connections: see
+              :meth:`WebSocketHub.test_routes`.
+
+    The WebSocket connections are ``app.state.websockets`` (a ``WebSocketHub``).
     """
+    from anchortrack.server._websocket import WebSocketHub
+
     server_state = state if state is not None else ServerState()
+    websockets = WebSocketHub(server_state)
 
     async def create_response(request: Request) -> Response:
         body = _decode_json(await request.body())
@@ -202,8 +211,9 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
             )
         )
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/v1/responses", create_response, methods=["POST"]),
+        WebSocketRoute("/v1/responses", websockets.serve),
         Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
@@ -211,6 +221,7 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
     ]
     if test_hooks:
         routes.extend(_test_routes(server_state))
+        routes.extend(websockets.test_routes())
     app = Starlette(
         routes=routes,
         exception_handlers={
@@ -220,6 +231,7 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
         },
     )
     app.state.responses = server_state
+    app.state.websockets = websockets
     app.add_middleware(_RequestIdMiddleware)
     return app
 
