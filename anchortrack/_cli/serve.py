@@ -98,7 +98,7 @@ def serve(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     sys.stdout.write(f"anchortrack: Responses API at http://{host}:{port}/v1 (store: {args.store})\n")
     sys.stdout.flush()
-    config = uvicorn.Config(app, log_level=args.log_level, lifespan="off", ws="none")
+    config = uvicorn.Config(app, log_level=args.log_level, lifespan="off", ws="websockets-sansio")
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -22,6 +22,10 @@ In-process use::
         )
         srv.state.resolved_context(second.id)   # what the model saw
 
+The same server speaks the Responses WebSocket mode at ``/v1/responses``
+(``client.responses.connect()``, with lanes, warm-ups and the
+connection-local cache): see `anchortrack.server._websocket`.
+
 From the command line: ``anchortrack serve [--host] [--port]
 [--store memory|sqlite:PATH] [--retention SECONDS] [--test-hooks]``.
 

@@ -8,6 +8,8 @@ Routes (all errors in OpenAI's ``{"error": {...}}`` shape):
   events of a finished response), ``DELETE /v1/responses/{id}``,
   ``GET /v1/responses/{id}/input_items``, ``POST /v1/responses/{id}/cancel``
   (always refused: there are no background responses).
+* WebSocket ``/v1/responses`` — the Responses WebSocket mode
+  (``client.responses.connect()``): see `anchortrack.server._websocket`.
 * With ``test_hooks=True`` only, under ``/_test``: see `create_app`.
 
 Every response carries an ``x-request-id`` header, like OpenAI's.
@@ -16,23 +18,21 @@ Every response carries an ``x-request-id`` header, like OpenAI's.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from anchortrack.server import _errors
 from anchortrack.server._errors import APIError
 from anchortrack.server._events import encode_sse, stream_events
+from anchortrack.server._request import decode_json
 from anchortrack.server._state import PendingResponse, ServerState
 
 
@@ -59,43 +59,6 @@ class _RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
-
-
-#: Deepest nesting of arrays and objects accepted in a request body.
-MAX_JSON_DEPTH = 100
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} does not fit a double")
-    return value
-
-
-def _depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, level = stack.pop()
-        if isinstance(node, (dict, list)):
-            deepest = max(deepest, level)
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, level + 1) for child in children)
-    return deepest
-
-
-def _decode_json(raw: bytes) -> Any:
-    """Decode a request body: strict JSON (no NaN/Infinity), nested at most MAX_JSON_DEPTH deep."""
-    try:
-        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        raise _errors.invalid_json() from None
-    if _depth(value) > MAX_JSON_DEPTH:
-        raise APIError(400, f"Invalid body: JSON nested deeper than {MAX_JSON_DEPTH} levels.")
-    return value
 
 
 def _error_response(error: APIError) -> JSONResponse:
@@ -150,11 +113,18 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
             * ``GET /_test/requests`` — every ``POST /v1/responses`` body
               received: ``{"object": "list", "data": [...]}``;
               ``DELETE /_test/requests`` forgets them.
+            * ``/_test/websockets…`` — the WebSocket connections: see
+              `WebSocketHub.test_routes`.
+
+    The WebSocket connections are ``app.state.websockets`` (a ``WebSocketHub``).
     """
+    from anchortrack.server._websocket import WebSocketHub
+
     server_state = state if state is not None else ServerState()
+    websockets = WebSocketHub(server_state)
 
     async def create_response(request: Request) -> Response:
-        body = _decode_json(await request.body())
+        body = decode_json(await request.body())
         server_state.record_request(body)
         pending = server_state.prepare(body)
         if pending.request.stream:
@@ -202,8 +172,9 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
             )
         )
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/v1/responses", create_response, methods=["POST"]),
+        WebSocketRoute("/v1/responses", websockets.serve),
         Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
@@ -211,6 +182,7 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
     ]
     if test_hooks:
         routes.extend(_test_routes(server_state))
+        routes.extend(websockets.test_routes())
     app = Starlette(
         routes=routes,
         exception_handlers={
@@ -220,6 +192,7 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
         },
     )
     app.state.responses = server_state
+    app.state.websockets = websockets
     app.add_middleware(_RequestIdMiddleware)
     return app
 
@@ -287,7 +260,7 @@ def _test_routes(state: ServerState) -> list[Route]:
 
     async def zdr(request: Request) -> Response:
         if request.method == "POST":
-            body = _decode_json(await request.body())
+            body = decode_json(await request.body())
             enabled = body.get("enabled") if isinstance(body, dict) else None
             if not isinstance(enabled, bool):
                 raise _errors.invalid_type("enabled", "a boolean", enabled)

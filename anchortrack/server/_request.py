@@ -10,6 +10,8 @@ exactly as received.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from typing import Any
 
 from anchortrack.server._errors import (
     APIError,
+    invalid_json,
     invalid_type,
     invalid_value,
     json_type_name,
@@ -303,3 +306,40 @@ def parse_create_request(body: object) -> CreateRequest:
         store=body.get("store") is not False,
         stream=body.get("stream") is True,
     )
+
+
+#: Deepest nesting of arrays and objects accepted in a request body.
+MAX_JSON_DEPTH = 100
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} does not fit a double")
+    return value
+
+
+def _depth(value: Any) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def decode_json(raw: bytes) -> Any:
+    """Decode a request body: strict JSON (no NaN/Infinity), nested at most MAX_JSON_DEPTH deep."""
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        raise invalid_json() from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise APIError(400, f"Invalid body: JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+    return value

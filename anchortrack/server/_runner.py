@@ -123,7 +123,7 @@ class ResponsesServer:
             log_config=None,
             access_log=False,
             lifespan="off",
-            ws="none",
+            ws="websockets-sansio",
             timeout_graceful_shutdown=5,
         )
         server = uvicorn.Server(config)

@@ -15,7 +15,7 @@ import hashlib
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -255,9 +255,24 @@ class ServerState:
         with self._lock:
             self._requests.append(snapshot)
 
-    def prepare(self, body: object) -> PendingResponse:
+    def prepare(
+        self,
+        body: object,
+        *,
+        link: Callable[[str], ChainLink | None] | None = None,
+        generate: bool = True,
+    ) -> PendingResponse:
         """
         Validate *body*, resolve its chain, check its context and run the model.
+
+        Args:
+            body: The decoded request body.
+            link: Resolve parents through this lookup instead of the store's
+                (the WebSocket endpoint puts its connection-local cache in
+                front of the store); the zero-data-retention refusal is then
+                the lookup's business.
+            generate: ``False`` answers without the model: a ``completed``
+                response with no output (a WebSocket warm-up).
 
         Raises:
             APIError: For every refusal, in OpenAI's shape.
@@ -265,12 +280,17 @@ class ServerState:
         request = parse_create_request(body)
         chain: list[ChainLink] = []
         if request.previous_response_id is not None:
-            if self.zdr:
+            if self.zdr and link is None:
                 raise _errors.zero_data_retention()
-            chain = resolve_chain(request.previous_response_id, self.store.link, max_depth=self.max_depth)
+            chain = resolve_chain(
+                request.previous_response_id, link or self.store.link, max_depth=self.max_depth
+            )
         context = chain_items(chain) + request.input_items
         check_context(context)
-        reply = self.model.respond(context, instructions=request.instructions)
+        if generate:
+            reply = self.model.respond(context, instructions=request.instructions)
+        else:
+            reply = ModelReply(status="completed")
         response_id = new_id("resp")
         response = build_response(
             request, reply, response_id=response_id, created_at=self._clock(), context=context

@@ -1,0 +1,615 @@
+"""
+The Responses API's WebSocket mode at ``/v1/responses`` (``client.responses.connect()``).
+
+One socket carries many ``response.create`` events (the body of ``POST
+/v1/responses`` plus the envelope fields ``type``, ``stream_id`` and
+``generate``).  Each is answered with the same event sequence as an HTTP
+stream (``response.created`` … one terminal event), every event echoing the
+create's ``stream_id`` when it had one.  The semantics follow OpenAI's
+WebSocket-mode guide and the openai SDK (``openai.lib.responses_websocket``):
+
+* **Lanes.** Creates with the same ``stream_id`` (one default lane without)
+  run FIFO, one at a time; different lanes run concurrently.  A connection
+  accepts :data:`MAX_NAMED_STREAMS` distinct named lanes
+  (``websocket_stream_limit_reached``); a malformed id is
+  ``invalid_stream_id``.
+* **Connection-local cache.** The latest chainable (``completed`` or
+  ``incomplete``) response of each lane is kept in memory while the socket is
+  open.  ``previous_response_id`` to it works on this socket even with
+  ``store: false`` or zero data retention, also from another lane (a fork).
+  An older response of the socket, or a response of another socket, resolves
+  only from the store — never under zero data retention.  A closed socket
+  loses its cache.
+* **Eviction.** A create that fails (an error frame, or a ``failed``
+  response) evicts the cached response it referenced when that is its own
+  lane's latest; a failed fork leaves the source lane's response cached.
+* **Warm-up.** ``generate: false`` answers ``completed`` with no output,
+  without running the model; its id can be chained from.
+* **Refusals** are error frames — ``{"type": "error", "status": 400, "error":
+  {"type", "code", "message", "param"}}``, plus ``stream_id`` — and the socket
+  stays open.  ``previous_response_not_found`` names the missing response.
+* **Storage.** Stored responses go to the shared store as over HTTP, so a
+  conversation moves between HTTP and sockets.  One chained from a parent
+  that only the cache knows is stored with its whole context as its input,
+  so it resolves anywhere.
+* **Lifetime.** A connection lives at most `WebSocketHub.max_age`
+  seconds (60 minutes, like OpenAI's), then gets a
+  ``websocket_connection_limit_reached`` error frame and a 1001 close.  The
+  exact closing sequence of the real service is not documented; this is an
+  inference.
+
+`WebSocketHub` holds the open connections; the app serves
+`WebSocketHub.serve` and, with test hooks, `WebSocketHub.test_routes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import re
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.websockets import WebSocket
+
+from anchortrack.server import _errors
+from anchortrack.server._chain import CHAINABLE_STATUSES
+from anchortrack.server._errors import APIError
+from anchortrack.server._events import stream_events
+from anchortrack.server._records import ChainLink
+from anchortrack.server._request import decode_json
+from anchortrack.server._state import PendingResponse, ServerState
+
+
+logger = logging.getLogger("anchortrack.server")
+
+Item = dict[str, Any]
+Event = dict[str, Any]
+#: A lane: its ``stream_id``, or ``None`` for the default lane.
+Lane = str | None
+
+#: Distinct named lanes one connection accepts (the default lane does not count).
+MAX_NAMED_STREAMS = 32
+#: Longest a connection stays open, in seconds.
+MAX_CONNECTION_AGE = 3600.0
+#: Close code of a test-hook drop unless another is asked for ("service restart").
+DEFAULT_DROP_CODE = 1012
+
+_ENVELOPE = frozenset({"type", "stream_id", "generate"})
+_STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+_DROP_WHEN = ("now", "after_created")
+
+
+# -- pure parts --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreateEvent:
+    """
+    A validated ``response.create`` client event.
+
+    Attributes:
+        stream_id: Its lane (``None``: the default lane).
+        generate: ``False`` for a warm-up.
+        body: The event without its envelope: a ``POST /v1/responses`` body.
+    """
+
+    stream_id: str | None
+    generate: bool
+    body: dict[str, Any]
+
+
+def event_stream_id(event: object) -> str | None:
+    """The event's ``stream_id`` when it is a valid one (what error frames echo)."""
+    if isinstance(event, dict):
+        value = event.get("stream_id")
+        if isinstance(value, str) and _STREAM_ID.fullmatch(value):
+            return value
+    return None
+
+
+def parse_client_event(event: object) -> CreateEvent:
+    """
+    Validate a decoded client event; only ``response.create`` is served.
+
+    Raises:
+        APIError: 400 for a non-object, an unknown ``type``, a malformed
+            ``stream_id`` (``invalid_stream_id``) or ``generate``.
+    """
+    if not isinstance(event, dict):
+        raise _errors.invalid_type("event", "an object", event)
+    kind = event.get("type")
+    if kind is None:
+        raise _errors.missing_parameter("type")
+    if not isinstance(kind, str):
+        raise _errors.invalid_type("type", "a string", kind)
+    if kind != "response.create":
+        raise _errors.invalid_value(
+            "type", f"Invalid value: '{kind}'. This server supports only 'response.create'."
+        )
+    stream_id = event.get("stream_id")
+    if stream_id is not None and not (isinstance(stream_id, str) and _STREAM_ID.fullmatch(stream_id)):
+        raise APIError(
+            400,
+            "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or periods.",
+            param="stream_id",
+            code="invalid_stream_id",
+        )
+    generate = event.get("generate", True)
+    if not isinstance(generate, bool):
+        raise _errors.invalid_type("generate", "a boolean", generate)
+    body = {key: value for key, value in event.items() if key not in _ENVELOPE}
+    return CreateEvent(stream_id=stream_id, generate=generate, body=body)
+
+
+def error_frame(error: APIError, stream_id: str | None, sequence_number: int | None = None) -> Event:
+    """The error event for *error*: ``{"type": "error", "status", "error": {…}}`` (+ lane)."""
+    frame: Event = {"type": "error", "status": error.status, "error": error.body()["error"]}
+    if sequence_number is not None:
+        frame["sequence_number"] = sequence_number
+    if stream_id is not None:
+        frame["stream_id"] = stream_id
+    return frame
+
+
+def stream_limit_reached() -> APIError:
+    """A connection asked for one named lane too many."""
+    return APIError(
+        400,
+        "This WebSocket connection has reached its stream limit.",
+        param="stream_id",
+        code="websocket_stream_limit_reached",
+    )
+
+
+def connection_limit_reached(max_age: float) -> APIError:
+    """A connection reached its maximum lifetime."""
+    minutes = max_age / 60
+    return APIError(
+        400,
+        f"This WebSocket connection has reached its maximum duration of {minutes:g} minutes. "
+        "Open a new connection to continue.",
+        code="websocket_connection_limit_reached",
+    )
+
+
+class ConnectionCache:
+    """
+    The latest chainable response of each lane of one connection (pure, not thread-safe).
+
+    A cached response is kept as one flattened `ChainLink`: its input
+    items are the whole context the model saw, its parent ``None`` — so it
+    resolves without the store, whatever its ancestors' fate.
+    """
+
+    def __init__(self) -> None:
+        self._latest: dict[Lane, ChainLink] = {}
+
+    def lookup(self, response_id: str) -> ChainLink | None:
+        """The cached response *response_id* (the latest of some lane), or ``None``."""
+        for link in self._latest.values():
+            if link.id == response_id:
+                return link
+        return None
+
+    def remember(
+        self, lane: Lane, response_id: str, status: str, context: list[Item], output: list[Item]
+    ) -> None:
+        """Make *response_id* its lane's latest response."""
+        self._latest[lane] = ChainLink(
+            id=response_id, previous_response_id=None, status=status, input_items=context, output=output
+        )
+
+    def evict_referenced(self, lane: Lane, response_id: str) -> bool:
+        """After a failed create on *lane* that referenced *response_id*: evict it if it is that lane's."""
+        link = self._latest.get(lane)
+        if link is None or link.id != response_id:
+            return False
+        del self._latest[lane]
+        return True
+
+    def forget(self, response_id: str) -> bool:
+        """Drop *response_id* from every lane; return whether it was cached."""
+        lanes = [lane for lane, link in self._latest.items() if link.id == response_id]
+        for lane in lanes:
+            del self._latest[lane]
+        return bool(lanes)
+
+    def snapshot(self) -> dict[Lane, str]:
+        """Lane → id of its cached response."""
+        return {lane: link.id for lane, link in self._latest.items()}
+
+    def clear(self) -> None:
+        """Forget everything (the socket closed)."""
+        self._latest.clear()
+
+
+# -- one connection ----------------------------------------------------------------
+
+
+class _Connection:
+    """One open socket: its cache, lanes, workers and a serialized sender."""
+
+    def __init__(self, websocket: WebSocket, connection_id: str) -> None:
+        self.id = connection_id
+        self.websocket = websocket
+        self.cache = ConnectionCache()
+        self.queues: dict[Lane, asyncio.Queue[CreateEvent]] = {}
+        self.workers: dict[Lane, asyncio.Task[None]] = {}
+        self.named: set[str] = set()
+        self.drop_after_created: int | None = None
+        self.closed = False
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, event: Event) -> bool:
+        """Send one event; ``False`` once the socket is closed (nothing is sent then)."""
+        text = json.dumps(event, separators=(",", ":"))
+        async with self._send_lock:
+            if self.closed:
+                return False
+            try:
+                await self.websocket.send_text(text)
+            except Exception:  # the peer went away; the receive loop sees it too
+                logger.debug("anchortrack.server.websocket_send_failed", exc_info=True)
+                self.closed = True
+                return False
+            return True
+
+    async def close(self, code: int, reason: str = "") -> None:
+        """Close the socket from the server side (idempotent)."""
+        async with self._send_lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                await self.websocket.close(code=code, reason=reason)
+            except Exception:  # already gone
+                logger.debug("anchortrack.server.websocket_close_failed", exc_info=True)
+
+
+# -- the hub -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReceivedFrame:
+    """One client frame as received: its connection, size in bytes and decoded JSON (or ``None``)."""
+
+    connection: str
+    bytes: int
+    event: Any
+
+
+class WebSocketHub:
+    """
+    The WebSocket endpoint over a `ServerState`: open connections and their caches.
+
+    Args:
+        state: The server state shared with the HTTP routes.
+
+    Attributes:
+        max_age: Seconds a connection stays open (for connections opened afterwards).
+        max_named_streams: Distinct named lanes per connection.
+    """
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.max_age = MAX_CONNECTION_AGE
+        self.max_named_streams = MAX_NAMED_STREAMS
+        self._lock = threading.Lock()
+        self._connections: dict[str, _Connection] = {}
+        self._received: list[ReceivedFrame] = []
+
+    # -- what tests read and drive (thread-safe) ------------------------------------
+
+    def connection_ids(self) -> list[str]:
+        """Ids of the open connections, oldest first."""
+        with self._lock:
+            return list(self._connections)
+
+    def cached(self, connection_id: str) -> dict[Lane, str]:
+        """
+        Lane → cached (latest) response id of an open connection.
+
+        Raises:
+            KeyError: No open connection has this id.
+        """
+        with self._lock:
+            return self._connections[connection_id].cache.snapshot()
+
+    def forget(self, response_id: str) -> bool:
+        """Evict *response_id* from every connection's cache; return whether one held it."""
+        with self._lock:
+            found = [conn.cache.forget(response_id) for conn in self._connections.values()]
+        return any(found)
+
+    @property
+    def received(self) -> list[ReceivedFrame]:
+        """Every client frame received on any connection, in arrival order."""
+        with self._lock:
+            return list(self._received)
+
+    def reset_received(self) -> None:
+        """Forget the recorded client frames."""
+        with self._lock:
+            self._received.clear()
+
+    async def drop(self, connection_id: str, code: int = DEFAULT_DROP_CODE, *, when: str = "now") -> None:
+        """
+        Close a connection from the server side (on the server's event loop).
+
+        Args:
+            connection_id: The connection.
+            code: The close code (the SDK reconnects on 1001, 1011-1013 and
+                a few others).
+            when: ``"now"``, or ``"after_created"``: the next create this
+                connection serves is dropped right after its
+                ``response.created`` (its response still completes, as over
+                HTTP when the client goes away).
+
+        Raises:
+            KeyError: No open connection has this id.
+        """
+        with self._lock:
+            conn = self._connections[connection_id]
+        if when == "after_created":
+            conn.drop_after_created = code
+        else:
+            await conn.close(code, "dropped by the test hook")
+
+    # -- serving --------------------------------------------------------------------
+
+    async def serve(self, websocket: WebSocket) -> None:
+        """Serve one socket until it closes."""
+        await websocket.accept()
+        conn = _Connection(websocket, f"ws_{secrets.token_hex(12)}")
+        with self._lock:
+            self._connections[conn.id] = conn
+        ager = asyncio.create_task(self._age_out(conn, self.max_age))
+        try:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                raw = message.get("text")
+                if raw is None:
+                    raw = message.get("bytes") or b""
+                await self._receive(conn, raw)
+        except Exception:
+            logger.error("anchortrack.server.websocket_failed", exc_info=True)
+            await conn.close(1011)
+        finally:
+            conn.closed = True
+            tasks = [ager, *conn.workers.values()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with self._lock:
+                self._connections.pop(conn.id, None)
+                conn.cache.clear()
+
+    async def _receive(self, conn: _Connection, raw: str | bytes) -> None:
+        size = len(raw.encode() if isinstance(raw, str) else raw)
+        try:
+            decoded = decode_json(raw.encode() if isinstance(raw, str) else raw)
+        except APIError as error:
+            self._record(ReceivedFrame(conn.id, size, None))
+            await conn.send(error_frame(error, None))
+            return
+        self._record(ReceivedFrame(conn.id, size, decoded))
+        try:
+            event = parse_client_event(decoded)
+            lane = event.stream_id
+            if lane is not None and lane not in conn.named:
+                if len(conn.named) >= self.max_named_streams:
+                    raise stream_limit_reached()
+                conn.named.add(lane)
+        except APIError as error:
+            await conn.send(error_frame(error, event_stream_id(decoded)))
+            return
+        queue = conn.queues.get(lane)
+        if queue is None:
+            queue = conn.queues[lane] = asyncio.Queue()
+            conn.workers[lane] = asyncio.create_task(self._work(conn, lane, queue))
+        queue.put_nowait(event)
+
+    def _record(self, frame: ReceivedFrame) -> None:
+        with self._lock:
+            self._received.append(frame)
+
+    async def _work(self, conn: _Connection, lane: Lane, queue: asyncio.Queue[CreateEvent]) -> None:
+        """One lane: its creates, FIFO, one at a time."""
+        while not conn.closed:
+            event = await queue.get()
+            await self._respond(conn, lane, event)
+
+    def _link(self, conn: _Connection) -> Callable[[str], ChainLink | None]:
+        def link(response_id: str) -> ChainLink | None:
+            with self._lock:
+                cached = conn.cache.lookup(response_id)
+            if cached is not None:
+                return cached
+            if self.state.zdr:
+                return None
+            return self.state.store.link(response_id)
+
+        return link
+
+    async def _respond(self, conn: _Connection, lane: Lane, event: CreateEvent) -> None:
+        parent = event.body.get("previous_response_id")
+        parent = parent if isinstance(parent, str) else None
+        with self._lock:
+            parent_cached = parent is not None and conn.cache.lookup(parent) is not None
+        try:
+            pending = self.state.prepare(event.body, link=self._link(conn), generate=event.generate)
+        except APIError as error:
+            if parent is not None:
+                with self._lock:
+                    conn.cache.evict_referenced(lane, parent)
+            await conn.send(error_frame(error, event.stream_id))
+            return
+        stored = pending.request.store and not self.state.zdr
+        to_save = pending
+        if stored and parent_cached and self.state.store.link(str(parent)) is None:
+            # The parent lives only in this socket's cache: store the whole context.
+            flat = dataclasses.replace(
+                pending.request, previous_response_id=None, input_items=list(pending.context)
+            )
+            to_save = dataclasses.replace(pending, request=flat)
+        events = stream_events(pending.response)
+        if event.stream_id is not None:
+            events = [{**item, "stream_id": event.stream_id} for item in events]
+        await self._stream(conn, lane, event, pending, to_save if stored else None, events)
+
+    async def _stream(
+        self,
+        conn: _Connection,
+        lane: Lane,
+        event: CreateEvent,
+        pending: PendingResponse,
+        to_save: PendingResponse | None,
+        events: list[Event],
+    ) -> None:
+        """Send *events*; save (*to_save*) and cache before the terminal one."""
+        if to_save is not None:
+            try:
+                self.state.save_in_progress(to_save)
+            except Exception:
+                logger.error("anchortrack.server.save_failed", exc_info=True)
+                await conn.send(
+                    error_frame(
+                        _errors.server_error("The server could not save the response."), event.stream_id
+                    )
+                )
+                return
+        finished = False
+        try:
+            if not await conn.send(events[0]):
+                return
+            if conn.drop_after_created is not None:
+                code, conn.drop_after_created = conn.drop_after_created, None
+                await conn.close(code, "dropped by the test hook")
+                return
+            if not await conn.send(events[1]):
+                return
+            if pending.delay > 0:
+                await asyncio.sleep(pending.delay)
+            for item in events[2:-1]:
+                if not await conn.send(item):
+                    return
+            finished = True
+            if to_save is not None:
+                try:
+                    self.state.save_final(to_save, overwrite=True)
+                except Exception:
+                    logger.error("anchortrack.server.save_failed", exc_info=True)
+                    error = _errors.server_error("The server could not save the response.")
+                    await conn.send(error_frame(error, event.stream_id, events[-1]["sequence_number"]))
+                    return
+            self._update_cache(conn, lane, event, pending)
+            await conn.send(events[-1])
+        finally:
+            if not finished and to_save is not None:
+                # The socket went away mid-response: the response still completes.
+                try:
+                    self.state.save_final(to_save, overwrite=True)
+                except Exception:
+                    logger.error("anchortrack.server.save_failed", exc_info=True)
+
+    def _update_cache(
+        self, conn: _Connection, lane: Lane, event: CreateEvent, pending: PendingResponse
+    ) -> None:
+        response = pending.response
+        parent = pending.request.previous_response_id
+        with self._lock:
+            if response["status"] in CHAINABLE_STATUSES:
+                conn.cache.remember(
+                    lane, response["id"], response["status"], pending.context, response["output"]
+                )
+            elif parent is not None:
+                conn.cache.evict_referenced(lane, parent)
+
+    async def _age_out(self, conn: _Connection, max_age: float) -> None:
+        await asyncio.sleep(max_age)
+        await conn.send(error_frame(connection_limit_reached(max_age), None))
+        await conn.close(1001, "connection limit reached")
+
+    # -- test hooks -----------------------------------------------------------------
+
+    def test_routes(self) -> list[Route]:
+        """
+        The WebSocket test hooks, under ``/_test/websockets``:
+
+        * ``GET /_test/websockets`` — the open connections, oldest first:
+          ``{"object": "list", "data": [{"id", "cached": [{"stream_id",
+          "response_id"}]}]}``.
+        * ``POST /_test/websockets/{id}/drop`` with optional ``{"code": int,
+          "when": "now" | "after_created"}`` — close it server-side (default
+          code 1012); ``{"id", "code", "when"}`` or 404.
+        * ``DELETE /_test/websockets/responses/{id}`` — evict a response from
+          every connection's cache; ``{"id", "forgotten": true}`` or 404.
+        * ``GET /_test/websockets/requests`` — every client frame received:
+          ``{"object": "list", "data": [{"connection", "bytes", "event"}]}``;
+          ``DELETE`` forgets them.
+        """
+
+        async def connections(request: Request) -> Response:
+            data = []
+            with self._lock:
+                for conn in self._connections.values():
+                    cached = conn.cache.snapshot()
+                    data.append(
+                        {
+                            "id": conn.id,
+                            "cached": [
+                                {"stream_id": lane, "response_id": rid} for lane, rid in cached.items()
+                            ],
+                        }
+                    )
+            return JSONResponse({"object": "list", "data": data})
+
+        async def drop(request: Request) -> Response:
+            connection_id = request.path_params["connection_id"]
+            raw = await request.body()
+            body = decode_json(raw) if raw.strip() else {}
+            if not isinstance(body, dict):
+                raise _errors.invalid_type("body", "an object", body)
+            code = body.get("code", DEFAULT_DROP_CODE)
+            if not isinstance(code, int) or isinstance(code, bool) or not 1000 <= code <= 4999:
+                raise _errors.invalid_type("code", "a close code between 1000 and 4999", code)
+            when = body.get("when", "now")
+            if when not in _DROP_WHEN:
+                raise _errors.invalid_value(
+                    "when", f"Invalid value: {when!r}. Supported: 'now', 'after_created'."
+                )
+            try:
+                await self.drop(connection_id, code, when=when)
+            except KeyError:
+                raise APIError(404, f"WebSocket connection '{connection_id}' not found.") from None
+            return JSONResponse({"id": connection_id, "code": code, "when": when})
+
+        async def forget(request: Request) -> Response:
+            response_id = request.path_params["response_id"]
+            if not self.forget(response_id):
+                raise _errors.response_not_found(response_id)
+            return JSONResponse({"id": response_id, "forgotten": True})
+
+        async def requests(request: Request) -> Response:
+            if request.method == "DELETE":
+                self.reset_received()
+            data = [dataclasses.asdict(frame) for frame in self.received]
+            return JSONResponse({"object": "list", "data": data})
+
+        return [
+            Route("/_test/websockets", connections, methods=["GET"]),
+            Route("/_test/websockets/requests", requests, methods=["GET", "DELETE"]),
+            Route("/_test/websockets/responses/{response_id}", forget, methods=["DELETE"]),
+            Route("/_test/websockets/{connection_id}/drop", drop, methods=["POST"]),
+        ]
