@@ -28,11 +28,11 @@ import attrs
 
 from . import _demo_agent as agent
 from ._canonical import canonical_item
-from ._client import _scope, tracker_of, wrap
-from ._explain import REASON_TEXT
+from ._client import _scope, wrap
+from ._client import tracker as tracker_of
 from ._locations import DEMO_NAMESPACE, DemoRecord, cache_dir, close_store, default_store_spec, open_store
 from ._mode import Mode, resolve
-from ._plan import Reason
+from ._plan import REASON_TEXT, Reason
 from ._wire import WireTap, chained_body, stateless_body, wire_size
 from .stores._base import AnchorStore
 

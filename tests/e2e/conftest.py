@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from anchortrack import canonical_item
+from anchortrack._canonical import canonical_item
 from anchortrack.server import ResponsesServer
 
 from ..conftest import Wire

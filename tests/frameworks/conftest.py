@@ -50,7 +50,7 @@ import openai
 import pytest
 
 import anchortrack
-from anchortrack import canonical_item
+from anchortrack._canonical import canonical_item
 from anchortrack.server import ResponsesServer, ScriptedModel, ServerState
 from anchortrack.stores import MemoryStore
 
