@@ -18,13 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._canonical import ItemError, canonical_item
-from ._client import tracker_of as tracker
-from ._client import wrap
-from ._engine import plan_request, record_response
+from ._api import plan_request, record_response
+from ._client import tracker, wrap
 from ._explain import Explanation, explain
-from ._hashing import SCHEME, Scope, fingerprint
-from ._mode import MODE_ENV, Mode, using
+from ._hashing import Scope
+from ._mode import Mode, using
 from ._plan import Plan, Reason
 from ._stats import Stats
 from ._tracker import Tracker
@@ -32,27 +30,29 @@ from .stores._base import Anchor, AnchorStore
 
 
 __all__ = [
-    "MODE_ENV",
-    "SCHEME",
     "Anchor",
     "AnchorStore",
     "Explanation",
-    "ItemError",
     "Mode",
     "Plan",
     "Reason",
     "Scope",
     "Stats",
     "Tracker",
-    "canonical_item",
     "explain",
-    "fingerprint",
     "plan_request",
     "record_response",
     "tracker",
     "using",
     "wrap",
 ]
+
+# Names defined in private modules say where users import them from (as httpx
+# does): reprs and documentation show ``anchortrack.Plan``, not ``anchortrack._plan``.
+for _name in __all__:
+    if getattr(globals()[_name], "__module__", "").startswith("anchortrack._"):
+        setattr(globals()[_name], "__module__", "anchortrack")  # noqa: B010
+del _name
 
 
 def __getattr__(name: str) -> Any:

@@ -30,9 +30,7 @@ from openai.resources.responses import AsyncResponses, Responses
 
 from ._flow import Ticket
 from ._hashing import Scope
-from ._log import get_logger
-from ._mode import Mode, resolve
-from ._plan import Reason
+from ._mode import Mode
 from ._stream import AsyncTrackedStream, TrackedStream
 from ._tracker import Tracker
 from .stores._base import AnchorStore
@@ -92,7 +90,6 @@ def wrap(
         record_incomplete=record_incomplete,
         store_timeout=store_timeout,
     )
-    tracker.is_async = is_async
     base = _untracked_class(type(client))
     tracked = client.copy()
     tracked.__class__ = _tracked_class(base, is_async=is_async)
@@ -100,17 +97,17 @@ def wrap(
     return tracked
 
 
-def tracker_of(client: object) -> Tracker:
+def tracker(client: object) -> Tracker:
     """
     Return the tracker of a client made by `wrap`.
 
     Raises:
         TypeError: *client* was not made by `wrap`.
     """
-    tracker = getattr(client, _ATTR, None)
-    if not isinstance(tracker, Tracker):
+    found = getattr(client, _ATTR, None)
+    if not isinstance(found, Tracker):
         raise TypeError("this client is not tracked; make it with anchortrack.wrap()")
-    return tracker
+    return found
 
 
 def _scope(client: Any, tracker: Tracker) -> Scope:
@@ -127,14 +124,22 @@ _pending: ContextVar[tuple[Tracker, Ticket] | None] = ContextVar("anchortrack_pe
 
 
 class _Observer:
-    """A ``post_parser`` that hands the parsed result to the tracker."""
+    """
+    A ``post_parser`` that hands the parsed result to the tracker.
 
-    __slots__ = ("inner", "ticket", "tracker")
+    A sync client's response is written to the store at once; an async one's
+    on the next await (the tracker's ``_aflush``).
+    """
 
-    def __init__(self, tracker: Tracker, ticket: Ticket, inner: Callable[[Any], Any] | None) -> None:
+    __slots__ = ("inner", "is_sync", "ticket", "tracker")
+
+    def __init__(
+        self, tracker: Tracker, ticket: Ticket, inner: Callable[[Any], Any] | None, *, is_sync: bool
+    ) -> None:
         self.tracker = tracker
         self.ticket = ticket
         self.inner = inner
+        self.is_sync = is_sync
 
     def __call__(self, parsed: Any) -> Any:
         if self.inner is not None:
@@ -142,7 +147,9 @@ class _Observer:
         if isinstance(parsed, (TrackedStream, AsyncTrackedStream)):
             parsed._bind(self.tracker, self.ticket)
         elif not isinstance(parsed, (Stream, AsyncStream)):
-            self.tracker.observe(self.ticket, parsed)
+            self.tracker._observe(self.ticket, parsed)
+            if self.is_sync:
+                self.tracker._flush()
         return parsed
 
 
@@ -155,7 +162,10 @@ def _observed(path: str, kwargs: dict[str, Any], stream_cls: type[Any]) -> dict[
     tracker, ticket = pending
     options = kwargs.get("options") or {}
     out = dict(kwargs)
-    out["options"] = {**options, "post_parser": _Observer(tracker, ticket, options.get("post_parser"))}
+    observer = _Observer(
+        tracker, ticket, options.get("post_parser"), is_sync=not issubclass(stream_cls, AsyncStream)
+    )
+    out["options"] = {**options, "post_parser": observer}
     if kwargs.get("stream"):
         out["stream_cls"] = stream_cls
     return out
@@ -167,13 +177,6 @@ def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -
     tracker = client.__dict__.get(_ATTR)
     if tracker is None:
         return method(**params)
-    try:
-        _mode, call = tracker.begin(params, _scope(client, tracker))
-    except Exception as error:  # noqa: BLE001 - fail open
-        _fault(tracker, error)
-        return method(**params)
-    if call is None:
-        return method(**params)
 
     def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
         token = _pending.set((tracker, ticket) if ticket is not None else None)
@@ -182,13 +185,7 @@ def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -
         finally:
             _pending.reset(token)
 
-    try:
-        return tracker.run(call, send)
-    except Exception as error:
-        if call.sent:
-            raise
-        _fault(tracker, error)
-        return method(**params)
+    return tracker._call(params, lambda: _scope(client, tracker), send)
 
 
 async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
@@ -196,13 +193,6 @@ async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, 
     client = resource._client
     tracker = client.__dict__.get(_ATTR)
     if tracker is None:
-        return await method(**params)
-    try:
-        _mode, call = tracker.begin(params, _scope(client, tracker))
-    except Exception as error:  # noqa: BLE001 - fail open
-        _fault(tracker, error)
-        return await method(**params)
-    if call is None:
         return await method(**params)
 
     async def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
@@ -212,13 +202,7 @@ async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, 
         finally:
             _pending.reset(token)
 
-    try:
-        return await tracker.arun(call, send)
-    except Exception as error:
-        if call.sent:
-            raise
-        _fault(tracker, error)
-        return await method(**params)
+    return await tracker._acall(params, lambda: _scope(client, tracker), send)
 
 
 class _TrackedResponses(Responses):
@@ -279,12 +263,6 @@ def _make_async_class(base: type[Any]) -> type[Any]:
         with_options = copy
 
     return Tracked
-
-
-def _fault(tracker: Tracker, error: Exception) -> None:
-    """Report a fault inside anchortrack; the call goes out exactly as given."""
-    tracker.stats.passed_through(mode=resolve(tracker.mode).value, reason=Reason.INTERNAL_ERROR.value)
-    get_logger().warning("anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless")
 
 
 _classes: dict[type[Any], type[Any]] = {}

@@ -5,8 +5,8 @@ Given a history (or a whole request body), a store and a scope, `explain`
 shows each item with its type, role, fingerprint prefix and the recorded
 response whose view first holds it, marks the anchor and the delta, and says
 in one line why the request would chain or go out in full.
-It uses the planner the wrapped client uses (`choose`), reads the store and
-writes nothing.
+It runs the planning pipeline the wrapped client runs (`read_history`, then
+`plan_history`), reads the store once and writes nothing.
 """
 
 from __future__ import annotations
@@ -18,40 +18,13 @@ from typing import Any
 import attrs
 
 from ._canonical import ItemError, canonical_item
-from ._hashing import Scope, fingerprint_items, prefix_hashes
+from ._flow import UNAVAILABLE, CallContext, Find, History, drive, plan_history, read_history
+from ._hashing import Kind, Scope
 from ._log import short
-from ._plan import Plan, Reason, choose, with_sizes
+from ._plan import REASON_TEXT, Plan, Reason, RecentViews, with_sizes
 from ._request import read_request
 from ._stats import decision_for
-from ._tracker import Tracker
 from .stores._base import Anchor, AnchorStore
-
-
-#: One line per reason: why a request went out the way it did.
-REASON_TEXT: dict[Reason, str] = {
-    Reason.CHAINED: "a recorded response's view is a prefix of the history",
-    Reason.NO_HISTORY: "the history holds no model output yet, so no recorded response can be its prefix",
-    Reason.PREFIX_DIVERGED: (
-        "no recorded response's view is a prefix of the history: an earlier item was edited, "
-        "removed or inserted (or the anchors are in another store or scope)"
-    ),
-    Reason.MODE_OFF: "ANCHORTRACK_MODE=off: requests pass through untouched",
-    Reason.CALLER_MANAGED: (
-        "the caller set previous_response_id or conversation, so the request is sent as given"
-    ),
-    Reason.STALE_ANCHOR: (
-        "the server no longer had the anchor: it was evicted and the call resent in full, once"
-    ),
-    Reason.ZDR: (
-        "the organization refuses previous_response_id (zero data retention): chaining stopped in this scope"
-    ),
-    Reason.STORE_UNAVAILABLE: "the anchor store did not answer, so the request went out in full",
-    Reason.INTERNAL_ERROR: "an item anchortrack cannot fingerprint, so the request went out as given",
-    Reason.STORE_FALSE: "the request said store=false, so its response cannot be an anchor",
-    Reason.NOT_COMPLETED: "the response did not complete, so it cannot be an anchor",
-    Reason.STREAM_ABANDONED: "the stream ended before its terminal event, so the response was not recorded",
-    Reason.UNKNOWN_PARENT: "the caller's previous_response_id is not a recorded response",
-}
 
 
 @attrs.frozen
@@ -207,7 +180,7 @@ def explain(
     *,
     store: AnchorStore,
     scope: Scope,
-    tracker: Tracker | None = None,
+    recent: RecentViews | None = None,
     now: float | None = None,
 ) -> Explanation:
     """
@@ -221,38 +194,50 @@ def explain(
         store: The store the anchors are in.
         scope: The scope they were recorded under (the client's base URL,
             organization and project, and the namespace given to ``wrap``).
-        tracker: A live tracker, whose recent views locate where a
+        recent: The views a live tracker recorded lately
+            (``anchortrack.tracker(client).recent``), to locate where a
             diverged history first differs (``Plan.diverged_at``).
         now: Unix time for anchor expiry (default: now).
 
     Raises:
         TypeError: A body's ``input`` is neither a string nor a list.
     """
-    now = time.time() if now is None else now
     items, previous_id, managed, store_false = _read(history_or_body)
     n = len(items)
+    context = CallContext(
+        scope_key=scope.key,
+        root=scope.root(store.secret_key),
+        now=time.time() if now is None else now,
+        recent=recent,
+    )
+    kinds: list[Kind] = []
     try:
-        fps, sizes, has_model = fingerprint_items(items)
+        history = read_history(context, items, kinds=kinds)
     except ItemError as error:
-        plan = Plan(Reason.CALLER_MANAGED if managed else Reason.INTERNAL_ERROR, total=n)
-        rows = _rows(items, None, {}, plan)
-        return Explanation(rows, plan, scope, previous_id, store_false, detail=str(error))
-    hashes = prefix_hashes(scope.root(store.secret_key), fps)
-    views: dict[int, Anchor] = {}
-    detail = None
+        refused = Plan(Reason.CALLER_MANAGED if managed else Reason.INTERNAL_ERROR, total=n)
+        rows = _rows(items, _described(items, kinds), None, {}, refused)
+        return Explanation(rows, refused, scope, previous_id, store_false, detail=str(error))
     if managed:
-        plan = Plan(Reason.CALLER_MANAGED, total=n)
-    else:
-        try:
-            found = store.find(scope.key, hashes) if hashes else {}
-        except Exception as error:  # noqa: BLE001 - reported as store_unavailable, like the client does
-            plan, detail = Plan(Reason.STORE_UNAVAILABLE, total=n), type(error).__name__
-        else:
-            recent = tracker.recent if tracker is not None else None
-            plan = choose(hashes, found, now, has_model_items=has_model, recent=recent)
-            views = _views(hashes, found, now)
-        plan = with_sizes(plan, sizes)
-    rows = _rows(items, fps, views, plan)
+        passthrough = with_sizes(Plan(Reason.CALLER_MANAGED, total=n), history.sizes)
+        rows = _rows(items, kinds, history.fingerprints, {}, passthrough)
+        return Explanation(rows, passthrough, scope, previous_id, store_false)
+    # One lookup of every prefix view: the candidates the planner asks for,
+    # plus the whole history's (it may end exactly where a view ends).
+    found: object
+    detail = None
+    try:
+        found = store.find(scope.key, history.hashes) if history.hashes else {}
+    except Exception as error:  # noqa: BLE001 - reported as store_unavailable, like the client does
+        found, detail = UNAVAILABLE, type(error).__name__
+
+    def answer(effect: Find) -> object:
+        return found
+
+    plan: Plan = drive(plan_history(context, history), answer)
+    views = _views(history, found, context.now) if isinstance(found, Mapping) else {}
+    if plan.reason is not Reason.STORE_UNAVAILABLE:
+        detail = None
+    rows = _rows(items, kinds, history.fingerprints, views, plan)
     closest = views[max(views)] if views else None
     return Explanation(rows, plan, scope, previous_id, store_false, closest, detail)
 
@@ -269,40 +254,52 @@ def _read(source: object) -> tuple[list[Any], str | None, bool, bool]:
     raise TypeError(f"explain() takes a history (list) or a request body (dict), not {type(source).__name__}")
 
 
-def _views(hashes: Sequence[bytes], found: Mapping[bytes, Anchor], now: float) -> dict[int, Anchor]:
+def _views(history: History, found: Mapping[bytes, Anchor], now: float) -> dict[int, Anchor]:
     """The recorded views that are prefixes of the history, by length."""
     views = {}
-    for i, h in enumerate(hashes, start=1):
+    for i, h in enumerate(history.hashes, start=1):
         anchor = found.get(h)
         if anchor is not None and anchor.count == i and anchor.is_live(now):
             views[i] = anchor
     return views
 
 
+def _described(items: Sequence[Any], kinds: list[Kind]) -> list[Kind]:
+    """*kinds* completed past the first item that has no Responses API shape."""
+    out = list(kinds)
+    out.extend(_kind(item) for item in items[len(kinds) :])
+    return out
+
+
+def _kind(item: object) -> Kind:
+    try:
+        canon = canonical_item(item)
+    except ItemError:
+        return type(item).__name__, None
+    role = canon.get("role")
+    return str(canon.get("type", "?")), role if isinstance(role, str) else None
+
+
 def _rows(
-    items: Sequence[Any], fps: Sequence[bytes] | None, views: Mapping[int, Anchor], plan: Plan
+    items: Sequence[Any],
+    kinds: Sequence[Kind],
+    fps: Sequence[bytes] | None,
+    views: Mapping[int, Anchor],
+    plan: Plan,
 ) -> tuple[ItemRow, ...]:
     lengths = sorted(views)
-    rows = []
     first = plan.skip if plan.anchor is not None else 0
-    for index, item in enumerate(items):
-        try:
-            canon = canonical_item(item)
-            kind, role = str(canon.get("type", "?")), canon.get("role")
-        except ItemError:
-            kind, role = type(item).__name__, None
-        holder = next((views[n].response_id for n in lengths if n > index), None)
-        rows.append(
-            ItemRow(
-                index=index,
-                type=kind,
-                role=role if isinstance(role, str) else None,
-                fingerprint=short(fps[index]) if fps is not None else None,
-                held_by=holder,
-                in_delta=index >= first,
-            )
+    return tuple(
+        ItemRow(
+            index=index,
+            type=kind,
+            role=role,
+            fingerprint=short(fps[index]) if fps is not None else None,
+            held_by=next((views[n].response_id for n in lengths if n > index), None),
+            in_delta=index >= first,
         )
-    return tuple(rows)
+        for index, (kind, role) in enumerate(kinds[: len(items)])
+    )
 
 
 def _anchor_dict(anchor: Anchor | None) -> dict[str, Any] | None:

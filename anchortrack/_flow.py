@@ -1,12 +1,17 @@
 """
-One ``responses.create`` call as a generator of effects (no I/O).
+One ``responses.create`` call as a generator of effects (pure).
 
-The flow yields what it needs done — look views up, resolve a parent, evict an
-anchor, send a body — and receives the answers.
-Errors raised while sending are thrown back into it.
-`drive` and `adrive` are the only places where sync and async differ, so the
-decisions (which anchor, what to resend after a stale anchor or a ZDR refusal,
-what never to retry) are written once.
+`call_flow` takes a frozen `CallContext` (data) and the caller's `Request`,
+and yields every effect it needs: store I/O (`Find`, `Get`, `Evict`), the send
+(`Send`), and bookkeeping (`Planned`, `FellBack`, `DisableChaining`, `Log`).
+It receives the answers, and errors raised while sending are thrown back into
+it. It calls nothing back: every decision (which anchor, what to resend after
+a stale anchor or a ZDR refusal, when to stop chaining in a scope, what never
+to retry) is written here, once, and the tracker only performs effects.
+
+The planning pipeline — fingerprint → prefix hashes → find → choose → sizes —
+is `read_history` then `plan_history`; the wrapped client (through
+`call_flow`), ``plan_request`` and ``explain`` all run it.
 """
 
 from __future__ import annotations
@@ -18,13 +23,26 @@ from typing import Any
 import attrs
 
 from ._canonical import ItemError
-from ._hashing import extend, prefix_hashes
-from ._log import get_logger
+from ._hashing import Kind, Memo, extend, fingerprint_items, prefix_hashes
 from ._mode import Mode
-from ._plan import Plan, Reason, candidates, with_sizes
+from ._plan import Plan, Reason, RecentViews, candidates, choose, with_sizes
 from ._refusal import Failure, classify
 from ._request import Request, chained_body
 from .stores._base import Anchor
+
+
+class Unavailable:
+    """The answer to a store effect the store could not perform."""
+
+    def __repr__(self) -> str:
+        return "UNAVAILABLE"
+
+
+#: Sent into the flow instead of a store's answer when the store failed.
+UNAVAILABLE = Unavailable()
+
+
+# -- effects: I/O -------------------------------------------------------------
 
 
 @attrs.frozen
@@ -82,53 +100,150 @@ class Send:
     ticket: Ticket | None
 
 
-Effect = Find | Get | Evict | Send
+# -- effects: bookkeeping (answered with None) --------------------------------
+
+
+@attrs.frozen
+class Planned:
+    """A plan was made, in *seconds* (None when planning was cut short)."""
+
+    plan: Plan
+    seconds: float | None
+
+
+@attrs.frozen
+class FellBack:
+    """A chained request was refused (*failure*); the call is resent in full."""
+
+    failure: Failure
+    anchor: Anchor
+
+
+@attrs.frozen
+class DisableChaining:
+    """Stop chaining in the scope *scope_key* (its organization refuses it)."""
+
+    scope_key: str
+
+
+@attrs.frozen
+class Log:
+    """Emit the structlog event *event* at *level* with *fields*."""
+
+    level: str
+    event: str
+    fields: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+Effect = Find | Get | Evict | Send | Planned | FellBack | DisableChaining | Log
 Flow = Generator[Effect, Any, Any]
 
 
-class Context:
-    """What the flow needs from its tracker (implemented by `Tracker`)."""
+@attrs.frozen
+class CallContext:
+    """
+    Everything the flow knows about its call besides the request (data only).
+
+    Attributes:
+        scope_key: The store scope key.
+        root: ``h(0)`` of the scope, keyed by the store's secret key.
+        mode: ``chained`` or ``shadow`` (``off`` never reaches the flow).
+        zdr_disabled: Chaining was stopped in this scope by a ZDR refusal.
+        now: The Unix time, to reject expired anchors.
+        memo: Fingerprints remembered from earlier calls, if any.
+        recent: Views recorded lately, to locate a divergence, if any.
+        timer: A monotonic clock, to time the planning.
+    """
 
     scope_key: str
     root: bytes
-    mode: Mode
-    zdr_disabled: bool
-
-    def fingerprints(self, items: Sequence[object]) -> tuple[list[bytes], list[int], bool]:
-        """Return fingerprints, canonical sizes and whether model output is present."""
-        raise NotImplementedError
-
-    def planned(self, request: Request, plan: Plan, seconds: float | None) -> None:
-        """Report a plan (log and count)."""
-        raise NotImplementedError
-
-    def fell_back(self, failure: Failure, anchor: Anchor) -> None:
-        """Report a resend after a refused chained request."""
-        raise NotImplementedError
-
-    def choose(self, hashes: Sequence[bytes], found: Mapping[bytes, Anchor], *, has_model: bool) -> Plan:
-        """Pick the anchor (pure, with the tracker's clock and recent views)."""
-        raise NotImplementedError
+    mode: Mode = Mode.CHAINED
+    zdr_disabled: bool = False
+    now: float = attrs.field(factory=time.time)
+    memo: Memo | None = None
+    recent: RecentViews | None = None
+    timer: Callable[[], float] = time.perf_counter
 
 
-def call_flow(ctx: Context, request: Request, unavailable: object) -> Flow:
+# -- the planning pipeline ----------------------------------------------------
+
+
+@attrs.frozen
+class History:
     """
-    The decisions for one call, as a generator of effects.
+    A history, fingerprinted and hashed: the first half of planning.
 
-    *unavailable* is the sentinel the drivers answer with when the store failed.
+    Attributes:
+        fingerprints: ``f(item)`` per item.
+        sizes: The canonical JSON size of each item.
+        has_model: Whether any item is model output.
+        hashes: ``[h(1), …, h(n)]`` from the context's root.
     """
+
+    fingerprints: list[bytes]
+    sizes: list[int]
+    has_model: bool
+    hashes: list[bytes]
+
+
+def read_history(ctx: CallContext, items: Sequence[object], *, kinds: list[Kind] | None = None) -> History:
+    """
+    Fingerprint *items* and hash their prefixes (pure).
+
+    Args:
+        ctx: The call's context (its root and memo).
+        items: The history.
+        kinds: If given, the type and role of each item are appended to it.
+
+    Raises:
+        ItemError: an item has no Responses API shape.
+    """
+    memo = ctx.memo if kinds is None else None
+    fps, sizes, has_model = fingerprint_items(items, memo, kinds=kinds)
+    return History(fps, sizes, has_model, prefix_hashes(ctx.root, fps))
+
+
+def plan_history(ctx: CallContext, history: History) -> Generator[Find, Any, Plan]:
+    """
+    Plan a request for *history*: look the candidate views up, choose, size.
+
+    Yields one `Find` when there is something to look up; a `UNAVAILABLE`
+    answer plans a stateless request (``store_unavailable``).
+    """
+    hashes = history.hashes
+    n = len(hashes)
+    if ctx.zdr_disabled:
+        plan = Plan(Reason.ZDR, total=n)
+    else:
+        found: object = {}
+        if n >= 2:
+            found = yield Find(ctx.scope_key, candidates(hashes))
+        if isinstance(found, Unavailable):
+            plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
+        else:
+            assert isinstance(found, Mapping)
+            plan = choose(hashes, found, ctx.now, has_model_items=history.has_model, recent=ctx.recent)
+    return with_sizes(plan, history.sizes)
+
+
+# -- one call -----------------------------------------------------------------
+
+
+def call_flow(ctx: CallContext, request: Request) -> Flow:
+    """The decisions for one call, as a generator of effects."""
     if request.caller_managed:
-        return (yield from _caller_managed(ctx, request, unavailable))
-    items = request.items
-    n = len(items)
-    started = time.perf_counter()
+        return (yield from _caller_managed(ctx, request))
+    n = len(request.items)
+    started = ctx.timer()
     try:
-        fps, sizes, has_model = ctx.fingerprints(items)
+        history = read_history(ctx, request.items)
     except ItemError as error:
-        get_logger().warning("anchortrack.item_unsupported", error=str(error), fallback="stateless")
-        ctx.planned(request, Plan(Reason.INTERNAL_ERROR, total=n), None)
+        yield Log("warning", "anchortrack.item_unsupported", {"error": str(error), "fallback": "stateless"})
+        plan = Plan(Reason.INTERNAL_ERROR, total=n)
+        yield Planned(plan, None)
+        yield _reported(ctx.mode, plan)
         return (yield Send(request.body, None))
-    hashes = prefix_hashes(ctx.root, fps)
+    hashes = history.hashes
     ticket = Ticket(
         scope=ctx.scope_key,
         base=hashes[-1] if hashes else ctx.root,
@@ -136,18 +251,9 @@ def call_flow(ctx: Context, request: Request, unavailable: object) -> Flow:
         hashes=hashes,
         skip_reason=None if request.store else Reason.STORE_FALSE,
     )
-    if ctx.zdr_disabled:
-        plan = Plan(Reason.ZDR, total=n)
-    elif n < 2:
-        plan = ctx.choose(hashes, {}, has_model=has_model)
-    else:
-        found = yield Find(ctx.scope_key, candidates(hashes))
-        if found is unavailable:
-            plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
-        else:
-            plan = ctx.choose(hashes, found, has_model=has_model)
-    plan = with_sizes(plan, sizes)
-    ctx.planned(request, plan, time.perf_counter() - started)
+    plan = yield from plan_history(ctx, history)
+    yield Planned(plan, ctx.timer() - started)
+    yield _reported(ctx.mode, plan)
     if ctx.mode is Mode.SHADOW or plan.anchor is None:
         return (yield Send(request.body, ticket))
     anchor = plan.anchor
@@ -160,11 +266,24 @@ def call_flow(ctx: Context, request: Request, unavailable: object) -> Flow:
             raise
         if failure is Failure.STALE_ANCHOR:
             yield Evict(ctx.scope_key, anchor.response_id)
-        ctx.fell_back(failure, anchor)
+        yield FellBack(failure, anchor)
+        if failure is Failure.ZDR:
+            yield DisableChaining(ctx.scope_key)
+            yield Log(
+                "warning",
+                "anchortrack.scope_disabled",
+                {"reason": Reason.ZDR.value, "anchor_id": anchor.response_id, "scope": ctx.scope_key},
+            )
+        else:
+            yield Log(
+                "warning",
+                "anchortrack.anchor_evicted",
+                {"reason": Reason.STALE_ANCHOR.value, "anchor_id": anchor.response_id, "resent": "stateless"},
+            )
         return (yield Send(request.body, ticket))
 
 
-def _caller_managed(ctx: Context, request: Request, unavailable: object) -> Flow:
+def _caller_managed(ctx: CallContext, request: Request) -> Flow:
     """Send exactly as given; record the child if the parent's view is known."""
     ticket = None
     parent_id = request.previous_response_id
@@ -172,7 +291,7 @@ def _caller_managed(ctx: Context, request: Request, unavailable: object) -> Flow
         parent = yield Get(ctx.scope_key, parent_id)
         if isinstance(parent, Anchor):
             try:
-                fps, _, _ = ctx.fingerprints(request.items)
+                fps, _, _ = fingerprint_items(request.items, ctx.memo)
             except ItemError:
                 fps = None
             if fps is not None:
@@ -183,17 +302,62 @@ def _caller_managed(ctx: Context, request: Request, unavailable: object) -> Flow
                     skip_reason=None if request.store else Reason.STORE_FALSE,
                     expires_at=parent.expires_at,
                 )
-    ctx.planned(request, Plan(Reason.CALLER_MANAGED, total=len(request.items)), None)
+    plan = Plan(Reason.CALLER_MANAGED, total=len(request.items))
+    yield Planned(plan, None)
+    yield _reported(ctx.mode, plan)
     if ticket is None:
-        get_logger().debug(
+        yield Log(
+            "debug",
             "anchortrack.parent_unknown",
-            previous_response_id=parent_id,
-            conversation=request.conversation,
+            {"previous_response_id": parent_id, "conversation": request.conversation},
         )
     return (yield Send(request.body, ticket))
 
 
-def drive(flow: Flow, run: Callable[[Effect], Any]) -> Any:
+def _reported(mode: Mode, plan: Plan) -> Log:
+    """The event that reports *plan*."""
+    if mode is Mode.SHADOW:
+        return Log(
+            "info",
+            "anchortrack.shadow_planned",
+            {
+                "would_chain": plan.chained,
+                "reason": plan.reason.value,
+                "anchor_id": plan.anchor.response_id if plan.anchor else None,
+                "items_total": plan.total,
+                "items_would_send": plan.sent,
+                "bytes_would_save": plan.bytes_stateless - plan.bytes_planned,
+                "diverged_at": plan.diverged_at,
+            },
+        )
+    if plan.anchor is not None:
+        return Log(
+            "debug",
+            "anchortrack.request_chained",
+            {
+                "anchor_id": plan.anchor.response_id,
+                "items_sent": plan.sent,
+                "items_skipped": plan.skip,
+                "bytes_saved": plan.bytes_stateless - plan.bytes_planned,
+            },
+        )
+    if plan.reason is Reason.CALLER_MANAGED:
+        return Log(
+            "debug",
+            "anchortrack.request_passed_through",
+            {"reason": plan.reason.value, "items_sent": plan.total},
+        )
+    return Log(
+        "debug",
+        "anchortrack.request_stateless",
+        {"reason": plan.reason.value, "items_sent": plan.total, "diverged_at": plan.diverged_at},
+    )
+
+
+# -- drivers: the only places where sync and async differ in the flow ---------
+
+
+def drive(flow: Generator[Any, Any, Any], run: Callable[[Any], Any]) -> Any:
     """Run *flow* to completion, performing each effect with *run* (sync)."""
     value: Any = None
     error: BaseException | None = None
@@ -209,7 +373,7 @@ def drive(flow: Flow, run: Callable[[Effect], Any]) -> Any:
             value, error = None, exc
 
 
-async def adrive(flow: Flow, run: Callable[[Effect], Awaitable[Any]]) -> Any:
+async def adrive(flow: Generator[Any, Any, Any], run: Callable[[Any], Awaitable[Any]]) -> Any:
     """Run *flow* to completion, performing each effect with *run* (async)."""
     value: Any = None
     error: BaseException | None = None

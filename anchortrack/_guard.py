@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from ._flow import UNAVAILABLE, Unavailable
 from ._log import get_logger
 from ._stats import Stats
 
@@ -22,21 +23,11 @@ from ._stats import Stats
 T = TypeVar("T")
 
 
-class _Unavailable:
-    """Sentinel: the store could not answer."""
-
-    def __repr__(self) -> str:
-        return "UNAVAILABLE"
-
-
-UNAVAILABLE = _Unavailable()
-
-
 class Breaker:
     """
-    Pure circuit-breaker state: closed, open for *cooldown* seconds, then half-open.
+    Circuit-breaker state: closed, open for *cooldown* seconds, then half-open.
 
-    Thread-safe; the clock is injectable for tests.
+    Thread-safe; the monotonic clock is injectable for tests.
     """
 
     def __init__(self, cooldown: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
@@ -79,12 +70,19 @@ class Breaker:
 class Guard:
     """Runs store operations, turning any failure into `UNAVAILABLE`."""
 
-    def __init__(self, stats: Stats, *, timeout: float = 1.0, cooldown: float = 5.0) -> None:
-        self.breaker = Breaker(cooldown)
+    def __init__(
+        self,
+        stats: Stats,
+        *,
+        timeout: float = 1.0,
+        cooldown: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.breaker = Breaker(cooldown, clock)
         self.stats = stats
         self.timeout = timeout
 
-    def run(self, operation: str, call: Callable[[], T]) -> T | _Unavailable:
+    def run(self, operation: str, call: Callable[[], T]) -> T | Unavailable:
         """Run a sync store operation, failing open."""
         if not self.breaker.allow():
             return UNAVAILABLE
@@ -96,7 +94,7 @@ class Guard:
         self._succeeded()
         return result
 
-    async def arun(self, operation: str, call: Callable[[], Awaitable[T]]) -> T | _Unavailable:
+    async def arun(self, operation: str, call: Callable[[], Awaitable[T]]) -> T | Unavailable:
         """Run an async store operation with a timeout, failing open."""
         if not self.breaker.allow():
             return UNAVAILABLE

@@ -211,19 +211,32 @@ def _memo_key(item: object) -> bytes | None:
     return None
 
 
-def _fingerprint_one(item: object) -> tuple[tuple[bytes, int, bool], bool]:
+#: The type and role (if a message) of one item, from its canonical form.
+Kind = tuple[str, str | None]
+
+
+def _fingerprint_one(item: object, kinds: list[Kind] | None) -> tuple[tuple[bytes, int, bool], bool]:
     canon, plain = canonical_and_plain(item)
     kind = canon.get("type")
-    is_model = (kind == "message" and canon.get("role") == "assistant") or kind in MODEL_ITEM_TYPES
+    role = canon.get("role")
+    is_model = (kind == "message" and role == "assistant") or kind in MODEL_ITEM_TYPES
+    if kinds is not None:
+        kinds.append((str(canon.get("type", "?")), role if isinstance(role, str) else None))
     data = dump_canonical(canon)
     return (_blake2b(data, digest_size=DIGEST_SIZE).digest(), len(data), is_model), plain
 
 
 def fingerprint_items(
-    items: Sequence[object], memo: Memo | None = None
+    items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None
 ) -> tuple[list[bytes], list[int], bool]:
     """
     Fingerprint a history in one pass.
+
+    Args:
+        items: The history.
+        memo: Fingerprints remembered from earlier calls.
+        kinds: If given, the type and role of each item are appended to it
+            (from the same canonical form; the memo is not used then).
 
     Returns:
         The fingerprints, the canonical byte sizes, and whether any item is
@@ -235,6 +248,8 @@ def fingerprint_items(
     fps: list[bytes] = []
     sizes: list[int] = []
     has_model = False
+    if kinds is not None:
+        memo = None
     for item in items:
         known = None
         is_dict = type(item) is dict
@@ -244,7 +259,7 @@ def fingerprint_items(
             key = _memo_key(item) if memo is not None else None
             known = memo.get(key) if memo is not None and key is not None else None
             if known is None:
-                known, plain = _fingerprint_one(item)
+                known, plain = _fingerprint_one(item, kinds)
                 if memo is not None and key is not None and (plain or not is_dict):
                     memo.put(key, known)
                     if is_dict:

@@ -1,10 +1,11 @@
 """
-Choosing the anchor (pure).
+Choosing the anchor, and building the anchor a response becomes (pure).
 
 The anchor is the recorded view that is the *longest* prefix of the caller's
 history while leaving at least one item to send.
-Nothing here does I/O: the caller looks the candidate views up in a store and
-hands the answers in.
+"Pure" means, here and in the other core modules: no network, store or SDK
+calls. The caller looks the candidate views up in a store and hands the
+answers in; `RecentViews` is the one piece of (locked, in-memory) state.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from ._stats import sizes_total
 from .stores._base import Anchor
 
 
@@ -25,35 +25,53 @@ class Reason(str, enum.Enum):
     Why a request went out the way it did, or why a response was not recorded.
 
     Members are plain strings, so ``reason == "prefix_diverged"`` works too.
+    `REASON_TEXT` says in one line what each one means.
     """
 
-    #: Sent ``previous_response_id`` plus the delta.
     CHAINED = "chained"
-    #: The history holds no model output yet (a first turn).
     NO_HISTORY = "no_history"
-    #: The history has model output, but no recorded view is a prefix of it.
     PREFIX_DIVERGED = "prefix_diverged"
-    #: Mode ``off`` (kill switch): pure passthrough.
     MODE_OFF = "mode_off"
-    #: The caller passed ``previous_response_id`` or ``conversation`` itself.
     CALLER_MANAGED = "caller_managed"
-    #: The server forgot the anchor; it was evicted and the call resent in full.
     STALE_ANCHOR = "stale_anchor"
-    #: The organization refuses ``previous_response_id`` (zero data retention).
     ZDR = "zdr"
-    #: The anchor store failed; the request went out in full.
     STORE_UNAVAILABLE = "store_unavailable"
-    #: An item or state anchortrack could not handle; the request went out in full.
     INTERNAL_ERROR = "internal_error"
-    #: Not recorded: the request said ``store=false``.
     STORE_FALSE = "store_false"
-    #: Not recorded: the response did not complete (failed, cancelled, queued,
-    #: in progress, or incomplete without ``record_incomplete``).
     NOT_COMPLETED = "not_completed"
-    #: Not recorded: the stream ended or was abandoned before its terminal event.
     STREAM_ABANDONED = "stream_abandoned"
-    #: Not recorded: a caller-managed parent whose view is unknown.
     UNKNOWN_PARENT = "unknown_parent"
+
+
+#: One line per reason: why a request went out the way it did, or why a
+#: response was not recorded.
+REASON_TEXT: Mapping[Reason, str] = {
+    Reason.CHAINED: "a recorded response's view is a prefix of the history",
+    Reason.NO_HISTORY: "the history holds no model output yet, so no recorded response can be its prefix",
+    Reason.PREFIX_DIVERGED: (
+        "no recorded response's view is a prefix of the history: an earlier item was edited, "
+        "removed or inserted (or the anchors are in another store or scope)"
+    ),
+    Reason.MODE_OFF: "ANCHORTRACK_MODE=off: requests pass through untouched",
+    Reason.CALLER_MANAGED: (
+        "the caller set previous_response_id or conversation, so the request is sent as given"
+    ),
+    Reason.STALE_ANCHOR: (
+        "the server no longer had the anchor: it was evicted and the call resent in full, once"
+    ),
+    Reason.ZDR: (
+        "the organization refuses previous_response_id (zero data retention): chaining stopped in this scope"
+    ),
+    Reason.STORE_UNAVAILABLE: "the anchor store did not answer, so the request went out in full",
+    Reason.INTERNAL_ERROR: "an item anchortrack cannot fingerprint, so the request went out as given",
+    Reason.STORE_FALSE: "the request said store=false, so its response cannot be an anchor",
+    Reason.NOT_COMPLETED: (
+        "the response did not complete (failed, cancelled, queued, in progress, or incomplete "
+        "without record_incomplete), so it cannot be an anchor"
+    ),
+    Reason.STREAM_ABANDONED: "the stream ended before its terminal event, so the response was not recorded",
+    Reason.UNKNOWN_PARENT: "the caller's previous_response_id is not a recorded response",
+}
 
 
 @attrs.frozen
@@ -79,6 +97,20 @@ class Plan:
     diverged_at: int | None = None
     bytes_stateless: int = 0
     bytes_planned: int = 0
+
+    def __repr__(self) -> str:
+        if self.anchor is not None:
+            head = f"chained from {self.anchor.response_id}"
+        elif self.reason in (Reason.CALLER_MANAGED, Reason.MODE_OFF):
+            head = f"passthrough ({self.reason.value})"
+        else:
+            head = f"stateless ({self.reason.value})"
+        text = f"<Plan {head}: send {self.sent} of {self.total} items"
+        if self.bytes_stateless:
+            text += f", ~{self.bytes_planned:,} of ~{self.bytes_stateless:,} bytes"
+        if self.diverged_at is not None:
+            text += f", diverged at item {self.diverged_at}"
+        return text + ">"
 
     @property
     def chained(self) -> bool:
@@ -106,6 +138,49 @@ def unrecordable(response: object, *, record_incomplete: bool) -> Reason | None:
     if not isinstance(getattr(response, "id", None), str):
         return Reason.NOT_COMPLETED
     return None
+
+
+def new_anchor(
+    response_id: str,
+    *,
+    base: bytes,
+    count: int,
+    hashes: Sequence[bytes],
+    now: float,
+    ttl: float,
+    chain_expires_at: float | None = None,
+) -> Anchor:
+    """
+    Build the anchor a recorded response becomes: the one builder.
+
+    Args:
+        response_id: The response's id.
+        base: The prefix hash the response's view continues (``h(0)``, the
+            scope root, when *hashes* covers the whole view).
+        count: How many items *base* covers.
+        hashes: The prefix hashes of the items after *base*, continued from
+            it: the view is the last of them.
+        now: The current Unix time.
+        ttl: How long the store keeps anchors, in seconds.
+        chain_expires_at: When the chain the response hangs from expires, if
+            it was chained: the server resolves a response through its
+            ancestors, so it cannot outlive them.
+    """
+    expires_at = now + ttl
+    if chain_expires_at is not None:
+        expires_at = min(expires_at, chain_expires_at)
+    return Anchor(
+        view=hashes[-1] if hashes else base,
+        response_id=response_id,
+        count=count + len(hashes),
+        created_at=now,
+        expires_at=expires_at,
+    )
+
+
+def sizes_total(sizes: Sequence[int]) -> int:
+    """Estimated JSON bytes of a list of items of the given canonical sizes."""
+    return sum(sizes) + max(len(sizes) - 1, 0) + 2
 
 
 def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:

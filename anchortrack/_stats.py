@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -120,6 +120,23 @@ class Stats:
         self.plan_seconds = Histogram(PLAN_SECONDS_BUCKETS)
         self.delta_items = Histogram(DELTA_ITEMS_BUCKETS)
 
+    def __repr__(self) -> str:
+        return f"<Stats {self._summary()}>"
+
+    def _summary(self) -> str:
+        """The headline counters, one line."""
+        with self._lock:
+            decisions: Counter[str] = Counter()
+            for (_, decision, _), n in self.requests.items():
+                decisions[decision] += n
+            requests = sum(decisions.values())
+            fallbacks = sum(self.fallbacks.values())
+            recorded, saved = self.recorded, self.bytes_stateless - self.bytes_sent
+        split = ", ".join(f"{d} {decisions[d]}" for d in (CHAINED, STATELESS, PASSTHROUGH))
+        return (
+            f"requests={requests} ({split}) fallbacks={fallbacks} recorded={recorded} bytes_saved={saved:,}"
+        )
+
     def planned(
         self,
         *,
@@ -214,11 +231,6 @@ class Stats:
                 for (m, d, r), n in self.requests.items()
                 if decision in (None, d) and reason in (None, r) and mode in (None, m)
             )
-
-
-def sizes_total(sizes: Sequence[int]) -> int:
-    """Estimated JSON bytes of a list of items of the given canonical sizes."""
-    return sum(sizes) + max(len(sizes) - 1, 0) + 2
 
 
 def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -7,6 +7,8 @@ They subclass ``openai.Stream`` / ``openai.AsyncStream`` so that
 A response is recorded when its terminal event arrives — before that event is
 handed to the caller — and never at ``response.created``; a stream that ends
 or is abandoned early records nothing.
+Each twin writes its anchor itself right after observing it: the sync one with
+``_flush()``, the async one with ``await _aflush()``.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ class TrackedStream(Stream[ResponseStreamEvent]):
                 final = recorder.feed(event)
                 if final is not None and self._anchortrack is not None:
                     tracker, ticket = self._anchortrack
-                    tracker.observe(ticket, final[0], final[1])
+                    tracker._observe(ticket, final[0], final[1])
+                    tracker._flush()
                 yield event
         finally:
             if recorder.terminal is None and self._anchortrack is not None:
-                self._anchortrack[0].abandoned(self._anchortrack[1])
+                self._anchortrack[0]._abandoned(self._anchortrack[1])
 
 
 class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
@@ -62,9 +65,9 @@ class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
                 final = recorder.feed(event)
                 if final is not None and self._anchortrack is not None:
                     tracker, ticket = self._anchortrack
-                    tracker.observe(ticket, final[0], final[1])
-                    await tracker.aflush()
+                    tracker._observe(ticket, final[0], final[1])
+                    await tracker._aflush()
                 yield event
         finally:
             if recorder.terminal is None and self._anchortrack is not None:
-                self._anchortrack[0].abandoned(self._anchortrack[1])
+                self._anchortrack[0]._abandoned(self._anchortrack[1])

@@ -1,10 +1,14 @@
 """
-The tracker: configuration, in-memory state, recording, and the two drivers.
+The tracker: one wrapped client's state, and the performer of its effects.
 
 One tracker serves one wrapped client and every copy made from it
 (``with_options()``, ``copy()``).
-The decisions live in `anchortrack._flow`; this module performs the effects:
-store operations go through the fail-open `Guard`, sends go to the client.
+The decisions live in `anchortrack._flow`; this module performs the effects
+the flow yields — store operations through the fail-open `Guard`, sends
+through the client, bookkeeping into `Stats` and the log — and writes the
+anchors recorded responses become.
+It is also the call's fail-open entry (`Tracker._call` / `Tracker._acall`):
+a fault while planning sends the call through unchanged.
 """
 
 from __future__ import annotations
@@ -15,13 +19,26 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ._flow import Context, Effect, Find, Get, Send, Ticket, adrive, call_flow, drive
-from ._guard import UNAVAILABLE, Guard
+from ._flow import (
+    CallContext,
+    DisableChaining,
+    Evict,
+    FellBack,
+    Find,
+    Get,
+    Log,
+    Planned,
+    Send,
+    Ticket,
+    adrive,
+    call_flow,
+    drive,
+)
+from ._guard import Guard
 from ._hashing import Memo, Scope, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
 from ._mode import Mode, coerce, resolve
-from ._plan import Plan, Reason, RecentViews, choose, unrecordable
-from ._refusal import Failure
+from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
 from ._request import Request, read_request
 from ._stats import Stats
 from .stores._base import Anchor, AnchorStore
@@ -29,6 +46,28 @@ from .stores._base import Anchor, AnchorStore
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
 AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
+
+#: The one dispatch table of store effects: the operation (the sync store
+#: method; the async one has an ``a`` prefix) and its arguments.
+_STORE_OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]] = {
+    Find: lambda effect: ("find", (effect.scope, effect.views)),
+    Get: lambda effect: ("get", (effect.scope, effect.response_id)),
+    Evict: lambda effect: ("evict", (effect.scope, effect.response_id)),
+}
+
+
+class _CallState:
+    """What the performer of one call's effects keeps: its context, its plan, its sends."""
+
+    __slots__ = ("answered", "context", "plan", "response", "sdk_error", "sent")
+
+    def __init__(self, context: CallContext) -> None:
+        self.context = context
+        self.plan: Plan | None = None
+        self.sent = False
+        self.answered = False
+        self.response: Any = None
+        self.sdk_error: BaseException | None = None
 
 
 class Tracker:
@@ -45,7 +84,17 @@ class Tracker:
             stores them and accepts them as ``previous_response_id``).
         store_timeout: Seconds an async store operation may take before the
             call goes out stateless.
+        store_cooldown: Seconds the store is skipped after it failed, before
+            it is tried again; also settable on a live tracker
+            (``anchortrack.tracker(client).store_cooldown = 0``).
         clock: Unix time source (tests).
+
+    Attributes:
+        store: The anchor store.
+        stats: What this tracker did (`Stats`).
+        recent: The views this tracker recorded lately; hand them to
+            ``anchortrack.explain(..., recent=...)`` to locate where a
+            diverged history first differs.
     """
 
     def __init__(
@@ -56,6 +105,7 @@ class Tracker:
         namespace: str | None = None,
         record_incomplete: bool = False,
         store_timeout: float = 1.0,
+        store_cooldown: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if store is None:
@@ -68,23 +118,78 @@ class Tracker:
         self.record_incomplete = record_incomplete
         self.clock = clock
         self.stats = Stats()
-        self.guard = Guard(self.stats, timeout=store_timeout)
         self.recent = RecentViews()
-        self.memo = Memo()
-        self.is_async = False
+        self._guard = Guard(self.stats, timeout=store_timeout, cooldown=store_cooldown)
+        self._memo = Memo()
         self._pending: deque[tuple[str, Anchor]] = deque()
         self._zdr: set[str] = set()
         self._roots: dict[Scope, tuple[str, bytes]] = {}
         self._lock = threading.Lock()
 
-    # -- per call -----------------------------------------------------------
+    def __repr__(self) -> str:
+        mode = self.mode.value if self.mode is not None else "default"
+        namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
+        return f"<Tracker mode={mode} store={type(self.store).__name__}{namespace} {self.stats._summary()}>"
 
-    def begin(self, params: Mapping[str, Any], scope: Scope) -> tuple[Mode, _Call | None]:
+    @property
+    def store_cooldown(self) -> float:
+        """Seconds the store is skipped after a failure before it is tried again."""
+        return self._guard.breaker.cooldown
+
+    @store_cooldown.setter
+    def store_cooldown(self, seconds: float) -> None:
+        self._guard.breaker.cooldown = seconds
+
+    # -- the fail-open entry ------------------------------------------------
+
+    def _call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
         """
-        Decide how to handle one ``responses.create`` / ``parse`` call.
+        Make one tracked call (sync): plan it, send it, record its response.
 
-        Returns the mode and, unless the call must pass through untouched, the
-        call context.
+        *send* sends keyword arguments through the SDK and records the response
+        with the ticket, if any. A fault while planning sends *params* through
+        unchanged; once something was sent, only what the SDK raised reaches
+        the caller.
+        """
+        try:
+            begun = self._begin(params, scope())
+        except Exception as error:  # noqa: BLE001 - fail open
+            self._fault(error)
+            return send(params, None)
+        if begun is None:
+            return send(params, None)
+        state = _CallState(begun[0])
+        try:
+            return self._run(state, begun[1], send)
+        except Exception as error:
+            if error is state.sdk_error:
+                raise
+            self._fault(error)
+            return state.response if state.answered else send(params, None)
+
+    async def _acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
+        """Make one tracked call (async): the twin of `_call`."""
+        try:
+            begun = self._begin(params, scope())
+        except Exception as error:  # noqa: BLE001 - fail open
+            self._fault(error)
+            return await send(params, None)
+        if begun is None:
+            return await send(params, None)
+        state = _CallState(begun[0])
+        try:
+            return await self._arun(state, begun[1], send)
+        except Exception as error:
+            if error is state.sdk_error:
+                raise
+            self._fault(error)
+            return state.response if state.answered else await send(params, None)
+
+    def _begin(self, params: Mapping[str, Any], scope: Scope) -> tuple[CallContext, Request] | None:
+        """
+        Read one ``responses.create`` / ``parse`` call and build its context.
+
+        Returns None when the call must pass through untouched (mode ``off``).
 
         Raises:
             TypeError: ``input`` has no Responses API shape.
@@ -93,10 +198,19 @@ class Tracker:
         if mode is Mode.OFF:
             self.stats.passed_through(mode=mode.value, reason=Reason.MODE_OFF.value)
             get_logger().debug("anchortrack.request_passed_through", reason=Reason.MODE_OFF.value)
-            return mode, None
+            return None
         request = read_request(params)
         key, root = self._root(scope)
-        return mode, _Call(self, request, mode, key, root)
+        context = CallContext(
+            scope_key=key,
+            root=root,
+            mode=mode,
+            zdr_disabled=key in self._zdr,
+            now=self.clock(),
+            memo=self._memo,
+            recent=self.recent,
+        )
+        return context, request
 
     def _root(self, scope: Scope) -> tuple[str, bytes]:
         cached = self._roots.get(scope)
@@ -108,60 +222,103 @@ class Tracker:
                 self._roots[scope] = cached
         return cached
 
-    def run(self, call: _Call, send: SendFn) -> Any:
-        """Run one call's flow with sync effects."""
-        self.flush()
-        guard, store = self.guard, self.store
+    def _fault(self, error: Exception) -> None:
+        """Report a fault inside anchortrack; the call goes out exactly as given."""
+        self.stats.passed_through(mode=resolve(self.mode).value, reason=Reason.INTERNAL_ERROR.value)
+        get_logger().warning("anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless")
 
-        def perform(effect: Effect) -> Any:
-            if isinstance(effect, Send):
-                call.sent = True
-                result = send(effect.body, effect.ticket)
-                self.flush()
-                return result
-            if isinstance(effect, Find):
-                return guard.run("find", lambda: store.find(effect.scope, effect.views))
-            if isinstance(effect, Get):
-                return guard.run("get", lambda: store.get(effect.scope, effect.response_id))
-            return guard.run("evict", lambda: store.evict(effect.scope, effect.response_id))
+    # -- performing effects: run and arun differ only in awaiting ------------
 
-        return drive(call_flow(call, call.request, UNAVAILABLE), perform)
+    def _run(self, state: _CallState, request: Request, send: SendFn) -> Any:
+        self._flush()
+        guard, store = self._guard, self.store
 
-    async def arun(self, call: _Call, send: AsyncSendFn) -> Any:
-        """Run one call's flow with async effects."""
-        await self.aflush()
-        guard, store = self.guard, self.store
+        def perform(effect: Any) -> Any:
+            operation = _STORE_OPERATIONS.get(type(effect))
+            if operation is not None:
+                name, args = operation(effect)
+                method = getattr(store, name)
+                return guard.run(name, lambda: method(*args))
+            if type(effect) is Send:
+                state.sent = True
+                try:
+                    state.response = send(effect.body, effect.ticket)
+                except Exception as error:
+                    state.sdk_error = error
+                    raise
+                state.answered = True
+                self._flush()
+                return state.response
+            return self._note(state, effect)
 
-        async def perform(effect: Effect) -> Any:
-            if isinstance(effect, Send):
-                call.sent = True
-                result = await send(effect.body, effect.ticket)
-                await self.aflush()
-                return result
-            if isinstance(effect, Find):
-                return await guard.arun("find", lambda: store.afind(effect.scope, effect.views))
-            if isinstance(effect, Get):
-                return await guard.arun("get", lambda: store.aget(effect.scope, effect.response_id))
-            return await guard.arun("evict", lambda: store.aevict(effect.scope, effect.response_id))
+        return drive(call_flow(state.context, request), perform)
 
-        return await adrive(call_flow(call, call.request, UNAVAILABLE), perform)
+    async def _arun(self, state: _CallState, request: Request, send: AsyncSendFn) -> Any:
+        await self._aflush()
+        guard, store = self._guard, self.store
+
+        async def perform(effect: Any) -> Any:
+            operation = _STORE_OPERATIONS.get(type(effect))
+            if operation is not None:
+                name, args = operation(effect)
+                method = getattr(store, "a" + name)
+                return await guard.arun(name, lambda: method(*args))
+            if type(effect) is Send:
+                state.sent = True
+                try:
+                    state.response = await send(effect.body, effect.ticket)
+                except Exception as error:
+                    state.sdk_error = error
+                    raise
+                state.answered = True
+                await self._aflush()
+                return state.response
+            return self._note(state, effect)
+
+        return await adrive(call_flow(state.context, request), perform)
+
+    def _note(self, state: _CallState, effect: Any) -> None:
+        """Perform a bookkeeping effect (the same for sync and async calls)."""
+        if isinstance(effect, Planned):
+            plan = state.plan = effect.plan
+            self.stats.planned(
+                mode=state.context.mode.value,
+                chained=plan.chained,
+                reason=plan.reason.value,
+                items_sent=plan.sent,
+                items_total=plan.total,
+                bytes_planned=plan.bytes_planned,
+                bytes_stateless=plan.bytes_stateless,
+                seconds=effect.seconds,
+            )
+        elif isinstance(effect, Log):
+            getattr(get_logger(), effect.level)(effect.event, **effect.fields)
+        elif isinstance(effect, FellBack):
+            planned = state.plan
+            self.stats.fell_back(
+                effect.failure.value,
+                items_resent=planned.total if planned is not None else 0,
+                bytes_resent=planned.bytes_stateless if planned is not None else 0,
+            )
+        elif isinstance(effect, DisableChaining):
+            self._zdr.add(effect.scope_key)
+        else:
+            raise TypeError(f"unknown effect {effect!r}")
 
     # -- recording ----------------------------------------------------------
 
-    def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
+    def _observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
         """
         Decide whether *response* becomes an anchor; queue it if so. Never raises.
 
-        Sync trackers write the anchor at once; async ones on the next await.
+        The caller writes the queue: `_flush` or `_aflush`.
         """
         try:
-            self._observe(ticket, response, output)
+            self._record(ticket, response, output)
         except Exception as error:  # noqa: BLE001 - recording must never break a call
             get_logger().warning("anchortrack.record_failed", error=type(error).__name__)
-        if not self.is_async:
-            self.flush()
 
-    def _observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> None:
+    def _record(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> None:
         response_id = getattr(response, "id", None)
         status = getattr(response, "status", None)
         reason = ticket.skip_reason or unrecordable(response, record_incomplete=self.record_incomplete)
@@ -176,19 +333,16 @@ class Tracker:
             return
         assert isinstance(response_id, str)
         items = list(output if output is not None else getattr(response, "output", None) or ())
-        fps, _, _ = self.fingerprints(items)
+        fps, _, _ = fingerprint_items(items, self._memo)
         hashes = prefix_hashes(ticket.base, fps)
-        view = hashes[-1] if hashes else ticket.base
-        now = self.clock()
-        expires_at = now + self.store.ttl
-        if ticket.expires_at is not None:
-            expires_at = min(expires_at, ticket.expires_at)
-        anchor = Anchor(
-            view=view,
-            response_id=response_id,
-            count=ticket.count + len(items),
-            created_at=now,
-            expires_at=expires_at,
+        anchor = new_anchor(
+            response_id,
+            base=ticket.base,
+            count=ticket.count,
+            hashes=hashes,
+            now=self.clock(),
+            ttl=self.store.ttl,
+            chain_expires_at=ticket.expires_at,
         )
         self._pending.append((ticket.scope, anchor))
         if ticket.hashes is not None:
@@ -197,21 +351,21 @@ class Tracker:
         get_logger().debug(
             "anchortrack.response_recorded",
             response_id=response_id,
-            view=short(view),
+            view=short(anchor.view),
             items=anchor.count,
             outputs=len(items),
         )
 
-    def abandoned(self, ticket: Ticket | None) -> None:
+    def _abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
         if ticket is None:
             return
         self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
         get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
 
-    def flush(self) -> None:
+    def _flush(self) -> None:
         """Write queued anchors to the store (sync)."""
-        pending, guard, store = self._pending, self.guard, self.store
+        pending, guard, store = self._pending, self._guard, self.store
         while pending:
             try:
                 scope, anchor = pending.popleft()
@@ -219,111 +373,12 @@ class Tracker:
                 return
             guard.run("put", lambda: store.put(scope, anchor))  # noqa: B023 - called at once
 
-    async def aflush(self) -> None:
+    async def _aflush(self) -> None:
         """Write queued anchors to the store (async)."""
-        pending, guard, store = self._pending, self.guard, self.store
+        pending, guard, store = self._pending, self._guard, self.store
         while pending:
             try:
                 scope, anchor = pending.popleft()
             except IndexError:
                 return
             await guard.arun("put", lambda: store.aput(scope, anchor))  # noqa: B023 - awaited at once
-
-    # -- pure helpers used by the flow --------------------------------------
-
-    def fingerprints(self, items: Sequence[object]) -> tuple[list[bytes], list[int], bool]:
-        """Return fingerprints, canonical sizes and whether model output is present."""
-        return fingerprint_items(items, self.memo)
-
-    def disable_scope(self, scope_key: str) -> None:
-        """Stop chaining in *scope_key* (after a ZDR refusal)."""
-        self._zdr.add(scope_key)
-
-
-class _Call(Context):
-    """The flow's view of its tracker for one call."""
-
-    def __init__(self, tracker: Tracker, request: Request, mode: Mode, key: str, root: bytes) -> None:
-        self.tracker = tracker
-        self.request = request
-        self.mode = mode
-        self.scope_key = key
-        self.root = root
-        self.zdr_disabled = key in tracker._zdr
-        self.sent = False
-        self.plan: Plan | None = None
-
-    def fingerprints(self, items: Sequence[object]) -> tuple[list[bytes], list[int], bool]:
-        return self.tracker.fingerprints(items)
-
-    def choose(self, hashes: Sequence[bytes], found: Mapping[bytes, Anchor], *, has_model: bool) -> Plan:
-        t = self.tracker
-        return choose(hashes, found, t.clock(), has_model_items=has_model, recent=t.recent)
-
-    def planned(self, request: Request, plan: Plan, seconds: float | None) -> None:
-        self.plan = plan
-        t = self.tracker
-        t.stats.planned(
-            mode=self.mode.value,
-            chained=plan.chained,
-            reason=plan.reason.value,
-            items_sent=plan.sent,
-            items_total=plan.total,
-            bytes_planned=plan.bytes_planned,
-            bytes_stateless=plan.bytes_stateless,
-            seconds=seconds,
-        )
-        log = get_logger()
-        if self.mode is Mode.SHADOW:
-            log.info(
-                "anchortrack.shadow_planned",
-                would_chain=plan.chained,
-                reason=plan.reason.value,
-                anchor_id=plan.anchor.response_id if plan.anchor else None,
-                items_total=plan.total,
-                items_would_send=plan.sent,
-                bytes_would_save=plan.bytes_stateless - plan.bytes_planned,
-                diverged_at=plan.diverged_at,
-            )
-        elif plan.anchor is not None:
-            log.debug(
-                "anchortrack.request_chained",
-                anchor_id=plan.anchor.response_id,
-                items_sent=plan.sent,
-                items_skipped=plan.skip,
-                bytes_saved=plan.bytes_stateless - plan.bytes_planned,
-            )
-        elif plan.reason is Reason.CALLER_MANAGED:
-            log.debug("anchortrack.request_passed_through", reason=plan.reason.value, items_sent=plan.total)
-        else:
-            log.debug(
-                "anchortrack.request_stateless",
-                reason=plan.reason.value,
-                items_sent=plan.total,
-                diverged_at=plan.diverged_at,
-            )
-
-    def fell_back(self, failure: Failure, anchor: Anchor) -> None:
-        t = self.tracker
-        plan = self.plan
-        t.stats.fell_back(
-            failure.value,
-            items_resent=plan.total if plan is not None else 0,
-            bytes_resent=plan.bytes_stateless if plan is not None else 0,
-        )
-        log = get_logger()
-        if failure is Failure.ZDR:
-            t.disable_scope(self.scope_key)
-            log.warning(
-                "anchortrack.scope_disabled",
-                reason=Reason.ZDR.value,
-                anchor_id=anchor.response_id,
-                scope=self.scope_key,
-            )
-        else:
-            log.warning(
-                "anchortrack.anchor_evicted",
-                reason=Reason.STALE_ANCHOR.value,
-                anchor_id=anchor.response_id,
-                resent="stateless",
-            )

@@ -30,7 +30,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ._client import tracker_of
+from . import _client
 from ._stats import merge_snapshots
 from ._tracker import Tracker
 
@@ -106,7 +106,7 @@ def register(source: object, registry: CollectorRegistry | None = None) -> Ancho
 
 
 def _tracker(source: object) -> Tracker:
-    return source if isinstance(source, Tracker) else tracker_of(source)
+    return source if isinstance(source, Tracker) else _client.tracker(source)
 
 
 def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:

@@ -27,7 +27,6 @@ from _server import server_process
 import anchortrack
 from anchortrack import Scope
 from anchortrack._flow import Find, Send, call_flow
-from anchortrack._guard import UNAVAILABLE
 from anchortrack.stores import MemoryStore
 
 
@@ -113,13 +112,12 @@ def typical_items(n: int) -> list[Any]:
 
 def plan_once(tracker: anchortrack.Tracker, store: MemoryStore, scope: Scope, history: list[Any]) -> bool:
     """Plan one request up to the point it would be sent; return whether it chains."""
-    _, call = tracker.begin({"model": "m", "input": history}, scope)
-    assert call is not None
-    flow = call_flow(call, call.request, UNAVAILABLE)
+    begun = tracker._begin({"model": "m", "input": history}, scope)
+    assert begun is not None
+    flow = call_flow(*begun)
     effect = next(flow)
-    if isinstance(effect, Find):
-        effect = flow.send(store.find(effect.scope, effect.views))
-    assert isinstance(effect, Send)
+    while not isinstance(effect, Send):
+        effect = flow.send(store.find(effect.scope, effect.views) if isinstance(effect, Find) else None)
     return "previous_response_id" in effect.body
 
 

@@ -51,7 +51,7 @@ def main() -> None:
         for n, (label, middleware) in enumerate(steps):
             history = middleware(history)
             # What will this call send, and why? (The same plan the wrapped client makes.)
-            why = anchortrack.explain(history, store=tracker.store, scope=scope, tracker=tracker)
+            why = anchortrack.explain(history, store=tracker.store, scope=scope, recent=tracker.recent)
             response = client.responses.create(model=model, input=history)
             print(f"call {n} ({label}): {why.summary}")
             history += [*response.output, {"role": "user", "content": f"follow-up {n}"}]

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._canonical import canonical_item
-from .._client import _scope, tracker_of, wrap
-from .._explain import REASON_TEXT
+from .._client import _scope, wrap
+from .._client import tracker as tracker_of
 from .._mode import Mode, resolve
-from .._plan import Reason
+from .._plan import REASON_TEXT, Reason
 from .._request import chained_body, read_request
 from ..stores import open_store
 from ..stores._base import AnchorStore

@@ -1,15 +1,27 @@
-"""Tests for the call flow, stepped by hand: no I/O, every effect inspected."""
+"""Tests for the call flow, stepped by hand from a `CallContext`: no tracker, no I/O, every effect seen."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from anchortrack import Mode, Reason, Tracker
-from anchortrack._flow import Evict, Find, Get, Send, call_flow
-from anchortrack._guard import UNAVAILABLE
+from anchortrack import Mode, Reason
+from anchortrack._refusal import Failure
+from anchortrack._flow import (
+    UNAVAILABLE,
+    CallContext,
+    DisableChaining,
+    Evict,
+    FellBack,
+    Find,
+    Get,
+    Log,
+    Planned,
+    Send,
+    call_flow,
+)
+from anchortrack._request import read_request
 
 from ..helpers import SCOPE, DictStore, assistant, turn, user
 
@@ -25,62 +37,107 @@ class APIError(Exception):
         self.message = str(self)
 
 
-def _setup(mode: Mode | None = None) -> tuple[Tracker, DictStore, list[Any]]:
+BOOKKEEPING = (Planned, FellBack, DisableChaining, Log)
+
+
+class Stepper:
+    """Steps a flow by hand; bookkeeping effects are answered with None and kept in `notes`."""
+
+    def __init__(self, context: CallContext, body: dict[str, Any]) -> None:
+        self.flow = call_flow(context, read_request(body))
+        self.notes: list[Any] = []
+
+    def _skip(self, effect: Any) -> Any:
+        while isinstance(effect, BOOKKEEPING):
+            self.notes.append(effect)
+            effect = self.flow.send(None)
+        return effect
+
+    def start(self) -> Any:
+        return self._skip(next(self.flow))
+
+    def send(self, value: Any) -> Any:
+        return self._skip(self.flow.send(value))
+
+    def throw(self, error: BaseException) -> Any:
+        return self._skip(self.flow.throw(error))
+
+    def plan(self) -> Any:
+        [planned] = [n for n in self.notes if isinstance(n, Planned)]
+        return planned.plan
+
+    def events(self) -> list[str]:
+        return [n.event for n in self.notes if isinstance(n, Log)]
+
+
+def _context(store: DictStore, **changes: Any) -> CallContext:
+    return CallContext(scope_key=SCOPE.key, root=SCOPE.root(store.secret_key), **changes)
+
+
+def _setup() -> tuple[DictStore, list[Any]]:
     store = DictStore()
     u1, a1 = user("one"), assistant("ONE")
     turn(store, [u1], [a1])
-    return Tracker(store, mode=mode), store, [u1, a1, user("two")]
+    return store, [u1, a1, user("two")]
 
 
-def _start(tracker: Tracker, body: dict[str, Any]) -> Any:
-    _, call = tracker.begin(body, SCOPE)
-    assert call is not None
-    flow = call_flow(call, call.request, UNAVAILABLE)
-    return call, flow
-
-
-def _answer_find(flow: Any, store: DictStore) -> Any:
-    effect = next(flow)
+def _answer_find(step: Stepper, store: DictStore) -> Any:
+    effect = step.start()
     assert isinstance(effect, Find)
-    return flow.send(store.find(effect.scope, effect.views))
+    return step.send(store.find(effect.scope, effect.views))
 
 
 def test_chained_send_then_stale_anchor_evicts_and_resends_in_full() -> None:
-    """previous_response_not_found → Evict the anchor, resend the caller's exact body once."""
-    tracker, store, history = _setup()
+    """previous_response_not_found → Evict the anchor, report it, resend the caller's exact body once."""
+    store, history = _setup()
     body = {"model": "m", "input": history, "instructions": "be brief"}
-    _, flow = _start(tracker, body)
+    step = Stepper(_context(store), body)
 
-    send = _answer_find(flow, store)
+    send = _answer_find(step, store)
     assert isinstance(send, Send)
     assert [history[2]] == send.body["input"]
     assert send.body["instructions"] == "be brief"
     anchor_id = send.body["previous_response_id"]
 
-    evict = flow.throw(APIError(400, "previous_response_not_found", "previous_response_id"))
+    evict = step.throw(APIError(400, "previous_response_not_found", "previous_response_id"))
     assert Evict(SCOPE.key, anchor_id) == evict
-    resend = flow.send(None)
+    resend = step.send(None)
     assert body is resend.body
 
     with pytest.raises(StopIteration) as done:
-        flow.send("the response")
+        step.send("the response")
     assert done.value.value == "the response"
-    assert tracker.stats.snapshot()["fallbacks"] == {"stale_anchor": 1}
+    [fell_back] = [n for n in step.notes if isinstance(n, FellBack)]
+    assert (Failure.STALE_ANCHOR, anchor_id) == (fell_back.failure, fell_back.anchor.response_id)
+    assert not any(isinstance(n, DisableChaining) for n in step.notes)
+    assert ["anchortrack.request_chained", "anchortrack.anchor_evicted"] == step.events()
 
 
-def test_zdr_refusal_disables_the_scope_and_resends() -> None:
-    """unsupported_parameter on previous_response_id stops chaining in that scope."""
-    tracker, store, history = _setup()
-    _, flow = _start(tracker, {"model": "m", "input": history})
-    _answer_find(flow, store)
+def test_zdr_refusal_yields_disable_chaining_and_resends() -> None:
+    """unsupported_parameter on previous_response_id: the flow decides to stop chaining in that scope."""
+    store, history = _setup()
+    step = Stepper(_context(store), {"model": "m", "input": history})
+    _answer_find(step, store)
 
-    resend = flow.throw(APIError(400, "unsupported_parameter", "previous_response_id"))
+    resend = step.throw(APIError(400, "unsupported_parameter", "previous_response_id"))
 
     assert "previous_response_id" not in resend.body
-    _, later = tracker.begin({"model": "m", "input": history}, SCOPE)
-    assert later is not None
-    assert later.zdr_disabled
-    assert isinstance(next(call_flow(later, later.request, UNAVAILABLE)), Send)
+    assert DisableChaining(SCOPE.key) in step.notes
+    assert [Failure.ZDR] == [n.failure for n in step.notes if isinstance(n, FellBack)]
+    assert "anchortrack.scope_disabled" in step.events()
+
+
+def test_a_disabled_scope_neither_looks_up_nor_chains() -> None:
+    """With zdr_disabled in the context the flow sends the full body at once, reason zdr."""
+    store, history = _setup()
+    body = {"model": "m", "input": history}
+    step = Stepper(_context(store, zdr_disabled=True), body)
+
+    send = step.start()
+
+    assert isinstance(send, Send)
+    assert body is send.body
+    assert Reason.ZDR == step.plan().reason
 
 
 @pytest.mark.parametrize(
@@ -95,144 +152,141 @@ def test_zdr_refusal_disables_the_scope_and_resends() -> None:
 )
 def test_other_errors_reach_the_caller_without_retry(error: Exception) -> None:
     """Any error but a stale anchor or ZDR is re-raised unchanged, with no second send."""
-    tracker, store, history = _setup()
-    _, flow = _start(tracker, {"model": "m", "input": history})
-    _answer_find(flow, store)
+    store, history = _setup()
+    step = Stepper(_context(store), {"model": "m", "input": history})
+    _answer_find(step, store)
 
     with pytest.raises(type(error)) as raised:
-        flow.throw(error)
+        step.throw(error)
 
     assert raised.value is error
+    assert not any(isinstance(n, FellBack) for n in step.notes)
 
 
 def test_stateless_request_errors_are_never_retried() -> None:
     """A stale-looking error on a request that did not chain is the caller's."""
-    tracker = Tracker(DictStore())
-    _, flow = _start(tracker, {"model": "m", "input": [user("hi")]})
-    send = next(flow)
+    step = Stepper(_context(DictStore()), {"model": "m", "input": [user("hi")]})
+    send = step.start()
     assert isinstance(send, Send)
 
     with pytest.raises(APIError):
-        flow.throw(APIError(400, "previous_response_not_found", "previous_response_id"))
+        step.throw(APIError(400, "previous_response_not_found", "previous_response_id"))
 
 
 def test_caller_managed_state_is_sent_exactly_as_given() -> None:
     """previous_response_id from the caller: look the parent up, send the body untouched."""
-    tracker, store, _ = _setup()
+    store, _ = _setup()
     parent = next(iter(store.ids.values()))
     body = {"model": "m", "input": [user("two")], "previous_response_id": parent.response_id}
-    _, flow = _start(tracker, body)
+    step = Stepper(_context(store), body)
 
-    get = next(flow)
+    get = step.start()
     assert Get(SCOPE.key, parent.response_id) == get
-    send = flow.send(parent)
+    send = step.send(parent)
 
     assert body is send.body
     assert send.ticket is not None
     assert parent.count + 1 == send.ticket.count
+    assert parent.expires_at == send.ticket.expires_at
+    assert Reason.CALLER_MANAGED == step.plan().reason
 
 
 def test_conversation_is_sent_as_given_and_not_recorded() -> None:
     """conversation=… is passed through; no parent is looked up, nothing recorded."""
-    tracker, _, history = _setup()
+    store, history = _setup()
     body = {"model": "m", "input": history, "conversation": "conv_1"}
-    _, flow = _start(tracker, body)
+    step = Stepper(_context(store), body)
 
-    send = next(flow)
+    send = step.start()
 
     assert body is send.body
     assert send.ticket is None
+    assert "anchortrack.parent_unknown" in step.events()
 
 
 def test_store_unavailable_goes_stateless() -> None:
     """When the store cannot answer, the request goes out in full with that reason."""
-    tracker, _, history = _setup()
+    store, history = _setup()
     body = {"model": "m", "input": history}
-    call, flow = _start(tracker, body)
-    next(flow)
+    step = Stepper(_context(store), body)
+    step.start()
 
-    send = flow.send(UNAVAILABLE)
+    send = step.send(UNAVAILABLE)
 
     assert body is send.body
-    assert call.plan.reason == Reason.STORE_UNAVAILABLE
+    assert step.plan().reason == Reason.STORE_UNAVAILABLE
 
 
 def test_shadow_mode_plans_but_sends_the_full_body() -> None:
-    """Shadow mode finds the anchor, counts the saving, and sends the caller's body."""
-    tracker, store, history = _setup(Mode.SHADOW)
+    """Shadow mode finds the anchor, reports what it would save, and sends the caller's body."""
+    store, history = _setup()
     body = {"model": "m", "input": history}
-    call, flow = _start(tracker, body)
+    step = Stepper(_context(store, mode=Mode.SHADOW), body)
 
-    send = _answer_find(flow, store)
+    send = _answer_find(step, store)
 
     assert body is send.body
-    assert call.plan.chained
-    assert tracker.stats.count("chained", mode="shadow") == 1
-    snap = tracker.stats.snapshot()
-    assert snap["bytes_sent"] == snap["bytes_stateless"] > snap["bytes_planned"]
-
-
-def test_off_mode_is_not_planned(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mode off yields no call context at all: nothing is read or hashed."""
-    monkeypatch.setenv("ANCHORTRACK_MODE", "off")
-    tracker = Tracker(DictStore(), mode="chained")
-
-    mode, call = tracker.begin({"model": "m", "input": [object()]}, SCOPE)
-
-    assert mode == Mode.OFF
-    assert call is None
+    plan = step.plan()
+    assert plan.chained
+    assert plan.bytes_stateless > plan.bytes_planned
+    assert ["anchortrack.shadow_planned"] == step.events()
 
 
 def test_unsupported_item_degrades_to_stateless_with_a_warning() -> None:
-    """An item of no known shape sends the body as given, reason internal_error."""
-    tracker = Tracker(DictStore())
+    """An item of no known shape sends the body as given, reason internal_error, with a warning."""
     body = {"model": "m", "input": [user("hi"), 42]}
-    call, flow = _start(tracker, body)
+    step = Stepper(_context(DictStore()), body)
 
-    send = next(flow)
+    send = step.start()
 
     assert body is send.body
     assert send.ticket is None
-    assert call.plan.reason == Reason.INTERNAL_ERROR
+    assert step.plan().reason == Reason.INTERNAL_ERROR
+    [warning] = [n for n in step.notes if isinstance(n, Log) and n.level == "warning"]
+    assert "anchortrack.item_unsupported" == warning.event
 
 
 def test_extra_body_input_is_caller_managed() -> None:
     """extra_body overriding input or previous_response_id is sent as given."""
-    tracker, _, history = _setup()
+    store, history = _setup()
     body = {"model": "m", "input": history, "extra_body": {"input": [user("x")]}}
-    _, flow = _start(tracker, body)
+    step = Stepper(_context(store), body)
 
-    send = next(flow)
+    send = step.start()
 
     assert body is send.body
 
 
 def test_store_false_is_planned_but_marked_unrecordable() -> None:
     """store=false may chain from a stored anchor, but its response is never recorded."""
-    tracker, store, history = _setup()
-    _, flow = _start(tracker, {"model": "m", "input": history, "store": False})
+    store, history = _setup()
+    step = Stepper(_context(store), {"model": "m", "input": history, "store": False})
 
-    send = _answer_find(flow, store)
+    send = _answer_find(step, store)
 
     assert "previous_response_id" in send.body
     assert send.ticket.skip_reason == Reason.STORE_FALSE
 
 
-def test_a_chained_response_expires_with_its_chain() -> None:
-    """A response chained from an anchor is recorded to expire no later than that anchor."""
-    store = DictStore(ttl=1000.0)
-    u1, a1 = user("one"), assistant("ONE")
-    turn(store, [u1], [a1])
-    first = next(iter(store.ids.values()))
-    tracker = Tracker(store, clock=lambda: first.created_at + 500.0)
-    history = [u1, a1, user("two")]
-    _, flow = _start(tracker, {"model": "m", "input": history})
-    send = _answer_find(flow, store)
+def test_a_chained_send_carries_its_chain_expiry() -> None:
+    """The ticket of a chained send expires no later than the anchor it chains from."""
+    store, history = _setup()
+    anchor = next(iter(store.ids.values()))
+    step = Stepper(_context(store), {"model": "m", "input": history})
 
-    tracker.observe(
-        send.ticket, SimpleNamespace(id="resp_child", status="completed", output=[assistant("TWO")])
-    )
+    send = _answer_find(step, store)
 
-    child = store.ids[SCOPE.key, "resp_child"]
-    assert first.expires_at == child.expires_at
-    assert child.created_at + 1000.0 > child.expires_at
+    assert anchor.expires_at == send.ticket.expires_at
+    assert 3 == send.ticket.count
+
+
+def test_the_context_clock_decides_expiry() -> None:
+    """An anchor is chosen or not by the context's `now`, not by the wall clock."""
+    store, history = _setup()
+    anchor = next(iter(store.ids.values()))
+    later = Stepper(_context(store, now=anchor.expires_at + 1), {"model": "m", "input": history})
+
+    send = _answer_find(later, store)
+
+    assert "previous_response_id" not in send.body
+    assert Reason.PREFIX_DIVERGED == later.plan().reason

@@ -1,19 +1,123 @@
-"""Tests for choosing the anchor: the longest recorded view that is a prefix, with a non-empty delta."""
+"""
+Tests for planning: the longest recorded view that is a prefix, with a non-empty delta.
+
+`plan_request` runs the very pipeline the wrapped client runs (`read_history`,
+then `plan_history`, inside `call_flow`); the first tests here pin that, the
+rest exercise the pipeline through `plan_request`.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from anchortrack import Reason, Scope, fingerprint, plan_request
-from anchortrack._hashing import prefix_hashes
-from anchortrack._plan import RecentViews, choose
+from anchortrack import Plan, Reason, Scope, Tracker, plan_request, record_response
+from anchortrack._flow import CallContext, Find, Planned, Send, Ticket, call_flow, drive
+from anchortrack._hashing import fingerprint, fingerprint_items, prefix_hashes
+from anchortrack._plan import REASON_TEXT, RecentViews, choose, new_anchor, sizes_total
+from anchortrack._request import read_request
 
-from ..helpers import SCOPE, DictStore, assistant, call, output, system, turn, user
+from ..helpers import SCOPE, DictStore, assistant, call, output, response, system, turn, user
 
 
 @pytest.fixture(name="store")
 def _store() -> DictStore:
     return DictStore()
+
+
+def _client_plan(history: list[Any], store: DictStore) -> tuple[Plan, Any]:
+    """The plan the wrapped client's flow makes for *history*, and what it sends."""
+    context = CallContext(scope_key=SCOPE.key, root=SCOPE.root(store.secret_key))
+    planned: list[Plan] = []
+
+    def perform(effect: Any) -> Any:
+        if isinstance(effect, Find):
+            return store.find(effect.scope, effect.views)
+        if isinstance(effect, Planned):
+            planned.append(effect.plan)
+        if isinstance(effect, Send):
+            return effect
+        return None
+
+    sent = drive(call_flow(context, read_request({"model": "m", "input": history})), perform)
+    [plan] = planned
+    return plan, sent
+
+
+def test_the_client_and_plan_request_make_the_same_plan(store: DictStore) -> None:
+    """Chained, diverged and first-turn histories: the flow's plan equals plan_request's, field by field."""
+    u1, a1 = user("one"), assistant("ONE")
+    turn(store, [u1], [a1])
+    u2, a2 = user("two"), assistant("TWO")
+    turn(store, [u1, a1, u2], [a2])
+    histories = [
+        [u1],
+        [u1, a1, u2, a2, user("three")],
+        [user("edited"), a1, u2, a2, user("three")],
+        [user("other"), assistant("x"), user("y")],
+    ]
+
+    for history in histories:
+        plan, sent = _client_plan(history, store)
+        assert plan_request(history, scope=SCOPE, store=store) == plan
+        assert history[plan.skip :] == sent.body["input"]
+    assert [True, False] == [_client_plan(h, store)[0].chained for h in histories[1:3]]
+
+
+def test_the_tracker_and_record_response_build_the_same_anchor() -> None:
+    """One anchor builder: recording through a tracker and through record_response gives one anchor."""
+    history, outputs = [user("one"), assistant("ONE"), user("two")], [assistant("TWO")]
+    by_api, by_tracker = DictStore(), DictStore()
+    record_response(history, response(outputs, rid="resp_x"), scope=SCOPE, store=by_api)
+    fps, _, _ = fingerprint_items(history)
+    hashes = prefix_hashes(SCOPE.root(None), fps)
+    tracker = Tracker(by_tracker)
+    tracker._observe(Ticket(SCOPE.key, hashes[-1], len(history), hashes), response(outputs, rid="resp_x"))
+    tracker._flush()
+
+    api, tracked = by_api.ids[SCOPE.key, "resp_x"], by_tracker.ids[SCOPE.key, "resp_x"]
+    assert (api.view, api.count) == (tracked.view, tracked.count)
+    assert 4 == api.count
+
+
+def test_new_anchor_continues_its_base_and_never_outlives_its_chain() -> None:
+    """The view is the last hash (or the base), the count adds up, expiry is clamped to the chain's."""
+    base, hashes = b"b" * 16, [b"1" * 16, b"2" * 16]
+
+    anchor = new_anchor("resp_1", base=base, count=3, hashes=hashes, now=100.0, ttl=50.0)
+    chained = new_anchor(
+        "resp_2", base=base, count=3, hashes=hashes, now=100.0, ttl=50.0, chain_expires_at=120.0
+    )
+    empty = new_anchor("resp_3", base=base, count=3, hashes=[], now=100.0, ttl=50.0)
+
+    assert (hashes[-1], 5, 100.0, 150.0) == (anchor.view, anchor.count, anchor.created_at, anchor.expires_at)
+    assert 120.0 == chained.expires_at
+    assert (base, 3) == (empty.view, empty.count)
+
+
+def test_sizes_total_is_the_json_list_size() -> None:
+    """Canonical sizes add up to the bytes of a JSON list: items, commas and brackets."""
+    assert [2, 5, 6] == [sizes_total([]), sizes_total([3]), sizes_total([1, 2])]
+
+
+def test_every_reason_has_one_line_of_text() -> None:
+    """REASON_TEXT describes each Reason, in one line."""
+    assert set(Reason) == set(REASON_TEXT)
+    assert all(text and "\n" not in text for text in REASON_TEXT.values())
+
+
+def test_a_plan_reads_well() -> None:
+    """repr(plan) says the decision, the anchor and the sizes."""
+    store = DictStore()
+    u1, a1 = user("one"), assistant("ONE")
+    rid = turn(store, [u1], [a1])
+
+    chained = plan_request([u1, a1, user("two")], scope=SCOPE, store=store)
+    first = plan_request([user("hi")], scope=SCOPE, store=store)
+
+    assert repr(chained).startswith(f"<Plan chained from {rid}: send 1 of 3 items, ~")
+    assert repr(first).startswith("<Plan stateless (no_history): send 1 of 1 items")
 
 
 def test_first_turn_has_no_history(store: DictStore) -> None:

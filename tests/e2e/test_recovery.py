@@ -10,6 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import anchortrack
+import anchortrack._flow
 from anchortrack.server import ResponsesServer, WireTap
 
 from ..helpers import assert_server_saw, sent
@@ -148,10 +149,10 @@ def test_a_fault_inside_anchortrack_degrades_to_the_callers_own_request(
     history, _ = _two_turns(client)
     tracker = anchortrack.tracker(client)
 
-    def broken(items: object) -> object:
+    def broken(items: object, *args: object, **kwargs: object) -> object:
         raise RuntimeError("planner bug")
 
-    monkeypatch.setattr(tracker, "fingerprints", broken)
+    monkeypatch.setattr(anchortrack._flow, "fingerprint_items", broken)
     with capture_logs() as logs:
         resp = client.responses.create(model="scripted", input=history)
 

@@ -141,7 +141,7 @@ def test_redis_down_mid_conversation_goes_stateless_then_chaining_resumes(
     store = RedisStore.from_url(redis_server.url)
     client = anchortrack.wrap(raw_client, store=store)
     tracker = anchortrack.tracker(client)
-    tracker.guard.breaker.cooldown = 0.2
+    tracker.store_cooldown = 0.2
     history: list[Any] = [{"role": "user", "content": "one"}]
     history, first = _turn(client, history)
     history, _ = _turn(client, history)
@@ -175,7 +175,7 @@ def test_locked_sqlite_goes_stateless_with_a_warning(
     store = SQLiteStore(path)
     store.find("probe", [b"x"])
     client = anchortrack.wrap(raw_client, store=store)
-    anchortrack.tracker(client).guard.breaker.cooldown = 0.0
+    anchortrack.tracker(client).store_cooldown = 0.0
     history: list[Any] = [{"role": "user", "content": "one"}]
 
     locker = sqlite3.connect(path, isolation_level=None)

@@ -13,8 +13,9 @@ import pytest
 from structlog.testing import capture_logs
 
 import anchortrack
-from anchortrack._guard import Breaker
+from anchortrack._guard import Guard
 from anchortrack._log import short
+from anchortrack._stats import Stats
 from anchortrack.server import ResponsesServer
 from anchortrack.stores import MemoryStore
 
@@ -226,8 +227,7 @@ def test_store_outage_logs_degraded_once_and_recovered(raw_client: openai.OpenAI
     """A store outage logs store_degraded once and store_recovered when it answers again."""
     store = BreakableStore()
     client = anchortrack.wrap(raw_client, store=store)
-    now = [100.0]
-    anchortrack.tracker(client).guard.breaker = Breaker(cooldown=0.0, clock=lambda: now[0])
+    anchortrack.tracker(client).store_cooldown = 0.0
     history, _ = ask(client, [], "one")
     store.broken = True
 
@@ -235,8 +235,39 @@ def test_store_outage_logs_degraded_once_and_recovered(raw_client: openai.OpenAI
         history, _ = ask(client, history, "two")
         history, _ = ask(client, history, "three")
         store.broken = False
-        now[0] = 102.5
         ask(client, history, "four")
+
+    outage = [e for e in logs if e["event"] in ("anchortrack.store_degraded", "anchortrack.store_recovered")]
+    assert [
+        {
+            "event": "anchortrack.store_degraded",
+            "log_level": "warning",
+            "operation": "find",
+            "error": "ConnectionError",
+            "retry_in": 0.0,
+        },
+        {"event": "anchortrack.store_recovered", "log_level": "warning"},
+    ] == [{k: v for k, v in e.items() if k != "outage_seconds"} for e in outage]
+    assert outage[1]["outage_seconds"] >= 0.0
+    assert ["store_unavailable", "store_unavailable"] == [
+        e["reason"] for e in _events(logs, "request_stateless")
+    ]
+
+
+def test_the_guard_measures_an_outage_on_its_clock() -> None:
+    """store_recovered reports the outage's length, from the first failure to the first success."""
+    now = [100.0]
+    guard = Guard(Stats(), cooldown=0.0, clock=lambda: now[0])
+
+    def broken() -> None:
+        raise ConnectionError
+
+    with capture_logs() as logs:
+        guard.run("find", broken)
+        now[0] = 101.0
+        guard.run("find", broken)
+        now[0] = 102.5
+        guard.run("find", dict)
 
     assert [
         {
@@ -247,10 +278,7 @@ def test_store_outage_logs_degraded_once_and_recovered(raw_client: openai.OpenAI
             "retry_in": 0.0,
         },
         {"event": "anchortrack.store_recovered", "log_level": "warning", "outage_seconds": 2.5},
-    ] == [e for e in logs if e["event"] in ("anchortrack.store_degraded", "anchortrack.store_recovered")]
-    assert ["store_unavailable", "store_unavailable"] == [
-        e["reason"] for e in _events(logs, "request_stateless")
-    ]
+    ] == logs
 
 
 def test_invalid_mode_variable_warns_once_and_turns_tracking_off(

@@ -28,7 +28,7 @@ class TestExplainFunction:
         assert ("function_call", None) == (result.items[2].type, result.items[2].role)
         assert result.summary.startswith(f"chained: sends 1 of 8 items after {last} (its view is items 0-6)")
 
-    def test_diverged_history_says_where_with_a_tracker(
+    def test_diverged_history_says_where_with_recent_views(
         self, client: openai.OpenAI, store: MemoryStore
     ) -> None:
         """An edited item 1 falls back; a live tracker locates the divergence at index 1."""
@@ -36,7 +36,7 @@ class TestExplainFunction:
         edited = [history[0], user("WEATHER?"), *history[2:], user("more")]
 
         result = anchortrack.explain(
-            edited, store=store, scope=scope_of(client), tracker=anchortrack.tracker(client)
+            edited, store=store, scope=scope_of(client), recent=anchortrack.tracker(client).recent
         )
 
         assert (Reason.PREFIX_DIVERGED, 1) == (result.reason, result.plan.diverged_at)

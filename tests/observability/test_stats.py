@@ -9,7 +9,6 @@ import openai
 import pytest
 
 import anchortrack
-from anchortrack._guard import Breaker
 from anchortrack._stats import merge_snapshots
 from anchortrack.server import ResponsesServer
 from anchortrack.stores import MemoryStore
@@ -35,7 +34,7 @@ def test_a_scripted_conversation_counts_each_reason(
     store = BreakableStore()
     client = anchortrack.wrap(raw_client, store=store)
     tracker = anchortrack.tracker(client)
-    tracker.guard.breaker = Breaker(cooldown=0.0, clock=lambda: 0.0)
+    tracker.store_cooldown = 0.0
 
     history, first = ask(client, [], "one")  # stateless / no_history
     history, second = ask(client, history, "two")  # chained

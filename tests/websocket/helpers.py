@@ -8,7 +8,7 @@ from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from anchortrack import canonical_item
+from anchortrack._canonical import canonical_item
 from anchortrack.server import ResponsesServer, http_client_classes
 
 

@@ -1,4 +1,5 @@
-"""Tests for the fingerprint memo: it may only ever return the fingerprint of the item's current value."""
+"""Tests for `anchortrack._hashing`: the frozen digest scheme, scopes, and the fingerprint memo (it may only
+ever return the fingerprint of the item's current value)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,56 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai.types.responses import ResponseOutputMessage
 
-from anchortrack import fingerprint
-from anchortrack._hashing import Memo, fingerprint_items
+from anchortrack import Scope
+from anchortrack._hashing import SCHEME, Memo, fingerprint, fingerprint_items, prefix_hashes
 
 
 def _fps(items: list[Any], memo: Memo) -> list[bytes]:
     return fingerprint_items(items, memo)[0]
+
+
+def test_golden_digests_are_stable() -> None:
+    """The digest scheme is frozen: these bytes may only change together with SCHEME."""
+    scope = Scope("https://api.openai.com/v1")
+    history = ["hi", {"role": "assistant", "content": "yo"}]
+
+    assert SCHEME == "anchortrack/1.1"
+    assert fingerprint("hi").hex() == "5a55692bcb5b934c8ea7e157a2fb9488"
+    assert scope.key == "169b4acc8b78eb44"
+    assert scope.root(None).hex() == "370960fbda26231e3990d83146ab596a"
+    assert scope.root(b"k").hex() == "23b23e4348594b732eef2867012390dd"
+    assert (
+        prefix_hashes(scope.root(None), [fingerprint(i) for i in history])[-1].hex()
+    ) == "e3a7601009a395a1366b8eb61dd57ca8"
+
+
+def test_scope_parts_and_secret_change_the_root() -> None:
+    """Another base URL, organization, project, namespace or secret key gives another root."""
+    base = Scope("https://api.openai.com/v1")
+    others = [
+        Scope("https://example.test/v1"),
+        Scope("https://api.openai.com/v1", organization="org"),
+        Scope("https://api.openai.com/v1", project="proj"),
+        Scope("https://api.openai.com/v1", namespace="tenant-a"),
+    ]
+    roots = {base.root(None), base.root(b"secret"), *(o.root(None) for o in others)}
+
+    assert len(roots) == 6
+    assert base.root(None) == Scope("https://api.openai.com/v1/").root(None)
+
+
+def test_fingerprint_items_reports_sizes_model_output_and_kinds() -> None:
+    """One pass gives fingerprints, canonical sizes, whether model output is present, and each kind."""
+    items = ["hi", {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]
+    kinds: list[tuple[str, str | None]] = []
+
+    fps, sizes, has_model = fingerprint_items(items, kinds=kinds)
+
+    assert [fingerprint(i) for i in items] == fps
+    assert all(size > 10 for size in sizes)
+    assert has_model
+    assert [("message", "user"), ("function_call", None)] == kinds
+    assert not fingerprint_items(["hi"])[2]
 
 
 def test_in_place_edits_are_seen() -> None:

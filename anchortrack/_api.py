@@ -1,0 +1,74 @@
+"""
+The do-it-yourself API, for people writing their own Responses loop.
+
+``plan_request`` answers "what would the wrapped client send for this
+history?" with the very planning pipeline the client runs, and
+``record_response`` records a response so later histories can chain from it,
+with the very anchor builder the client's tracker uses.
+Both take the scope and the store explicitly and call the store (with
+`RedisStore`, that is network I/O); nothing else is shared or remembered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ._flow import CallContext, Find, drive, plan_history, read_history
+from ._hashing import Scope, fingerprint_items, prefix_hashes
+from ._plan import Plan, new_anchor, unrecordable
+from .stores._base import Anchor, AnchorStore
+
+
+def plan_request(history: Sequence[Any], *, scope: Scope, store: AnchorStore) -> Plan:
+    """
+    Plan a request for *history* (SDK models, dicts or a string's items).
+
+    Returns:
+        The `Plan`: chain from ``plan.anchor`` sending ``history[plan.skip:]``,
+        or send everything when ``plan.anchor`` is None.
+
+    Raises:
+        TypeError: an item has no Responses API shape.
+        Exception: whatever *store* raises.
+    """
+    context = CallContext(scope_key=scope.key, root=scope.root(store.secret_key), now=time.time())
+
+    def find(effect: Find) -> Any:
+        return store.find(effect.scope, effect.views)
+
+    plan: Plan = drive(plan_history(context, read_history(context, list(history))), find)
+    return plan
+
+
+def record_response(
+    history: Sequence[Any],
+    response: Any,
+    *,
+    scope: Scope,
+    store: AnchorStore,
+    record_incomplete: bool = False,
+) -> Anchor | None:
+    """
+    Record *response*, the answer to a request whose full context was *history*.
+
+    Returns:
+        The recorded anchor, or None when the response must not be an anchor
+        (not completed, or ``store`` false).
+    """
+    if unrecordable(response, record_incomplete=record_incomplete) is not None:
+        return None
+    fps, _, _ = fingerprint_items(list(history))
+    outputs, _, _ = fingerprint_items(list(response.output))
+    root = scope.root(store.secret_key)
+    anchor = new_anchor(
+        response.id,
+        base=root,
+        count=0,
+        hashes=prefix_hashes(root, [*fps, *outputs]),
+        now=time.time(),
+        ttl=store.ttl,
+    )
+    store.put(scope.key, anchor)
+    return anchor

@@ -1,0 +1,151 @@
+"""The tracker's fail-open entry (`_call` / `_acall`), written once for sync and async, and its repr."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from anchortrack import Tracker
+from anchortrack._flow import Ticket
+
+from .helpers import SCOPE, DictStore, assistant, response, turn, user
+
+
+class SDK:
+    """Stands in for the SDK's create: records each body sent, answers or raises as scripted."""
+
+    def __init__(self, *answers: object) -> None:
+        self.bodies: list[Mapping[str, Any]] = []
+        self.answers = list(answers)
+
+    def __call__(self, body: Mapping[str, Any], ticket: Ticket | None) -> Any:
+        self.bodies.append(body)
+        answer = self.answers.pop(0) if self.answers else response([assistant("ok")])
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def asend(self, body: Mapping[str, Any], ticket: Ticket | None) -> Any:
+        return self(body, ticket)
+
+
+class Stale(Exception):
+    """The server forgot the anchor."""
+
+    status_code = 404
+    code = "previous_response_not_found"
+    param = "previous_response_id"
+    message = "gone"
+
+
+def _chainable() -> tuple[DictStore, list[Any]]:
+    store = DictStore()
+    u1, a1 = user("one"), assistant("ONE")
+    turn(store, [u1], [a1])
+    return store, [u1, a1, user("two")]
+
+
+def _call(tracker: Tracker, params: dict[str, Any], sdk: SDK, *, is_async: bool) -> Any:
+    if is_async:
+        return asyncio.run(tracker._acall(params, lambda: SCOPE, sdk.asend))
+    return tracker._call(params, lambda: SCOPE, sdk)
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_fault_while_planning_sends_the_call_unchanged(is_async: bool) -> None:
+    """An input of no Responses shape faults in planning: the params go out as given, with a warning."""
+    tracker = Tracker(DictStore())
+    sdk = SDK()
+    params = {"model": "m", "input": 42}
+
+    with capture_logs() as logs:
+        _call(tracker, params, sdk, is_async=is_async)
+
+    assert [params] == sdk.bodies
+    assert ["anchortrack.tracker_fault"] == [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert 1 == tracker.stats.count("passthrough", "internal_error")
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_what_the_sdk_raises_reaches_the_caller_unchanged(is_async: bool) -> None:
+    """After sending, the SDK's own error is re-raised, not passed through again."""
+    store, history = _chainable()
+    tracker = Tracker(store)
+    error = RuntimeError("rate limited")
+    sdk = SDK(error)
+
+    with pytest.raises(RuntimeError) as raised:
+        _call(tracker, {"model": "m", "input": history}, sdk, is_async=is_async)
+
+    assert raised.value is error
+    assert 1 == len(sdk.bodies)
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_fault_after_a_refused_send_resends_the_call_as_given(
+    is_async: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault of anchortrack's own between a stale refusal and the resend still sends the caller's call."""
+    store, history = _chainable()
+    tracker = Tracker(store)
+    monkeypatch.setattr(tracker.stats, "fell_back", _boom)
+    sdk = SDK(Stale())
+    params = {"model": "m", "input": history}
+
+    result = _call(tracker, params, sdk, is_async=is_async)
+
+    assert "previous_response_id" in sdk.bodies[0]
+    assert params is sdk.bodies[1]
+    assert "completed" == result.status
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_fault_after_an_answer_returns_that_answer_without_sending_again(
+    is_async: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the SDK answered, a later fault never sends the call a second time."""
+    tracker = Tracker(DictStore())
+    flush = "_aflush" if is_async else "_flush"
+    calls = [0]
+
+    def failing_second(*_: object) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise RuntimeError("bug")
+        return asyncio.sleep(0) if is_async else None
+
+    monkeypatch.setattr(tracker, flush, failing_second)
+    answer = response([assistant("ok")])
+    sdk = SDK(answer)
+
+    assert answer is _call(tracker, {"model": "m", "input": [user("hi")]}, sdk, is_async=is_async)
+    assert 1 == len(sdk.bodies)
+
+
+def test_reprs_read_well() -> None:
+    """Tracker and Stats reprs give the mode, the store and the headline counters."""
+    store, history = _chainable()
+    tracker = Tracker(store, mode="shadow", namespace="team-a")
+    tracker._call({"model": "m", "input": history}, lambda: SCOPE, SDK())
+
+    assert repr(tracker) == (
+        "<Tracker mode=shadow store=DictStore namespace='team-a' requests=1 "
+        "(chained 1, stateless 0, passthrough 0) fallbacks=0 recorded=0 bytes_saved=0>"
+    )
+    assert repr(tracker.stats).startswith("<Stats requests=1 (chained 1, stateless 0, passthrough 0)")
+
+
+def test_store_cooldown_is_a_knob() -> None:
+    """store_cooldown is set at construction and on a live tracker."""
+    tracker = Tracker(DictStore(), store_cooldown=2.0)
+    assert 2.0 == tracker.store_cooldown
+    tracker.store_cooldown = 0.0
+    assert 0.0 == tracker.store_cooldown
+
+
+def _boom(*_: object, **__: object) -> None:
+    raise RuntimeError("bug")
