@@ -25,6 +25,11 @@ In-process use::
 From the command line: ``anchortrack serve [--host] [--port]
 [--store memory|sqlite:PATH] [--retention SECONDS] [--test-hooks]``.
 
+In front of a Chat Completions provider (Ollama, vLLM, llama.cpp, Groq, …):
+``ResponsesServer(upstream="http://localhost:11434/v1")`` or
+``anchortrack serve --upstream BASE_URL [--upstream-model NAME]``; see
+:class:`Upstream`.
+
 The model is :class:`ScriptedModel`, deterministic; its command convention
 (``!call``, ``!rounds``, ``!reason``, ``!fail``, ``!incomplete``, ``!sleep``)
 is documented in :mod:`anchortrack.server._model` and ``docs/server.md``.
@@ -42,7 +47,7 @@ from anchortrack.server._chain import DEFAULT_MAX_DEPTH
 from anchortrack.server._errors import APIError
 from anchortrack.server._model import ModelReply, ScriptedModel, context_digest
 from anchortrack.server._sqlite import SQLiteResponseStore
-from anchortrack.server._state import ServerState
+from anchortrack.server._state import AsyncModel, ServerState, Turn
 from anchortrack.server._store import (
     DEFAULT_RETENTION,
     ChainLink,
@@ -57,11 +62,13 @@ from anchortrack.server._store import (
 if TYPE_CHECKING:
     from anchortrack.server._app import create_app
     from anchortrack.server._runner import ResponsesServer
+    from anchortrack.server._upstream import Upstream
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "DEFAULT_RETENTION",
     "APIError",
+    "AsyncModel",
     "ChainLink",
     "MemoryResponseStore",
     "ModelReply",
@@ -72,6 +79,8 @@ __all__ = [
     "ServerState",
     "StoreConflictError",
     "StoredResponse",
+    "Turn",
+    "Upstream",
     "context_digest",
     "create_app",
     "open_store",
@@ -80,6 +89,7 @@ __all__ = [
 _LAZY = {
     "create_app": "anchortrack.server._app",
     "ResponsesServer": "anchortrack.server._runner",
+    "Upstream": "anchortrack.server._upstream",
 }
 
 
