@@ -40,6 +40,43 @@ Event = dict[str, Any]
 IdFactory = Callable[[str], str]
 
 
+#: What a secret is replaced with.
+REDACTED = "[redacted]"
+
+
+def redact(value: Any, secret: str | None) -> Any:
+    """*value* (JSON data) with every occurrence of *secret* in its strings replaced."""
+    if not secret:
+        return value
+    if isinstance(value, str):
+        return value.replace(secret, REDACTED)
+    if isinstance(value, dict):
+        return {key: redact(item, secret) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact(item, secret) for item in value]
+    return value
+
+
+@dataclass
+class _Lag:
+    """Holds back the tail of a delta stream that could still grow into *secret*."""
+
+    secret: str | None
+    pending: str = ""
+
+    def push(self, delta: str) -> str:
+        if not self.secret:
+            return delta
+        text = (self.pending + delta).replace(self.secret, REDACTED)
+        keep = len(self.secret) - 1
+        self.pending = text[-keep:]
+        return text[: max(0, len(text) - keep)]
+
+    def flush(self) -> str:
+        text, self.pending = self.pending, ""
+        return text
+
+
 class MalformedReply(ValueError):
     """The provider's reply is not a Chat Completion (or chunk)."""
 
@@ -372,6 +409,7 @@ class _Live:
     kind: str
     index: int
     item_id: str
+    lag: _Lag
 
 
 @dataclass
@@ -385,11 +423,14 @@ class StreamAssembler:
     ``output_index`` is the item's final position).  Calls restored to other
     types are announced whole at the end.  :meth:`finish` gives the closing
     events and the reply, equal to :func:`reconstruct` of the completion the
-    chunks add up to.
+    chunks add up to.  Every occurrence of *secret* is replaced by
+    ``[redacted]``, in the deltas too (a delta's last few characters wait
+    for the next one when they could be the start of the secret).
     """
 
     plan: ChatPlan
     origin: Origin
+    secret: str | None = None
     _text: list[str] = field(default_factory=list)
     _reasoning: list[str] = field(default_factory=list)
     _calls: dict[int, _Call] = field(default_factory=dict)
@@ -398,7 +439,7 @@ class StreamAssembler:
     _live: dict[str, _Live] = field(default_factory=dict)
 
     def _open(self, key: str, kind: str, prefix: str) -> tuple[_Live, list[Event]]:
-        live = _Live(key, kind, len(self._live), new_id(prefix))
+        live = _Live(key, kind, len(self._live), new_id(prefix), _Lag(self.secret))
         self._live[key] = live
         if kind == "reasoning":
             added: Item = {"id": live.item_id, "type": "reasoning", "summary": [], "content": []}
@@ -437,8 +478,7 @@ class StreamAssembler:
         live = self._live.get("message")
         if live is None:
             live, events = self._open("message", "message", "msg")
-        where = {"item_id": live.item_id, "output_index": live.index, "content_index": 0}
-        events.append({"type": "response.output_text.delta", **where, "delta": delta, "logprobs": []})
+        events += _delta_events(live, live.lag.push(delta))
         return events
 
     def _reasoning_delta(self, delta: str) -> list[Event]:
@@ -447,8 +487,7 @@ class StreamAssembler:
         live = self._live.get("reasoning")
         if live is None:
             live, events = self._open("reasoning", "reasoning", "rs")
-        where = {"item_id": live.item_id, "output_index": live.index, "content_index": 0}
-        events.append({"type": "response.reasoning_text.delta", **where, "delta": delta})
+        events += _delta_events(live, live.lag.push(delta))
         return events
 
     def _call_delta(self, position: int, raw: object) -> list[Event]:
@@ -481,15 +520,7 @@ class StreamAssembler:
                 call.call_id = new_id("call")
             live, events = self._open(key, "function_call", "fc")
             delta = call.arguments  # everything so far
-        if delta:
-            events.append(
-                {
-                    "type": "response.function_call_arguments.delta",
-                    "item_id": live.item_id,
-                    "output_index": live.index,
-                    "delta": delta,
-                }
-            )
+        events += _delta_events(live, live.lag.push(delta))
         return events
 
     def feed(self, chunk: object) -> list[Event]:
@@ -557,7 +588,7 @@ class StreamAssembler:
         Raises:
             MalformedReply: The chunks do not add up to a Chat Completion.
         """
-        completion = self.completion()
+        completion = redact(self.completion(), self.secret)
         positions = {f"call:{n}": key for n, key in enumerate(sorted(self._calls))}
         ids = {key: live.item_id for key, live in self._live.items() if not key.startswith("call:")}
         for position, index in positions.items():
@@ -575,10 +606,29 @@ class StreamAssembler:
                 closing.append((next_index, _added_and_done(item, next_index)))
                 next_index += 1
             else:
-                closing.append((live.index, _closing(item, live)))
+                closing.append((live.index, _delta_events(live, live.lag.flush()) + _closing(item, live)))
         for _, item_events in sorted(closing, key=lambda pair: pair[0]):
             events.extend(item_events)
         return events, reply
+
+
+def _delta_events(live: _Live, delta: str) -> list[Event]:
+    if not delta:
+        return []
+    where = {"item_id": live.item_id, "output_index": live.index}
+    if live.kind == "message":
+        return [
+            {
+                "type": "response.output_text.delta",
+                **where,
+                "content_index": 0,
+                "delta": delta,
+                "logprobs": [],
+            }
+        ]
+    if live.kind == "reasoning":
+        return [{"type": "response.reasoning_text.delta", **where, "content_index": 0, "delta": delta}]
+    return [{"type": "response.function_call_arguments.delta", **where, "delta": delta}]
 
 
 def _added_and_done(item: Item, index: int) -> list[Event]:

@@ -35,7 +35,14 @@ import openai
 
 from anchortrack.server._errors import APIError
 from anchortrack.server._model import ModelReply
-from anchortrack.server._reconstruct import MalformedReply, Origin, StreamAssembler, reconstruct
+from anchortrack.server._reconstruct import (
+    REDACTED,
+    MalformedReply,
+    Origin,
+    StreamAssembler,
+    reconstruct,
+    redact,
+)
 from anchortrack.server._translate import ChatPlan, build_chat_request
 
 
@@ -55,7 +62,6 @@ logger = logging.getLogger("anchortrack.server.upstream")
 API_KEY_ENV = "ANCHORTRACK_UPSTREAM_API_KEY"
 #: Default seconds to wait for the provider (to connect, and between bytes).
 DEFAULT_TIMEOUT = 120.0
-REDACTED = "[redacted]"
 _ERROR_TEXT_LIMIT = 500
 _SCHEMA_REFUSAL_WORDS = ("json_schema", "response_format", "schema")
 
@@ -126,11 +132,14 @@ class Upstream:
 
     # -- pure helpers ---------------------------------------------------------------
 
+    @property
+    def _secret(self) -> str | None:
+        # A key shorter than 4 characters would redact ordinary text.
+        return self._api_key if self._api_key and len(self._api_key) >= 4 else None
+
     def redact(self, text: str) -> str:
         """*text* with the API key replaced by ``[redacted]``."""
-        if self._api_key and len(self._api_key) >= 4:
-            return text.replace(self._api_key, REDACTED)
-        return text
+        return text.replace(self._secret, REDACTED) if self._secret else text
 
     def plan(self, turn: Turn) -> ChatPlan:
         """
@@ -253,7 +262,7 @@ class Upstream:
             finally:
                 await response.aclose()
         try:
-            completion = json.loads(self.redact(raw.decode("utf-8", "replace")))
+            completion = redact(json.loads(raw.decode("utf-8", "replace")), self._secret)
             return reconstruct(completion, plan, self._origin(plan, turn))
         except MalformedReply as error:
             raise self._malformed(str(error)) from None
@@ -274,7 +283,7 @@ class Upstream:
     async def _events(
         self, client: httpx.AsyncClient, response: httpx.Response, plan: ChatPlan, turn: Turn
     ) -> AsyncIterator[dict[str, Any] | ModelReply]:
-        assembler = StreamAssembler(plan, self._origin(plan, turn))
+        assembler = StreamAssembler(plan, self._origin(plan, turn), secret=self._secret)
         try:
             done = False
             try:
@@ -286,7 +295,7 @@ class Upstream:
                         done = True
                         break
                     try:
-                        chunk = json.loads(self.redact(data))
+                        chunk = json.loads(data)
                     except ValueError:
                         raise self._malformed("a stream chunk is not JSON") from None
                     if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):

@@ -11,6 +11,7 @@ fails when the bridge sends something a real provider would not take.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -275,6 +276,10 @@ class FakeProvider:
                     )
                     return
                 reply = provider._next()
+                if provider.echo_authorization and reply.content:
+                    reply = dataclasses.replace(
+                        reply, content=reply.content.replace("AUTH", authorization or "")
+                    )
                 release = provider._release
                 if reply.delay:
                     release.wait(reply.delay)
@@ -289,12 +294,7 @@ class FakeProvider:
                     if reply.garbage is not None:
                         self._send_raw(200, reply.garbage, "application/json")
                     else:
-                        answer = reply.completion(model)
-                        if provider.echo_authorization and isinstance(reply.content, str):
-                            answer["choices"][0]["message"]["content"] = reply.content.replace(
-                                "AUTH", authorization or ""
-                            )
-                        self._send(200, answer)
+                        self._send(200, reply.completion(model))
                     return
                 include_usage = (body.get("stream_options") or {}).get("include_usage") is True
                 self.send_response(200)
