@@ -495,7 +495,15 @@ class StreamAssembler:
             raise MalformedReply("a tool call delta is not an object")
         index = raw.get("index")
         if not isinstance(index, int) or isinstance(index, bool):
+            # No index (some servers send whole calls): a new call unless it continues this one.
             index = position
+            known = self._calls.get(index)
+            head = raw.get("function")
+            named = isinstance(head, dict) and bool(head.get("name"))
+            if known is not None and (
+                (raw.get("id") and known.call_id and raw.get("id") != known.call_id) or (named and known.name)
+            ):
+                index = max(self._calls) + 1
         call = self._calls.setdefault(index, _Call())
         if isinstance(raw.get("id"), str) and raw["id"] and not call.call_id:
             call.call_id = raw["id"]

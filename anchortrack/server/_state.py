@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from anchortrack.server import _errors
 from anchortrack.server._chain import DEFAULT_MAX_DEPTH, chain_items, check_context, resolve_chain
@@ -73,7 +73,6 @@ class Turn:
     created_at: float
 
 
-@runtime_checkable
 class AsyncModel(Protocol):
     """
     An asynchronous model backend (the upstream provider bridge is one).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
+import sys
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -198,6 +199,13 @@ def chat_problems(body: Any) -> list[str]:
     return problems
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (the bridge timed out) is expected; anything else is reported."""
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 class FakeProvider:
     """The fake provider; :meth:`start` it, then queue replies with :meth:`script`."""
 
@@ -319,7 +327,7 @@ class FakeProvider:
                 self.end_headers()
                 self.wfile.write(data)
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = _Server(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="fake-provider", daemon=True)
