@@ -81,6 +81,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY; none needed locally)")
     parser.add_argument("--model", help="model (default: scripted locally, gpt-5-mini otherwise)")
     parser.add_argument("--local", action="store_true", help="use the local server even if an API key is set")
+    # -- upstream provider: the local server answers through a Chat Completions provider
+    parser.add_argument(
+        "--upstream",
+        metavar="BASE_URL",
+        help="run the local server in front of this Chat Completions provider (needs --model; "
+        "API key: $ANCHORTRACK_UPSTREAM_API_KEY)",
+    )
+    # -- end upstream provider
     parser.add_argument(
         "--turns", type=_positive, default=len(agent.TURNS), help="user turns (default: %(default)s)"
     )
@@ -162,7 +170,10 @@ class EventTap(logging.Handler):
 def main(args: argparse.Namespace) -> int:
     """Run the demo; return the exit code."""
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
-    remote = not args.local and bool(args.base_url or api_key)
+    remote = not args.local and not args.upstream and bool(args.base_url or api_key)
+    if args.upstream and not args.model:
+        sys.stderr.write("anchortrack demo: --upstream needs --model (the provider's model name)\n")
+        return 2
     spec = args.store or default_store_spec()
     try:
         store = open_store(spec)
@@ -180,7 +191,12 @@ def main(args: argparse.Namespace) -> int:
                 f"anchortrack demo needs the server extra: pip install 'anchortrack[server]' ({error})\n"
             )
             return 2
-        with ResponsesServer(store="memory") as server:
+        try:
+            server = ResponsesServer(store="memory", upstream=args.upstream or None)
+        except ValueError as error:  # a malformed --upstream URL
+            sys.stderr.write(f"anchortrack demo: {error}\n")
+            return 2
+        with server:
             return _run(args, store, spec, server.base_url, "local", args.model or "scripted", server=server)
     finally:
         store.close()
@@ -205,11 +221,13 @@ def _run(
     tracker = tracker_of(client)
     scope = _scope(client, tracker)
     where = f"local Responses server {base_url}" if server is not None else str(client.base_url).rstrip("/")
+    if server is not None and server.state.backend is not None:  # upstream provider
+        where += f" in front of {server.state.backend.name}"
     out = sys.stdout
     out.write(f"anchortrack demo · {where} · model {model} · mode {resolve(tracker.mode).value}\n")
     out.write(f"anchors: {spec} (namespace {DEMO_NAMESPACE})\n\n")
     out.write(_header() + "\n")
-    demo = _Demo(client, tap, model, server, args.events, scripted=model == "scripted")
+    demo = _Demo(client, tap, model, server, args.events, scripted=model == "scripted" and not args.upstream)
     try:
         with EventTap().installed() as events:
             history = demo.run(args.turns, events)

@@ -23,7 +23,8 @@ def register(subparsers: Any) -> None:
         help="run a local Responses API server (no API key needed)",
         description=(
             "Serve the OpenAI Responses API with previous_response_id chaining and a "
-            "deterministic scripted model. Point a client at http://HOST:PORT/v1."
+            "deterministic scripted model, or in front of a Chat Completions provider "
+            "(--upstream). Point a client at http://HOST:PORT/v1."
         ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
@@ -53,6 +54,24 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="serve the /_test hooks (expire, drop, ZDR, resolved context, request log)",
     )
+    # -- upstream provider: a Chat Completions server answers instead of the scripted model
+    parser.add_argument(
+        "--upstream",
+        metavar="BASE_URL",
+        help="answer with this Chat Completions provider, e.g. http://localhost:11434/v1 "
+        "(API key: $ANCHORTRACK_UPSTREAM_API_KEY, optional)",
+    )
+    parser.add_argument(
+        "--upstream-model", metavar="NAME", help="model sent to the provider (default: the request's model)"
+    )
+    parser.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="seconds to wait for the provider to connect or send (default: %(default)s)",
+    )
+    # -- end upstream provider
     parser.add_argument(
         "--log-level",
         default="warning",
@@ -78,11 +97,13 @@ def serve(args: argparse.Namespace) -> int:
     from ..server import ServerState
 
     try:
+        backend = _upstream(args)
         state = ServerState(
             args.store,
             retention=args.retention,
             max_depth=args.max_depth,
             record_contexts=args.test_hooks,
+            backend=backend,
         )
     except (ValueError, RuntimeError, OSError, sqlite3.Error) as exc:
         sys.stderr.write(f"anchortrack serve: {exc}\n")
@@ -96,7 +117,10 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     port = int(sock.getsockname()[1])
     host = f"[{args.host}]" if ":" in args.host else args.host
-    sys.stdout.write(f"anchortrack: Responses API at http://{host}:{port}/v1 (store: {args.store})\n")
+    upstream = f", upstream: {backend.name}" if backend is not None else ""
+    sys.stdout.write(
+        f"anchortrack: Responses API at http://{host}:{port}/v1 (store: {args.store}{upstream})\n"
+    )
     sys.stdout.flush()
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="off", ws="websockets-sansio")
     previous = signal.getsignal(signal.SIGTERM)
@@ -111,6 +135,15 @@ def serve(args: argparse.Namespace) -> int:
         sock.close()
         state.close()
     return 0
+
+
+def _upstream(args: argparse.Namespace) -> Any:
+    """The upstream backend the flags ask for, or ``None`` (the scripted model)."""
+    if not getattr(args, "upstream", None):
+        return None
+    from anchortrack.server._upstream import Upstream
+
+    return Upstream(args.upstream, model=args.upstream_model, timeout=args.upstream_timeout)
 
 
 def _interrupt(signum: int, frame: object) -> None:

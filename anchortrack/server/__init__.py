@@ -29,6 +29,11 @@ connection-local cache): see `anchortrack.server._websocket`.
 From the command line: ``anchortrack serve [--host] [--port]
 [--store memory|sqlite:PATH] [--retention SECONDS] [--test-hooks]``.
 
+In front of a Chat Completions provider (Ollama, vLLM, llama.cpp, Groq, …):
+``ResponsesServer(upstream="http://localhost:11434/v1")`` or
+``anchortrack serve --upstream BASE_URL [--upstream-model NAME]``; see
+`Upstream`.
+
 The model is `ScriptedModel`, deterministic; its command convention
 (``!call``, ``!rounds``, ``!reason``, ``!fail``, ``!incomplete``, ``!sleep``)
 is documented in `anchortrack.server._model` and ``docs/server.md``.
@@ -54,18 +59,20 @@ from anchortrack.server._records import (
     StoredResponse,
 )
 from anchortrack.server._sqlite import SQLiteResponseStore
-from anchortrack.server._state import ServerState, open_store
+from anchortrack.server._state import AsyncModel, ServerState, Turn, open_store
 from anchortrack.server._wire import WireTap, http_client_classes
 
 
 if TYPE_CHECKING:
     from anchortrack.server._app import create_app
     from anchortrack.server._runner import ResponsesServer
+    from anchortrack.server._upstream import Upstream
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "DEFAULT_RETENTION",
     "APIError",
+    "AsyncModel",
     "ChainLink",
     "MemoryResponseStore",
     "ModelReply",
@@ -76,6 +83,8 @@ __all__ = [
     "ServerState",
     "StoreConflictError",
     "StoredResponse",
+    "Turn",
+    "Upstream",
     "WireTap",
     "context_digest",
     "create_app",
@@ -86,6 +95,7 @@ __all__ = [
 _LAZY = {
     "create_app": "anchortrack.server._app",
     "ResponsesServer": "anchortrack.server._runner",
+    "Upstream": "anchortrack.server._upstream",
 }
 
 

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from anchortrack.server import _errors
 from anchortrack.server._errors import APIError
 from anchortrack.server._events import encode_sse, stream_events
+from anchortrack.server._relay import respond_with_backend
 from anchortrack.server._request import decode_json
 from anchortrack.server._state import PendingResponse, ServerState
 
@@ -126,6 +127,8 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
     async def create_response(request: Request) -> Response:
         body = decode_json(await request.body())
         server_state.record_request(body)
+        if server_state.backend is not None:  # an upstream provider answers instead
+            return await respond_with_backend(server_state, server_state.backend, body)
         pending = server_state.prepare(body)
         if pending.request.stream:
             server_state.save_in_progress(pending)

@@ -15,7 +15,7 @@ import hashlib
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,6 +69,51 @@ class Model(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Turn:
+    """
+    A validated create request with its chain resolved, not yet answered.
+
+    Attributes:
+        request: The validated request.
+        chain: The stored ancestors, oldest first.
+        context: The resolved context: the chain's items, then the new input.
+        response_id: The id the response will have.
+        created_at: When the request arrived (the response's ``created_at``).
+    """
+
+    request: CreateRequest
+    chain: list[ChainLink]
+    context: list[Item]
+    response_id: str
+    created_at: float
+
+
+class AsyncModel(Protocol):
+    """
+    An asynchronous model backend (the upstream provider bridge is one).
+
+    When a server has one, it answers every create request instead of the
+    scripted model.  Both methods raise
+    :class:`~anchortrack.server._errors.APIError` for a call that failed
+    before a response existed.
+    """
+
+    async def reply(self, turn: Turn) -> ModelReply:
+        """Answer *turn* (non-streamed)."""
+        ...
+
+    async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
+        """
+        Start answering *turn* as a stream.
+
+        Returns once the backend accepted the request: an iterator of output
+        item events (``response.output_item.added`` …, no sequence numbers,
+        no lifecycle events) ending with the final :class:`ModelReply`.
+        """
+        ...
+
+
 @dataclass
 class PendingResponse:
     """A validated, answered create request that is not yet (fully) saved."""
@@ -109,7 +154,7 @@ def build_response(
         "instructions": request.instructions,
         "max_output_tokens": body.get("max_output_tokens"),
         "max_tool_calls": body.get("max_tool_calls"),
-        "model": request.model,
+        "model": reply.model or request.model,
         "output": reply.output,
         "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
         "previous_response_id": request.previous_response_id,
@@ -125,7 +170,8 @@ def build_response(
         "top_logprobs": body.get("top_logprobs") or 0,
         "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
         "truncation": body.get("truncation") or "disabled",
-        "usage": {
+        "usage": reply.usage
+        or {
             "input_tokens": input_tokens,
             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
@@ -150,6 +196,8 @@ class ServerState:
         clock: Time source for timestamps and (for a spelled store) retention.
         record_contexts: Keep the context of every response for
             `resolved_context` (memory grows with traffic).
+        backend: An asynchronous backend (e.g. an upstream provider) that
+            answers instead of *model*.
 
     Attributes:
         store: The response store.
@@ -166,6 +214,7 @@ class ServerState:
         model: Model | None = None,
         clock: Clock | None = None,
         record_contexts: bool = True,
+        backend: AsyncModel | None = None,
     ) -> None:
         self._clock: Clock = clock or time.time
         self._owns_store = isinstance(store, str)
@@ -174,6 +223,7 @@ class ServerState:
         )
         self.max_depth = max_depth
         self.model: Model = model or ScriptedModel()
+        self.backend = backend
         self.zdr = False
         self.record_contexts = record_contexts
         self._lock = threading.Lock()
@@ -277,6 +327,25 @@ class ServerState:
         Raises:
             APIError: For every refusal, in OpenAI's shape.
         """
+        turn = self.resolve(body, link=link)
+        if generate:
+            reply = self.model.respond(turn.context, instructions=turn.request.instructions)
+        else:
+            reply = ModelReply(status="completed")
+        return self.finish(turn, reply)
+
+    def resolve(self, body: object, *, link: Callable[[str], ChainLink | None] | None = None) -> Turn:
+        """
+        Validate *body*, resolve its chain and check its context.
+
+        Args:
+            body: The decoded request body.
+            link: Resolve parents through this lookup instead of the store's
+                (see `prepare`).
+
+        Raises:
+            APIError: For every refusal, in OpenAI's shape.
+        """
         request = parse_create_request(body)
         chain: list[ChainLink] = []
         if request.previous_response_id is not None:
@@ -287,26 +356,29 @@ class ServerState:
             )
         context = chain_items(chain) + request.input_items
         check_context(context)
-        if generate:
-            reply = self.model.respond(context, instructions=request.instructions)
-        else:
-            reply = ModelReply(status="completed")
-        response_id = new_id("resp")
+        return Turn(request, chain, context, new_id("resp"), self._clock())
+
+    def finish(self, turn: Turn, reply: ModelReply, *, record: bool = True) -> PendingResponse:
+        """The response for *turn* answered by *reply*; *record* its context for tests."""
         response = build_response(
-            request, reply, response_id=response_id, created_at=self._clock(), context=context
+            turn.request,
+            reply,
+            response_id=turn.response_id,
+            created_at=turn.created_at,
+            context=turn.context,
         )
-        if self.record_contexts:
+        if record and self.record_contexts:
             with self._lock:
-                for record in chain:
-                    self._seen.setdefault(
-                        record.id, (record.previous_response_id, record.input_items, record.output)
-                    )
-                self._seen[response_id] = (
-                    request.previous_response_id,
-                    request.input_items,
+                for link in turn.chain:
+                    self._seen.setdefault(link.id, (link.previous_response_id, link.input_items, link.output))
+                self._seen[turn.response_id] = (
+                    turn.request.previous_response_id,
+                    turn.request.input_items,
                     reply.output,
                 )
-        return PendingResponse(request=request, response=response, context=context, delay=reply.delay)
+        return PendingResponse(
+            request=turn.request, response=response, context=turn.context, delay=reply.delay
+        )
 
     def _record(self, pending: PendingResponse, response: dict[str, Any]) -> StoredResponse:
         return StoredResponse(
