@@ -215,3 +215,15 @@ def test_a_stream_that_breaks_ends_with_an_error_event(
     assert provider.base_url in events[-1].message
     assert [event.sequence_number for event in events] == list(range(len(events)))
     assert bridge.state.store.count() == before
+
+
+def test_websocket_mode_is_refused_in_front_of_a_provider(
+    bridge_client: openai.OpenAI, provider: FakeProvider
+) -> None:
+    """A socket create gets an error frame (never the scripted model's answer) and the provider sees nothing."""
+    with bridge_client.responses.connect() as conn:
+        conn.response.create(model="m", input="hello")
+        event = conn.recv()
+    assert "error" == event.type
+    assert "unsupported_websocket_upstream" == event.error.code
+    assert [] == provider.bodies
