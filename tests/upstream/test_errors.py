@@ -220,7 +220,7 @@ def test_a_stream_that_breaks_ends_with_an_error_event(
 def test_websocket_mode_is_refused_in_front_of_a_provider(
     bridge_client: openai.OpenAI, provider: FakeProvider
 ) -> None:
-    """A socket create gets an error frame (never the scripted model's answer) and the provider sees nothing."""
+    """A socket create gets an error frame, never the scripted answer; the provider sees nothing."""
     with bridge_client.responses.connect() as conn:
         conn.response.create(model="m", input="hello")
         event = conn.recv()
