@@ -184,8 +184,8 @@ def test_signatures_and_docstrings_are_the_sdks(is_async: bool, dotted: str) -> 
         # create()'s documentation lives on its overloads, as in the SDK.
         assert overloads
         assert all(o.__doc__ for o in overloads)
-    if dotted in ("copy", "with_options", "responses.parse"):
-        assert ours.__doc__
+    if dotted in ("copy", "with_options"):
+        assert ours.__doc__  # (parse() has one in openai 3.x, none in 2.x: equal to the SDK's either way)
 
 
 def test_signature_is_not_the_generic_one() -> None:
