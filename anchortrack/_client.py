@@ -349,9 +349,14 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     ``client.beta.responses.create`` posts to the same ``/responses`` endpoint
     (with ``?beta=true`` and an ``openai-beta`` header) and its responses chain
     by ``previous_response_id`` like the stable ones, so it is planned,
-    recorded and recovered exactly as ``client.responses.create`` is. Its other
-    methods (``retrieve``, ``cancel``, ``compact``, ``connect``, ...) are the
-    SDK's, untouched.
+    recorded and recovered exactly as ``client.responses.create`` is (one
+    tracker serves both, so a conversation may move between them). Its other
+    methods are the SDK's, untouched: ``retrieve``, ``cancel``, ``delete`` and
+    ``input_items`` read or change stored responses and send no history;
+    ``compact`` returns a compacted item list rather than a response to chain
+    from; ``connect()`` opens a WebSocket session in which ``response.create``
+    events are not HTTP calls anchortrack can plan, and the session is passed
+    through exactly as ``client.responses.connect()`` is.
     """
     found = _beta_resources()
     if found is None:
