@@ -1,13 +1,15 @@
 """
 anchortrack: send only what the OpenAI Responses API has not seen.
 
-Wrap a client and keep writing the loop you already have::
+Wrap a client and keep writing the loop you already have:
 
-    import anchortrack
-    from openai import OpenAI
+```python
+import anchortrack
+from openai import OpenAI
 
-    client = anchortrack.wrap(OpenAI())
-    resp = client.responses.create(model="gpt-5", input=history)
+client = anchortrack.wrap(OpenAI())
+resp = client.responses.create(model="gpt-5", input=history)
+```
 
 Each call sends ``previous_response_id`` of the longest recorded response
 whose server-side context is exactly a prefix of ``history``, plus the items

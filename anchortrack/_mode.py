@@ -24,12 +24,12 @@ MODE_ENV = "ANCHORTRACK_MODE"
 class Mode(str, enum.Enum):
     """How a wrapped client treats ``responses`` calls."""
 
-    #: Send ``previous_response_id`` plus the delta whenever provably valid.
     CHAINED = "chained"
-    #: Plan and record anchors, log what chaining would save, send full requests.
+    """Send ``previous_response_id`` plus the delta whenever provably valid."""
     SHADOW = "shadow"
-    #: Kill switch: byte-for-byte passthrough, nothing hashed or stored.
+    """Plan and record anchors, log what chaining would save, send full requests."""
     OFF = "off"
+    """Kill switch: byte-for-byte passthrough, nothing hashed or stored."""
 
 
 _call_mode: ContextVar[Mode | None] = ContextVar("anchortrack_mode", default=None)
@@ -71,10 +71,12 @@ def using(mode: Mode | str) -> Iterator[None]:
 
     The environment variable still wins.
 
-    Example::
+    For example:
 
-        with anchortrack.using("shadow"):
-            client.responses.create(model=..., input=history)
+    ```python
+    with anchortrack.using("shadow"):
+        client.responses.create(model=..., input=history)
+    ```
     """
     token = _call_mode.set(coerce(mode))
     try:

@@ -5,14 +5,16 @@ Needs the ``prometheus`` extra (``pip install 'anchortrack[prometheus]'``).
 Nothing is counted twice: the collector reads each tracker's `Stats` at scrape
 time, so it costs nothing between scrapes.
 
-Example::
+For example:
 
-    import anchortrack.metrics
-    from prometheus_client import start_http_server
+```python
+import anchortrack.metrics
+from prometheus_client import start_http_server
 
-    client = anchortrack.wrap(OpenAI())
-    anchortrack.metrics.register(client)     # on prometheus_client.REGISTRY
-    start_http_server(9464)
+client = anchortrack.wrap(OpenAI())
+anchortrack.metrics.register(client)     # on prometheus_client.REGISTRY
+start_http_server(9464)
+```
 
 Several clients registered on one registry are added up into one set of
 series.
@@ -45,10 +47,12 @@ class AnchortrackCollector(Collector):
     Args:
         sources: Trackers, or clients made by `anchortrack.wrap`.
 
-    Example::
+    For example:
 
-        registry = CollectorRegistry()
-        registry.register(AnchortrackCollector(client))
+    ```python
+    registry = CollectorRegistry()
+    registry.register(AnchortrackCollector(client))
+    ```
     """
 
     def __init__(self, *sources: object) -> None:

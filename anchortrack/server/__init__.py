@@ -9,18 +9,20 @@ over; unknown, expired, deleted, unstored or failed parents give 400
 ``previous_response_not_found``; a response is saved before its id reaches
 the client.
 
-In-process use::
+In-process use:
 
-    from openai import OpenAI
-    from anchortrack.server import ResponsesServer
+```python
+from openai import OpenAI
+from anchortrack.server import ResponsesServer
 
-    with ResponsesServer(store="memory") as srv:        # or "sqlite:/path/file.db"
-        client = OpenAI(base_url=srv.base_url, api_key="test")
-        first = client.responses.create(model="scripted", input="hello")
-        second = client.responses.create(
-            model="scripted", input="again", previous_response_id=first.id
-        )
-        srv.state.resolved_context(second.id)   # what the model saw
+with ResponsesServer(store="memory") as srv:        # or "sqlite:/path/file.db"
+    client = OpenAI(base_url=srv.base_url, api_key="test")
+    first = client.responses.create(model="scripted", input="hello")
+    second = client.responses.create(
+        model="scripted", input="again", previous_response_id=first.id
+    )
+    srv.state.resolved_context(second.id)   # what the model saw
+```
 
 The same server speaks the Responses WebSocket mode at ``/v1/responses``
 (``client.responses.connect()``, with lanes, warm-ups and the

@@ -26,8 +26,8 @@ from anchortrack.server._records import ChainLink
 
 Item = dict[str, Any]
 
-#: Default maximum number of stored responses in one chain.
 DEFAULT_MAX_DEPTH = 10_000
+"""Default maximum number of stored responses in one chain."""
 
 #: Statuses a parent may have.
 CHAINABLE_STATUSES = frozenset({"completed", "incomplete"})

@@ -41,10 +41,12 @@ class ResponsesServer:
     """
     A local Responses API server on a loopback port, for tests and demos.
 
-    Use it as a context manager (or call `start` and `stop`)::
+    Use it as a context manager (or call `start` and `stop`):
 
-        with ResponsesServer() as srv:
-            client = OpenAI(base_url=srv.base_url, api_key="test")
+    ```python
+    with ResponsesServer() as srv:
+        client = OpenAI(base_url=srv.base_url, api_key="test")
+    ```
 
     Args:
         store: A `ResponseStore` or its spelling, ``"memory"`` or

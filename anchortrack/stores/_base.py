@@ -23,8 +23,8 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 
-#: OpenAI keeps stored responses for 30 days; so do anchors by default.
 DEFAULT_TTL: float = 30 * 24 * 3600.0
+"""Seconds an anchor lives by default: 30 days, as OpenAI keeps stored responses."""
 
 #: Environment variable holding the optional secret key for keyed digests.
 SECRET_KEY_ENV = "ANCHORTRACK_SECRET_KEY"  # noqa: S105 - a variable name, not a secret
