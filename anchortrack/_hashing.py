@@ -344,9 +344,9 @@ def fingerprint_items(
                     if known is None:
                         known = _fingerprint_one(item)[0]
                         memo.put(key, known)
-                    if is_dict:
-                        # Loops pass this very object again: remember it by identity too.
-                        memo.remember_object(item, known)  # type: ignore[arg-type]
+                        if is_dict:
+                            # First sighting of this value: loops pass this very object again.
+                            memo.remember_object(item, known)  # type: ignore[arg-type]
         if known is None:
             known = _fingerprint_one(item)[0]
         fps.append(known[0])

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from anchortrack.server import _errors
-from anchortrack.server._chain import DEFAULT_MAX_DEPTH, chain_items, check_context, resolve_chain
+from anchortrack.server._chain import (
+    DEFAULT_MAX_DEPTH,
+    chain_items,
+    check_context,
+    is_reference,
+    resolve_chain,
+    resolve_context,
+)
 from anchortrack.server._model import ModelReply, ScriptedModel, canonical_json, new_id
 from anchortrack.server._request import CreateRequest, parse_create_request
 from anchortrack.server._store import (
@@ -164,6 +171,8 @@ class ServerState:
         self._requests: list[Any] = []
         # response id → (parent id, its input items, its output items)
         self._seen: dict[str, tuple[str | None, list[Item], list[Item]]] = {}
+        # item id → (id of the stored response holding it, the item): what ids resolve to
+        self._items: dict[str, tuple[str, Item]] = {}
 
     # -- what tests read and drive ------------------------------------------------
 
@@ -183,7 +192,10 @@ class ServerState:
         The items the model saw for *response_id*, oldest first.
 
         Every item of the chain (inputs and outputs of the ancestors), then
-        the request's own input items, exactly as received.  Instructions and
+        the request's own input items, as the model saw them: item
+        references and reasoning items without ``encrypted_content`` are the
+        items their ids name (see `resolve_context`), every other item is
+        exactly as received.  Instructions and
         the response's own output are not included.  Available for every
         response created (stored or not) while :attr:`record_contexts` is on.
 
@@ -204,6 +216,23 @@ class ServerState:
                 parent = parent_of_parent
             items = [item for segment in reversed(segments) for item in segment]
             return copy.deepcopy(items)
+
+    def resolve_input(self, items: list[Item]) -> list[Item]:
+        """
+        The context the model would see for *items* sent without ``previous_response_id``.
+
+        Raises:
+            APIError: an id that names no stored item, or an answer without its request.
+        """
+        return copy.deepcopy(resolve_context(items, self.stored_item))
+
+    def stored_item(self, item_id: str) -> Item | None:
+        """The item of a live stored response with this id (input or output), or None."""
+        with self._lock:
+            entry = self._items.get(item_id)
+        if entry is None or self.store.link(entry[0]) is None:
+            return None
+        return entry[1]
 
     def expire(self, response_id: str) -> None:
         """
@@ -254,6 +283,8 @@ class ServerState:
             chain = resolve_chain(request.previous_response_id, self.store.link, max_depth=self.max_depth)
         context = chain_items(chain) + request.input_items
         check_context(context)
+        context = resolve_context(context, self.stored_item)
+        own_input = context[len(context) - len(request.input_items) :]
         reply = self.model.respond(context, instructions=request.instructions)
         response_id = new_id("resp")
         response = build_response(
@@ -267,7 +298,7 @@ class ServerState:
                     )
                 self._seen[response_id] = (
                     request.previous_response_id,
-                    request.input_items,
+                    own_input,
                     reply.output,
                 )
         return PendingResponse(request=request, response=response, context=context, delay=reply.delay)
@@ -298,6 +329,16 @@ class ServerState:
             overwrite=overwrite,
             expected_previous_response_id=pending.request.previous_response_id,
         )
+        self._index_items(pending.response["id"], [*pending.request.input_items, *pending.response["output"]])
+
+    def _index_items(self, response_id: str, items: list[Item]) -> None:
+        with self._lock:
+            for item in items:
+                item_id = item.get("id")
+                if isinstance(item_id, str) and not is_reference(item):
+                    by_id = item.get("type") == "reasoning" and not item.get("encrypted_content")
+                    if not by_id:
+                        self._items.setdefault(item_id, (response_id, item))
 
     def get_response(self, response_id: str) -> dict[str, Any]:
         """
