@@ -281,9 +281,8 @@ class ServerState:
             if self.zdr:
                 raise _errors.zero_data_retention()
             chain = resolve_chain(request.previous_response_id, self.store.link, max_depth=self.max_depth)
-        context = chain_items(chain) + request.input_items
+        context = resolve_context(chain_items(chain) + request.input_items, self.stored_item)
         check_context(context)
-        context = resolve_context(context, self.stored_item)
         own_input = context[len(context) - len(request.input_items) :]
         reply = self.model.respond(context, instructions=request.instructions)
         response_id = new_id("resp")
