@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from anchortrack.server import _errors
-from anchortrack.server._chain import DEFAULT_MAX_DEPTH, chain_items, check_context, resolve_chain
+from anchortrack.server._chain import (
+    DEFAULT_MAX_DEPTH,
+    chain_items,
+    check_context,
+    is_reference,
+    resolve_chain,
+    resolve_context,
+)
 from anchortrack.server._memory import MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, canonical_json, new_id
 from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, ResponseStore, StoredResponse
@@ -230,6 +237,8 @@ class ServerState:
         self._requests: list[Any] = []
         # response id → (parent id, its input items, its output items)
         self._seen: dict[str, tuple[str | None, list[Item], list[Item]]] = {}
+        # item id → (id of the stored response holding it, the item): what ids resolve to
+        self._items: dict[str, tuple[str, Item]] = {}
 
     # -- what tests read and drive ------------------------------------------------
 
@@ -249,7 +258,10 @@ class ServerState:
         The items the model saw for *response_id*, oldest first.
 
         Every item of the chain (inputs and outputs of the ancestors), then
-        the request's own input items, exactly as received.  Instructions and
+        the request's own input items, as the model saw them: item
+        references and reasoning items without ``encrypted_content`` are the
+        items their ids name (see `resolve_context`), every other item is
+        exactly as received.  Instructions and
         the response's own output are not included.  Available for every
         response created (stored or not) while `record_contexts` is on.
 
@@ -270,6 +282,23 @@ class ServerState:
                 parent = parent_of_parent
             items = [item for segment in reversed(segments) for item in segment]
             return copy.deepcopy(items)
+
+    def resolve_input(self, items: list[Item]) -> list[Item]:
+        """
+        The context the model would see for *items* sent without ``previous_response_id``.
+
+        Raises:
+            APIError: an id that names no stored item, or an answer without its request.
+        """
+        return copy.deepcopy(resolve_context(items, self.stored_item))
+
+    def stored_item(self, item_id: str) -> Item | None:
+        """The item of a live stored response with this id (input or output), or None."""
+        with self._lock:
+            entry = self._items.get(item_id)
+        if entry is None or self.store.link(entry[0]) is None:
+            return None
+        return entry[1]
 
     def expire(self, response_id: str) -> None:
         """
@@ -354,12 +383,14 @@ class ServerState:
             chain = resolve_chain(
                 request.previous_response_id, link or self.store.link, max_depth=self.max_depth
             )
-        context = chain_items(chain) + request.input_items
+        stored = chain_items(chain)
+        context = resolve_context(stored + request.input_items, self.stored_item, resolved=len(stored))
         check_context(context)
         return Turn(request, chain, context, new_id("resp"), self._clock())
 
     def finish(self, turn: Turn, reply: ModelReply, *, record: bool = True) -> PendingResponse:
         """The response for *turn* answered by *reply*; *record* its context for tests."""
+        own_input = turn.context[len(turn.context) - len(turn.request.input_items) :]
         response = build_response(
             turn.request,
             reply,
@@ -373,7 +404,7 @@ class ServerState:
                     self._seen.setdefault(link.id, (link.previous_response_id, link.input_items, link.output))
                 self._seen[turn.response_id] = (
                     turn.request.previous_response_id,
-                    turn.request.input_items,
+                    own_input,
                     reply.output,
                 )
         return PendingResponse(
@@ -406,6 +437,21 @@ class ServerState:
             overwrite=overwrite,
             expected_previous_response_id=pending.request.previous_response_id,
         )
+        self._index_items(pending.response["id"], pending.request.input_items, pending.response["output"])
+
+    def _index_items(self, response_id: str, inputs: list[Item], outputs: list[Item]) -> None:
+        """Remember the items a stored response holds by id (input pointers are not items)."""
+        with self._lock:
+            for item in inputs:
+                item_id = item.get("id")
+                if isinstance(item_id, str) and not is_reference(item):
+                    by_id = item.get("type") == "reasoning" and not item.get("encrypted_content")
+                    if not by_id:
+                        self._items.setdefault(item_id, (response_id, item))
+            for item in outputs:
+                item_id = item.get("id")
+                if isinstance(item_id, str):
+                    self._items.setdefault(item_id, (response_id, item))
 
     def get_response(self, response_id: str) -> dict[str, Any]:
         """
