@@ -29,7 +29,7 @@ from openai import AsyncStream, Stream
 from openai.resources.responses import AsyncResponses, Responses
 
 from ._flow import Ticket
-from ._hashing import Scope, credential_digest
+from ._hashing import Scope
 from ._mode import Mode, coerce
 from ._stream import AsyncTrackedStream, TrackedStream
 from ._tracker import Tracker, coerce_store
@@ -173,14 +173,7 @@ def tracker(client: object) -> Tracker:
 
 
 def _scope(client: Any, tracker: Tracker) -> Scope:
-    return Scope(
-        base_url=str(client.base_url),
-        organization=getattr(client, "organization", None),
-        project=getattr(client, "project", None),
-        namespace=tracker.namespace,
-        # The shared default store also keeps API keys apart (see `wrap`).
-        credential=credential_digest(getattr(client, "api_key", None)) if tracker.shared_default else None,
-    )
+    return tracker.scope_for(client)
 
 
 #: The recorder for the ``POST /responses`` the current planned call makes.

@@ -36,7 +36,7 @@ from ._flow import (
     drive,
 )
 from ._guard import Guard
-from ._hashing import Memo, Scope, fingerprint_items, prefix_hashes
+from ._hashing import Memo, Scope, credential_digest, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
 from ._mode import Mode, coerce, describe, resolve
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
@@ -218,9 +218,14 @@ class Tracker:
         depends on the client's API key, so a `Scope` built by hand from the
         base URL alone would not match.
         """
-        from ._client import _scope
-
-        return _scope(client, self)
+        return Scope(
+            base_url=str(getattr(client, "base_url", "")),
+            organization=getattr(client, "organization", None),
+            project=getattr(client, "project", None),
+            namespace=self.namespace,
+            # The shared default store also keeps API keys apart.
+            credential=credential_digest(getattr(client, "api_key", None)) if self.shared_default else None,
+        )
 
     @property
     def store_cooldown(self) -> float:
