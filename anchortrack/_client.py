@@ -44,9 +44,9 @@ from openai.resources.responses import AsyncResponses, Responses
 
 from ._flow import Ticket
 from ._hashing import Scope
-from ._mode import Mode
+from ._mode import Mode, coerce
 from ._stream import AsyncTrackedStream, TrackedStream
-from ._tracker import Tracker
+from ._tracker import Tracker, coerce_store
 from .stores._base import AnchorStore
 
 
@@ -60,7 +60,7 @@ _ATTR = "_anchortrack_tracker"
 def wrap(
     client: ClientT,
     *,
-    store: AnchorStore | None = None,
+    store: AnchorStore | str | None = None,
     mode: Mode | str | None = None,
     namespace: str | None = None,
     record_incomplete: bool = False,
@@ -72,9 +72,15 @@ def wrap(
     Args:
         client: An ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or subclass,
             e.g. ``AzureOpenAI``).
-        store: Where anchors live (default: a private `MemoryStore`). Share one
-            `SQLiteStore` or `RedisStore` between processes to continue
-            conversations across them.
+        store: Where anchors live: an `AnchorStore` (`MemoryStore`,
+            `SQLiteStore`, `RedisStore`, or your own), or a store spec
+            string opened with `anchortrack.stores.open_store` (``"memory"``:
+            a new private memory store; ``"sqlite:PATH"``; ``"redis://…"``).
+            Default: one bounded in-process `MemoryStore` shared by every
+            client wrapped without ``store=`` in this process, so a sync and
+            an async client continue each other's conversations; there,
+            anchors are also kept apart by API key. Share a `SQLiteStore` or
+            `RedisStore` to continue conversations across processes.
         mode: ``"chained"`` (default), ``"shadow"`` or ``"off"``. The
             ``ANCHORTRACK_MODE`` environment variable wins over this.
         namespace: Keep these anchors apart from other clients' anchors.
@@ -86,10 +92,16 @@ def wrap(
         A client of the same class as *client*, with every option of it
         (private ones included) and sharing its connection pool.
         ``with_options()`` and ``copy()`` on it do what the SDK's do and keep
-        tracking, with the same tracker.
+        tracking, with the same tracker. Wrapping a client that `wrap` made
+        returns it unchanged (the same client, the same tracker).
 
     Raises:
-        TypeError: *client* is not an openai client.
+        TypeError: *client* is not an openai client; *store* is neither a
+            store nor a store spec; *namespace* is not a string;
+            *store_timeout* is not a number.
+        ValueError: *mode* names no mode; *store_timeout* is not positive;
+            *client* is already wrapped and other settings were asked for.
+        ImportError: a ``redis://`` spec without the ``redis`` extra.
     """
     if isinstance(client, openai.AsyncOpenAI):
         is_async = True
@@ -99,9 +111,26 @@ def wrap(
         raise TypeError(
             f"anchortrack.wrap() takes an openai.OpenAI or openai.AsyncOpenAI, not {type(client).__name__}"
         )
+    coerced_mode = coerce(mode) if mode is not None else None
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(
+            f"anchortrack.wrap(namespace=...) takes a string or None, not {type(namespace).__name__}"
+        )
+    if isinstance(store_timeout, bool) or not isinstance(store_timeout, (int, float)):
+        raise TypeError(
+            "anchortrack.wrap(store_timeout=...) takes seconds (a number), "
+            f"not {type(store_timeout).__name__}"
+        )
+    if not store_timeout > 0:
+        raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
+    existing = client.__dict__.get(_ATTR)
+    if isinstance(existing, Tracker):
+        _check_rewrap(existing, store, coerced_mode, namespace, record_incomplete, store_timeout)
+        return client
+    resolved = coerce_store(store) if store is not None else None
     tracker = Tracker(
-        store,
-        mode=mode,
+        resolved,
+        mode=coerced_mode,
         namespace=namespace,
         record_incomplete=record_incomplete,
         store_timeout=store_timeout,
@@ -137,6 +166,39 @@ def _is_cached(cls: type[Any], name: str) -> bool:
     return isinstance(inspect.getattr_static(cls, name, None), cached_property)
 
 
+def _check_rewrap(
+    tracker: Tracker,
+    store: object,
+    mode: Mode | None,
+    namespace: str | None,
+    record_incomplete: bool,
+    store_timeout: float,
+) -> None:
+    """
+    Refuse to wrap a wrapped client again with other settings.
+
+    Settings left at their defaults ask for nothing; the existing tracker's
+    are kept.
+
+    Raises:
+        ValueError: a setting differs from the existing tracker's.
+    """
+    asked = {
+        "store": store is not None and store is not tracker.store,
+        "mode": mode is not None and mode is not tracker.mode,
+        "namespace": namespace is not None and namespace != tracker.namespace,
+        "record_incomplete": record_incomplete and not tracker.record_incomplete,
+        "store_timeout": store_timeout != 1.0 and store_timeout != tracker._guard.timeout,
+    }
+    differing = [name for name, differs in asked.items() if differs]
+    if differing:
+        raise ValueError(
+            f"this client is already wrapped by anchortrack with other settings ({', '.join(differing)}); "
+            "wrap the original, unwrapped client instead, or use anchortrack.tracker(client) "
+            "to reach the existing tracker"
+        )
+
+
 def tracker(client: object) -> Tracker:
     """
     Return the tracker of a client made by `wrap`.
@@ -151,12 +213,7 @@ def tracker(client: object) -> Tracker:
 
 
 def _scope(client: Any, tracker: Tracker) -> Scope:
-    return Scope(
-        base_url=str(client.base_url),
-        organization=getattr(client, "organization", None),
-        project=getattr(client, "project", None),
-        namespace=tracker.namespace,
-    )
+    return tracker.scope_for(client)
 
 
 #: The recorder for the ``POST /responses`` the current planned call makes.

@@ -45,12 +45,17 @@ class Scope:
         organization: The OpenAI organization, if the client sets one.
         project: The OpenAI project, if the client sets one.
         namespace: An optional extra partition chosen by the user.
+        credential: A digest of the API key, set by wrapped clients that use
+            the process-wide default store so that clients with different
+            keys never share anchors there (`credential_digest`); None
+            elsewhere, where scopes do not depend on the key.
     """
 
     base_url: str
     organization: str | None = None
     project: str | None = None
     namespace: str | None = None
+    credential: str | None = None
 
     @property
     def key(self) -> str:
@@ -58,12 +63,14 @@ class Scope:
         return _blake2b(self._identity(), digest_size=8).hexdigest()
 
     def _identity(self) -> bytes:
-        parts = (
+        parts: tuple[str, ...] = (
             self.base_url.rstrip("/"),
             self.organization or "",
             self.project or "",
             self.namespace or "",
         )
+        if self.credential is not None:
+            parts = (*parts, f"credential:{self.credential}")
         return "\x1f".join(parts).encode()
 
     def root(self, secret_key: bytes | None) -> bytes:
@@ -74,6 +81,13 @@ class Scope:
         return _blake2b(
             SCHEME.encode() + b"\x00" + self._identity(), digest_size=DIGEST_SIZE, key=key
         ).digest()
+
+
+def credential_digest(api_key: object) -> str | None:
+    """A short digest naming an API key (never the key itself), or None without a key."""
+    if not isinstance(api_key, str) or not api_key:
+        return None
+    return _blake2b(api_key.encode(), digest_size=8, person=b"anchortrack-key").hexdigest()
 
 
 def extend(prefix: bytes, fingerprints: Iterable[bytes]) -> bytes:

@@ -50,18 +50,51 @@ def coerce(value: Mode | str) -> Mode:
         raise ValueError(f"unknown anchortrack mode {value!r}; expected one of: {names}") from None
 
 
+def env_mode() -> tuple[str | None, Mode | None]:
+    """
+    Return ``ANCHORTRACK_MODE`` as set, and the mode it puts in force.
+
+    ``(None, None)`` when the variable is unset or empty; an unknown value puts
+    ``off`` in force and logs ``anchortrack.mode_invalid`` (once per value), so
+    ``("chain", Mode.OFF)`` reports a typo rather than hiding it.
+    """
+    env = os.environ.get(MODE_ENV)
+    if not env:
+        return None, None
+    try:
+        return env, coerce(env.strip())
+    except ValueError:
+        if env not in _warned_env:
+            _warned_env.add(env)
+            get_logger().warning(
+                "anchortrack.mode_invalid", variable=MODE_ENV, value=env, using=Mode.OFF.value
+            )
+        return env, Mode.OFF
+
+
 def resolve(client_mode: Mode | None) -> Mode:
     """Return the mode in force for one call."""
-    env = os.environ.get(MODE_ENV)
-    if env:
-        try:
-            return coerce(env.strip())
-        except ValueError:
-            if env not in _warned_env:
-                _warned_env.add(env)
-                get_logger().warning("anchortrack.mode_invalid", variable=MODE_ENV, value=env, used="off")
-            return Mode.OFF
+    _, forced = env_mode()
+    if forced is not None:
+        return forced
     return _call_mode.get() or client_mode or Mode.CHAINED
+
+
+def describe(client_mode: Mode | None) -> str:
+    """
+    The mode in force and where it comes from, for people to read.
+
+    ``chained``; ``shadow (ANCHORTRACK_MODE=shadow)``; or, for a typo,
+    ``off (ANCHORTRACK_MODE='chain' is not a mode: chained, shadow or off)``.
+    """
+    raw, forced = env_mode()
+    mode = resolve(client_mode).value
+    if raw is None or forced is None:
+        return mode
+    if raw.strip().lower() == forced.value:
+        return f"{mode} ({MODE_ENV}={raw})"
+    names = ", ".join(m.value for m in Mode)
+    return f"{mode} ({MODE_ENV}={raw!r} is not a mode: {names.replace(', off', ' or off')})"
 
 
 @contextlib.contextmanager

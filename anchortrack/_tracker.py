@@ -30,14 +30,15 @@ from ._flow import (
     Planned,
     Send,
     Ticket,
+    Unavailable,
     adrive,
     call_flow,
     drive,
 )
 from ._guard import Guard
-from ._hashing import Memo, Scope, fingerprint_items, prefix_hashes
+from ._hashing import Memo, Scope, credential_digest, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
-from ._mode import Mode, coerce, resolve
+from ._mode import Mode, coerce, describe, resolve
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
 from ._request import Request, read_request
 from ._stats import Stats
@@ -59,15 +60,85 @@ _STORE_OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]]
 class _CallState:
     """What the performer of one call's effects keeps: its context, its plan, its sends."""
 
-    __slots__ = ("answered", "context", "plan", "response", "sdk_error", "sent")
+    __slots__ = ("answered", "context", "plan", "response", "sdk_error", "sent", "unsettled")
 
     def __init__(self, context: CallContext) -> None:
         self.context = context
         self.plan: Plan | None = None
+        #: A chained plan whose outcome (accepted or refused) is not counted yet.
+        self.unsettled = False
         self.sent = False
         self.answered = False
         self.response: Any = None
         self.sdk_error: BaseException | None = None
+
+
+#: The process-wide default store (see `default_store`).
+_default: AnchorStore | None = None
+_default_lock = threading.Lock()
+#: How many anchors the default store keeps (about 22 MB; least recently used dropped first).
+DEFAULT_STORE_ANCHORS = 100_000
+#: How `store=` may be spelled: the message of the error for anything else.
+STORE_ACCEPTED = (
+    "an AnchorStore instance (MemoryStore(), SQLiteStore(path), RedisStore.from_url(url)) "
+    "or a store spec string ('memory', 'sqlite:PATH', 'redis://HOST[:PORT][/DB]')"
+)
+
+
+def default_store() -> AnchorStore:
+    """
+    Return the process-wide default store, creating it on first use.
+
+    One bounded `MemoryStore` (`DEFAULT_STORE_ANCHORS`, LRU) shared by every
+    tracker made without ``store=``, so a sync and an async client, or two
+    wraps of one client, continue each other's conversations. Scopes keep
+    endpoints, organizations, projects, namespaces and (in this store only)
+    API keys apart.
+    """
+    global _default
+    with _default_lock:
+        if _default is None:
+            from .stores.memory import MemoryStore
+
+            _default = MemoryStore(DEFAULT_STORE_ANCHORS)
+        return _default
+
+
+def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> AnchorStore:
+    """
+    Return the store *store* names: an `AnchorStore` as is, a spec string opened.
+
+    Raises:
+        TypeError: *store* is neither (the message names what was given and
+            what is accepted).
+        ImportError: a Redis URL without the ``redis`` package.
+        OSError: a SQLite path that cannot be created.
+    """
+    if isinstance(store, str):
+        from .stores._open import open_store
+
+        try:
+            return open_store(store)
+        except ValueError:
+            hint = ""
+            if store and ":" not in store:
+                hint = f" (for a SQLite file, write store='sqlite:{store}')"
+            raise TypeError(
+                f"{caller}: store={store!r} is not a store spec{hint}; store= takes {STORE_ACCEPTED}"
+            ) from None
+    if isinstance(store, type):
+        raise TypeError(
+            f"{caller}: store={store.__name__} is the class, not a store; "
+            f"pass an instance such as {store.__name__}(...). store= takes {STORE_ACCEPTED}"
+        )
+    if not isinstance(store, AnchorStore):
+        import reprlib
+
+        raise TypeError(
+            f"{caller}: store={reprlib.repr(store)} is a {type(store).__name__}, not an anchor store; "
+            f"store= takes {STORE_ACCEPTED}"
+        )
+    return store
 
 
 class Tracker:
@@ -75,7 +146,10 @@ class Tracker:
     Plans requests and records responses for one wrapped client.
 
     Args:
-        store: Where anchors live; defaults to a new `MemoryStore`.
+        store: Where anchors live: an `AnchorStore`, or a spec string
+            (``"memory"``, ``"sqlite:PATH"``, ``"redis://…"``) opened with
+            `anchortrack.stores.open_store`; by default the process-wide
+            default store (`default_store`).
         mode: ``chained`` (default), ``shadow`` or ``off``; the
             ``ANCHORTRACK_MODE`` environment variable wins.
         namespace: An extra scope partition: anchors recorded under one
@@ -89,8 +163,12 @@ class Tracker:
             (``anchortrack.tracker(client).store_cooldown = 0``).
         clock: Unix time source (tests).
 
+    Raises:
+        TypeError: *store* is not a store or a store spec.
+
     Attributes:
         store: The anchor store.
+        shared_default: Whether *store* is the process-wide default store.
         stats: What this tracker did (`Stats`).
         recent: The views this tracker recorded lately; hand them to
             ``anchortrack.explain(..., recent=...)`` to locate where a
@@ -99,7 +177,7 @@ class Tracker:
 
     def __init__(
         self,
-        store: AnchorStore | None = None,
+        store: AnchorStore | str | None = None,
         *,
         mode: Mode | str | None = None,
         namespace: str | None = None,
@@ -108,11 +186,10 @@ class Tracker:
         store_cooldown: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if store is None:
-            from .stores.memory import MemoryStore
-
-            store = MemoryStore()
-        self.store: AnchorStore = store
+        self.shared_default = store is None
+        self.store: AnchorStore = (
+            default_store() if store is None else coerce_store(store, caller="Tracker()")
+        )
         self.mode: Mode | None = coerce(mode) if mode is not None else None
         self.namespace = namespace
         self.record_incomplete = record_incomplete
@@ -127,9 +204,28 @@ class Tracker:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        mode = self.mode.value if self.mode is not None else "default"
+        mode = describe(self.mode)
+        store = type(self.store).__name__ + (" (shared default)" if self.shared_default else "")
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
-        return f"<Tracker mode={mode} store={type(self.store).__name__}{namespace} {self.stats._summary()}>"
+        return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
+
+    def scope_for(self, client: object) -> Scope:
+        """
+        The scope this tracker records *client*'s anchors under (a client made by `wrap`).
+
+        Hand it to `anchortrack.explain` or `anchortrack.plan_request` with
+        ``store=tracker.store``: with the shared default store the scope also
+        depends on the client's API key, so a `Scope` built by hand from the
+        base URL alone would not match.
+        """
+        return Scope(
+            base_url=str(getattr(client, "base_url", "")),
+            organization=getattr(client, "organization", None),
+            project=getattr(client, "project", None),
+            namespace=self.namespace,
+            # The shared default store also keeps API keys apart.
+            credential=credential_digest(getattr(client, "api_key", None)) if self.shared_default else None,
+        )
 
     @property
     def store_cooldown(self) -> float:
@@ -251,7 +347,10 @@ class Tracker:
                 return state.response
             return self._note(state, effect)
 
-        return drive(call_flow(state.context, request), perform)
+        try:
+            return drive(call_flow(state.context, request), perform)
+        finally:
+            self._settle(state, None)
 
     async def _arun(self, state: _CallState, request: Request, send: AsyncSendFn) -> Any:
         await self._aflush()
@@ -275,12 +374,17 @@ class Tracker:
                 return state.response
             return self._note(state, effect)
 
-        return await adrive(call_flow(state.context, request), perform)
+        try:
+            return await adrive(call_flow(state.context, request), perform)
+        finally:
+            self._settle(state, None)
 
     def _note(self, state: _CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
         if isinstance(effect, Planned):
             plan = state.plan = effect.plan
+            # A chained request is counted once the server accepted or refused it.
+            state.unsettled = plan.chained and state.context.mode is Mode.CHAINED
             self.stats.planned(
                 mode=state.context.mode.value,
                 chained=plan.chained,
@@ -290,6 +394,7 @@ class Tracker:
                 bytes_planned=plan.bytes_planned,
                 bytes_stateless=plan.bytes_stateless,
                 seconds=effect.seconds,
+                count=not state.unsettled,
             )
         elif isinstance(effect, Log):
             getattr(get_logger(), effect.level)(effect.event, **effect.fields)
@@ -300,10 +405,17 @@ class Tracker:
                 items_resent=planned.total if planned is not None else 0,
                 bytes_resent=planned.bytes_stateless if planned is not None else 0,
             )
+            self._settle(state, effect.failure.value)
         elif isinstance(effect, DisableChaining):
             self._zdr.add(effect.scope_key)
         else:
             raise TypeError(f"unknown effect {effect!r}")
+
+    def _settle(self, state: _CallState, refused: str | None) -> None:
+        """Count a chained call's outcome, once: ``chained``, or ``resent`` after a refusal."""
+        if state.unsettled:
+            state.unsettled = False
+            self.stats.settled(mode=state.context.mode.value, refused=refused)
 
     # -- recording ----------------------------------------------------------
 
@@ -347,7 +459,6 @@ class Tracker:
         self._pending.append((ticket.scope, anchor))
         if ticket.hashes is not None:
             self.recent.add([*ticket.hashes, *hashes])
-        self.stats.recorded_response()
         get_logger().debug(
             "anchortrack.response_recorded",
             response_id=response_id,
@@ -371,7 +482,8 @@ class Tracker:
                 scope, anchor = pending.popleft()
             except IndexError:
                 return
-            guard.run("put", lambda: store.put(scope, anchor))  # noqa: B023 - called at once
+            written = guard.run("put", lambda: store.put(scope, anchor))  # noqa: B023 - called at once
+            self._written(written)
 
     async def _aflush(self) -> None:
         """Write queued anchors to the store (async)."""
@@ -381,4 +493,12 @@ class Tracker:
                 scope, anchor = pending.popleft()
             except IndexError:
                 return
-            await guard.arun("put", lambda: store.aput(scope, anchor))  # noqa: B023 - awaited at once
+            written = await guard.arun("put", lambda: store.aput(scope, anchor))  # noqa: B023 - awaited at once
+            self._written(written)
+
+    def _written(self, result: object) -> None:
+        """Count one anchor write: recorded, or not recorded because the store was unavailable."""
+        if isinstance(result, Unavailable):
+            self.stats.skipped_response(Reason.STORE_UNAVAILABLE.value)
+        else:
+            self.stats.recorded_response()

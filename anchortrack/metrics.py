@@ -28,9 +28,19 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry
+    from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ModuleNotFoundError as _error:  # pragma: no cover - exercised in a subprocess
+    if _error.name is None or _error.name.split(".")[0] != "prometheus_client":
+        raise
+    raise ImportError(
+        "anchortrack.metrics needs the prometheus extra (prometheus_client is missing): "
+        "pip install 'anchortrack[prometheus]'",
+        name=_error.name,
+    ) from _error
 
 from . import _client
 from ._stats import merge_snapshots
@@ -117,7 +127,7 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
     requests = CounterMetricFamily(
         "anchortrack_requests",
-        "Responses API requests by mode and decision (chained, stateless, passthrough) and reason.",
+        "Responses API requests by mode, decision (chained, resent, stateless, passthrough) and reason.",
         labels=["mode", "decision", "reason"],
     )
     for row in snap["requests"]:

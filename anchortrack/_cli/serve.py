@@ -13,7 +13,11 @@ import sqlite3
 import sys
 from typing import Any
 
-from ..server import DEFAULT_MAX_DEPTH, DEFAULT_RETENTION
+
+#: The server's defaults, repeated here so that ``--help`` imports nothing
+#: (tests check they match `anchortrack.server`).
+DEFAULT_MAX_DEPTH = 10_000
+DEFAULT_RETENTION = 30 * 24 * 3600.0
 
 
 def register(subparsers: Any) -> None:
@@ -28,7 +32,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    parser.add_argument(
+        "--port", type=port_number, default=8000, help="port to listen on, 0-65535 (default: %(default)s)"
+    )
     parser.add_argument(
         "--store",
         default="memory",
@@ -37,14 +43,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--retention",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_RETENTION,
         metavar="SECONDS",
         help="how long stored responses stay chainable (default: 30 days)",
     )
     parser.add_argument(
         "--max-depth",
-        type=int,
+        type=positive_count,
         default=DEFAULT_MAX_DEPTH,
         metavar="N",
         help="most stored responses one chain may hold (default: %(default)s)",
@@ -79,6 +85,44 @@ def register(subparsers: Any) -> None:
         help="uvicorn log level (default: %(default)s)",
     )
     parser.set_defaults(handler=serve)
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value}")
+    return value
+
+
+def positive_count(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
+port_number.__name__ = "port"
+positive_count.__name__ = "number"
+positive_seconds.__name__ = "seconds"
 
 
 def serve(args: argparse.Namespace) -> int:

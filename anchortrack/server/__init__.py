@@ -94,6 +94,9 @@ __all__ = [
     "open_store",
 ]
 
+#: The web stack the server extra installs.
+SERVER_EXTRA_MODULES = frozenset({"starlette", "uvicorn", "websockets"})
+
 _LAZY = {
     "create_app": "anchortrack.server._app",
     "ResponsesServer": "anchortrack.server._runner",
@@ -107,6 +110,17 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module_name), name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").split(".")[0]
+        if missing not in SERVER_EXTRA_MODULES:
+            raise
+        raise ImportError(
+            f"anchortrack.server.{name} needs the server extra ({missing} is missing): "
+            "pip install 'anchortrack[server]'",
+            name=error.name,
+        ) from error
+    value = getattr(module, name)
     globals()[name] = value
     return value
