@@ -92,6 +92,8 @@ class Stats:
         fallbacks: resends after a stale anchor or a ZDR refusal, by reason.
         recorded / not_recorded: responses, the latter by reason.
         store_errors: failed store operations, by operation.
+        anchors_rejected: anchors the store returned whose MAC did not
+            verify (with a secret key), treated as absent.
         items_sent / items_total: items sent (resends included) vs items in
             the caller's histories (tracked requests only; mode ``off`` reads
             nothing).
@@ -111,6 +113,7 @@ class Stats:
         self.recorded = 0
         self.not_recorded: Counter[str] = Counter()
         self.store_errors: Counter[str] = Counter()
+        self.anchors_rejected = 0
         self.items_sent = 0
         self.items_total = 0
         self.items_planned = 0
@@ -148,12 +151,14 @@ class Stats:
         bytes_planned: int,
         bytes_stateless: int,
         seconds: float | None,
+        rejected: int = 0,
     ) -> None:
-        """Count one planned request."""
+        """Count one planned request (and the *rejected* anchors met while planning it)."""
         shadow = mode == "shadow"
         decision = decision_for(chained=chained, reason=reason)
         with self._lock:
             self.requests[mode, decision, reason] += 1
+            self.anchors_rejected += rejected
             self.items_sent += items_total if shadow else items_sent
             self.items_total += items_total
             self.items_planned += items_sent
@@ -211,6 +216,7 @@ class Stats:
                 "recorded": self.recorded,
                 "not_recorded": dict(sorted(self.not_recorded.items())),
                 "store_errors": dict(sorted(self.store_errors.items())),
+                "anchors_rejected": self.anchors_rejected,
                 "items_sent": self.items_sent,
                 "items_total": self.items_total,
                 "items_planned": self.items_planned,

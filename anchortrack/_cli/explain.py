@@ -6,7 +6,8 @@ command needs the scope they were recorded under.
 Each part comes from its flag; else, when the store is the one the last
 ``anchortrack demo`` used, from that run's ``demo.json``; else from the
 openai client's defaults (``OPENAI_BASE_URL`` or OpenAI's URL,
-``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``, no namespace).
+``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``, no namespace, and the keyed digest
+of ``OPENAI_API_KEY`` unless ``--no-api-key-scope``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from .._explain import explain
-from .._hashing import Scope
+from .._hashing import Scope, api_key_digest
 from ..stores import open_store
+from ..stores._base import resolve_secret_key
 from .record import OPENAI_BASE_URL, DemoRecord, default_store_spec
 
 
@@ -44,6 +46,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--namespace", help="namespace given to anchortrack.wrap()")
     parser.add_argument("--organization", help="OpenAI organization (default: $OPENAI_ORG_ID)")
     parser.add_argument("--project", help="OpenAI project (default: $OPENAI_PROJECT_ID)")
+    parser.add_argument(
+        "--no-api-key-scope",
+        action="store_true",
+        help="the anchors were recorded with scope_by_api_key=False (default: $OPENAI_API_KEY's digest)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=main)
 
@@ -91,7 +98,14 @@ def resolve_scope(args: argparse.Namespace, record: DemoRecord | None) -> Scope:
         or os.environ.get("OPENAI_ORG_ID"),
         project=args.project or (base.project if base else None) or os.environ.get("OPENAI_PROJECT_ID"),
         namespace=args.namespace or (base.namespace if base else None),
+        api_key_digest=None if args.no_api_key_scope else base.api_key_digest if base else _env_key_digest(),
     )
+
+
+def _env_key_digest() -> str | None:
+    """The keyed digest of ``$OPENAI_API_KEY`` a wrapped client puts in its scope, if the key is set."""
+    key = os.environ.get("OPENAI_API_KEY")
+    return api_key_digest(key, resolve_secret_key(None)) if key else None
 
 
 def _fail(message: str) -> int:

@@ -43,6 +43,11 @@ class TestExplainCommand:
         path.write_text(json.dumps(data), encoding="utf-8")
         return str(path)
 
+    @pytest.fixture(autouse=True)
+    def _client_key(self, monkeypatch: pytest.MonkeyPatch, raw_client: openai.OpenAI) -> None:
+        """The scope holds the API key's digest: explain reads the key from the environment, like the SDK."""
+        monkeypatch.setenv("OPENAI_API_KEY", raw_client.api_key)
+
     def _scope_args(self, client: openai.OpenAI, db: Path) -> list[str]:
         return ["--store", f"sqlite:{db}", "--base-url", str(client.base_url), "--namespace", NAMESPACE]
 
