@@ -249,7 +249,8 @@ def _fingerprint_one(item: object, kinds: list[Kind] | None) -> tuple[tuple[byte
     canon, plain = canonical_and_plain(item)
     kind = canon.get("type")
     role = canon.get("role")
-    is_model = (kind == "message" and role == "assistant") or kind in MODEL_ITEM_TYPES
+    is_tool_or_reasoning = isinstance(kind, str) and kind in MODEL_ITEM_TYPES
+    is_model = (kind == "message" and role == "assistant") or is_tool_or_reasoning
     if kinds is not None:
         kinds.append((str(canon.get("type", "?")), role if isinstance(role, str) else None))
     data = dump_canonical(canon)
