@@ -252,10 +252,12 @@ def choose(
     if found:
         for i in range(n - 1, 0, -1):
             anchor = found.get(hashes[i - 1])
-            if anchor is None or anchor.count != i or not anchor.is_live(now):
+            if anchor is None or not anchor.is_live(now):
                 continue
             if authentic is not None and not authentic(anchor):
                 rejected.append(anchor.response_id)
+                continue
+            if anchor.count != i:
                 continue
             if anchor.properties != properties:
                 changed = True

@@ -58,11 +58,12 @@ class MemoryStore:
     Anchors do not survive a restart and are not shared between processes;
     use `SQLiteStore` or `RedisStore` for that.
 
-    Memory: about 220 bytes per anchor with 16-byte views and 30-character
+    Memory: about 222 bytes per anchor with 16-byte views and 30-character
     response ids (``tracemalloc`` over 100,000 anchors, see
-    ``benchmarks/bench_stores.py``; 195-220 depending on how full the hash
+    ``benchmarks/bench_stores.py``; 197-222 depending on how full the hash
     tables are), so the default bound costs about 22 MB.
-    Longer response ids cost their extra length.
+    Longer response ids cost their extra length, and a properties digest
+    (requests with tools, …) and a MAC (a secret key) 16 bytes each.
 
     Every method takes one lock for a few microseconds and never blocks on
     I/O, so the async methods run inline on the event loop.
