@@ -9,7 +9,7 @@ from typing import Any
 
 import pydantic
 import pytest
-from openai import omit
+from openai import NOT_GIVEN
 from openai.types.responses import FunctionTool
 
 from anchortrack import Reason, record_response
@@ -38,9 +38,9 @@ class OtherAnswer(pydantic.BaseModel):
 
 
 def test_no_carried_properties_digest_to_nothing() -> None:
-    """Absent, None and the SDK's omit are all absent; per-request properties never count."""
+    """Absent, None and the SDK's NOT_GIVEN are all absent; per-request properties never count."""
     assert b"" == properties_digest({})
-    assert b"" == properties_digest({"tools": None, "tool_choice": omit, "text": None})
+    assert b"" == properties_digest({"tools": None, "tool_choice": NOT_GIVEN, "text": None})
     assert b"" == properties_digest(
         {
             "model": "gpt-5",
