@@ -65,6 +65,7 @@ def wrap(
     namespace: str | None = None,
     record_incomplete: bool = False,
     store_timeout: float = 1.0,
+    scope_by_api_key: bool = True,
 ) -> ClientT:
     """
     Return a tracked copy of *client*.
@@ -87,6 +88,11 @@ def wrap(
         record_incomplete: Anchor on ``incomplete`` responses too.
         store_timeout: Seconds an async store call may take before anchortrack
             gives up on it and sends the request in full.
+        scope_by_api_key: Keep anchors apart per API key (the default): a
+            keyed digest of the client's API key, never the key itself, is
+            part of the scope, so clients with different keys sharing a
+            store never share anchors. Pass False to keep using anchors
+            across a key rotation (then separate tenants with *namespace*).
 
     Returns:
         A client of the same class as *client*, with every option of it
@@ -134,6 +140,7 @@ def wrap(
         namespace=namespace,
         record_incomplete=record_incomplete,
         store_timeout=store_timeout,
+        scope_by_api_key=scope_by_api_key,
     )
     base = _untracked_class(type(client))
     tracked: ClientT = _clone(client, _tracked_class(base, is_async=is_async))

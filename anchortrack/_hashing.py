@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from ._canonical import CANONICAL_VERSION, canonical_and_plain, canonical_bytes, dump_canonical
+from ._seal import fit_key
 
 
 #: Version of the whole digest scheme (canonical form + hashing).
@@ -45,49 +46,64 @@ class Scope:
         organization: The OpenAI organization, if the client sets one.
         project: The OpenAI project, if the client sets one.
         namespace: An optional extra partition chosen by the user.
-        credential: A digest of the API key, set by wrapped clients that use
-            the process-wide default store so that clients with different
-            keys never share anchors there (`credential_digest`); None
-            elsewhere, where scopes do not depend on the key.
+        api_key_digest: A keyed digest of the client's API key (see
+            `api_key_digest`; never the key itself), so that clients with
+            different keys never share anchors; None leaves the key out.
     """
 
     base_url: str
     organization: str | None = None
     project: str | None = None
     namespace: str | None = None
-    credential: str | None = None
+    api_key_digest: str | None = None
 
     @property
     def key(self) -> str:
-        """A short printable digest of the scope, used to namespace stores."""
-        return _blake2b(self._identity(), digest_size=8).hexdigest()
+        """A short printable digest of the scope, used to namespace stores without a secret key."""
+        return self.store_key(None)
+
+    def store_key(self, secret_key: bytes | None) -> str:
+        """
+        The short printable digest that namespaces this scope's anchors in a store.
+
+        Keyed by *secret_key* when given, so a store's keys tell a reader
+        without the key nothing about the scope (base URL, organization,
+        project, namespace or API key) they belong to.
+        """
+        key = fit_key(secret_key) if secret_key else b""
+        return _blake2b(self._identity(), digest_size=8, key=key).hexdigest()
 
     def _identity(self) -> bytes:
-        parts: tuple[str, ...] = (
+        parts = [
             self.base_url.rstrip("/"),
             self.organization or "",
             self.project or "",
             self.namespace or "",
-        )
-        if self.credential is not None:
-            parts = (*parts, f"credential:{self.credential}")
+        ]
+        if self.api_key_digest is not None:
+            parts.append(self.api_key_digest)
         return "\x1f".join(parts).encode()
 
     def root(self, secret_key: bytes | None) -> bytes:
         """Return ``h(0)`` for this scope, keyed by *secret_key* if given."""
-        key = secret_key or b""
-        if len(key) > 64:
-            key = _blake2b(key).digest()
+        key = fit_key(secret_key) if secret_key else b""
         return _blake2b(
             SCHEME.encode() + b"\x00" + self._identity(), digest_size=DIGEST_SIZE, key=key
         ).digest()
 
 
-def credential_digest(api_key: object) -> str | None:
-    """A short digest naming an API key (never the key itself), or None without a key."""
-    if not isinstance(api_key, str) or not api_key:
-        return None
-    return _blake2b(api_key.encode(), digest_size=8, person=b"anchortrack-key").hexdigest()
+_API_KEY_DOMAIN = b"anchortrack/api-key/1"
+
+
+def api_key_digest(api_key: str, secret_key: bytes | None = None) -> str:
+    """
+    A keyed digest naming an API key in a `Scope`, never the key itself.
+
+    Keyed by *secret_key* when given (else by a fixed domain key): API keys
+    are long random strings, so the digest cannot be turned back into one.
+    """
+    key = fit_key(secret_key) if secret_key else _API_KEY_DOMAIN
+    return _blake2b(api_key.encode(), digest_size=16, key=key).hexdigest()
 
 
 def extend(prefix: bytes, fingerprints: Iterable[bytes]) -> bytes:

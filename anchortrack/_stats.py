@@ -100,6 +100,8 @@ class Stats:
             (``store_unavailable``: the store failed, or was skipped during an
             outage, when the anchor was written).
         store_errors: failed store operations, by operation.
+        anchors_rejected: anchors the store returned whose MAC did not
+            verify (with a secret key), treated as absent.
         items_sent / items_total: items sent (resends included) vs items in
             the caller's histories (tracked requests only; mode ``off`` reads
             nothing).
@@ -119,6 +121,7 @@ class Stats:
         self.recorded = 0
         self.not_recorded: Counter[str] = Counter()
         self.store_errors: Counter[str] = Counter()
+        self.anchors_rejected = 0
         self.items_sent = 0
         self.items_total = 0
         self.items_planned = 0
@@ -188,9 +191,11 @@ class Stats:
         bytes_stateless: int,
         seconds: float | None,
         count: bool = True,
+        rejected: int = 0,
     ) -> None:
         """
-        Count one planned request: its items and bytes, and its decision.
+        Count one planned request: its items and bytes, its decision, and the
+        *rejected* anchors met while planning it.
 
         With *count* false the decision is counted later, by `settled`
         (a chained request, once the server accepted or refused it).
@@ -198,6 +203,7 @@ class Stats:
         shadow = mode == "shadow"
         decision = decision_for(chained=chained, reason=reason)
         with self._lock:
+            self.anchors_rejected += rejected
             if count:
                 self.requests[mode, decision, reason] += 1
             self.items_sent += items_total if shadow else items_sent
@@ -263,6 +269,7 @@ class Stats:
                 "recorded": self.recorded,
                 "not_recorded": dict(sorted(self.not_recorded.items())),
                 "store_errors": dict(sorted(self.store_errors.items())),
+                "anchors_rejected": self.anchors_rejected,
                 "items_sent": self.items_sent,
                 "items_total": self.items_total,
                 "items_planned": self.items_planned,

@@ -36,11 +36,12 @@ from ._flow import (
     drive,
 )
 from ._guard import Guard
-from ._hashing import Memo, Scope, credential_digest, fingerprint_items, prefix_hashes
+from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
 from ._mode import Mode, coerce, describe, resolve
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
 from ._request import Request, read_request
+from ._seal import mac_key
 from ._stats import Stats
 from .stores._base import Anchor, AnchorStore
 
@@ -161,6 +162,10 @@ class Tracker:
         store_cooldown: Seconds the store is skipped after it failed, before
             it is tried again; also settable on a live tracker
             (``anchortrack.tracker(client).store_cooldown = 0``).
+        scope_by_api_key: Put a keyed digest of the client's API key in the
+            scope (the default), so clients with different keys sharing a
+            store never share anchors. False keeps anchors usable across a
+            key rotation (then separate tenants with *namespace*).
         clock: Unix time source (tests).
 
     Raises:
@@ -184,6 +189,7 @@ class Tracker:
         record_incomplete: bool = False,
         store_timeout: float = 1.0,
         store_cooldown: float = 5.0,
+        scope_by_api_key: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.shared_default = store is None
@@ -193,6 +199,7 @@ class Tracker:
         self.mode: Mode | None = coerce(mode) if mode is not None else None
         self.namespace = namespace
         self.record_incomplete = record_incomplete
+        self.scope_by_api_key = scope_by_api_key
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
@@ -209,24 +216,6 @@ class Tracker:
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
         return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
 
-    def scope_for(self, client: object) -> Scope:
-        """
-        The scope this tracker records *client*'s anchors under (a client made by `wrap`).
-
-        Hand it to `anchortrack.explain` or `anchortrack.plan_request` with
-        ``store=tracker.store``: with the shared default store the scope also
-        depends on the client's API key, so a `Scope` built by hand from the
-        base URL alone would not match.
-        """
-        return Scope(
-            base_url=str(getattr(client, "base_url", "")),
-            organization=getattr(client, "organization", None),
-            project=getattr(client, "project", None),
-            namespace=self.namespace,
-            # The shared default store also keeps API keys apart.
-            credential=credential_digest(getattr(client, "api_key", None)) if self.shared_default else None,
-        )
-
     @property
     def store_cooldown(self) -> float:
         """Seconds the store is skipped after a failure before it is tried again."""
@@ -235,6 +224,33 @@ class Tracker:
     @store_cooldown.setter
     def store_cooldown(self, seconds: float) -> None:
         self._guard.breaker.cooldown = seconds
+
+    def scope_for(self, client: Any) -> Scope:
+        """
+        The scope this tracker records *client*'s anchors under.
+
+        Its base URL, organization and project, this tracker's namespace and,
+        with ``scope_by_api_key``, a keyed digest of its API key (a key that
+        comes from a provider or workload identity changes as it rotates, so
+        it is left out: separate such tenants with a namespace). Hand it to
+        ``anchortrack.explain`` or ``plan_request`` to look at the same anchors.
+        """
+        digest = None
+        api_key = getattr(client, "api_key", None)
+        if (
+            self.scope_by_api_key
+            and isinstance(api_key, str)
+            and api_key
+            and getattr(client, "_api_key_provider", None) is None
+        ):
+            digest = api_key_digest(api_key, self.store.secret_key)
+        return Scope(
+            base_url=str(client.base_url),
+            organization=getattr(client, "organization", None),
+            project=getattr(client, "project", None),
+            namespace=self.namespace,
+            api_key_digest=digest,
+        )
 
     # -- the fail-open entry ------------------------------------------------
 
@@ -305,13 +321,15 @@ class Tracker:
             now=self.clock(),
             memo=self._memo,
             recent=self.recent,
+            mac_key=mac_key(self.store.secret_key),
         )
         return context, request
 
     def _root(self, scope: Scope) -> tuple[str, bytes]:
         cached = self._roots.get(scope)
         if cached is None:
-            cached = (scope.key, scope.root(self.store.secret_key))
+            secret = self.store.secret_key
+            cached = (scope.store_key(secret), scope.root(secret))
             with self._lock:
                 if len(self._roots) > 64:
                     self._roots.clear()
@@ -395,6 +413,7 @@ class Tracker:
                 bytes_stateless=plan.bytes_stateless,
                 seconds=effect.seconds,
                 count=not state.unsettled,
+                rejected=len(plan.rejected),
             )
         elif isinstance(effect, Log):
             getattr(get_logger(), effect.level)(effect.event, **effect.fields)
@@ -455,6 +474,9 @@ class Tracker:
             now=self.clock(),
             ttl=self.store.ttl,
             chain_expires_at=ticket.expires_at,
+            properties=ticket.properties,
+            scope=ticket.scope,
+            mac_key=mac_key(self.store.secret_key),
         )
         self._pending.append((ticket.scope, anchor))
         if ticket.hashes is not None:

@@ -154,6 +154,11 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
         "operation",
         snap["store_errors"],
     )
+    yield CounterMetricFamily(
+        "anchortrack_anchors_rejected",
+        "Anchors read from the store whose MAC did not verify (secret key set), treated as absent.",
+        value=snap["anchors_rejected"],
+    )
     yield _by_label(
         "anchortrack_request_items",
         "Input items: sent (resends included), planned, and in the callers' histories.",

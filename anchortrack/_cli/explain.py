@@ -11,7 +11,10 @@ change it:
   ``OPENAI_BASE_URL``; else OpenAI's URL;
 * organization and project: the flags; else ``demo.json`` (as above); else
   ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID``;
-* namespace: ``--namespace``; else ``demo.json``'s; else none.
+* namespace: ``--namespace``; else ``demo.json``'s; else none;
+* API key: the keyed digest of ``OPENAI_API_KEY`` (the demo's, from
+  ``demo.json``), as a wrapped client puts in its scope; ``--no-api-key-scope``
+  leaves it out (for clients wrapped with ``scope_by_api_key=False``).
 
 When the history would not chain, it also says whether the store holds any
 anchor for that scope, or any at all, so "nothing was recorded here" does not
@@ -60,6 +63,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--namespace", help="namespace given to anchortrack.wrap()")
     parser.add_argument("--organization", help="OpenAI organization (default: $OPENAI_ORG_ID)")
     parser.add_argument("--project", help="OpenAI project (default: $OPENAI_PROJECT_ID)")
+    parser.add_argument(
+        "--no-api-key-scope",
+        action="store_true",
+        help="the anchors were recorded with scope_by_api_key=False (default: $OPENAI_API_KEY's digest)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=main)
 
@@ -161,6 +169,7 @@ def resolve_scope(args: argparse.Namespace, record: DemoRecord | None) -> tuple[
         ),
         project=pick("project", args.project, base.project if base else None, "OPENAI_PROJECT_ID"),
         namespace=pick("namespace", args.namespace, base.namespace if base else None, None),
+        api_key_digest=_key_digest(args, base, sources),
     )
     return scope, sources
 
@@ -174,9 +183,13 @@ def scope_line(scope: Scope, sources: Mapping[str, str]) -> str:
         ("namespace", scope.namespace),
     ):
         parts.append(f"{part} {value} from {sources[part]}" if value else f"no {part}")
+    if scope.api_key_digest:
+        parts.append(f"API key digest from {sources.get('api_key', 'default')}")
+    else:
+        parts.append("no API key")
     return (
         f"scope {scope.key}: {', '.join(parts)} "
-        "(change with --base-url, --organization, --project, --namespace)"
+        "(change with --base-url, --organization, --project, --namespace, --no-api-key-scope)"
     )
 
 
@@ -231,6 +244,25 @@ def holds_line(spec: str, holds: tuple[bool | None, bool | None]) -> str:
             "another base URL, organization, project or namespace (see the scope line above)"
         )
     return "note: the store holds anchors in this scope, but none is a prefix of this history"
+
+
+def _key_digest(args: argparse.Namespace, base: Scope | None, sources: dict[str, str]) -> str | None:
+    """The API-key part of the scope: a keyed digest, never the key, or None."""
+    from .._hashing import api_key_digest
+    from ..stores._base import resolve_secret_key
+
+    if args.no_api_key_scope:
+        sources["api_key"] = "--no-api-key-scope"
+        return None
+    if base is not None:
+        sources["api_key"] = "demo.json"
+        return base.api_key_digest
+    key = os.environ.get("OPENAI_API_KEY")
+    if not key:
+        sources["api_key"] = "default"
+        return None
+    sources["api_key"] = "$OPENAI_API_KEY"
+    return api_key_digest(key, resolve_secret_key(None))
 
 
 def _fail(message: str) -> int:

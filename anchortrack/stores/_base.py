@@ -3,7 +3,9 @@ The anchor store contract shared by every backend.
 
 A store maps *view hashes* to the responses whose server-side context they
 describe.
-It never holds item content: only digests, response ids, counts and times.
+It never holds item content: only digests, response ids, counts and times
+(and, with a secret key, a MAC per anchor that the tracker checks on every
+read: stores keep ``Anchor.properties`` and ``Anchor.mac`` as given).
 Every backend implements the sync methods (``find``, ``get``, ``put``,
 ``evict``) and their async twins (``afind``, ``aget``, ``aput``, ``aevict``),
 so one store object serves both ``OpenAI`` and ``AsyncOpenAI`` clients.
@@ -43,6 +45,13 @@ class Anchor:
         count: How many items the view holds.
         created_at: Unix time the response was recorded.
         expires_at: Unix time after which the anchor must not be used.
+        properties: Digest of the request properties a server could carry
+            over a chain (``tools``, ``tool_choice``, ``text``, …) that the
+            response was made with; empty when the request set none of them.
+            A request chains from the anchor only when its own digest is equal.
+        mac: With a secret key, a MAC over the scope, view, response id,
+            count, expiry and properties (see `anchortrack._seal`); a store
+            keeps it as given and the tracker checks it on every read.
     """
 
     view: bytes
@@ -50,6 +59,8 @@ class Anchor:
     count: int
     created_at: float
     expires_at: float
+    properties: bytes = b""
+    mac: bytes | None = None
 
     def is_live(self, now: float) -> bool:
         """Whether the anchor may still be used at *now*."""

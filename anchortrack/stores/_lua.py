@@ -2,8 +2,8 @@
 Lua scripts that give `RedisStore` one round trip per record, lookup by id
 and eviction, atomically.
 
-Values are those of `_redis_format.encode_value` (``1|count|created|expires|id``),
-reverse keys hold the view in hex.
+Values are those of `_redis_format.encode_value`
+(``2|count|created|expires|properties|mac|id``), reverse keys hold the view in hex.
 The scripts build the other entry's key from a prefix argument; every key of
 a scope shares one hash tag, so that stays on one Redis Cluster slot.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 _RID_OF = """
 local function rid_of(v)
   if not v then return nil end
-  return string.match(v, '^1|[^|]*|[^|]*|[^|]*|(.*)$')
+  return string.match(v, '^2|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(.*)$')
 end
 """
 

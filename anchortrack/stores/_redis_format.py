@@ -2,8 +2,8 @@
 The Redis store's data format: the value of a view key and the key names.
 
 `encode_value` writes what the Lua scripts in `anchortrack.stores._lua`
-parse (``1|count|created_at|expires_at|response_id``); `KeySchema` names the
-keys they touch.
+parse (``2|count|created_at|expires_at|properties|mac|response_id``);
+`KeySchema` names the keys they touch.
 Pure: nothing here does I/O, so the sync and async halves of `RedisStore`
 share it.
 """
@@ -18,37 +18,48 @@ from ._checks import FORBIDDEN_KEY_CHARS, check_scope
 
 
 #: Version tag at the start of every encoded value (see `encode_value`).
-VALUE_VERSION = "1"
+#: Version 2 added the properties digest and the MAC; version 1 values (which
+#: lack them) are treated as absent.
+VALUE_VERSION = "2"
 
 
 def encode_value(anchor: Anchor) -> str:
     """
     Encode everything but the view (which is in the key) as a short string.
 
-    The format is ``1|count|created_at|expires_at|response_id``: a version
-    tag, the count in decimal, both times as the shortest ``repr`` that
-    round-trips, and the response id last so it may hold any character.
+    The format is ``2|count|created_at|expires_at|properties|mac|response_id``:
+    a version tag, the count in decimal, both times as the shortest ``repr``
+    that round-trips, the properties digest and the MAC in hex (empty when
+    there is none), and the response id last so it may hold any character.
     It is ASCII for ASCII ids, so it survives clients that decode responses.
     """
-    return f"{VALUE_VERSION}|{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.response_id}"
+    mac = anchor.mac.hex() if anchor.mac is not None else ""
+    return (
+        f"{VALUE_VERSION}|{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}"
+        f"|{anchor.properties.hex()}|{mac}|{anchor.response_id}"
+    )
 
 
 def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
     """
     Decode a value written by `encode_value`; `None` if it is not one.
 
-    Values of an unknown version (written by a newer anchortrack) are
+    Values of another version (written by an older or newer anchortrack) are
     treated as absent rather than guessed at.
     """
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    parts = text.split("|", 4)
-    if len(parts) != 5 or parts[0] != VALUE_VERSION:
+    try:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError:
+        return None
+    parts = text.split("|", 6)
+    if len(parts) != 7 or parts[0] != VALUE_VERSION:
         return None
     try:
         count, created_at, expires_at = int(parts[1]), float(parts[2]), float(parts[3])
+        properties, mac = bytes.fromhex(parts[4]), bytes.fromhex(parts[5])
     except ValueError:
         return None
-    return Anchor(view, parts[4], count, created_at, expires_at)
+    return Anchor(view, parts[6], count, created_at, expires_at, properties, mac or None)
 
 
 def expiry_ms(anchor: Anchor) -> int:
@@ -67,6 +78,10 @@ class KeySchema:
 
     ``{prefix}:{{{scope}}}:v:{view hex}`` holds the encoded anchor, and
     ``{prefix}:{{{scope}}}:r:{response id}`` holds the view in hex.
+    The scope is the tracker's scope key: a digest, keyed by the secret key
+    when there is one, so key names tell a reader without the key nothing
+    about which base URL, organization, project, namespace or API key they
+    belong to.
     The scope sits in a hash tag, so all keys of one scope share a Redis
     Cluster slot and multi-key commands and scripts stay legal there.
     """

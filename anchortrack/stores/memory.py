@@ -5,7 +5,8 @@ Layout, chosen to keep an anchor near 200 bytes (see `MemoryStore`; an
 ``OrderedDict`` plus a reverse ``dict`` costs about 355):
 
 * per scope, one ``dict`` from view to a packed *record*
-  (``slot, count, created_at, expires_at`` then the response id in UTF-8);
+  (``slot, count, created_at, expires_at``, the lengths of the properties
+  digest and the MAC, those two, then the response id in UTF-8);
 * per *slot* (a small integer naming one anchor): its view, its scope id and
   its neighbours in an LRU ring, in a list and three typed arrays;
 * a reverse index from ``(scope, response id)`` to slot: an open-addressing
@@ -29,10 +30,11 @@ from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
-_RECORD = struct.Struct("<IIdd")  # slot, count, created_at, expires_at
+_RECORD = struct.Struct("<IIddBB")  # slot, count, created_at, expires_at, len(properties), len(mac)
 _HEAD = _RECORD.size
 _EXPIRES = struct.Struct("<d")
-_EXPIRES_AT = _HEAD - _EXPIRES.size
+_EXPIRES_AT = 16
+_PROPERTIES_LEN, _MAC_LEN = _HEAD - 2, _HEAD - 1
 _EMPTY, _TOMBSTONE = 0, -1
 _SWEEP_PER_WRITE = 2
 
@@ -56,11 +58,12 @@ class MemoryStore:
     Anchors do not survive a restart and are not shared between processes;
     use `SQLiteStore` or `RedisStore` for that.
 
-    Memory: about 220 bytes per anchor with 16-byte views and 30-character
+    Memory: about 222 bytes per anchor with 16-byte views and 30-character
     response ids (``tracemalloc`` over 100,000 anchors, see
-    ``benchmarks/bench_stores.py``; 195-220 depending on how full the hash
+    ``benchmarks/bench_stores.py``; 197-222 depending on how full the hash
     tables are), so the default bound costs about 22 MB.
-    Longer response ids cost their extra length.
+    Longer response ids cost their extra length, and a properties digest
+    (requests with tools, …) and a MAC (a secret key) 16 bytes each.
 
     Every method takes one lock for a few microseconds and never blocks on
     I/O, so the async methods run inline on the event loop.
@@ -120,18 +123,18 @@ class MemoryStore:
             sc = self._scopes.get(scope)
             if sc is None or not views:
                 return {}
-            now, table, unpack, head = self._clock(), sc.views, _RECORD.unpack_from, _HEAD
+            now, table, unpack = self._clock(), sc.views, _RECORD.unpack_from
             try:
                 for view in views:
                     rec = table.get(view)
                     if rec is None:
                         continue
-                    slot, count, created_at, expires_at = unpack(rec)
+                    slot, _, _, expires_at, _, _ = unpack(rec)
                     if expires_at <= now:
                         self._drop(slot)
                         continue
                     self._touch(slot)
-                    found.append(Anchor(view, rec[head:].decode(), count, created_at, expires_at))
+                    found.append(_anchor(view, rec))
             finally:
                 self._collect_scopes()
         return {a.view: a for a in found}
@@ -226,9 +229,9 @@ class MemoryStore:
             return
         if at_view:
             assert rec is not None
-            moved = rec[_HEAD:] != rid
+            moved = _rid(rec) != rid
             if moved:
-                self._unindex_rid(sc.id, rec[_HEAD:], at_view)
+                self._unindex_rid(sc.id, _rid(rec), at_view)
             sc.views[view] = _record(at_view, anchor, rid)  # before a rehash reads it
             if moved:
                 self._index_rid(sc.id, rid, at_view)
@@ -276,7 +279,7 @@ class MemoryStore:
         assert view is not None
         sc = self._scope_ids[self._sids[slot]]
         rec = sc.views[view]
-        self._unindex_rid(sc.id, rec[_HEAD:], slot)
+        self._unindex_rid(sc.id, _rid(rec), slot)
         del sc.views[view]
         if not sc.views:
             self._emptied.append(sc)
@@ -334,7 +337,7 @@ class MemoryStore:
             elif sids[slot] == sid:
                 view = keys[slot]
                 assert view is not None
-                if self._scope_ids[sid].views[view][_HEAD:] == rid:
+                if _rid(self._scope_ids[sid].views[view]) == rid:
                     return cell, slot
             cell = (cell + 1) & mask
 
@@ -362,7 +365,7 @@ class MemoryStore:
         used = 0
         for sc in self._scope_ids.values():
             for rec in sc.views.values():
-                cell = hash((sc.id, rec[_HEAD:])) & mask
+                cell = hash((sc.id, _rid(rec))) & mask
                 while table[cell] != _EMPTY:
                     cell = (cell + 1) & mask
                 table[cell] = _RECORD.unpack_from(rec)[0]
@@ -371,9 +374,26 @@ class MemoryStore:
 
 
 def _record(slot: int, anchor: Anchor, rid: bytes) -> bytes:
-    return _RECORD.pack(slot, anchor.count, anchor.created_at, anchor.expires_at) + rid
+    props, mac = anchor.properties, anchor.mac or b""
+    head = _RECORD.pack(slot, anchor.count, anchor.created_at, anchor.expires_at, len(props), len(mac))
+    return head + props + mac + rid
+
+
+def _rid(rec: bytes) -> bytes:
+    """The response id (UTF-8) at the end of a record."""
+    return rec[_HEAD + rec[_PROPERTIES_LEN] + rec[_MAC_LEN] :]
 
 
 def _anchor(view: bytes, rec: bytes) -> Anchor:
-    _, count, created_at, expires_at = _RECORD.unpack_from(rec)
-    return Anchor(view, rec[_HEAD:].decode(), count, created_at, expires_at)
+    _, count, created_at, expires_at, plen, mlen = _RECORD.unpack_from(rec)
+    props_end = _HEAD + plen
+    mac_end = props_end + mlen
+    return Anchor(
+        view,
+        rec[mac_end:].decode(),
+        count,
+        created_at,
+        expires_at,
+        properties=rec[_HEAD:props_end],
+        mac=rec[props_end:mac_end] or None,
+    )

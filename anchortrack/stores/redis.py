@@ -3,7 +3,7 @@
 
 Key schema (see `KeySchema`), with the scope in a hash tag::
 
-    {prefix}:{<scope>}:v:<view hex>    ->  "1|<count>|<created_at>|<expires_at>|<response id>"
+    {prefix}:{<scope>}:v:<view hex>    ->  "2|<count>|<created>|<expires>|<properties>|<mac>|<response id>"
     {prefix}:{<scope>}:r:<response id> ->  "<view hex>"
 
 Both keys of an anchor carry the anchor's absolute expiry (``PXAT``).

@@ -24,18 +24,19 @@ _T = TypeVar("_T")
 #: Views per ``IN (...)`` list, well under SQLite's variable limit.
 _CHUNK = 500
 
+_COLUMNS = "view, response_id, count, created_at, expires_at, properties, mac"
 _GET = (
-    "SELECT view, response_id, count, created_at, expires_at FROM anchors"
+    f"SELECT {_COLUMNS} FROM anchors"  # noqa: S608 - constant column names
     " WHERE scope = ? AND response_id = ? AND expires_at > ?"
     " ORDER BY created_at DESC LIMIT 1"
 )
 _DROP_OTHER_VIEWS = "DELETE FROM anchors WHERE scope = ? AND response_id = ? AND view <> ?"
 _UPSERT = (
-    "INSERT INTO anchors (scope, view, response_id, count, created_at, expires_at)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO anchors (scope, {_COLUMNS})"  # noqa: S608 - constant column names
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (scope, view) DO UPDATE SET response_id = excluded.response_id,"
     " count = excluded.count, created_at = excluded.created_at,"
-    " expires_at = excluded.expires_at"
+    " expires_at = excluded.expires_at, properties = excluded.properties, mac = excluded.mac"
 )
 _EVICT = "DELETE FROM anchors WHERE scope = ? AND response_id = ?"
 _SWEEP = "DELETE FROM anchors WHERE expires_at <= ?"
@@ -45,7 +46,7 @@ def _find_sql(n: int) -> str:
     """Return the find query for *n* views (only placeholders are inserted)."""
     marks = ", ".join("?" * n)
     return (
-        "SELECT view, response_id, count, created_at, expires_at FROM anchors"  # noqa: S608
+        f"SELECT {_COLUMNS} FROM anchors"  # noqa: S608
         f" WHERE scope = ? AND expires_at > ? AND view IN ({marks})"
     )
 
@@ -120,7 +121,9 @@ class SQLiteStore:
             for i in range(0, len(wanted), _CHUNK):
                 chunk = wanted[i : i + _CHUNK]
                 for row in conn.execute(_find_sql(len(chunk)), (scope, now, *chunk)):
-                    found[row[0]] = Anchor(*row)
+                    anchor = _anchor(row)
+                    if anchor is not None:
+                        found[anchor.view] = anchor
             return found
 
         return self._run(run)
@@ -132,7 +135,7 @@ class SQLiteStore:
 
         def run(conn: sqlite3.Connection) -> Anchor | None:
             row = conn.execute(_GET, (scope, response_id, self._clock())).fetchone()
-            return Anchor(*row) if row is not None else None
+            return _anchor(row) if row is not None else None
 
         return self._run(run)
 
@@ -150,7 +153,10 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(_DROP_OTHER_VIEWS, (scope, a.response_id, a.view))
-                conn.execute(_UPSERT, (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at))
+                conn.execute(
+                    _UPSERT,
+                    (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac),
+                )
                 sweep = self._writes_to_sweep <= 0
                 if sweep:
                     conn.execute(_SWEEP, (self._clock(),))
@@ -224,3 +230,19 @@ class SQLiteStore:
             raise
         self._writes_to_sweep = 0
         return conn
+
+
+def _anchor(row: Sequence[object]) -> Anchor | None:
+    """The anchor in a row, or None when another writer left a row of other types."""
+    view, response_id, count, created_at, expires_at, properties, mac = row
+    if not (
+        isinstance(view, bytes)
+        and isinstance(response_id, str)
+        and type(count) is int
+        and isinstance(created_at, (int, float))
+        and isinstance(expires_at, (int, float))
+        and isinstance(properties, bytes)
+        and (mac is None or isinstance(mac, bytes))
+    ):
+        return None
+    return Anchor(view, response_id, count, float(created_at), float(expires_at), properties, mac)

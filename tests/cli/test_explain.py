@@ -43,6 +43,11 @@ class TestExplainCommand:
         path.write_text(json.dumps(data), encoding="utf-8")
         return str(path)
 
+    @pytest.fixture(autouse=True)
+    def _client_key(self, monkeypatch: pytest.MonkeyPatch, raw_client: openai.OpenAI) -> None:
+        """The scope holds the API key's digest: explain reads the key from the environment, like the SDK."""
+        monkeypatch.setenv("OPENAI_API_KEY", raw_client.api_key)
+
     def _scope_args(self, client: openai.OpenAI, db: Path) -> list[str]:
         return ["--store", f"sqlite:{db}", "--base-url", str(client.base_url), "--namespace", NAMESPACE]
 
@@ -64,8 +69,8 @@ class TestExplainCommand:
         assert lines[1].startswith("scope ")
         assert lines[1].endswith(
             ": base URL from --base-url, no organization, no project, "
-            "namespace explain-tests from --namespace "
-            "(change with --base-url, --organization, --project, --namespace)"
+            "namespace explain-tests from --namespace, API key digest from $OPENAI_API_KEY "
+            "(change with --base-url, --organization, --project, --namespace, --no-api-key-scope)"
         )
         assert "     #  type                   role       fingerprint   held by" == lines[2]
         assert lines[3].startswith("     0  message                system     ")
@@ -223,6 +228,7 @@ class TestExplainCommand:
             "organization": "default",
             "project": "$OPENAI_PROJECT_ID",
             "namespace": "--namespace",
+            "api_key": "$OPENAI_API_KEY",
         } == data["scope_source"]
         assert "prefix_diverged" == data["reason"]  # the anchors were recorded without a project
         assert (last, "chained") == (

@@ -88,7 +88,7 @@ def test_projects_and_endpoints_are_kept_apart(raw_client: openai.OpenAI) -> Non
 
 
 def test_an_explicit_store_still_overrides(raw_client: openai.OpenAI) -> None:
-    """store= keeps a client out of the shared default; its scope does not depend on the key."""
+    """store= keeps a client out of the shared default; its scope is the one the default would use."""
     own = MemoryStore()
     private = anchortrack.wrap(raw_client, store=own)
     shared = anchortrack.wrap(raw_client)
@@ -101,7 +101,7 @@ def test_an_explicit_store_still_overrides(raw_client: openai.OpenAI) -> None:
     assert not tracker.shared_default
     assert anchortrack.tracker(shared).shared_default
     assert 1 == tracker.stats.count("stateless", "prefix_diverged")
-    assert tracker.scope_for(private).credential is None
+    assert tracker.scope_for(private) == anchortrack.tracker(shared).scope_for(shared)
 
 
 def test_the_scope_to_explain_a_default_store_client(raw_client: openai.OpenAI) -> None:

@@ -171,19 +171,20 @@ def test_new_file_gets_the_current_schema(tmp_path: Path, clock: FakeClock) -> N
 def test_older_schema_is_migrated_and_keeps_its_rows(
     tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A version-1 file opened by code that knows version 2 is migrated."""
-    a = make_anchor("a", clock.now)
+    """A file opened by code that knows one more schema version is migrated, rows kept."""
+    a = make_anchor("a", clock.now, properties=view("p"), mac=view("m"))
     old = SQLiteStore(tmp_path / "a.db", clock=clock)
     old.put(SCOPE, a)
     old.close()
-    v2 = "ALTER TABLE anchors ADD COLUMN note TEXT; CREATE TABLE extra (x INTEGER)"
-    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, v2))
+    current = len(schema.MIGRATIONS)
+    newer = "ALTER TABLE anchors ADD COLUMN note TEXT; CREATE TABLE extra (x INTEGER)"
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, newer))
 
     new = SQLiteStore(tmp_path / "a.db", clock=clock)
 
     assert a == new.get(SCOPE, a.response_id)
     with sqlite3.connect(tmp_path / "a.db") as conn:
-        assert 2 == conn.execute("PRAGMA user_version").fetchone()[0]
+        assert current + 1 == conn.execute("PRAGMA user_version").fetchone()[0]
         conn.execute("SELECT note FROM anchors").fetchall()
         conn.execute("SELECT x FROM extra").fetchall()
 
@@ -197,9 +198,46 @@ def test_failed_migration_changes_nothing(tmp_path: Path, clock: FakeClock) -> N
     with pytest.raises(sqlite3.OperationalError, match="missing"):
         schema.migrate(conn, broken)
 
-    assert 1 == schema.schema_version(conn)
+    assert len(schema.MIGRATIONS) == schema.schema_version(conn)
     assert [] == conn.execute("SELECT name FROM sqlite_master WHERE name = 'extra'").fetchall()
     conn.close()
+
+
+def test_version_1_rows_are_dropped_when_properties_and_macs_arrive(tmp_path: Path, clock: FakeClock) -> None:
+    """Rows from before version 2 have no properties digest, so they must not be chained from."""
+    conn = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+    schema.migrate(conn, schema.MIGRATIONS[:1])
+    a = make_anchor("a", clock.now)
+    conn.execute(
+        "INSERT INTO anchors VALUES (?, ?, ?, ?, ?, ?)",
+        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at),
+    )
+    conn.close()
+
+    store = SQLiteStore(tmp_path / "a.db", clock=clock)
+
+    assert {} == store.find(SCOPE, [a.view])
+    assert None is store.get(SCOPE, a.response_id)
+    with sqlite3.connect(tmp_path / "a.db") as check:
+        assert 2 == check.execute("PRAGMA user_version").fetchone()[0]
+        columns = [c[1] for c in check.execute("PRAGMA table_info(anchors)")]
+    assert ["properties", "mac"] == columns[-2:]
+    store.put(SCOPE, a)
+    assert a == store.get(SCOPE, a.response_id)
+
+
+def test_rows_of_other_types_are_treated_as_absent(tmp_path: Path, clock: FakeClock) -> None:
+    """A row another writer filled with values of the wrong types reads as no anchor, not an error."""
+    store = SQLiteStore(tmp_path / "a.db", clock=clock)
+    a, b = make_anchor("a", clock.now), make_anchor("b", clock.now)
+    store.put(SCOPE, a)
+    store.put(SCOPE, b)
+    with sqlite3.connect(tmp_path / "a.db") as conn:
+        wrong = "UPDATE anchors SET properties = 'text', mac = 42 WHERE response_id = ?"
+        conn.execute(wrong, (a.response_id,))
+
+    assert {b.view: b} == store.find(SCOPE, [a.view, b.view])
+    assert None is store.get(SCOPE, a.response_id)
 
 
 def test_newer_schema_is_refused(tmp_path: Path, clock: FakeClock) -> None:
@@ -251,8 +289,9 @@ def test_no_content_at_rest(tmp_path: Path, clock: FakeClock) -> None:
         ("index", "anchors_by_expiry"),
         ("index", "anchors_by_response"),
     ] == objects
-    assert ["scope", "view", "response_id", "count", "created_at", "expires_at"] == columns
-    assert sorted((SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at)
+    names = ["scope", "view", "response_id", "count", "created_at", "expires_at", "properties", "mac"]
+    assert names == columns
+    assert sorted((SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac)
                   for a in anchors) == sorted(rows(tmp_path / "a.db"))  # fmt: skip
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())
     assert secret.encode() not in raw
