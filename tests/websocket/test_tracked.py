@@ -220,6 +220,17 @@ def test_store_false_chains_on_its_socket_and_never_on_another(
     assert len(sent[2]["input"]) == len(history)
 
 
+def test_local_anchors_are_sealed_like_stored_ones(ws_client: openai.OpenAI, frames: Frames) -> None:
+    """With a secret-keyed store, anchors must carry a valid MAC: connection-local ones do too."""
+    client = anchortrack.wrap(ws_client, store=MemoryStore(secret_key=b"k" * 32))
+    history = [user("one")]
+    with client.responses.connect() as conn:
+        first = _turn(conn, history, store=False)
+        history += [*output_items(first), user("two")]
+        _turn(conn, history, store=False)
+    assert frames.events()[1]["previous_response_id"] == first.id
+
+
 def test_store_false_chains_only_from_the_latest_response_of_its_lane(
     client: openai.OpenAI, ws_server: ResponsesServer, frames: Frames
 ) -> None:
