@@ -47,6 +47,7 @@ from ._hashing import Scope
 from ._mode import Mode, coerce
 from ._stream import AsyncTrackedStream, TrackedStream
 from ._tracker import Tracker, coerce_store
+from ._websocket import connect_tracked
 from .stores._base import AnchorStore
 
 
@@ -361,6 +362,15 @@ def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
     return apply
 
 
+def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The tracked ``responses.connect()`` (WebSocket mode; see `anchortrack._websocket`)."""
+    client = resource._client
+    tracker = client.__dict__.get(_ATTR)
+    if tracker is None:
+        return method(*args, **kwargs)
+    return connect_tracked(tracker, lambda: _scope(client, tracker), method, args, kwargs)
+
+
 class _TrackedResponses(Responses):
     """``client.responses`` of a tracked sync client."""
 
@@ -371,6 +381,10 @@ class _TrackedResponses(Responses):
     @_mirror(Responses.parse)
     def parse(self, **params: Any) -> Any:
         return _create(self, super().parse, params)
+
+    @_mirror(Responses.connect)
+    def connect(self, *args: Any, **kwargs: Any) -> Any:
+        return _connect(self, super().connect, args, kwargs)
 
 
 class _AsyncTrackedResponses(AsyncResponses):
@@ -383,6 +397,10 @@ class _AsyncTrackedResponses(AsyncResponses):
     @_mirror(AsyncResponses.parse)
     async def parse(self, **params: Any) -> Any:
         return await _acreate(self, super().parse, params)
+
+    @_mirror(AsyncResponses.connect)
+    def connect(self, *args: Any, **kwargs: Any) -> Any:
+        return _connect(self, super().connect, args, kwargs)
 
 
 def _beta_resources() -> tuple[type[Any], type[Any]] | None:
@@ -406,9 +424,8 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     methods are the SDK's, untouched: ``retrieve``, ``cancel``, ``delete`` and
     ``input_items`` read or change stored responses and send no history;
     ``compact`` returns a compacted item list rather than a response to chain
-    from; ``connect()`` opens a WebSocket session in which ``response.create``
-    events are not HTTP calls anchortrack can plan, and the session is passed
-    through exactly as ``client.responses.connect()`` is.
+    from; ``connect()`` is passed through untouched (``client.responses.connect()``
+    is the tracked WebSocket mode: `anchortrack._websocket`).
     """
     found = _beta_resources()
     if found is None:

@@ -286,27 +286,42 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
     try:
         chained_ticket = attrs.evolve(ticket, expires_at=anchor.expires_at)
         return (yield Send(chained_body(request, plan.skip, anchor.response_id), chained_ticket))
-    except Exception as error:
-        failure = classify(error, anchor.response_id)
-        if failure is Failure.OTHER:
-            raise
-        if failure is Failure.STALE_ANCHOR:
-            yield Evict(ctx.scope_key, anchor.response_id)
-        yield FellBack(failure, anchor)
-        if failure is Failure.ZDR:
-            yield DisableChaining(ctx.scope_key)
-            yield Log(
-                "warning",
-                "anchortrack.scope_disabled",
-                {"reason": Reason.ZDR.value, "anchor_id": anchor.response_id, "scope": ctx.scope_key},
-            )
-        else:
-            yield Log(
-                "warning",
-                "anchortrack.anchor_evicted",
-                {"reason": Reason.STALE_ANCHOR.value, "anchor_id": anchor.response_id, "resent": "stateless"},
-            )
-        return (yield Send(request.body, ticket))
+    except Exception as error:  # noqa: BLE001 - refused_flow raises again what is not a refusal
+        return (yield from refused_flow(ctx, request, anchor, ticket, error))
+
+
+def refused_flow(
+    ctx: CallContext, request: Request, anchor: Anchor, ticket: Ticket, error: Exception
+) -> Flow:
+    """
+    A request chained to *anchor* was refused with *error*: the decisions after it.
+
+    A stale anchor is evicted, a ZDR refusal stops chaining in the scope; both
+    resend the call in full, once (``Send`` with *ticket*, the unchained
+    ticket). Any other error is raised again, unchanged. `call_flow` runs this
+    when the send raises; a transport that learns of the refusal later (a
+    WebSocket error frame) runs it on its own.
+    """
+    failure = classify(error, anchor.response_id)
+    if failure is Failure.OTHER:
+        raise error
+    if failure is Failure.STALE_ANCHOR:
+        yield Evict(ctx.scope_key, anchor.response_id)
+    yield FellBack(failure, anchor)
+    if failure is Failure.ZDR:
+        yield DisableChaining(ctx.scope_key)
+        yield Log(
+            "warning",
+            "anchortrack.scope_disabled",
+            {"reason": Reason.ZDR.value, "anchor_id": anchor.response_id, "scope": ctx.scope_key},
+        )
+    else:
+        yield Log(
+            "warning",
+            "anchortrack.anchor_evicted",
+            {"reason": Reason.STALE_ANCHOR.value, "anchor_id": anchor.response_id, "resent": "stateless"},
+        )
+    return (yield Send(request.body, ticket))
 
 
 def _caller_managed(ctx: CallContext, request: Request) -> Flow:

@@ -43,6 +43,7 @@ class Reason(str, enum.Enum):
     STREAM_ABANDONED = "stream_abandoned"
     UNKNOWN_PARENT = "unknown_parent"
     PROPERTIES_CHANGED = "properties_changed"
+    WEBSOCKET_DROPPED = "websocket_reconnect_dropped"
 
 
 #: One line per reason: why a request went out the way it did, or why a
@@ -76,6 +77,9 @@ REASON_TEXT: Mapping[Reason, str] = {
     Reason.PROPERTIES_CHANGED: (
         "the recorded responses that hold a prefix of the history were made with other tools, "
         "tool_choice, text, reasoning or truncation settings, which some servers carry over a chain"
+    ),
+    Reason.WEBSOCKET_DROPPED: (
+        "the WebSocket closed or reconnected before the response's terminal event, so it was not recorded"
     ),
 }
 
@@ -134,14 +138,18 @@ class Plan:
         return self.total - self.skip
 
 
-def unrecordable(response: object, *, record_incomplete: bool) -> Reason | None:
+def unrecordable(
+    response: object, *, record_incomplete: bool, connection_local: bool = False
+) -> Reason | None:
     """
     Why *response* must not become an anchor, or None if it may.
 
     Only a completed response (optionally an incomplete one) with an id, that
-    was not created with ``store: false``, is an anchor.
+    was not created with ``store: false``, is an anchor. A *connection_local*
+    anchor (the latest response of a WebSocket lane, which that socket keeps
+    in memory) may have been created with ``store: false``.
     """
-    if getattr(response, "store", None) is False:
+    if getattr(response, "store", None) is False and not connection_local:
         return Reason.STORE_FALSE
     status = getattr(response, "status", None)
     if not (status == "completed" or (status == "incomplete" and record_incomplete)):

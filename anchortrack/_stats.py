@@ -34,6 +34,8 @@ DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000
 #: Decisions a request is counted under. ``resent``: sent chained, refused by
 #: the server (stale anchor, ZDR) and resent in full.
 CHAINED, RESENT, STATELESS, PASSTHROUGH = "chained", "resent", "stateless", "passthrough"
+#: Transports a request is counted under.
+HTTP, WEBSOCKET = "http", "websocket"
 #: Reasons for which anchortrack sends the request exactly as the caller built it.
 PASSTHROUGH_REASONS = frozenset({"mode_off", "caller_managed"})
 
@@ -82,7 +84,7 @@ class Stats:
     under its outcome; ``print(stats)`` shows the headline counters in one line.
 
     Counters:
-        requests: by ``(mode, decision, reason)``. The decision is
+        requests: by ``(mode, decision, reason, transport)``. The decision is
             ``chained`` (anchortrack sent ``previous_response_id`` plus the
             delta and the server accepted it), ``resent`` (it sent the call
             chained, the server refused the anchor, and it resent the call in
@@ -93,9 +95,14 @@ class Stats:
             when its answer (or error) arrives, so a refusal is never counted
             as chained. In ``shadow`` mode the decision is what *would* have
             been sent (never ``resent``); the request itself went out in full.
+            The transport is ``http``, or ``websocket`` for a
+            ``response.create`` sent over ``client.responses.connect()``.
         fallbacks: resends after a stale anchor or a ZDR refusal, by reason
             (the ``resent`` requests, counted by reason alone).
         recorded: anchors written to the store.
+        recorded_local: connection-local anchors: responses a WebSocket keeps
+            in memory (``store: false``, or zero data retention), chained
+            from on that socket only and never written to the store.
         not_recorded: responses that did not become anchors, by reason
             (``store_unavailable``: the store failed, or was skipped during an
             outage, when the anchor was written).
@@ -116,9 +123,10 @@ class Stats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.requests: Counter[tuple[str, str, str]] = Counter()
+        self.requests: Counter[tuple[str, str, str, str]] = Counter()
         self.fallbacks: Counter[str] = Counter()
         self.recorded = 0
+        self.recorded_local = 0
         self.not_recorded: Counter[str] = Counter()
         self.store_errors: Counter[str] = Counter()
         self.anchors_rejected = 0
@@ -150,7 +158,7 @@ class Stats:
         with self._lock:
             live: Counter[str] = Counter()
             shadow: Counter[str] = Counter()
-            for (mode, decision, _), n in self.requests.items():
+            for (mode, decision, _, _), n in self.requests.items():
                 (shadow if mode == "shadow" else live)[decision] += n
             sent, stateless, planned = self.bytes_sent, self.bytes_stateless, self.bytes_planned
             recorded = self.recorded
@@ -192,6 +200,7 @@ class Stats:
         seconds: float | None,
         count: bool = True,
         rejected: int = 0,
+        transport: str = HTTP,
     ) -> None:
         """
         Count one planned request: its items and bytes, its decision, and the
@@ -205,7 +214,7 @@ class Stats:
         with self._lock:
             self.anchors_rejected += rejected
             if count:
-                self.requests[mode, decision, reason] += 1
+                self.requests[mode, decision, reason, transport] += 1
             self.items_sent += items_total if shadow else items_sent
             self.items_total += items_total
             self.items_planned += items_sent
@@ -217,16 +226,16 @@ class Stats:
             if seconds is not None:
                 self.plan_seconds.observe(seconds)
 
-    def settled(self, *, mode: str, refused: str | None) -> None:
+    def settled(self, *, mode: str, refused: str | None, transport: str = HTTP) -> None:
         """Count a chained request once answered: ``chained``, or ``resent`` after the *refused* reason."""
-        key = (mode, CHAINED, CHAINED) if refused is None else (mode, RESENT, refused)
+        key = (mode, CHAINED, CHAINED, transport) if refused is None else (mode, RESENT, refused, transport)
         with self._lock:
             self.requests[key] += 1
 
-    def passed_through(self, *, mode: str, reason: str) -> None:
+    def passed_through(self, *, mode: str, reason: str, transport: str = HTTP) -> None:
         """Count one request sent exactly as the caller built it, without reading it."""
         with self._lock:
-            self.requests[mode, PASSTHROUGH, reason] += 1
+            self.requests[mode, PASSTHROUGH, reason, transport] += 1
 
     def fell_back(self, reason: str, *, items_resent: int = 0, bytes_resent: int = 0) -> None:
         """Count one resend (of *items_resent* items, *bytes_resent* bytes) after a refused anchor."""
@@ -239,6 +248,11 @@ class Stats:
         """Count one recorded response."""
         with self._lock:
             self.recorded += 1
+
+    def recorded_locally(self) -> None:
+        """Count one response kept as a connection-local anchor (WebSocket)."""
+        with self._lock:
+            self.recorded_local += 1
 
     def skipped_response(self, reason: str) -> None:
         """Count one response that was not recorded."""
@@ -262,11 +276,12 @@ class Stats:
         with self._lock:
             return {
                 "requests": [
-                    {"mode": m, "decision": d, "reason": r, "count": n}
-                    for (m, d, r), n in sorted(self.requests.items())
+                    {"mode": m, "decision": d, "reason": r, "transport": t, "count": n}
+                    for (m, d, r, t), n in sorted(self.requests.items())
                 ],
                 "fallbacks": dict(sorted(self.fallbacks.items())),
                 "recorded": self.recorded,
+                "recorded_local": self.recorded_local,
                 "not_recorded": dict(sorted(self.not_recorded.items())),
                 "store_errors": dict(sorted(self.store_errors.items())),
                 "anchors_rejected": self.anchors_rejected,
@@ -282,13 +297,22 @@ class Stats:
                 "delta_items": self.delta_items.snapshot(),
             }
 
-    def count(self, decision: str | None = None, reason: str | None = None, mode: str | None = None) -> int:
-        """Return how many requests match *decision*, *reason* and *mode* (each optional)."""
+    def count(
+        self,
+        decision: str | None = None,
+        reason: str | None = None,
+        mode: str | None = None,
+        transport: str | None = None,
+    ) -> int:
+        """Return how many requests match *decision*, *reason*, *mode* and *transport* (each optional)."""
         with self._lock:
             return sum(
                 n
-                for (m, d, r), n in self.requests.items()
-                if decision in (None, d) and reason in (None, r) and mode in (None, m)
+                for (m, d, r, t), n in self.requests.items()
+                if decision in (None, d)
+                and reason in (None, r)
+                and mode in (None, m)
+                and transport in (None, t)
             )
 
 
@@ -299,16 +323,17 @@ def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     Histograms must share their bounds, as every `Stats` does.
     """
     merged = Stats().snapshot()
-    requests: Counter[tuple[str, str, str]] = Counter()
+    requests: Counter[tuple[str, str, str, str]] = Counter()
     for snap in snapshots:
         for row in snap["requests"]:
-            requests[row["mode"], row["decision"], row["reason"]] += row["count"]
+            requests[row["mode"], row["decision"], row["reason"], row.get("transport", HTTP)] += row["count"]
         for key, value in snap.items():
             if key == "requests":
                 continue
             merged[key] = _add(merged[key], value)
     merged["requests"] = [
-        {"mode": m, "decision": d, "reason": r, "count": n} for (m, d, r), n in sorted(requests.items())
+        {"mode": m, "decision": d, "reason": r, "transport": t, "count": n}
+        for (m, d, r, t), n in sorted(requests.items())
     ]
     return merged
 

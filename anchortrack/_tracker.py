@@ -19,7 +19,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from ._flow import (
+    UNAVAILABLE,
     CallContext,
     DisableChaining,
     Evict,
@@ -34,6 +37,7 @@ from ._flow import (
     adrive,
     call_flow,
     drive,
+    refused_flow,
 )
 from ._guard import Guard
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
@@ -42,7 +46,8 @@ from ._mode import Mode, coerce, describe, resolve
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
 from ._request import Request, read_request
 from ._seal import mac_key
-from ._stats import Stats
+from ._socket import LaneOverlay, SocketPlan
+from ._stats import HTTP, WEBSOCKET, Stats
 from .stores._base import Anchor, AnchorStore
 
 
@@ -61,10 +66,11 @@ _STORE_OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]]
 class _CallState:
     """What the performer of one call's effects keeps: its context, its plan, its sends."""
 
-    __slots__ = ("answered", "context", "plan", "response", "sdk_error", "sent", "unsettled")
+    __slots__ = ("answered", "context", "plan", "response", "sdk_error", "sent", "transport", "unsettled")
 
-    def __init__(self, context: CallContext) -> None:
+    def __init__(self, context: CallContext, transport: str = HTTP) -> None:
         self.context = context
+        self.transport = transport
         self.plan: Plan | None = None
         #: A chained plan whose outcome (accepted or refused) is not counted yet.
         self.unsettled = False
@@ -414,9 +420,13 @@ class Tracker:
                 seconds=effect.seconds,
                 count=not state.unsettled,
                 rejected=len(plan.rejected),
+                transport=state.transport,
             )
         elif isinstance(effect, Log):
-            getattr(get_logger(), effect.level)(effect.event, **effect.fields)
+            fields = (
+                effect.fields if state.transport == HTTP else {**effect.fields, "transport": state.transport}
+            )
+            getattr(get_logger(), effect.level)(effect.event, **fields)
         elif isinstance(effect, FellBack):
             planned = state.plan
             self.stats.fell_back(
@@ -434,7 +444,7 @@ class Tracker:
         """Count a chained call's outcome, once: ``chained``, or ``resent`` after a refusal."""
         if state.unsettled:
             state.unsettled = False
-            self.stats.settled(mode=state.context.mode.value, refused=refused)
+            self.stats.settled(mode=state.context.mode.value, refused=refused, transport=state.transport)
 
     # -- recording ----------------------------------------------------------
 
@@ -524,3 +534,321 @@ class Tracker:
             self.stats.skipped_response(Reason.STORE_UNAVAILABLE.value)
         else:
             self.stats.recorded_response()
+
+    # -- the WebSocket transport (``client.responses.connect()``) -------------
+    #
+    # A socket send returns nothing: the outcome arrives later on the receive
+    # side. So the call is split: `_plan_socket` runs the same call flow up to
+    # its send, `_recover_socket` runs the flow's refusal branch when an error
+    # frame refuses a chained create, and `_record_socket` records at the
+    # terminal event. *overlay* answers for the connection's local anchors.
+
+    def _plan_socket(
+        self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
+    ) -> SocketPlan:
+        """Plan one ``response.create`` event (sync). Never raises: a fault plans it as given."""
+        try:
+            begun = self._begin_socket(fields, scope(), overlay)
+            if begun is None:
+                return SocketPlan(fields)
+            state, request = begun
+            drive(call_flow(state.context, request), self._socket_perform(state, overlay))
+            return _socket_plan(state, request, overlay)
+        except Exception as error:  # noqa: BLE001 - fail open
+            self._socket_fault(error, counted=True)
+            return SocketPlan(fields)
+
+    async def _aplan_socket(
+        self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
+    ) -> SocketPlan:
+        """Plan one ``response.create`` event (async): the twin of `_plan_socket`."""
+        try:
+            begun = self._begin_socket(fields, scope(), overlay)
+            if begun is None:
+                return SocketPlan(fields)
+            state, request = begun
+            await adrive(call_flow(state.context, request), self._asocket_perform(state, overlay))
+            return _socket_plan(state, request, overlay)
+        except Exception as error:  # noqa: BLE001 - fail open
+            self._socket_fault(error, counted=True)
+            return SocketPlan(fields)
+
+    def _recover_socket(self, sent: SocketPlan, error: Exception, overlay: LaneOverlay) -> SocketPlan | None:
+        """
+        An error frame refused the create *sent* chained (sync): the full resend, or None.
+
+        None when the refusal is the caller's (not a stale anchor or ZDR), or
+        on a fault; the error frame then reaches the caller unchanged.
+        """
+        begun = _recovery(sent)
+        if begun is None:
+            return None
+        state, flow = begun
+        try:
+            drive(flow(error), self._socket_perform(state, overlay))
+        except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
+            if raised is not error:
+                self._socket_fault(raised, counted=False)
+            return None
+        return _resent(state, sent)
+
+    async def _arecover_socket(
+        self, sent: SocketPlan, error: Exception, overlay: LaneOverlay
+    ) -> SocketPlan | None:
+        """The twin of `_recover_socket` (async)."""
+        begun = _recovery(sent)
+        if begun is None:
+            return None
+        state, flow = begun
+        try:
+            await adrive(flow(error), self._asocket_perform(state, overlay))
+        except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
+            if raised is not error:
+                self._socket_fault(raised, counted=False)
+            return None
+        return _resent(state, sent)
+
+    def _record_socket(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
+        """
+        Record a response that arrived on a socket. Never raises.
+
+        A stored response is queued for the store like an HTTP one (the
+        caller flushes). A ``store: false`` response, or any while the scope
+        refuses storage (ZDR), lives only in that socket's memory: its anchor
+        is returned, for the connection's overlay, and never written.
+        """
+        local = (
+            ticket.skip_reason is Reason.STORE_FALSE
+            or ticket.scope in self._zdr
+            or getattr(response, "store", None) is False
+        )
+        if not local:
+            self._observe(ticket, response, output)
+            return None
+        try:
+            return self._local_anchor(ticket, response, output)
+        except Exception as error:  # noqa: BLE001 - recording must never break a socket
+            get_logger().warning("anchortrack.record_failed", error=type(error).__name__, transport=WEBSOCKET)
+            return None
+
+    def _local_anchor(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
+        response_id = getattr(response, "id", None)
+        skip = ticket.skip_reason
+        reason = (
+            skip
+            if skip is not None and skip is not Reason.STORE_FALSE
+            else unrecordable(response, record_incomplete=self.record_incomplete, connection_local=True)
+        )
+        if reason is not None:
+            self.stats.skipped_response(reason.value)
+            get_logger().debug(
+                "anchortrack.response_not_recorded",
+                response_id=response_id,
+                status=getattr(response, "status", None),
+                reason=reason.value,
+                transport=WEBSOCKET,
+            )
+            return None
+        assert isinstance(response_id, str)
+        items = list(output if output is not None else getattr(response, "output", None) or ())
+        fps, _, _ = fingerprint_items(items, self._memo)
+        hashes = prefix_hashes(ticket.base, fps)
+        anchor = new_anchor(
+            response_id,
+            base=ticket.base,
+            count=ticket.count,
+            hashes=hashes,
+            now=self.clock(),
+            ttl=self.store.ttl,
+            chain_expires_at=ticket.expires_at,
+            properties=ticket.properties,
+            scope=ticket.scope,
+            mac_key=mac_key(self.store.secret_key),
+        )
+        if ticket.hashes is not None:
+            self.recent.add([*ticket.hashes, *hashes])
+        self.stats.recorded_locally()
+        get_logger().debug(
+            "anchortrack.response_recorded",
+            response_id=response_id,
+            view=short(anchor.view),
+            items=anchor.count,
+            outputs=len(items),
+            transport=WEBSOCKET,
+            connection_local=True,
+        )
+        return anchor
+
+    def _socket_settle(self, sent: SocketPlan, refused: str | None = None) -> None:
+        """Count a chained socket create once its outcome is known (`SocketPlan.unsettled`)."""
+        if sent.unsettled and sent.context is not None:
+            self.stats.settled(mode=sent.context.mode.value, refused=refused, transport=WEBSOCKET)
+
+    def _socket_dropped(self, in_flight: Sequence[SocketPlan], local_anchors: int) -> None:
+        """Report what a socket that closed or reconnected took with it."""
+        for sent in in_flight:
+            self._socket_settle(sent)
+            self.stats.skipped_response(Reason.WEBSOCKET_DROPPED.value)
+        if in_flight or local_anchors:
+            get_logger().debug(
+                "anchortrack.websocket_state_dropped",
+                in_flight=len(in_flight),
+                local_anchors=local_anchors,
+                transport=WEBSOCKET,
+            )
+
+    def _socket_fault(self, error: Exception, *, counted: bool) -> None:
+        """A fault inside anchortrack on the socket path: the event goes out, or comes in, as given."""
+        if counted:
+            self.stats.passed_through(
+                mode=resolve(self.mode).value, reason=Reason.INTERNAL_ERROR.value, transport=WEBSOCKET
+            )
+        get_logger().warning(
+            "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", transport=WEBSOCKET
+        )
+
+    def _begin_socket(
+        self, fields: Mapping[str, Any], scope: Scope, overlay: LaneOverlay
+    ) -> tuple[_CallState, Request] | None:
+        mode = resolve(self.mode)
+        if mode is Mode.OFF:
+            self.stats.passed_through(mode=mode.value, reason=Reason.MODE_OFF.value, transport=WEBSOCKET)
+            get_logger().debug(
+                "anchortrack.request_passed_through", reason=Reason.MODE_OFF.value, transport=WEBSOCKET
+            )
+            return None
+        begun = self._begin(fields, scope)
+        if begun is None:
+            return None
+        context, request = begun
+        if context.zdr_disabled and overlay.usable():
+            # The scope refuses stored anchors; this socket's latest response still chains.
+            context = attrs.evolve(context, zdr_disabled=False)
+        return _CallState(context, WEBSOCKET), request
+
+    def _socket_perform(self, state: _CallState, overlay: LaneOverlay) -> Callable[[Any], Any]:
+        guard, store = self._guard, self.store
+        stored_only_local = state.context.scope_key in self._zdr
+
+        def perform(effect: Any) -> Any:
+            step = _overlaid(effect, overlay, stored_only_local)
+            if isinstance(step, _Answered):
+                return step.value
+            if step is not None:
+                name, args, combine = step
+                method = getattr(store, name)
+                return combine(guard.run(name, lambda: method(*args)))
+            return _captured(self, state, effect)
+
+        return perform
+
+    def _asocket_perform(self, state: _CallState, overlay: LaneOverlay) -> Callable[[Any], Awaitable[Any]]:
+        guard, store = self._guard, self.store
+        stored_only_local = state.context.scope_key in self._zdr
+
+        async def perform(effect: Any) -> Any:
+            step = _overlaid(effect, overlay, stored_only_local)
+            if isinstance(step, _Answered):
+                return step.value
+            if step is not None:
+                name, args, combine = step
+                method = getattr(store, "a" + name)
+                return combine(await guard.arun(name, lambda: method(*args)))
+            return _captured(self, state, effect)
+
+        return perform
+
+
+# -- the socket path's pieces shared by its sync and async entries -------------
+
+
+@attrs.frozen
+class _Answered:
+    """A store effect the connection's overlay answered by itself."""
+
+    value: Any
+
+
+def _overlaid(
+    effect: Any, overlay: LaneOverlay, zdr: bool
+) -> _Answered | tuple[str, tuple[Any, ...], Callable[[Any], Any]] | None:
+    """
+    How to answer a store effect on a socket: from the overlay, or the store's answer combined with it.
+
+    None for an effect that is not a store operation.
+    """
+    if isinstance(effect, Find):
+        local = overlay.find(effect.views)
+        if zdr:
+            return _Answered(local)
+
+        def merged(found: Any) -> Any:
+            if isinstance(found, Unavailable):
+                return local or UNAVAILABLE
+            # The overlay wins only where the store has nothing.
+            return {**local, **found}
+
+        return "find", (effect.scope, effect.views), merged
+    if isinstance(effect, Get):
+        anchor = overlay.get(effect.response_id)
+        if anchor is not None:
+            return _Answered(anchor)
+        return "get", (effect.scope, effect.response_id), _same
+    if isinstance(effect, Evict):
+        if overlay.evict(effect.response_id):
+            return _Answered(None)
+        return "evict", (effect.scope, effect.response_id), _same
+    return None
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _captured(tracker: Tracker, state: _CallState, effect: Any) -> Any:
+    """Keep the flow's ``Send`` (the event goes out later, on the socket); note the rest."""
+    if type(effect) is Send:
+        state.sent = True
+        state.response = effect
+        return None
+    return tracker._note(state, effect)
+
+
+def _socket_plan(state: _CallState, request: Request, overlay: LaneOverlay) -> SocketPlan:
+    send = state.response
+    assert isinstance(send, Send)
+    plan = state.plan
+    anchor = plan.anchor if plan is not None and state.context.mode is Mode.CHAINED else None
+    return SocketPlan(
+        send.body,
+        ticket=send.ticket,
+        request=request,
+        context=state.context,
+        plan=plan,
+        anchor=anchor,
+        local=anchor is not None and overlay.is_local(anchor),
+        unsettled=state.unsettled,
+    )
+
+
+def _recovery(sent: SocketPlan) -> tuple[_CallState, Callable[[Exception], Any]] | None:
+    """The state and flow that recover *sent* after a refusal, or None when it is not ours to recover."""
+    anchor, request, context, ticket = sent.anchor, sent.request, sent.context, sent.full_ticket
+    if sent.retried or anchor is None or request is None or context is None or ticket is None:
+        return None
+    state = _CallState(context, WEBSOCKET)
+    state.plan = sent.plan
+    state.unsettled = sent.unsettled
+
+    def flow(error: Exception) -> Any:
+        return refused_flow(context, request, anchor, ticket, error)
+
+    return state, flow
+
+
+def _resent(state: _CallState, sent: SocketPlan) -> SocketPlan:
+    send = state.response
+    assert isinstance(send, Send)
+    return attrs.evolve(
+        sent, body=send.body, ticket=send.ticket, anchor=None, local=False, retried=True, unsettled=False
+    )

@@ -127,11 +127,12 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
     requests = CounterMetricFamily(
         "anchortrack_requests",
-        "Responses API requests by mode, decision (chained, resent, stateless, passthrough) and reason.",
-        labels=["mode", "decision", "reason"],
+        "Responses API requests by mode, decision (chained, resent, stateless, passthrough), reason"
+        " and transport (http, websocket).",
+        labels=["mode", "decision", "reason", "transport"],
     )
     for row in snap["requests"]:
-        requests.add_metric([row["mode"], row["decision"], row["reason"]], row["count"])
+        requests.add_metric([row["mode"], row["decision"], row["reason"], row["transport"]], row["count"])
     yield requests
     yield _by_label(
         "anchortrack_fallbacks",
@@ -141,6 +142,11 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     )
     yield CounterMetricFamily(
         "anchortrack_responses_recorded", "Responses recorded as anchors.", value=snap["recorded"]
+    )
+    yield CounterMetricFamily(
+        "anchortrack_responses_recorded_local",
+        "Responses kept as connection-local anchors by a WebSocket (store: false or ZDR), never stored.",
+        value=snap["recorded_local"],
     )
     yield _by_label(
         "anchortrack_responses_not_recorded",

@@ -14,6 +14,8 @@ Ctrl-C ends any command with exit code 130 and no traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -47,8 +49,19 @@ def _version() -> str:
         return "(not installed)"
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
+    # Our own SIGINT handler (it raises KeyboardInterrupt, like Python's): with
+    # Python's default one installed, asyncio and uvicorn take SIGINT over for
+    # a while and may re-deliver it after we handled it, ending the process by
+    # the signal (-2) instead of with 130.
+    previous = None
+    with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+        previous = signal.signal(signal.SIGINT, _interrupt)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -57,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.write("\ninterrupted\n")
         return INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     return int(code or 0)
 
 

@@ -152,7 +152,7 @@ def test_copy_and_with_options_match_the_sdk_and_keep_the_tracker(
 
 # -- defect 2: the SDK's signatures and docstrings -----------------------------------------------
 
-_METHODS = ["responses.create", "responses.parse", "copy", "with_options"]
+_METHODS = ["responses.create", "responses.parse", "responses.connect", "copy", "with_options"]
 if HAS_BETA_RESPONSES:
     _METHODS.append("beta.responses.create")
 

@@ -261,79 +261,30 @@ def _by_id(item: dict[str, Any]) -> bool:
     return item.get("type") in (None, "item_reference") and "role" not in item and "id" in item
 
 
-def _oracle_skip(history: list[Any], views: list[list[dict[str, Any]]]) -> int:
-    """The longest recorded view that is a strict prefix of history (0 if none)."""
-    full = canon(history)
-    best = 0
-    for view in views:
-        if best < len(view) < len(full) and full[: len(view)] == view:
-            best = len(view)
-    return best
+#: The operations that make a turn, and the text of the user message they send.
+_TURNS = {"turn": "on", "tools": 'tool\n!call lookup {"q": 1}', "reason": "think\n!reason"}
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(ops=st.lists(OPS, min_size=2, max_size=9))
-# Merges of items that differ only by an id the server resolves: each fails if that id were ignored.
-@example(ops=[("turn",), ("reference", False), ("turn",), ("swap_ids", 0)])
-@example(ops=[("turn",), ("reference", True), ("turn",), ("swap_ids", 0)])
-@example(ops=[("reason",), ("reason",), ("strip_reasoning",), ("turn",), ("swap_ids", 0)])
-@example(ops=[("reason",), ("strip_reasoning",), ("turn",), ("reason",), ("regenerate",), ("retarget", 0, 0)])
-def test_equivalence_under_random_middleware(
-    server: ResponsesServer, raw_client: openai.OpenAI, wire: WireTap, ops: list[tuple[Any, ...]]
-) -> None:
-    """I1 + longest-anchor, for a few hundred random conversations."""
-    client = anchortrack.wrap(raw_client, store=MemoryStore())
-    history: list[Any] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"}]
-    views: list[list[dict[str, Any]]] = []
-    last_outputs: list[Any] = []
-    injected = 0
-    output_ids: dict[str, list[str]] = {"reasoning": [], "message": []}
+class _Edits:
+    """Random middleware edits of a history (every operation of OPS but the turns)."""
 
-    def send(extra: str = "") -> None:
-        nonlocal history, last_outputs
-        if extra:
-            history = [*history, {"role": "user", "content": f"go {extra}"}]
-        expected_skip = _oracle_skip(history, views)
-        before = len(wire.bodies)
-        resp = client.responses.create(model="scripted", input=history)
-        body = json.loads(wire.bodies[-1])
-        assert before + 1 == len(wire.bodies)
-        # Validated here, unknown-type items left out (no spec names them).
-        validate_create_response({**body, "input": [i for i in body["input"] if not _is_unknown(i)]})
-        if expected_skip:
-            assert "previous_response_id" in body
-            assert len(history) - expected_skip == len(body["input"])
-        else:
-            assert "previous_response_id" not in body
-        stateless = server.state.resolve_input(_wire_json(history))
-        assert canon(stateless) == canon(server.state.resolved_context(resp.id))
-        views.append(canon([*history, *resp.output]))
-        last_outputs = list(resp.output)
-        for item in resp.output:
-            if item.type in output_ids:
-                output_ids[item.type].append(item.id or "")
-        history = [*history, *resp.output]
-        calls = [item for item in resp.output if item.type == "function_call"]
-        history += [
-            {"type": "function_call_output", "call_id": c.call_id, "output": f"out {c.call_id}"}
-            for c in calls
-        ]
+    def __init__(self) -> None:
+        self.last_outputs: list[Any] = []
+        self.injected = 0
+        self.output_ids: dict[str, list[str]] = {"reasoning": [], "message": []}
 
-    send()
-    for op in ops:
+    def answered(self, output: list[Any]) -> None:
+        """Remember the newest response's output (for regenerate and retarget)."""
+        self.last_outputs = list(output)
+        for item in output:
+            if item.type in self.output_ids:
+                self.output_ids[item.type].append(item.id or "")
+
+    def apply(self, history: list[Any], op: tuple[Any, ...]) -> list[Any]:
+        """The history after the edit *op* (unchanged when it does not apply)."""
         kind = op[0]
         messages = _message_indexes(history)
-        if kind == "turn":
-            send("on")
-        elif kind == "tools":
-            send('tool\n!call lookup {"q": 1}')
-        elif kind == "reason":
-            send("think\n!reason")
-        elif kind == "append":
+        if kind == "append":
             history = [*history, {"role": "user", "content": op[1]}]
         elif kind == "insert":
             at = op[1] % (len(history) + 1)
@@ -349,17 +300,17 @@ def test_equivalence_under_random_middleware(
             i, j = messages[k], messages[k + 1]
             history = list(history)
             history[i], history[j] = history[j], history[i]
-        elif kind == "regenerate" and last_outputs:
+        elif kind == "regenerate" and self.last_outputs:
             # Drop the newest response's items (and what followed), as a "regenerate" does.
-            at = next((i for i, item in enumerate(history) if item is last_outputs[0]), None)
+            at = next((i for i, item in enumerate(history) if item is self.last_outputs[0]), None)
             if at is not None:
                 history = history[:at]
         elif kind == "redact_first" and messages:
             at = messages[0]
             history = [*history[:at], {"role": "user", "content": "[redacted]"}, *history[at + 1 :]]
         elif kind == "inject":
-            injected += 1
-            history = [*history, *spec_items(injected)[op[1]]]
+            self.injected += 1
+            history = [*history, *spec_items(self.injected)[op[1]]]
         elif kind == "strip_reasoning":
             # A client that drops encrypted content and summaries: the server resolves the ids.
             history = [
@@ -412,7 +363,7 @@ def test_equivalence_under_random_middleware(
             found = [i for i, item in enumerate(history) if isinstance(item, dict) and _by_id(item)]
             if found:
                 at = found[op[1] % len(found)]
-                pool = output_ids["reasoning" if history[at].get("type") == "reasoning" else "message"]
+                pool = self.output_ids["reasoning" if history[at].get("type") == "reasoning" else "message"]
                 present = {_id(item) for item in history}
                 others = [i for i in pool if i and i not in present]
                 if others:
@@ -421,5 +372,137 @@ def test_equivalence_under_random_middleware(
                         {**history[at], "id": others[op[2] % len(others)]},
                         *history[at + 1 :],
                     ]
+        return history
+
+
+def _oracle_skip(history: list[Any], views: list[list[dict[str, Any]]]) -> int:
+    """The longest recorded view that is a strict prefix of history (0 if none)."""
+    full = canon(history)
+    best = 0
+    for view in views:
+        if best < len(view) < len(full) and full[: len(view)] == view:
+            best = len(view)
+    return best
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=st.lists(OPS, min_size=2, max_size=9))
+# Merges of items that differ only by an id the server resolves: each fails if that id were ignored.
+@example(ops=[("turn",), ("reference", False), ("turn",), ("swap_ids", 0)])
+@example(ops=[("turn",), ("reference", True), ("turn",), ("swap_ids", 0)])
+@example(ops=[("reason",), ("reason",), ("strip_reasoning",), ("turn",), ("swap_ids", 0)])
+@example(ops=[("reason",), ("strip_reasoning",), ("turn",), ("reason",), ("regenerate",), ("retarget", 0, 0)])
+def test_equivalence_under_random_middleware(
+    server: ResponsesServer, raw_client: openai.OpenAI, wire: WireTap, ops: list[tuple[Any, ...]]
+) -> None:
+    """I1 + longest-anchor, for a few hundred random conversations."""
+    client = anchortrack.wrap(raw_client, store=MemoryStore())
+    history: list[Any] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"}]
+    views: list[list[dict[str, Any]]] = []
+    edits = _Edits()
+
+    def send(extra: str = "") -> None:
+        nonlocal history
+        if extra:
+            history = [*history, {"role": "user", "content": f"go {extra}"}]
+        expected_skip = _oracle_skip(history, views)
+        before = len(wire.bodies)
+        resp = client.responses.create(model="scripted", input=history)
+        body = json.loads(wire.bodies[-1])
+        assert before + 1 == len(wire.bodies)
+        # Validated here, unknown-type items left out (no spec names them).
+        validate_create_response({**body, "input": [i for i in body["input"] if not _is_unknown(i)]})
+        if expected_skip:
+            assert "previous_response_id" in body
+            assert len(history) - expected_skip == len(body["input"])
+        else:
+            assert "previous_response_id" not in body
+        stateless = server.state.resolve_input(_wire_json(history))
+        assert canon(stateless) == canon(server.state.resolved_context(resp.id))
+        views.append(canon([*history, *resp.output]))
+        edits.answered(resp.output)
+        history = [*history, *resp.output]
+        calls = [item for item in resp.output if item.type == "function_call"]
+        history += [
+            {"type": "function_call_output", "call_id": c.call_id, "output": f"out {c.call_id}"}
+            for c in calls
+        ]
+
+    send()
+    for op in ops:
+        if op[0] in _TURNS:
+            send(_TURNS[op[0]])
+        else:
+            history = edits.apply(history, op)
     send("end")
     wire.bodies.clear()  # validated above, unknown-type items left out
+
+
+def _socket_oracle_skip(history: list[Any], views: list[list[dict[str, Any]]], stored: bool) -> int:
+    """Stored: as over HTTP. ``store: false``: only the socket's latest response may be the anchor."""
+    return _oracle_skip(history, views if stored else views[-1:])
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=st.lists(OPS, min_size=2, max_size=9), stored=st.booleans())
+def test_equivalence_under_random_middleware_over_a_socket(
+    server: ResponsesServer, raw_client: openai.OpenAI, ops: list[tuple[Any, ...]], stored: bool
+) -> None:
+    """I1 + the longest usable anchor over ``responses.connect()``: stored, or the socket's latest."""
+    client = anchortrack.wrap(raw_client, store=MemoryStore())
+    hub = server.app.state.websockets
+    history: list[Any] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"}]
+    views: list[list[dict[str, Any]]] = []
+    edits = _Edits()
+
+    with client.responses.connect() as conn:
+
+        def send(extra: str = "") -> None:
+            nonlocal history
+            if extra:
+                history = [*history, {"role": "user", "content": f"go {extra}"}]
+            expected_skip = _socket_oracle_skip(history, views, stored)
+            before = len(hub.received)
+            conn.response.create(model="scripted", input=history, store=stored)
+            event = next(e for e in conn if e.type in ("response.completed", "response.failed", "error"))
+            assert event.type == "response.completed", event
+            resp = event.response
+            frames = hub.received[before:]
+            assert 1 == len(frames)
+            body = {k: v for k, v in frames[0].event.items() if k != "type"}
+            validate_create_response({**body, "input": [i for i in body["input"] if not _is_unknown(i)]})
+            if expected_skip:
+                assert "previous_response_id" in body
+                assert len(history) - expected_skip == len(body["input"])
+            else:
+                assert "previous_response_id" not in body
+            stateless = server.state.resolve_input(_wire_json(history))
+            assert canon(stateless) == canon(server.state.resolved_context(resp.id))
+            views.append(canon([*history, *resp.output]))
+            edits.answered(resp.output)
+            history = [*history, *resp.output]
+            calls = [item for item in resp.output if item.type == "function_call"]
+            history += [
+                {"type": "function_call_output", "call_id": c.call_id, "output": f"out {c.call_id}"}
+                for c in calls
+            ]
+
+        send()
+        for op in ops:
+            if op[0] in _TURNS:
+                send(_TURNS[op[0]])
+            elif stored or op[0] not in _BY_STORED_ID:
+                history = edits.apply(history, op)
+        send("end")
+
+
+#: Edits that leave items the server resolves by id: only stored responses' items resolve.
+_BY_STORED_ID = frozenset({"strip_reasoning", "reference", "swap_ids", "retarget"})

@@ -24,6 +24,12 @@ def _scrape(registry: CollectorRegistry) -> list[str]:
     return generate_latest(registry).decode().splitlines()
 
 
+def _requests(decision: str, mode: str, reason: str, count: int, transport: str = "http") -> str:
+    """The exposition line of one ``anchortrack_requests_total`` series."""
+    labels = f'decision="{decision}",mode="{mode}",reason="{reason}",transport="{transport}"'
+    return f"anchortrack_requests_total{{{labels}}} {float(count)}"
+
+
 def _conversation(server: ResponsesServer, client: openai.OpenAI) -> None:
     """no_history, chained (delta 1), stale anchor (evicted, resent), store=false."""
     history, _ = ask(client, [], "one")
@@ -46,9 +52,9 @@ def test_exposition_has_every_family_with_the_tracker_values(
 
     for expected in [
         "# TYPE anchortrack_requests_total counter",
-        'anchortrack_requests_total{decision="chained",mode="chained",reason="chained"} 1.0',
-        'anchortrack_requests_total{decision="resent",mode="chained",reason="stale_anchor"} 1.0',
-        'anchortrack_requests_total{decision="stateless",mode="chained",reason="no_history"} 2.0',
+        _requests("chained", "chained", "chained", 1),
+        _requests("resent", "chained", "stale_anchor", 1),
+        _requests("stateless", "chained", "no_history", 2),
         'anchortrack_fallbacks_total{reason="stale_anchor"} 1.0',
         "anchortrack_responses_recorded_total 3.0",
         'anchortrack_responses_not_recorded_total{reason="store_false"} 1.0',
@@ -79,9 +85,8 @@ def test_values_are_read_at_scrape_time(server: ResponsesServer, client: openai.
 
     ask(client, [], "two")
 
-    line = 'anchortrack_requests_total{decision="stateless",mode="chained",reason="no_history"} '
-    assert line + "1.0" in first
-    assert line + "2.0" in _scrape(registry)
+    assert _requests("stateless", "chained", "no_history", 1) in first
+    assert _requests("stateless", "chained", "no_history", 2) in _scrape(registry)
 
 
 def test_register_adds_clients_up_on_one_registry(raw_client: openai.OpenAI) -> None:
@@ -97,8 +102,8 @@ def test_register_adds_clients_up_on_one_registry(raw_client: openai.OpenAI) -> 
     lines = _scrape(registry)
 
     assert ca is cb
-    assert 'anchortrack_requests_total{decision="stateless",mode="chained",reason="no_history"} 1.0' in lines
-    assert 'anchortrack_requests_total{decision="stateless",mode="shadow",reason="no_history"} 1.0' in lines
+    assert _requests("stateless", "chained", "no_history", 1) in lines
+    assert _requests("stateless", "shadow", "no_history", 1) in lines
     assert "anchortrack_responses_recorded_total 2.0" in lines
 
 

@@ -25,8 +25,8 @@ def _zdr(server: ResponsesServer) -> Iterator[None]:
     server.state.zdr = False
 
 
-def _row(mode: str, decision: str, reason: str, count: int) -> dict[str, Any]:
-    return {"mode": mode, "decision": decision, "reason": reason, "count": count}
+def _row(mode: str, decision: str, reason: str, count: int, transport: str = "http") -> dict[str, Any]:
+    return {"mode": mode, "decision": decision, "reason": reason, "transport": transport, "count": count}
 
 
 def test_a_scripted_conversation_counts_each_reason(

@@ -9,7 +9,7 @@ import pytest
 
 from anchortrack.server import ResponsesServer
 
-from .helpers import Hooks
+from .helpers import Frames, Hooks
 
 
 @pytest.fixture(scope="session", name="ws_server")
@@ -47,3 +47,9 @@ async def _ws_aclient(ws_server: ResponsesServer) -> AsyncIterator[openai.AsyncO
     client = openai.AsyncOpenAI(base_url=ws_server.base_url, api_key="test", max_retries=0)
     yield client
     await client.close()
+
+
+@pytest.fixture(name="frames")
+def _frames(ws_server: ResponsesServer) -> Frames:
+    """The client frames the shared server receives during the test."""
+    return Frames(ws_server)

@@ -160,3 +160,17 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) 
 
 def dumps(event: dict[str, Any]) -> str:
     return json.dumps(event, separators=(",", ":"))
+
+
+class Frames:
+    """The client frames the server receives from now on (in process, in arrival order)."""
+
+    def __init__(self, server: ResponsesServer) -> None:
+        self._hub = server.app.state.websockets
+        self._start = len(self._hub.received)
+
+    def all(self) -> list[Any]:
+        return [f for f in self._hub.received[self._start :] if isinstance(f.event, dict)]
+
+    def events(self) -> list[dict[str, Any]]:
+        return [f.event for f in self.all()]

@@ -1,0 +1,462 @@
+"""
+The bookkeeping of one tracked WebSocket connection (pure).
+
+Over ``client.responses.connect()`` a send returns nothing; its outcome
+arrives later, interleaved with other lanes' events. `SocketBook` keeps what
+is needed to pair them up and to mirror what the server keeps:
+
+* **Lanes.** Creates on one lane (``stream_id``; ``None`` is the default lane)
+  are answered FIFO without overlap, so each lane keeps a FIFO of `Pending`
+  creates: ``response.created`` binds the head to its response id, a terminal
+  event or an error frame pops it. Error frames carry no response id; they
+  are paired by lane and order only.
+* **Connection-local anchors.** The server keeps the latest chainable
+  response of each lane in the socket's memory, where ``previous_response_id``
+  reaches it even with ``store: false`` or zero data retention. The book keeps
+  at most one anchor per lane, only while it is that lane's latest response;
+  `LaneOverlay` offers it to the planner of that lane only, and only while
+  the lane has nothing in flight. A failed create that referenced it evicts
+  it, as on the server; a new socket (reconnect) starts with none.
+* **Planned frames.** A create planned before serialization is registered
+  by the identity of its text, so the transport knows it when it goes out —
+  also when the SDK queued it during a reconnect and sends it later.
+
+Nothing here touches the SDK, the network or a store; the shells in
+`anchortrack._websocket` feed frames in and act on the verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._flow import CallContext, Ticket
+from ._plan import Plan
+from ._request import Request
+from .stores._base import Anchor
+
+
+#: A lane: its ``stream_id``, or None for the default lane.
+Lane = str | None
+
+#: The client event that creates a response.
+CREATE = "response.create"
+#: Events that end a response.
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+#: Statuses the server keeps as a lane's latest response.
+_CHAINABLE = frozenset({"completed", "incomplete"})
+#: Received frames worth parsing: every other one (deltas) passes untouched.
+_PARSED = (
+    b'"response.created"',
+    b'"response.completed"',
+    b'"response.incomplete"',
+    b'"response.failed"',
+    b'"response.output_item.done"',
+    b'"error"',
+)
+#: Error codes about the connection, never about the create in flight.
+_CONNECTION_CODES = frozenset({"websocket_connection_limit_reached"})
+#: Planned frames remembered at most (only frames whose send failed linger).
+_MAX_REGISTERED = 1024
+
+
+def lane_of(fields: Mapping[str, Any]) -> Lane:
+    """The lane a client or server event belongs to."""
+    value = fields.get("stream_id")
+    return value if isinstance(value, str) else None
+
+
+@attrs.frozen
+class SocketPlan:
+    """
+    What to send for one ``response.create`` event, and what is needed afterwards.
+
+    Attributes:
+        body: The event to send (the caller's own when nothing changes).
+        ticket: How to record the response, if it can be recorded.
+        request: The caller's request, to resend it in full.
+        context: The call's context, to recover a refusal.
+        plan: The plan made, if one was.
+        anchor: The anchor *body* chains from (None when it goes out as given or in full).
+        local: *anchor* is a connection-local anchor.
+        retried: *body* is the one resend after a refusal.
+        unsettled: *body* chains, and the request is counted once its outcome
+            (accepted, or refused and resent) is known.
+    """
+
+    body: Mapping[str, Any]
+    ticket: Ticket | None = None
+    request: Request | None = None
+    context: CallContext | None = None
+    plan: Plan | None = None
+    anchor: Anchor | None = None
+    local: bool = False
+    retried: bool = False
+    unsettled: bool = False
+
+    @property
+    def lane(self) -> Lane:
+        """The lane the event goes out on."""
+        return lane_of(self.body)
+
+    @property
+    def previous_response_id(self) -> str | None:
+        """The ``previous_response_id`` the event sends, if any."""
+        value = self.body.get("previous_response_id")
+        return value if isinstance(value, str) else None
+
+    @property
+    def full_ticket(self) -> Ticket | None:
+        """The ticket of the same request sent in full."""
+        return attrs.evolve(self.ticket, expires_at=None) if self.ticket is not None else None
+
+    def in_full(self) -> SocketPlan:
+        """The same request without its anchor: the caller's event as given."""
+        if self.anchor is None or self.request is None:
+            return self
+        return attrs.evolve(
+            self, body=self.request.body, ticket=self.full_ticket, anchor=None, local=False, unsettled=False
+        )
+
+
+@attrs.define(eq=False)
+class Pending:
+    """One create sent (or about to be) on a lane, until its terminal event or error frame."""
+
+    plan: SocketPlan
+    epoch: int
+    response_id: str | None = None
+    items: dict[int, Any] = attrs.field(factory=dict)
+
+    @property
+    def lane(self) -> Lane:
+        return self.plan.lane
+
+
+class FrameError(Exception):
+    """
+    An error frame, shaped like the SDK's API errors so `anchortrack._refusal.classify` reads it.
+
+    ``{"type": "error", "status": 400, "error": {"type", "code", "message", "param"}}``
+    """
+
+    def __init__(self, frame: Mapping[str, Any]) -> None:
+        error = frame.get("error")
+        body: Mapping[str, Any] = error if isinstance(error, Mapping) else {}
+        status = frame.get("status")
+        self.status_code = status if isinstance(status, int) and not isinstance(status, bool) else None
+        self.code = body.get("code")
+        self.param = body.get("param")
+        message = body.get("message")
+        self.message = message if isinstance(message, str) else ""
+        self.body = body
+        super().__init__(self.message)
+
+
+class ResponseView:
+    """Attribute access to a response received as JSON (what the recorder reads)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str) -> Any:
+        return self._data.get(name)
+
+
+@attrs.frozen
+class Record:
+    """A terminal event for *pending*: record *response* (whose output is *output*)."""
+
+    pending: Pending
+    response: ResponseView
+    output: list[Any]
+
+
+@attrs.frozen
+class Refused:
+    """An error frame refused *pending*, a create anchortrack chained: recover it, or let it through."""
+
+    pending: Pending
+    error: FrameError
+
+
+@attrs.frozen
+class Ended:
+    """*pendings* ended without a response to record (an error frame, or answers that did not pair up)."""
+
+    pendings: tuple[Pending, ...]
+
+
+Verdict = Record | Refused | Ended | None
+
+
+class LaneOverlay:
+    """One lane's view of its connection's local anchors, for the planner."""
+
+    __slots__ = ("_book", "_lane")
+
+    def __init__(self, book: SocketBook, lane: Lane) -> None:
+        self._book = book
+        self._lane = lane
+
+    def usable(self) -> bool:
+        """Whether the lane has a local anchor the next create may chain from."""
+        return self._book._usable(self._lane) is not None
+
+    def find(self, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+        """The lane's local anchor, keyed by its view, when it is one of *views*."""
+        anchor = self._book._usable(self._lane)
+        if anchor is None or anchor.view not in views:
+            return {}
+        return {anchor.view: anchor}
+
+    def get(self, response_id: str) -> Anchor | None:
+        """The local anchor of *response_id* on any lane of this connection (the server resolves forks)."""
+        return self._book._local_by_id(response_id)
+
+    def evict(self, response_id: str) -> bool:
+        """Forget the local anchor of *response_id*; return whether there was one."""
+        return self._book._evict_id(response_id)
+
+    def is_local(self, anchor: Anchor) -> bool:
+        """Whether *anchor* is one of this connection's local anchors."""
+        return self._book._holds(anchor)
+
+
+class SocketBook:
+    """
+    The lanes, local anchors and planned frames of one tracked connection (thread-safe).
+
+    A connection keeps one book across reconnects; `reset` (and `attach` of a
+    new transport) drops what the closed socket took with it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._local: dict[Lane, Anchor] = {}
+        self._lanes: dict[Lane, deque[Pending]] = {}
+        self._registered: dict[int, tuple[str, Pending]] = {}
+        self._fresh = True
+        self.epoch = 0
+        self.transport: object | None = None
+
+    # -- sending --------------------------------------------------------------
+
+    def overlay(self, lane: Lane) -> LaneOverlay:
+        """The local anchors as the planner of *lane* sees them."""
+        return LaneOverlay(self, lane)
+
+    def pending(self, plan: SocketPlan) -> Pending:
+        """A new pending create for *plan*, of the current socket."""
+        return Pending(plan, self.epoch)
+
+    def register(self, text: str, pending: Pending) -> None:
+        """Remember that *text* (this very string) is the planned frame of *pending*."""
+        with self._lock:
+            if len(self._registered) >= _MAX_REGISTERED:
+                del self._registered[next(iter(self._registered))]
+            self._registered[id(text)] = (text, pending)
+
+    def take(self, text: str) -> Pending | None:
+        """The pending create *text* was planned for, if it was (once)."""
+        with self._lock:
+            entry = self._registered.get(id(text))
+            if entry is None or entry[0] is not text:
+                return None
+            del self._registered[id(text)]
+            return entry[1]
+
+    def stale(self, pending: Pending) -> bool:
+        """Whether *pending* chains from a local anchor of a socket that is gone."""
+        return pending.plan.local and pending.epoch != self.epoch
+
+    def commit(self, pending: Pending) -> None:
+        """*pending* goes out now: its answers come after those of its lane's earlier creates."""
+        with self._lock:
+            self._lanes.setdefault(pending.lane, deque()).append(pending)
+
+    def withdraw(self, pending: Pending) -> None:
+        """*pending* did not go out after all."""
+        with self._lock:
+            queue = self._lanes.get(pending.lane)
+            if queue is not None and pending in queue:
+                queue.remove(pending)
+
+    # -- reconnects -------------------------------------------------------------
+
+    def reset(self) -> tuple[list[Pending], int]:
+        """
+        The socket is gone: drop its local anchors and abandon its creates in flight.
+
+        Returns:
+            The creates that were in flight, and how many local anchors were dropped.
+        """
+        with self._lock:
+            self._fresh = True
+            return self._reset_locked()
+
+    def attach(self, transport: object) -> tuple[list[Pending], int]:
+        """A new socket is in use; reset first unless that was done since the last one."""
+        with self._lock:
+            dropped: tuple[list[Pending], int] = ([], 0)
+            if self.transport is not None and not self._fresh:
+                dropped = self._reset_locked()
+            self.transport = transport
+            self._fresh = False
+            return dropped
+
+    def _reset_locked(self) -> tuple[list[Pending], int]:
+        in_flight = [pending for queue in self._lanes.values() for pending in queue]
+        local = len(self._local)
+        self._lanes.clear()
+        self._local.clear()
+        self.epoch += 1
+        return in_flight, local
+
+    # -- receiving ----------------------------------------------------------------
+
+    def on_frame(self, data: bytes | str) -> Verdict:
+        """
+        Take one received frame; say what to do about it (None: nothing, pass it on).
+
+        Deltas are never parsed. Unknown and malformed frames pass.
+        """
+        raw = data.encode() if isinstance(data, str) else data
+        if not any(marker in raw for marker in _PARSED):
+            return None
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(event, dict):
+            return None
+        kind = event.get("type")
+        lane = lane_of(event)
+        response = event.get("response")
+        response = response if isinstance(response, dict) else {}
+        with self._lock:
+            if kind == "response.created":
+                return self._created(lane, response)
+            if kind == "response.output_item.done":
+                self._item_done(lane, event)
+            elif kind in TERMINAL_EVENTS:
+                return self._terminal(lane, response)
+            elif kind == "error":
+                return self._error(lane, event)
+        return None
+
+    def settle(self, pending: Pending, anchor: Anchor | None) -> None:
+        """*pending*'s response became a local anchor (or not): it is now its lane's latest."""
+        with self._lock:
+            if anchor is not None and pending.epoch == self.epoch:
+                self._local[pending.lane] = anchor
+
+    def refusal_passed(self, pending: Pending) -> None:
+        """A refusal of *pending* goes to the caller: mirror the server's eviction."""
+        with self._lock:
+            self._evict_referenced(pending.lane, pending.plan.previous_response_id)
+
+    def _created(self, lane: Lane, response: Mapping[str, Any]) -> Verdict:
+        queue = self._lanes.get(lane)
+        if not queue or queue[0].response_id is not None:
+            return None  # not ours, or an automatic successor
+        head = queue[0]
+        if not self._matches(head, response):
+            # Answers and creates no longer pair up on this lane: forget both sides.
+            self._lanes.pop(lane, None)
+            self._local.pop(lane, None)
+            return Ended(tuple(queue))
+        rid = response.get("id")
+        head.response_id = rid if isinstance(rid, str) else None
+        return None
+
+    def _item_done(self, lane: Lane, event: Mapping[str, Any]) -> None:
+        queue = self._lanes.get(lane)
+        if not queue or queue[0].response_id is None:
+            return
+        index = event.get("output_index")
+        items = queue[0].items
+        items[index if isinstance(index, int) else len(items)] = event.get("item")
+
+    def _terminal(self, lane: Lane, response: Mapping[str, Any]) -> Verdict:
+        queue = self._lanes.get(lane)
+        head = queue[0] if queue else None
+        rid = response.get("id")
+        if head is not None and (
+            head.response_id == rid or (head.response_id is None and self._matches(head, response))
+        ):
+            assert queue is not None
+            queue.popleft()
+        else:
+            head = None
+        if response.get("status") in _CHAINABLE:
+            # The server keeps this response as the lane's latest; ours is no longer it.
+            self._local.pop(lane, None)
+        else:
+            parent = response.get("previous_response_id")
+            self._evict_referenced(lane, parent if isinstance(parent, str) else None)
+        if head is None:
+            return None
+        if head.plan.ticket is None:
+            return Ended((head,))
+        output = response.get("output")
+        items = list(output) if isinstance(output, list) else []
+        if not items and head.items:
+            items = [head.items[i] for i in sorted(head.items)]
+        return Record(head, ResponseView(response), items)
+
+    def _error(self, lane: Lane, event: Mapping[str, Any]) -> Verdict:
+        error = FrameError(event)
+        if lane is None and error.code in _CONNECTION_CODES:
+            return None
+        queue = self._lanes.get(lane)
+        if not queue:
+            return None
+        head = queue.popleft()
+        plan = head.plan
+        if plan.anchor is not None and not plan.retried and not queue and head.epoch == self.epoch:
+            return Refused(head, error)
+        self._evict_referenced(lane, plan.previous_response_id)
+        return Ended((head,))
+
+    @staticmethod
+    def _matches(pending: Pending, response: Mapping[str, Any]) -> bool:
+        """Whether *response* can be the answer to *pending* (the parent it names is the one sent)."""
+        if "previous_response_id" not in response:
+            return True
+        return response.get("previous_response_id") == pending.plan.previous_response_id
+
+    def _evict_referenced(self, lane: Lane, response_id: str | None) -> None:
+        anchor = self._local.get(lane)
+        if response_id is not None and anchor is not None and anchor.response_id == response_id:
+            del self._local[lane]
+
+    # -- the overlay's reads -------------------------------------------------------
+
+    def _usable(self, lane: Lane) -> Anchor | None:
+        with self._lock:
+            if self._lanes.get(lane):
+                return None  # pipelined creates cannot chain from an unfinished response
+            return self._local.get(lane)
+
+    def _local_by_id(self, response_id: str) -> Anchor | None:
+        with self._lock:
+            return next((a for a in self._local.values() if a.response_id == response_id), None)
+
+    def _evict_id(self, response_id: str) -> bool:
+        with self._lock:
+            lanes = [lane for lane, a in self._local.items() if a.response_id == response_id]
+            for lane in lanes:
+                del self._local[lane]
+            return bool(lanes)
+
+    def _holds(self, anchor: Anchor) -> bool:
+        with self._lock:
+            return any(a is anchor for a in self._local.values())

@@ -1,0 +1,461 @@
+"""
+Tracking ``client.responses.connect()``: the Responses API's WebSocket mode (the I/O shells).
+
+A wrapped client's ``responses.connect()`` returns the SDK's own connection
+manager, retagged to a subclass (so ``isinstance`` holds and unwrapped
+clients are untouched), whose connection is retagged likewise:
+
+* ``conn.send`` (and so ``conn.response.create``) plans a ``response.create``
+  *before* it is serialized — the same flow as an HTTP call — so a chained
+  create only serializes its delta. The planned text is registered in the
+  connection's `SocketBook`.
+* Every socket the manager opens (on enter and on each SDK reconnect) is
+  wrapped in a thin transport proxy. Everything goes out through it: direct
+  sends, the SDK's queue flushed after a reconnect, and the sends of
+  ``openai.lib.responses_websocket`` session lanes, which bypass
+  ``conn.send``. A registered text goes out as planned; an unregistered
+  create (a lane's, or one queued before the connection opened) is parsed
+  and planned there.
+* ``conn.recv_bytes`` — under ``recv()``, iteration, ``dispatch_events()``
+  and a session's reader — hands each frame to the book: terminal events are
+  recorded, and the error frame of a stale anchor anortrack chained to is
+  swallowed while the create is resent in full on the same socket, once. Any
+  other frame reaches the caller byte for byte.
+* A wrapped ``on_reconnecting`` drops the closed socket's local anchors and
+  creates in flight before the caller's callback runs (which may resend).
+
+Works with openai 2.x (no sessions, no ``stream_id``) and 3.x.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from openai import BaseModel
+from openai._utils import async_maybe_transform, maybe_transform
+from openai.resources.responses.responses import (
+    AsyncResponsesConnection,
+    AsyncResponsesConnectionManager,
+    ResponsesConnection,
+    ResponsesConnectionManager,
+)
+from openai.types.responses import ResponsesClientEventParam
+
+from ._hashing import Scope
+from ._mode import Mode, resolve
+from ._plan import Reason
+from ._socket import CREATE, Ended, Pending, Record, Refused, SocketBook, SocketPlan, Verdict, lane_of
+from ._tracker import Tracker
+
+
+try:  # openai 3.x: ``send`` serializes, then hands the text to the base class's queue-aware ``send_raw``
+    from openai._websocket_connection import AsyncWebSocketConnectionBase, WebSocketConnectionBase
+except ImportError:  # openai 2.x: ``send`` queues while reconnecting, and queues a frame whose send failed
+    WebSocketConnectionBase = AsyncWebSocketConnectionBase = None  # type: ignore[assignment,misc]
+#: What an unplanned outgoing text must contain to be worth parsing.
+_CREATE_MARK = f'"{CREATE}"'
+
+
+def connect_tracked(
+    tracker: Tracker,
+    scope: Callable[[], Scope],
+    connect: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """
+    ``responses.connect(*args, **kwargs)`` of a wrapped client: the SDK's manager, tracked.
+
+    In mode ``off`` (when connecting) the SDK's manager is returned untouched.
+    """
+    if resolve(tracker.mode) is Mode.OFF:
+        return connect(*args, **kwargs)
+    try:
+        params = dict(inspect.signature(connect).bind(*args, **kwargs).arguments)
+    except TypeError:
+        return connect(*args, **kwargs)  # the SDK says what is wrong
+    socket = _Socket(tracker, scope)
+    callback = params.get("on_reconnecting")
+    if callback is not None:
+        params["on_reconnecting"] = socket.on_reconnecting(callback)
+    manager = connect(**params)
+    if isinstance(manager, AsyncResponsesConnectionManager):
+        manager.__class__ = AsyncTrackedResponsesConnectionManager
+    elif isinstance(manager, ResponsesConnectionManager):
+        manager.__class__ = TrackedResponsesConnectionManager
+    else:  # pragma: no cover - an SDK this module does not know
+        return manager
+    manager._anchortrack = socket
+    return manager
+
+
+def _fields(event: object) -> Mapping[str, Any] | None:
+    """The fields of a ``response.create`` client event (dict or model), or None for other events."""
+    if isinstance(event, BaseModel):
+        if getattr(event, "type", None) != CREATE:
+            return None
+        return event.to_dict(mode="json", exclude_unset=True)
+    if isinstance(event, Mapping) and event.get("type") == CREATE:
+        return event
+    return None
+
+
+def _serialized(body: Mapping[str, Any]) -> str:
+    """The text the SDK would send for the client event *body*."""
+    return json.dumps(maybe_transform(dict(body), ResponsesClientEventParam))
+
+
+async def _aserialized(body: Mapping[str, Any]) -> str:
+    """The text the async SDK would send for the client event *body*."""
+    return json.dumps(await async_maybe_transform(dict(body), ResponsesClientEventParam))
+
+
+def _text(event: object, plan: SocketPlan, fields: Mapping[str, Any]) -> str | None:
+    """The SDK's own text for an event model the plan left as it was (None: serialize the plan)."""
+    if not isinstance(event, BaseModel) or plan.body is not fields:
+        return None
+    if WebSocketConnectionBase is None:  # openai 2.x
+        return event.to_json(use_api_names=True, exclude_defaults=True, exclude_unset=True)
+    return event.to_json(use_api_names=True, exclude_unset=True)
+
+
+def _parsed_create(text: str) -> dict[str, Any] | None:
+    """The fields of an outgoing text when it is a ``response.create``."""
+    if _CREATE_MARK not in text:
+        return None
+    try:
+        event = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(event, dict) and event.get("type") == CREATE:
+        return event
+    return None
+
+
+class _Socket:
+    """What a tracked connection's manager, connection and transports share (sync and async)."""
+
+    def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
+        self.tracker = tracker
+        self.scope = scope
+        self.book = SocketBook()
+        self.send_lock = threading.Lock()
+        self._asend_lock: asyncio.Lock | None = None
+
+    @property
+    def asend_lock(self) -> asyncio.Lock:
+        if self._asend_lock is None:
+            self._asend_lock = asyncio.Lock()
+        return self._asend_lock
+
+    def on_reconnecting(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """Wrap the caller's ``on_reconnecting``: forget the closed socket first."""
+
+        def on_reconnecting(event: Any) -> Any:
+            self.dropped(self.book.reset())
+            return callback(event)
+
+        return on_reconnecting
+
+    def dropped(self, lost: tuple[list[Pending], int]) -> None:
+        """Report the creates in flight and the local anchors a closed socket took with it."""
+        pendings, local_anchors = lost
+        self.tracker._socket_dropped([pending.plan for pending in pendings], local_anchors)
+
+    def close(self) -> None:
+        """The connection was closed by its owner: what was in flight is gone."""
+        self.dropped(self.book.reset())
+
+    def attach(self, transport: Any) -> Any:
+        """A new socket (wrapped in *transport*) is in use."""
+        self.dropped(self.book.attach(transport))
+        return transport
+
+    def planned_text(self, plan: SocketPlan, fields: Mapping[str, Any], original: str) -> str:
+        """The text to send for *plan*, made from the parsed *fields* of *original*."""
+        return original if plan.body is fields else json.dumps(plan.body)
+
+    def stale_replaced(self, pending: Pending, text: str) -> tuple[str, Pending]:
+        """A create chained to a local anchor of a socket now gone goes out in full instead."""
+        if not self.book.stale(pending):
+            return text, pending
+        self.tracker._socket_settle(pending.plan, Reason.WEBSOCKET_DROPPED.value)
+        full = pending.plan.in_full()
+        return _serialized(full.body), self.book.pending(full)
+
+    def settle(self, verdict: Verdict) -> Refused | None:
+        """Act on a verdict that needs no I/O; hand back a refusal to recover (sync or async)."""
+        if isinstance(verdict, Record):
+            self.tracker._socket_settle(verdict.pending.plan)
+            self.record(verdict)
+            return None
+        if isinstance(verdict, Ended):
+            for pending in verdict.pendings:
+                self.tracker._socket_settle(pending.plan)
+            return None
+        return verdict
+
+    def unrecovered(self, pending: Pending) -> None:
+        """A refusal of *pending* reaches the caller."""
+        self.tracker._socket_settle(pending.plan)
+        self.book.refusal_passed(pending)
+
+    def withdrawn(self, pending: Pending) -> None:
+        """*pending* did not go out: its send failed."""
+        self.book.withdraw(pending)
+        self.tracker._socket_settle(pending.plan)
+
+    def record(self, verdict: Record) -> None:
+        ticket = verdict.pending.plan.ticket
+        assert ticket is not None
+        anchor = self.tracker._record_socket(ticket, verdict.response, verdict.output)
+        self.book.settle(verdict.pending, anchor)
+
+    def on_frame(self, data: bytes) -> Verdict:
+        try:
+            return self.book.on_frame(data)
+        except Exception as error:  # noqa: BLE001 - a received frame always reaches the caller
+            self.tracker._socket_fault(error, counted=False)
+            return None
+
+
+# -- transports: every frame goes out through them ------------------------------
+
+
+class _Transport:
+    """A websockets ``ClientConnection`` whose ``send`` plans unplanned creates (sync)."""
+
+    def __init__(self, ws: Any, socket: _Socket) -> None:
+        self._ws = ws
+        self._socket = socket
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ws, name)
+
+    def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(message, str):
+            return self._ws.send(message, *args, **kwargs)
+        socket = self._socket
+        pending = socket.book.take(message)
+        text = message
+        if pending is not None:
+            text, pending = socket.stale_replaced(pending, message)
+        else:
+            fields = _parsed_create(message)
+            if fields is not None:
+                plan = socket.tracker._plan_socket(fields, socket.scope, socket.book.overlay(lane_of(fields)))
+                text, pending = socket.planned_text(plan, fields, message), socket.book.pending(plan)
+        if pending is None:
+            return self._ws.send(message, *args, **kwargs)
+        return self.emit(text, pending, *args, **kwargs)
+
+    def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
+        """Send *text*, the frame of *pending*, keeping the lane's order."""
+        book = self._socket.book
+        with self._socket.send_lock:
+            book.commit(pending)
+            try:
+                return self._ws.send(text, *args, **kwargs)
+            except BaseException:
+                self._socket.withdrawn(pending)
+                raise
+
+
+class _AsyncTransport:
+    """A websockets asyncio ``ClientConnection`` whose ``send`` plans unplanned creates."""
+
+    def __init__(self, ws: Any, socket: _Socket) -> None:
+        self._ws = ws
+        self._socket = socket
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ws, name)
+
+    async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(message, str):
+            return await self._ws.send(message, *args, **kwargs)
+        socket = self._socket
+        pending = socket.book.take(message)
+        text = message
+        if pending is not None:
+            text, pending = socket.stale_replaced(pending, message)
+        else:
+            fields = _parsed_create(message)
+            if fields is not None:
+                plan = await socket.tracker._aplan_socket(
+                    fields, socket.scope, socket.book.overlay(lane_of(fields))
+                )
+                text, pending = socket.planned_text(plan, fields, message), socket.book.pending(plan)
+        if pending is None:
+            return await self._ws.send(message, *args, **kwargs)
+        return await self.emit(text, pending, *args, **kwargs)
+
+    async def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
+        """Send *text*, the frame of *pending*, keeping the lane's order."""
+        book = self._socket.book
+        async with self._socket.asend_lock:
+            book.commit(pending)
+            try:
+                return await self._ws.send(text, *args, **kwargs)
+            except BaseException:
+                self._socket.withdrawn(pending)
+                raise
+
+
+# -- connections ------------------------------------------------------------------
+
+
+class TrackedResponsesConnection(ResponsesConnection):
+    """A ``ResponsesConnection`` of a wrapped client (the SDK's object, retagged)."""
+
+    _anchortrack: _Socket
+
+    def send(self, event: Any) -> None:
+        socket = self._anchortrack
+        fields = _fields(event)
+        if fields is None:
+            return super().send(event)
+        plan = socket.tracker._plan_socket(fields, socket.scope, socket.book.overlay(lane_of(fields)))
+        try:
+            text = _text(event, plan, fields) or _serialized(plan.body)
+        except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
+            return super().send(event)
+        socket.book.register(text, socket.book.pending(plan))
+        # What the SDK's own send does with its text, in either major version.
+        if WebSocketConnectionBase is not None:
+            WebSocketConnectionBase.send_raw(self, text)
+            return None
+        if self._is_reconnecting:
+            self._send_queue.enqueue(text)
+            return None
+        try:
+            self._connection.send(text)
+        except Exception:
+            self._send_queue.enqueue(text)
+            raise
+        return None
+
+    def recv_bytes(self) -> bytes:
+        socket = self._anchortrack
+        while True:
+            data = super().recv_bytes()
+            refused = socket.settle(socket.on_frame(data))
+            socket.tracker._flush()
+            if refused is None:
+                return data
+            pending = refused.pending
+            resend = socket.tracker._recover_socket(
+                pending.plan, refused.error, socket.book.overlay(pending.lane)
+            )
+            if resend is None:
+                socket.unrecovered(pending)
+                return data
+            transport = self._connection
+            assert isinstance(transport, _Transport)
+            transport.emit(_serialized(resend.body), socket.book.pending(resend))
+
+
+class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
+    """An ``AsyncResponsesConnection`` of a wrapped client (the SDK's object, retagged)."""
+
+    _anchortrack: _Socket
+
+    async def send(self, event: Any) -> None:
+        socket = self._anchortrack
+        fields = _fields(event)
+        if fields is None:
+            return await super().send(event)
+        plan = await socket.tracker._aplan_socket(fields, socket.scope, socket.book.overlay(lane_of(fields)))
+        try:
+            text = _text(event, plan, fields) or await _aserialized(plan.body)
+        except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
+            return await super().send(event)
+        socket.book.register(text, socket.book.pending(plan))
+        # What the SDK's own send does with its text, in either major version.
+        if AsyncWebSocketConnectionBase is not None:
+            await AsyncWebSocketConnectionBase.send_raw(self, text)
+            return None
+        if self._is_reconnecting:
+            self._send_queue.enqueue(text)
+            return None
+        try:
+            await self._connection.send(text)
+        except Exception:
+            self._send_queue.enqueue(text)
+            raise
+        return None
+
+    async def recv_bytes(self) -> bytes:
+        socket = self._anchortrack
+        while True:
+            data = await super().recv_bytes()
+            refused = socket.settle(socket.on_frame(data))
+            await socket.tracker._aflush()
+            if refused is None:
+                return data
+            pending = refused.pending
+            resend = await socket.tracker._arecover_socket(
+                pending.plan, refused.error, socket.book.overlay(pending.lane)
+            )
+            if resend is None:
+                socket.unrecovered(pending)
+                return data
+            transport = self._connection
+            assert isinstance(transport, _AsyncTransport)
+            await transport.emit(_serialized(resend.body), socket.book.pending(resend))
+
+
+# -- managers ---------------------------------------------------------------------
+
+
+class TrackedResponsesConnectionManager(ResponsesConnectionManager):
+    """The ``ResponsesConnectionManager`` of a wrapped client (the SDK's object, retagged)."""
+
+    _anchortrack: _Socket
+
+    def __enter__(self) -> ResponsesConnection:
+        conn = super().__enter__()
+        conn.__class__ = TrackedResponsesConnection
+        conn._anchortrack = self._anchortrack  # type: ignore[attr-defined]
+        return conn
+
+    enter = __enter__
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            super().__exit__(*exc_info)
+        finally:
+            self._anchortrack.close()
+
+    def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
+        ws = super()._connect_ws(extra_query, extra_headers)
+        return self._anchortrack.attach(_Transport(ws, self._anchortrack))
+
+
+class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
+    """The ``AsyncResponsesConnectionManager`` of a wrapped client (the SDK's object, retagged)."""
+
+    _anchortrack: _Socket
+
+    async def __aenter__(self) -> AsyncResponsesConnection:
+        conn = await super().__aenter__()
+        conn.__class__ = AsyncTrackedResponsesConnection
+        conn._anchortrack = self._anchortrack  # type: ignore[attr-defined]
+        return conn
+
+    enter = __aenter__
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            await super().__aexit__(*exc_info)
+        finally:
+            self._anchortrack.close()
+
+    async def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
+        ws = await super()._connect_ws(extra_query, extra_headers)
+        return self._anchortrack.attach(_AsyncTransport(ws, self._anchortrack))
