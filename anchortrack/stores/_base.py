@@ -43,6 +43,11 @@ class Anchor:
         count: How many items the view holds.
         created_at: Unix time the response was recorded.
         expires_at: Unix time after which the anchor must not be used.
+        parent: The response id this response was chained from
+            (``previous_response_id``), or None when it was sent in full.
+            The server resolves a response through its parent, so when the
+            server has lost a response it has lost every response chained
+            through it: `AnchorStore.evict` forgets those descendants too.
     """
 
     view: bytes
@@ -50,6 +55,7 @@ class Anchor:
     count: int
     created_at: float
     expires_at: float
+    parent: str | None = None
 
     def is_live(self, now: float) -> bool:
         """Whether the anchor may still be used at *now*."""
@@ -90,9 +96,12 @@ class AnchorStore(Protocol):
 
     def evict(self, scope: str, response_id: str) -> None:
         """
-        Forget *response_id* and the view it was recorded under.
+        Forget *response_id*, the view it was recorded under, and its descendants.
 
-        The view entry is kept if it now names another response.
+        The descendants are the anchors recorded with *response_id* as their
+        `Anchor.parent`, their own descendants, and so on: the server
+        resolves them through *response_id*, so they are dead too.
+        A view entry is kept if it now names another response.
         """
         ...
 

@@ -2,8 +2,9 @@
 The Redis store's data format: the value of a view key and the key names.
 
 `encode_value` writes what the Lua scripts in `anchortrack.stores._lua`
-parse (``1|count|created_at|expires_at|response_id``); `KeySchema` names the
-keys they touch.
+parse (``1|count|created_at|expires_at|response_id``, or with a parent
+``2|count|created_at|expires_at|<parent bytes>|<parent><response_id>``);
+`KeySchema` names the keys they touch.
 Pure: nothing here does I/O, so the sync and async halves of `RedisStore`
 share it.
 """
@@ -17,20 +18,30 @@ from ._base import Anchor
 from ._checks import FORBIDDEN_KEY_CHARS, check_scope
 
 
-#: Version tag at the start of every encoded value (see `encode_value`).
+#: Version tag of a value without a parent (see `encode_value`).
 VALUE_VERSION = "1"
+#: Version tag of a value with a parent.
+PARENT_VALUE_VERSION = "2"
 
 
 def encode_value(anchor: Anchor) -> str:
     """
     Encode everything but the view (which is in the key) as a short string.
 
-    The format is ``1|count|created_at|expires_at|response_id``: a version
-    tag, the count in decimal, both times as the shortest ``repr`` that
-    round-trips, and the response id last so it may hold any character.
+    Without a parent the format is ``1|count|created_at|expires_at|response_id``:
+    a version tag, the count in decimal, both times as the shortest ``repr``
+    that round-trips, and the response id last so it may hold any character.
+    With a parent it is ``2|count|created_at|expires_at|n|<parent><response_id>``,
+    where *n* is the parent's length in UTF-8 bytes.
+    (Older anchortrack versions read only version 1 and treat version 2
+    values as absent: their calls go out in full, never wrong.)
     It is ASCII for ASCII ids, so it survives clients that decode responses.
     """
-    return f"{VALUE_VERSION}|{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.response_id}"
+    head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}"
+    if anchor.parent is None:
+        return f"{VALUE_VERSION}|{head}|{anchor.response_id}"
+    size = len(anchor.parent.encode())
+    return f"{PARENT_VALUE_VERSION}|{head}|{size}|{anchor.parent}{anchor.response_id}"
 
 
 def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
@@ -40,15 +51,24 @@ def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
     Values of an unknown version (written by a newer anchortrack) are
     treated as absent rather than guessed at.
     """
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    parts = text.split("|", 4)
-    if len(parts) != 5 or parts[0] != VALUE_VERSION:
-        return None
+    data = raw.encode() if isinstance(raw, str) else raw
+    parts = data.split(b"|", 5)
+    version = parts[0].decode(errors="replace")
+    parent: str | None = None
     try:
+        if version == VALUE_VERSION and len(parts) >= 5:
+            response_id = b"|".join(parts[4:]).decode()
+        elif version == PARENT_VALUE_VERSION and len(parts) == 6:
+            size = int(parts[4])
+            if not 0 < size < len(parts[5]):
+                return None
+            parent, response_id = parts[5][:size].decode(), parts[5][size:].decode()
+        else:
+            return None
         count, created_at, expires_at = int(parts[1]), float(parts[2]), float(parts[3])
-    except ValueError:
+    except (ValueError, UnicodeDecodeError):
         return None
-    return Anchor(view, parts[4], count, created_at, expires_at)
+    return Anchor(view, response_id, count, created_at, expires_at, parent)
 
 
 def expiry_ms(anchor: Anchor) -> int:
@@ -65,8 +85,10 @@ class KeySchema:
     """
     Key names for key-value backends (Redis).
 
-    ``{prefix}:{{{scope}}}:v:{view hex}`` holds the encoded anchor, and
-    ``{prefix}:{{{scope}}}:r:{response id}`` holds the view in hex.
+    ``{prefix}:{{{scope}}}:v:{view hex}`` holds the encoded anchor,
+    ``{prefix}:{{{scope}}}:r:{response id}`` holds the view in hex, and
+    ``{prefix}:{{{scope}}}:c:{response id}`` is the set of the response ids
+    recorded as chained from that response.
     The scope sits in a hash tag, so all keys of one scope share a Redis
     Cluster slot and multi-key commands and scripts stay legal there.
     """
@@ -96,3 +118,7 @@ class KeySchema:
     def response_key(self, scope: str, response_id: str) -> str:
         """Return the reverse key of *response_id* in *scope*."""
         return self.response_prefix(scope) + response_id
+
+    def children_prefix(self, scope: str) -> str:
+        """Return the start of children keys of *scope* (a parent's response id follows)."""
+        return self.base(scope) + "c:"

@@ -34,6 +34,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX anchors_by_response ON anchors (scope, response_id);
     CREATE INDEX anchors_by_expiry ON anchors (expires_at);
     """,
+    # 1 -> 2: each anchor's parent (the response it was chained from), so
+    # that evicting a dead response evicts its descendants.
+    """
+    ALTER TABLE anchors ADD COLUMN parent TEXT;
+    CREATE INDEX anchors_by_parent ON anchors (scope, parent) WHERE parent IS NOT NULL;
+    """,
 )
 
 

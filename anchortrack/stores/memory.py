@@ -5,14 +5,18 @@ Layout, chosen to keep an anchor near 200 bytes (see `MemoryStore`; an
 ``OrderedDict`` plus a reverse ``dict`` costs about 355):
 
 * per scope, one ``dict`` from view to a packed *record*
-  (``slot, count, created_at, expires_at`` then the response id in UTF-8);
-* per *slot* (a small integer naming one anchor): its view, its scope id and
-  its neighbours in an LRU ring, in a list and three typed arrays;
+  (``slot, count, created_at, expires_at``, the parent's length, then the
+  response id and the parent's response id in UTF-8);
+* per *slot* (a small integer naming one anchor): its view, its scope id,
+  its neighbours in an LRU ring, and its first child and next sibling (the
+  anchors recorded as chained from it), in a list and five typed arrays;
 * a reverse index from ``(scope, response id)`` to slot: an open-addressing
   table of slot numbers (4 bytes a cell) rather than a second ``dict``.
 
 Lookups by view are one ``dict`` probe each; lookups by response id are a
 short linear probe.
+An anchor is linked to its parent when the parent is held at the time it is
+recorded, so `MemoryStore.evict` reaches every held descendant.
 Expired anchors are dropped when met, and an incremental sweep looks at two
 slots per write, so storage follows the TTL without a background thread.
 """
@@ -29,10 +33,11 @@ from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
-_RECORD = struct.Struct("<IIdd")  # slot, count, created_at, expires_at
+_RECORD = struct.Struct("<IIddH")  # slot, count, created_at, expires_at, parent length
 _HEAD = _RECORD.size
 _EXPIRES = struct.Struct("<d")
-_EXPIRES_AT = _HEAD - _EXPIRES.size
+_EXPIRES_AT = struct.calcsize("<IId")
+_MAX_PARENT = 0xFFFF  # longer parent ids are not kept (no descendant eviction through them)
 _EMPTY, _TOMBSTONE = 0, -1
 _SWEEP_PER_WRITE = 2
 
@@ -99,6 +104,8 @@ class MemoryStore:
         self._sids = array("I", [0])
         self._prev = array("i", [0])
         self._next = array("i", [0])
+        self._down = array("i", [0])  # first child slot
+        self._side = array("i", [0])  # next sibling slot
         self._free: list[int] = []
         self._rids = array("i", bytes(4 * 8))
         self._rids_used = 0  # cells holding a slot or a tombstone
@@ -126,12 +133,16 @@ class MemoryStore:
                     rec = table.get(view)
                     if rec is None:
                         continue
-                    slot, count, created_at, expires_at = unpack(rec)
+                    slot, count, created_at, expires_at, plen = unpack(rec)
                     if expires_at <= now:
                         self._drop(slot)
                         continue
                     self._touch(slot)
-                    found.append(Anchor(view, rec[head:].decode(), count, created_at, expires_at))
+                    if plen:
+                        rid, parent = rec[head:-plen].decode(), rec[-plen:].decode()
+                        found.append(Anchor(view, rid, count, created_at, expires_at, parent))
+                    else:
+                        found.append(Anchor(view, rec[head:].decode(), count, created_at, expires_at))
             finally:
                 self._collect_scopes()
         return {a.view: a for a in found}
@@ -180,14 +191,15 @@ class MemoryStore:
                 self._collect_scopes()
 
     def evict(self, scope: str, response_id: str) -> None:
-        """Forget *response_id* and the view it was recorded under, if any."""
+        """Forget *response_id*, the view it was recorded under, and its held descendants."""
         check_scope(scope)
         rid = check_response_id(response_id).encode()
         with self._lock:
             sc = self._scopes.get(scope)
             slot = self._probe(sc.id, rid)[1] if sc is not None else 0
             if slot:
-                self._drop(slot)
+                for dead in self._descendants(slot):
+                    self._drop(dead)
                 self._collect_scopes()
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
@@ -224,23 +236,29 @@ class MemoryStore:
             if at_view:
                 self._drop(at_view)
             return
+        parent = _parent_bytes(anchor)
         if at_view:
             assert rec is not None
-            moved = rec[_HEAD:] != rid
+            old_rid = _rid(rec)
+            moved = old_rid != rid
+            self._unlink_parent(sc, rec, at_view)
             if moved:
-                self._unindex_rid(sc.id, rec[_HEAD:], at_view)
-            sc.views[view] = _record(at_view, anchor, rid)  # before a rehash reads it
+                self._orphan_children(at_view)
+                self._unindex_rid(sc.id, old_rid, at_view)
+            sc.views[view] = _record(at_view, anchor, rid, parent)  # before a rehash reads it
             if moved:
                 self._index_rid(sc.id, rid, at_view)
+            self._link_parent(sc, parent, at_view)
             self._touch(at_view)
             return
         slot = self._allocate()
         self._keys[slot] = view
         self._sids[slot] = sc.id
-        sc.views[view] = _record(slot, anchor, rid)
+        sc.views[view] = _record(slot, anchor, rid, parent)
         self._live += 1
         self._link_front(slot)
         self._index_rid(sc.id, rid, slot)
+        self._link_parent(sc, parent, slot)
 
     def _scope(self, name: str) -> _Scope:
         sc = self._scopes.get(name)
@@ -266,6 +284,8 @@ class MemoryStore:
                 self._sids.append(0)
                 self._prev.append(0)
                 self._next.append(0)
+                self._down.append(0)
+                self._side.append(0)
                 return len(self._keys) - 1
             self._drop(self._prev[0])  # the least recently used anchor
         return self._free.pop()
@@ -276,7 +296,9 @@ class MemoryStore:
         assert view is not None
         sc = self._scope_ids[self._sids[slot]]
         rec = sc.views[view]
-        self._unindex_rid(sc.id, rec[_HEAD:], slot)
+        self._unlink_parent(sc, rec, slot)
+        self._orphan_children(slot)
+        self._unindex_rid(sc.id, _rid(rec), slot)
         del sc.views[view]
         if not sc.views:
             self._emptied.append(sc)
@@ -284,6 +306,53 @@ class MemoryStore:
         self._unlink(slot)
         self._free.append(slot)
         self._live -= 1
+
+    # -- parent links: first child and next sibling per slot -----------------
+
+    def _link_parent(self, sc: _Scope, parent: bytes, slot: int) -> None:
+        """Make *slot* a child of the slot holding *parent*, if that is held."""
+        if not parent:
+            return
+        up = self._probe(sc.id, parent)[1]
+        if up and up != slot:
+            self._side[slot] = self._down[up]
+            self._down[up] = slot
+
+    def _unlink_parent(self, sc: _Scope, rec: bytes, slot: int) -> None:
+        """Take *slot* out of its parent's children, if it is among them."""
+        parent = _parent(rec)
+        up = self._probe(sc.id, parent)[1] if parent else 0
+        if up:
+            down, side = self._down, self._side
+            if down[up] == slot:
+                down[up] = side[slot]
+            else:
+                child = down[up]
+                while child and side[child] != slot:
+                    child = side[child]
+                if child:
+                    side[child] = side[slot]
+        self._side[slot] = 0
+
+    def _orphan_children(self, slot: int) -> None:
+        """Forget *slot*'s children links (the children stay)."""
+        child, self._down[slot] = self._down[slot], 0
+        while child:
+            child, self._side[child] = self._side[child], 0
+
+    def _descendants(self, slot: int) -> list[int]:
+        """*slot* and every slot linked below it, parents before children."""
+        found, seen, i = [slot], {slot}, 0
+        down, side = self._down, self._side
+        while i < len(found):
+            child = down[found[i]]
+            i += 1
+            while child:
+                if child not in seen:
+                    seen.add(child)
+                    found.append(child)
+                child = side[child]
+        return found
 
     def _touch(self, slot: int) -> None:
         if self._next[0] != slot:
@@ -334,7 +403,7 @@ class MemoryStore:
             elif sids[slot] == sid:
                 view = keys[slot]
                 assert view is not None
-                if self._scope_ids[sid].views[view][_HEAD:] == rid:
+                if _rid(self._scope_ids[sid].views[view]) == rid:
                     return cell, slot
             cell = (cell + 1) & mask
 
@@ -362,7 +431,7 @@ class MemoryStore:
         used = 0
         for sc in self._scope_ids.values():
             for rec in sc.views.values():
-                cell = hash((sc.id, rec[_HEAD:])) & mask
+                cell = hash((sc.id, _rid(rec))) & mask
                 while table[cell] != _EMPTY:
                     cell = (cell + 1) & mask
                 table[cell] = _RECORD.unpack_from(rec)[0]
@@ -370,10 +439,29 @@ class MemoryStore:
         self._rids, self._rids_used = table, used
 
 
-def _record(slot: int, anchor: Anchor, rid: bytes) -> bytes:
-    return _RECORD.pack(slot, anchor.count, anchor.created_at, anchor.expires_at) + rid
+def _parent_bytes(anchor: Anchor) -> bytes:
+    parent = anchor.parent.encode() if anchor.parent else b""
+    return parent if len(parent) <= _MAX_PARENT else b""
+
+
+def _record(slot: int, anchor: Anchor, rid: bytes, parent: bytes) -> bytes:
+    head = _RECORD.pack(slot, anchor.count, anchor.created_at, anchor.expires_at, len(parent))
+    return head + rid + parent
+
+
+def _rid(rec: bytes) -> bytes:
+    """The response id in a record."""
+    plen = rec[_HEAD - 2] | rec[_HEAD - 1] << 8
+    return rec[_HEAD : len(rec) - plen]
+
+
+def _parent(rec: bytes) -> bytes:
+    """The parent's response id in a record (empty when it has none)."""
+    plen = rec[_HEAD - 2] | rec[_HEAD - 1] << 8
+    return rec[len(rec) - plen :] if plen else b""
 
 
 def _anchor(view: bytes, rec: bytes) -> Anchor:
-    _, count, created_at, expires_at = _RECORD.unpack_from(rec)
-    return Anchor(view, rec[_HEAD:].decode(), count, created_at, expires_at)
+    _, count, created_at, expires_at, plen = _RECORD.unpack_from(rec)
+    parent = rec[len(rec) - plen :].decode() if plen else None
+    return Anchor(view, _rid(rec).decode(), count, created_at, expires_at, parent)

@@ -24,20 +24,26 @@ _T = TypeVar("_T")
 #: Views per ``IN (...)`` list, well under SQLite's variable limit.
 _CHUNK = 500
 
+_COLUMNS = "view, response_id, count, created_at, expires_at, parent"
 _GET = (
-    "SELECT view, response_id, count, created_at, expires_at FROM anchors"
+    f"SELECT {_COLUMNS} FROM anchors"  # noqa: S608 - constant column names
     " WHERE scope = ? AND response_id = ? AND expires_at > ?"
     " ORDER BY created_at DESC LIMIT 1"
 )
 _DROP_OTHER_VIEWS = "DELETE FROM anchors WHERE scope = ? AND response_id = ? AND view <> ?"
 _UPSERT = (
-    "INSERT INTO anchors (scope, view, response_id, count, created_at, expires_at)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO anchors (scope, view, response_id, count, created_at, expires_at, parent)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (scope, view) DO UPDATE SET response_id = excluded.response_id,"
     " count = excluded.count, created_at = excluded.created_at,"
-    " expires_at = excluded.expires_at"
+    " expires_at = excluded.expires_at, parent = excluded.parent"
 )
-_EVICT = "DELETE FROM anchors WHERE scope = ? AND response_id = ?"
+#: The response and its descendants (UNION, not UNION ALL: a cycle ends).
+_EVICT = (
+    "WITH RECURSIVE dead (id) AS (SELECT ?1"
+    " UNION SELECT a.response_id FROM anchors a JOIN dead ON a.scope = ?2 AND a.parent = dead.id)"
+    " DELETE FROM anchors WHERE scope = ?2 AND response_id IN (SELECT id FROM dead)"
+)
 _SWEEP = "DELETE FROM anchors WHERE expires_at <= ?"
 
 
@@ -45,7 +51,7 @@ def _find_sql(n: int) -> str:
     """Return the find query for *n* views (only placeholders are inserted)."""
     marks = ", ".join("?" * n)
     return (
-        "SELECT view, response_id, count, created_at, expires_at FROM anchors"  # noqa: S608
+        f"SELECT {_COLUMNS} FROM anchors"  # noqa: S608
         f" WHERE scope = ? AND expires_at > ? AND view IN ({marks})"
     )
 
@@ -150,7 +156,9 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(_DROP_OTHER_VIEWS, (scope, a.response_id, a.view))
-                conn.execute(_UPSERT, (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at))
+                conn.execute(
+                    _UPSERT, (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.parent)
+                )
                 sweep = self._writes_to_sweep <= 0
                 if sweep:
                     conn.execute(_SWEEP, (self._clock(),))
@@ -164,10 +172,10 @@ class SQLiteStore:
         self._run(run)
 
     def evict(self, scope: str, response_id: str) -> None:
-        """Forget *response_id* and the view it was recorded under, if any."""
+        """Forget *response_id*, the view it was recorded under, and its descendants (one statement)."""
         check_scope(scope)
         check_response_id(response_id)
-        self._run(lambda conn: conn.execute(_EVICT, (scope, response_id)).close())
+        self._run(lambda conn: conn.execute(_EVICT, (response_id, scope)).close())
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Async twin of `find`, run in a worker thread."""

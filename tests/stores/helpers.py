@@ -28,10 +28,11 @@ def make_anchor(
     count: int = 3,
     ttl: float = 3600.0,
     size: int = 16,
+    parent: str | None = None,
 ) -> Anchor:
-    """Return an anchor for view *label*, recorded at *now*, living *ttl* seconds."""
+    """Return an anchor for view *label*, recorded at *now*, living *ttl* seconds, chained from *parent*."""
     rid = response_id if response_id is not None else f"resp_{view(label).hex()[:25]}"
-    return Anchor(view(label, size), rid, count, now, now + ttl)
+    return Anchor(view(label, size), rid, count, now, now + ttl, parent)
 
 
 class Api:

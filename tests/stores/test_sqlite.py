@@ -171,21 +171,44 @@ def test_new_file_gets_the_current_schema(tmp_path: Path, clock: FakeClock) -> N
 def test_older_schema_is_migrated_and_keeps_its_rows(
     tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A version-1 file opened by code that knows version 2 is migrated."""
+    """A file of the previous version opened by code that knows one more is migrated."""
     a = make_anchor("a", clock.now)
     old = SQLiteStore(tmp_path / "a.db", clock=clock)
     old.put(SCOPE, a)
     old.close()
-    v2 = "ALTER TABLE anchors ADD COLUMN note TEXT; CREATE TABLE extra (x INTEGER)"
-    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, v2))
+    known = len(schema.MIGRATIONS)
+    more = "ALTER TABLE anchors ADD COLUMN note TEXT; CREATE TABLE extra (x INTEGER)"
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, more))
 
     new = SQLiteStore(tmp_path / "a.db", clock=clock)
 
     assert a == new.get(SCOPE, a.response_id)
     with sqlite3.connect(tmp_path / "a.db") as conn:
-        assert 2 == conn.execute("PRAGMA user_version").fetchone()[0]
+        assert known + 1 == conn.execute("PRAGMA user_version").fetchone()[0]
         conn.execute("SELECT note FROM anchors").fetchall()
         conn.execute("SELECT x FROM extra").fetchall()
+
+
+def test_version_1_file_gains_parents(tmp_path: Path, clock: FakeClock) -> None:
+    """A file written before anchors had parents migrates: old rows read as parentless, new ones chain."""
+    path = tmp_path / "a.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    schema.migrate(conn, schema.MIGRATIONS[:1])
+    a = make_anchor("a", clock.now)
+    conn.execute(
+        "INSERT INTO anchors VALUES (?, ?, ?, ?, ?, ?)",
+        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at),
+    )
+    conn.close()
+    store = SQLiteStore(path, clock=clock)
+    child = make_anchor("b", clock.now, parent=a.response_id)
+
+    assert a == store.get(SCOPE, a.response_id)
+    store.put(SCOPE, child)
+    store.evict(SCOPE, a.response_id)
+
+    assert {} == store.find(SCOPE, [a.view, child.view])
+    assert 2 == schema.schema_version(sqlite3.connect(path))
 
 
 def test_failed_migration_changes_nothing(tmp_path: Path, clock: FakeClock) -> None:
@@ -197,7 +220,7 @@ def test_failed_migration_changes_nothing(tmp_path: Path, clock: FakeClock) -> N
     with pytest.raises(sqlite3.OperationalError, match="missing"):
         schema.migrate(conn, broken)
 
-    assert 1 == schema.schema_version(conn)
+    assert len(schema.MIGRATIONS) == schema.schema_version(conn)
     assert [] == conn.execute("SELECT name FROM sqlite_master WHERE name = 'extra'").fetchall()
     conn.close()
 
@@ -240,6 +263,7 @@ def test_no_content_at_rest(tmp_path: Path, clock: FakeClock) -> None:
     secret = "the user's secret message"
     store = SQLiteStore(tmp_path / "a.db", clock=clock)
     anchors = [make_anchor(f"{secret} {i}", clock.now, count=i) for i in range(20)]
+    anchors += [make_anchor(f"{secret} child", clock.now, parent=anchors[0].response_id)]
     for anchor in anchors:
         store.put(SCOPE, anchor)
 
@@ -249,11 +273,14 @@ def test_no_content_at_rest(tmp_path: Path, clock: FakeClock) -> None:
     assert [
         ("table", "anchors"),
         ("index", "anchors_by_expiry"),
+        ("index", "anchors_by_parent"),
         ("index", "anchors_by_response"),
     ] == objects
-    assert ["scope", "view", "response_id", "count", "created_at", "expires_at"] == columns
-    assert sorted((SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at)
-                  for a in anchors) == sorted(rows(tmp_path / "a.db"))  # fmt: skip
+    assert ["scope", "view", "response_id", "count", "created_at", "expires_at", "parent"] == columns
+    expected = [
+        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.parent) for a in anchors
+    ]
+    assert sorted(expected, key=repr) == sorted(rows(tmp_path / "a.db"), key=repr)
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())
     assert secret.encode() not in raw
     assert b"secret" not in raw
