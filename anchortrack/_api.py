@@ -69,6 +69,13 @@ def record_response(
         hashes=prefix_hashes(root, [*fps, *outputs]),
         now=time.time(),
         ttl=store.ttl,
+        parent=_parent_of(response),
     )
     store.put(scope.key, anchor)
     return anchor
+
+
+def _parent_of(response: Any) -> str | None:
+    """The response's ``previous_response_id``, when it says one."""
+    parent = getattr(response, "previous_response_id", None)
+    return parent if isinstance(parent, str) and parent else None

@@ -82,6 +82,8 @@ class Ticket:
         skip_reason: Why the response must not be recorded, if so.
         expires_at: When the response's chain expires, if it is chained: a
             response cannot outlive the ancestors the server resolves it through.
+        parent: The response the request was chained from, if any: the
+            recorded anchor's parent.
     """
 
     scope: str
@@ -90,14 +92,22 @@ class Ticket:
     hashes: Sequence[bytes] | None = None
     skip_reason: Reason | None = None
     expires_at: float | None = None
+    parent: str | None = None
 
 
 @attrs.frozen
 class Send:
-    """Call the SDK with *body* (keyword arguments); record the response with *ticket*."""
+    """
+    Call the SDK with *body* (keyword arguments); record the response with *ticket*.
+
+    *anchor_id* is set when the request is chained from that anchor and the
+    flow can recover from its refusal: a refusal that only shows as a
+    stream's first event is then raised into the flow like an HTTP one.
+    """
 
     body: Mapping[str, Any]
     ticket: Ticket | None
+    anchor_id: str | None = None
 
 
 # -- effects: bookkeeping (answered with None) --------------------------------
@@ -258,8 +268,9 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
         return (yield Send(request.body, ticket))
     anchor = plan.anchor
     try:
-        chained_ticket = attrs.evolve(ticket, expires_at=anchor.expires_at)
-        return (yield Send(chained_body(request, plan.skip, anchor.response_id), chained_ticket))
+        chained_ticket = attrs.evolve(ticket, expires_at=anchor.expires_at, parent=anchor.response_id)
+        body = chained_body(request, plan.skip, anchor.response_id)
+        return (yield Send(body, chained_ticket, anchor_id=anchor.response_id))
     except Exception as error:
         failure = classify(error, anchor.response_id)
         if failure is Failure.OTHER:
@@ -301,6 +312,7 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
                     count=parent.count + len(fps),
                     skip_reason=None if request.store else Reason.STORE_FALSE,
                     expires_at=parent.expires_at,
+                    parent=parent_id,
                 )
     plan = Plan(Reason.CALLER_MANAGED, total=len(request.items))
     yield Planned(plan, None)

@@ -149,6 +149,7 @@ def new_anchor(
     now: float,
     ttl: float,
     chain_expires_at: float | None = None,
+    parent: str | None = None,
 ) -> Anchor:
     """
     Build the anchor a recorded response becomes: the one builder.
@@ -165,6 +166,7 @@ def new_anchor(
         chain_expires_at: When the chain the response hangs from expires, if
             it was chained: the server resolves a response through its
             ancestors, so it cannot outlive them.
+        parent: The response it was chained from, if any.
     """
     expires_at = now + ttl
     if chain_expires_at is not None:
@@ -175,6 +177,7 @@ def new_anchor(
         count=count + len(hashes),
         created_at=now,
         expires_at=expires_at,
+        parent=parent,
     )
 
 

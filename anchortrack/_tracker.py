@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from ._backlog import Backlog
 from ._flow import (
     CallContext,
     DisableChaining,
@@ -30,17 +31,20 @@ from ._flow import (
     Planned,
     Send,
     Ticket,
+    Unavailable,
     adrive,
     call_flow,
     drive,
 )
-from ._guard import Guard
+from ._guard import Guard, State
 from ._hashing import Memo, Scope, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
 from ._mode import Mode, coerce, resolve
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
+from ._refusal import Failure, classify
 from ._request import Request, read_request
 from ._stats import Stats
+from ._stream import AsyncTrackedStream, TrackedStream
 from .stores._base import Anchor, AnchorStore
 
 
@@ -54,6 +58,9 @@ _STORE_OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]]
     Get: lambda effect: ("get", (effect.scope, effect.response_id)),
     Evict: lambda effect: ("evict", (effect.scope, effect.response_id)),
 }
+
+#: Most backlog entries one flush writes (the rest wait for the next call).
+_FLUSH_BATCH = 64
 
 
 class _CallState:
@@ -82,11 +89,13 @@ class Tracker:
             namespace are never used under another.
         record_incomplete: Also anchor on ``incomplete`` responses (OpenAI
             stores them and accepts them as ``previous_response_id``).
-        store_timeout: Seconds an async store operation may take before the
-            call goes out stateless.
-        store_cooldown: Seconds the store is skipped after it failed, before
-            it is tried again; also settable on a live tracker
-            (``anchortrack.tracker(client).store_cooldown = 0``).
+        store_timeout: Seconds a store operation may take (sync or async; for
+            a sync store that may block, on a worker thread) before the call
+            goes out stateless; also the most the write after a response may
+            delay handing the response back.
+        store_cooldown: Seconds between two probes of a store that is down
+            (one call tries it, the others go without it); also settable on
+            a live tracker (``anchortrack.tracker(client).store_cooldown = 0``).
         clock: Unix time source (tests).
 
     Attributes:
@@ -95,6 +104,9 @@ class Tracker:
         recent: The views this tracker recorded lately; hand them to
             ``anchortrack.explain(..., recent=...)`` to locate where a
             diverged history first differs.
+        backlog: Anchor writes the store did not take in time, written when
+            it answers again and planned from meanwhile (`Backlog`; its
+            ``limit`` is the bound, 10,000 by default).
     """
 
     def __init__(
@@ -105,7 +117,7 @@ class Tracker:
         namespace: str | None = None,
         record_incomplete: bool = False,
         store_timeout: float = 1.0,
-        store_cooldown: float = 5.0,
+        store_cooldown: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if store is None:
@@ -122,6 +134,8 @@ class Tracker:
         self._guard = Guard(self.stats, timeout=store_timeout, cooldown=store_cooldown)
         self._memo = Memo()
         self._pending: deque[tuple[str, Anchor]] = deque()
+        self.backlog = Backlog()
+        self._cycle = [0, 0]  # written, dropped since the backlog was last empty
         self._zdr: set[str] = set()
         self._roots: dict[Scope, tuple[str, bytes]] = {}
         self._lock = threading.Lock()
@@ -139,6 +153,15 @@ class Tracker:
     @store_cooldown.setter
     def store_cooldown(self, seconds: float) -> None:
         self._guard.breaker.cooldown = seconds
+
+    @property
+    def store_timeout(self) -> float:
+        """Seconds a store operation may take before the call goes without it."""
+        return self._guard.timeout
+
+    @store_timeout.setter
+    def store_timeout(self, seconds: float) -> None:
+        self._guard.timeout = seconds
 
     # -- the fail-open entry ------------------------------------------------
 
@@ -238,17 +261,24 @@ class Tracker:
             if operation is not None:
                 name, args = operation(effect)
                 method = getattr(store, name)
-                return guard.run(name, lambda: method(*args))
+                answer = guard.run(name, lambda: method(*args), inline=_never_blocks(store))
+                return self._with_backlog(effect, answer)
             if type(effect) is Send:
                 state.sent = True
                 try:
-                    state.response = send(effect.body, effect.ticket)
+                    response = send(effect.body, effect.ticket)
+                    if effect.anchor_id is not None and isinstance(response, TrackedStream):
+                        refusal = _recoverable(response._peek(), effect.anchor_id)
+                        if refusal is not None:
+                            response._discard()
+                            raise refusal
                 except Exception as error:
                     state.sdk_error = error
                     raise
+                state.response = response
                 state.answered = True
                 self._flush()
-                return state.response
+                return response
             return self._note(state, effect)
 
         return drive(call_flow(state.context, request), perform)
@@ -262,20 +292,46 @@ class Tracker:
             if operation is not None:
                 name, args = operation(effect)
                 method = getattr(store, "a" + name)
-                return await guard.arun(name, lambda: method(*args))
+                answer = await guard.arun(name, lambda: method(*args))
+                return self._with_backlog(effect, answer)
             if type(effect) is Send:
                 state.sent = True
                 try:
-                    state.response = await send(effect.body, effect.ticket)
+                    response = await send(effect.body, effect.ticket)
+                    if effect.anchor_id is not None and isinstance(response, AsyncTrackedStream):
+                        refusal = _recoverable(await response._peek(), effect.anchor_id)
+                        if refusal is not None:
+                            await response._discard()
+                            raise refusal
                 except Exception as error:
                     state.sdk_error = error
                     raise
+                state.response = response
                 state.answered = True
                 await self._aflush()
-                return state.response
+                return response
             return self._note(state, effect)
 
         return await adrive(call_flow(state.context, request), perform)
+
+    def _with_backlog(self, effect: Any, answer: Any) -> Any:
+        """Add what the backlog holds to a store effect's *answer* (the same for sync and async)."""
+        backlog = self.backlog
+        if not len(backlog):
+            return answer
+        if isinstance(effect, Find):
+            hits = backlog.find(effect.scope, effect.views, self.clock())
+            if not hits:
+                return answer
+            return hits if isinstance(answer, Unavailable) else {**answer, **hits}
+        if isinstance(effect, Get):
+            if isinstance(answer, Anchor):
+                return answer
+            hit = backlog.get(effect.scope, effect.response_id, self.clock())
+            return hit if hit is not None else answer
+        backlog.evict(effect.scope, effect.response_id)
+        self.stats.backlog_changed(size=len(backlog))
+        return answer
 
     def _note(self, state: _CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
@@ -343,6 +399,7 @@ class Tracker:
             now=self.clock(),
             ttl=self.store.ttl,
             chain_expires_at=ticket.expires_at,
+            parent=ticket.parent,
         )
         self._pending.append((ticket.scope, anchor))
         if ticket.hashes is not None:
@@ -363,22 +420,123 @@ class Tracker:
         self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
         get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
 
+    # -- writing anchors: at most one deadline after a response ---------------
+
     def _flush(self) -> None:
-        """Write queued anchors to the store (sync)."""
-        pending, guard, store = self._pending, self._guard, self.store
+        """
+        Write queued anchors to the store (sync), then some of the backlog.
+
+        Takes at most the store timeout in all: what does not fit, or what
+        the store refuses, waits in the backlog.
+        """
+        pending, backlog = self._pending, self.backlog
+        if not pending and not len(backlog):
+            return
+        guard, store = self._guard, self.store
+        inline = _never_blocks(store)
+        ends = time.monotonic() + guard.timeout
         while pending:
             try:
                 scope, anchor = pending.popleft()
             except IndexError:
-                return
-            guard.run("put", lambda: store.put(scope, anchor))  # noqa: B023 - called at once
+                break
+            budget = ends - time.monotonic()
+            written = budget > 0 and not isinstance(
+                guard.run("put", lambda: store.put(scope, anchor), inline=inline, budget=budget),  # noqa: B023
+                Unavailable,
+            )
+            if not written:
+                self._queue(scope, anchor)
+        if not len(backlog) or guard.breaker.state is not State.CLOSED:
+            return
+        batch, expired = backlog.take(_FLUSH_BATCH, self.clock())
+        done = 0
+        for scope, anchor in batch:
+            budget = ends - time.monotonic()
+            if budget <= 0 or isinstance(
+                guard.run("put", lambda: store.put(scope, anchor), inline=inline, budget=budget),  # noqa: B023
+                Unavailable,
+            ):
+                break
+            done += 1
+        self._drained(batch, done, expired)
 
     async def _aflush(self) -> None:
-        """Write queued anchors to the store (async)."""
-        pending, guard, store = self._pending, self._guard, self.store
+        """Write queued anchors to the store (async): the twin of `_flush`."""
+        pending, backlog = self._pending, self.backlog
+        if not pending and not len(backlog):
+            return
+        guard, store = self._guard, self.store
+        ends = time.monotonic() + guard.timeout
         while pending:
             try:
                 scope, anchor = pending.popleft()
             except IndexError:
-                return
-            await guard.arun("put", lambda: store.aput(scope, anchor))  # noqa: B023 - awaited at once
+                break
+            budget = ends - time.monotonic()
+            written = budget > 0 and not isinstance(
+                await guard.arun("put", lambda: store.aput(scope, anchor), budget=budget),  # noqa: B023
+                Unavailable,
+            )
+            if not written:
+                self._queue(scope, anchor)
+        if not len(backlog) or guard.breaker.state is not State.CLOSED:
+            return
+        batch, expired = backlog.take(_FLUSH_BATCH, self.clock())
+        done = 0
+        for scope, anchor in batch:
+            budget = ends - time.monotonic()
+            if budget <= 0 or isinstance(
+                await guard.arun("put", lambda: store.aput(scope, anchor), budget=budget),  # noqa: B023
+                Unavailable,
+            ):
+                break
+            done += 1
+        self._drained(batch, done, expired)
+
+    def _queue(self, scope: str, anchor: Anchor) -> None:
+        """Keep an anchor the store did not take in time in the backlog."""
+        queued, overflowed = self.backlog.add(scope, anchor, self.clock())
+        dropped = {"overflow": overflowed, "expired": 0 if queued or overflowed else 1}
+        self._count_backlog(queued=int(queued), dropped=dropped)
+
+    def _drained(self, batch: list[tuple[str, Anchor]], done: int, expired: int) -> None:
+        """Account for one backlog batch: *done* written, the rest back in the backlog."""
+        now = self.clock()
+        for scope, anchor in batch[done:]:
+            self.backlog.add(scope, anchor, now)
+        self._count_backlog(written=done, dropped={"expired": expired})
+        if not len(self.backlog):
+            with self._lock:
+                (written, dropped), self._cycle = self._cycle, [0, 0]
+            if written or dropped:
+                get_logger().info("anchortrack.backlog_flushed", written=written, dropped=dropped)
+
+    def _count_backlog(self, *, queued: int = 0, written: int = 0, dropped: dict[str, int]) -> None:
+        lost = sum(dropped.values())
+        with self._lock:
+            first_loss = lost > 0 and self._cycle[1] == 0
+            self._cycle[0] += written
+            self._cycle[1] += lost
+        self.stats.backlog_changed(size=len(self.backlog), queued=queued, written=written, dropped=dropped)
+        if first_loss:
+            reason = "overflow" if dropped.get("overflow") else "expired"
+            get_logger().warning("anchortrack.backlog_dropped", reason=reason, limit=self.backlog.limit)
+
+
+def _recoverable(error: BaseException | None, anchor_id: str) -> BaseException | None:
+    """
+    A chained stream's first-event *error*, if the flow recovers from it.
+
+    A stale-anchor or ZDR refusal inside the stream is raised into the flow,
+    which evicts and resends, like an HTTP refusal; any other first event
+    (error or not) stays the caller's, in its stream.
+    """
+    if error is not None and classify(error, anchor_id) is not Failure.OTHER:
+        return error
+    return None
+
+
+def _never_blocks(store: object) -> bool:
+    """Whether *store* declares that its sync methods never block (run them inline)."""
+    return getattr(store, "never_blocks", False) is True

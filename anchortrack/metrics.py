@@ -27,7 +27,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from . import _client
@@ -139,6 +144,32 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
         "Failed anchor store operations, by operation.",
         "operation",
         snap["store_errors"],
+    )
+    yield _by_label(
+        "anchortrack_store_stalls",
+        "Store operations retried because the caller's event loop was blocked, by operation.",
+        "operation",
+        snap["store_stalls"],
+    )
+    backlog = snap["backlog"]
+    yield CounterMetricFamily(
+        "anchortrack_backlog_queued",
+        "Anchor writes the store did not take in time, queued in the backlog.",
+        value=backlog["queued"],
+    )
+    yield CounterMetricFamily(
+        "anchortrack_backlog_written",
+        "Anchor writes written from the backlog once the store answered again.",
+        value=backlog["written"],
+    )
+    yield _by_label(
+        "anchortrack_backlog_dropped",
+        "Anchor writes dropped from the backlog, by reason (overflow, expired).",
+        "reason",
+        backlog["dropped"],
+    )
+    yield GaugeMetricFamily(
+        "anchortrack_backlog_anchors", "Anchor writes waiting in the backlog now.", value=backlog["size"]
     )
     yield _by_label(
         "anchortrack_request_items",

@@ -64,11 +64,14 @@ class MemoryStore:
     Memory: about 220 bytes per anchor with 16-byte views and 30-character
     response ids (``tracemalloc`` over 100,000 anchors, see
     ``benchmarks/bench_stores.py``; 195-220 depending on how full the hash
-    tables are), so the default bound costs about 22 MB.
+    tables are), so the default bound costs about 22 MB; an anchor chained
+    from another also holds its parent's id.
     Longer response ids cost their extra length.
 
     Every method takes one lock for a few microseconds and never blocks on
-    I/O, so the async methods run inline on the event loop.
+    I/O, so the async methods run inline on the event loop, and the tracker
+    calls the sync ones inline too (``never_blocks``), without a deadline
+    thread.
 
     Args:
         max_anchors: How many anchors to keep; beyond it the least recently
@@ -79,6 +82,9 @@ class MemoryStore:
             ``ANCHORTRACK_SECRET_KEY`` environment variable).
         clock: Returns the current Unix time; injectable for tests.
     """
+
+    #: The tracker calls this store's sync methods inline (no I/O, no deadline thread).
+    never_blocks = True
 
     def __init__(
         self,

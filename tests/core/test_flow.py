@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from anchortrack import Mode, Reason
-from anchortrack._refusal import Failure
 from anchortrack._flow import (
     UNAVAILABLE,
     CallContext,
@@ -21,6 +20,7 @@ from anchortrack._flow import (
     Send,
     call_flow,
 )
+from anchortrack._refusal import Failure
 from anchortrack._request import read_request
 
 from ..helpers import SCOPE, DictStore, assistant, turn, user
