@@ -3,9 +3,8 @@ The backlog: anchor writes the store has not taken yet (no I/O).
 
 While the store is unavailable (down, slow, or a write missed its deadline),
 the anchors this process records wait here instead of being lost, and are
-written when the store answers again.
-Meanwhile the tracker plans from them too, so a conversation keeps chaining
-through an outage from the anchors this process recorded during it.
+written when the store answers again (the tracker plans from its own recent
+anchors meanwhile: ``Tracker.local_anchors``).
 
 Bounded and counted: past *limit* the oldest entry is dropped, and entries
 whose anchor expired are dropped when met; `add` and `take` report how many.

@@ -46,6 +46,7 @@ from ._request import Request, read_request
 from ._stats import Stats
 from ._stream import AsyncTrackedStream, TrackedStream
 from .stores._base import Anchor, AnchorStore
+from .stores.memory import MemoryStore
 
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
@@ -61,6 +62,9 @@ _STORE_OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]]
 
 #: Most backlog entries one flush writes (the rest wait for the next call).
 _FLUSH_BATCH = 64
+
+#: How many of its latest anchors a tracker keeps in process, beside a shared store.
+_LOCAL_ANCHORS = 10_000
 
 
 class _CallState:
@@ -105,8 +109,13 @@ class Tracker:
             ``anchortrack.explain(..., recent=...)`` to locate where a
             diverged history first differs.
         backlog: Anchor writes the store did not take in time, written when
-            it answers again and planned from meanwhile (`Backlog`; its
-            ``limit`` is the bound, 10,000 by default).
+            it answers again (`Backlog`; its ``limit`` is the bound, 10,000
+            by default).
+        local_anchors: With a store that may block (SQLite, Redis, your
+            own), the 10,000 anchors this tracker recorded last, in a
+            `MemoryStore`: planning looks there too, so a conversation keeps
+            chaining from its own anchors while the store is down or slow, or
+            after it came back empty. None with a `MemoryStore`.
     """
 
     def __init__(
@@ -121,8 +130,6 @@ class Tracker:
         clock: Callable[[], float] = time.time,
     ) -> None:
         if store is None:
-            from .stores.memory import MemoryStore
-
             store = MemoryStore()
         self.store: AnchorStore = store
         self.mode: Mode | None = coerce(mode) if mode is not None else None
@@ -135,6 +142,9 @@ class Tracker:
         self._memo = Memo()
         self._pending: deque[tuple[str, Anchor]] = deque()
         self.backlog = Backlog()
+        self.local_anchors: MemoryStore | None = (
+            None if _never_blocks(store) else MemoryStore(_LOCAL_ANCHORS, clock=lambda: self.clock())
+        )
         self._cycle = [0, 0]  # written, dropped since the backlog was last empty
         self._zdr: set[str] = set()
         self._roots: dict[Scope, tuple[str, bytes]] = {}
@@ -262,7 +272,7 @@ class Tracker:
                 name, args = operation(effect)
                 method = getattr(store, name)
                 answer = guard.run(name, lambda: method(*args), inline=_never_blocks(store))
-                return self._with_backlog(effect, answer)
+                return self._with_local(effect, answer)
             if type(effect) is Send:
                 state.sent = True
                 try:
@@ -293,7 +303,7 @@ class Tracker:
                 name, args = operation(effect)
                 method = getattr(store, "a" + name)
                 answer = await guard.arun(name, lambda: method(*args))
-                return self._with_backlog(effect, answer)
+                return self._with_local(effect, answer)
             if type(effect) is Send:
                 state.sent = True
                 try:
@@ -314,24 +324,41 @@ class Tracker:
 
         return await adrive(call_flow(state.context, request), perform)
 
-    def _with_backlog(self, effect: Any, answer: Any) -> Any:
-        """Add what the backlog holds to a store effect's *answer* (the same for sync and async)."""
-        backlog = self.backlog
-        if not len(backlog):
+    def _with_local(self, effect: Any, answer: Any) -> Any:
+        """
+        Add the anchors this tracker recorded lately to a store effect's *answer*.
+
+        The same for sync and async calls. A conversation keeps chaining from
+        its own anchors when the store is down, slow, or came back empty.
+        """
+        local = self.local_anchors
+        if isinstance(effect, Evict):
+            if len(self.backlog):
+                self.backlog.evict(effect.scope, effect.response_id)
+                self.stats.backlog_changed(size=len(self.backlog))
+            if local is not None:
+                local.evict(effect.scope, effect.response_id)
+            return answer
+        backlog = self.backlog if local is None else None  # else the local anchors hold it
+        if (local is None or not len(local)) and (backlog is None or not len(backlog)):
             return answer
         if isinstance(effect, Find):
-            hits = backlog.find(effect.scope, effect.views, self.clock())
+            if local is not None:
+                hits = local.find(effect.scope, effect.views)
+            else:
+                assert backlog is not None
+                hits = backlog.find(effect.scope, effect.views, self.clock())
             if not hits:
                 return answer
-            return hits if isinstance(answer, Unavailable) else {**answer, **hits}
-        if isinstance(effect, Get):
-            if isinstance(answer, Anchor):
-                return answer
+            return hits if isinstance(answer, Unavailable) else {**hits, **answer}
+        if isinstance(answer, Anchor):
+            return answer
+        if local is not None:
+            hit = local.get(effect.scope, effect.response_id)
+        else:
+            assert backlog is not None
             hit = backlog.get(effect.scope, effect.response_id, self.clock())
-            return hit if hit is not None else answer
-        backlog.evict(effect.scope, effect.response_id)
-        self.stats.backlog_changed(size=len(backlog))
-        return answer
+        return hit if hit is not None else answer
 
     def _note(self, state: _CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
@@ -402,6 +429,8 @@ class Tracker:
             parent=ticket.parent,
         )
         self._pending.append((ticket.scope, anchor))
+        if self.local_anchors is not None:
+            self.local_anchors.put(ticket.scope, anchor)
         if ticket.hashes is not None:
             self.recent.add([*ticket.hashes, *hashes])
         self.stats.recorded_response()
