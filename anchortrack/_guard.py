@@ -16,8 +16,10 @@ What counts against the store:
   only store call in flight, the others go without the store meanwhile), and
   only if the probe fails too is the store *down*: ``store_degraded`` is
   logged once, and the store is skipped except for one probe every
-  *cooldown* seconds. The first success of the same kind (read or write) as
-  the first failure ends the suspicion or the outage (``store_recovered``).
+  *cooldown* seconds. Probes are of the same kind (read: ``find``, ``get``;
+  write: ``put``, ``evict``) as the first failure; calls of the other kind
+  go without the store meanwhile (a write waits in the backlog). The first
+  success of a probe ends the suspicion or the outage (``store_recovered``).
 """
 
 from __future__ import annotations
@@ -85,13 +87,21 @@ class Breaker:
         """The operation and error name that started the current suspicion or outage."""
         return self._first
 
-    def enter(self) -> Attempt | None:
-        """Admit a store call now (possibly as the probe), or None to go without the store."""
+    def enter(self, operation: str) -> Attempt | None:
+        """
+        Admit a store call now (possibly as the probe), or None to go without the store.
+
+        While the store is suspect or down, only calls of the same kind (read
+        or write) as the first failure probe it; the others go without it.
+        """
         if self.state is State.CLOSED:
             return _GO
         with self._lock:
             if self._closed():
                 return _GO
+            first = self._first
+            if first is not None and _kind(first[0]) != _kind(operation):
+                return None
             if self._probing or self._clock() < self._retry_at:
                 return None
             self._probing = True
@@ -184,7 +194,7 @@ class Guard:
         never block); else it runs on the worker thread and the caller waits
         at most the timeout, or *budget* seconds if that is shorter.
         """
-        attempt = self.breaker.enter()
+        attempt = self.breaker.enter(operation)
         if attempt is None:
             return UNAVAILABLE
         try:
@@ -202,7 +212,7 @@ class Guard:
         self, operation: str, call: Callable[[], Awaitable[T]], *, budget: float | None = None
     ) -> T | Unavailable:
         """Run an async store operation with a deadline, failing open (see the module)."""
-        attempt = self.breaker.enter()
+        attempt = self.breaker.enter(operation)
         if attempt is None:
             return UNAVAILABLE
         watch = loop_watch()

@@ -207,7 +207,7 @@ def run_load(
             tasks = [
                 asyncio.ensure_future(conversation(f"a{i}", rng.uniform(0.2, 0.6))) for i in range(n_async)
             ]
-            _, pending = await asyncio.wait(tasks, timeout=duration + 60)
+            _, pending = await asyncio.wait(tasks, timeout=duration + 60) if tasks else (set(), set())
             result.unfinished += len(pending)
             for task in pending:
                 task.cancel()
@@ -239,7 +239,7 @@ def run_load(
 
         control = threading.Thread(target=controller, daemon=True)
         control.start()
-        with ThreadPoolExecutor(max_workers=n_sync) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, n_sync)) as pool:
             futures = [pool.submit(sync_conversation, f"s{i}", rng.uniform(0.2, 0.6)) for i in range(n_sync)]
             asyncio.run(async_main())
             for future in futures:

@@ -77,17 +77,18 @@ def test_a_failed_probe_opens_the_breaker_then_one_probe_per_cooldown() -> None:
 def test_only_one_probe_is_in_flight_and_a_cancelled_one_lets_the_next_go() -> None:
     """While the probe runs, other calls go without the store; a probe that never answered frees the slot."""
     breaker = Breaker(cooldown=0.0)
-    first = breaker.enter()
+    first = breaker.enter("find")
     assert first is not None
     breaker.failed(first, "find", "TimeoutError")  # suspect
 
-    probe = breaker.enter()
+    probe = breaker.enter("find")
     assert probe is not None
     assert probe.probe
-    assert breaker.enter() is None  # a second caller meanwhile
+    assert breaker.enter("find") is None  # a second caller meanwhile
+    assert breaker.enter("put") is None  # a write does not probe a read failure
 
     breaker.abandon(probe)  # e.g. the caller's task was cancelled
-    again = breaker.enter()
+    again = breaker.enter("get")
     assert again is not None
     assert again.probe
 
@@ -95,7 +96,7 @@ def test_only_one_probe_is_in_flight_and_a_cancelled_one_lets_the_next_go() -> N
 def test_failures_of_calls_begun_before_the_suspicion_do_not_open_the_breaker() -> None:
     """Many calls failing together (one event) leave the store suspect; only a probe can confirm."""
     breaker = Breaker(cooldown=0.0)
-    in_flight = [breaker.enter() for _ in range(5)]
+    in_flight = [breaker.enter("find") for _ in range(5)]
 
     for attempt in in_flight:
         assert attempt is not None
@@ -104,15 +105,16 @@ def test_failures_of_calls_begun_before_the_suspicion_do_not_open_the_breaker() 
     assert State.SUSPECT is breaker.state
 
 
-def test_a_store_that_reads_but_refuses_writes_stays_down() -> None:
-    """A read success does not end an outage that writes began."""
+def test_a_store_that_refuses_writes_is_probed_with_writes() -> None:
+    """An outage that writes began is probed by writes only; reads go without the store meanwhile."""
     guard = Guard(Stats(), cooldown=0.0)
+    reads = []
     guard.run("put", broken)
     guard.run("put", broken)
     assert State.OPEN is guard.breaker.state
 
-    assert {} == guard.run("find", dict)
-    assert State.OPEN is guard.breaker.state
+    assert UNAVAILABLE is guard.run("find", lambda: reads.append(1))
+    assert [] == reads
     guard.run("put", lambda: None)
     assert State.CLOSED is guard.breaker.state
 
