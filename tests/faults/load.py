@@ -123,7 +123,7 @@ class LoadResult:
             "p99_seconds": round(self.latency(0.99), 4),
             "p50_after_last_fault": round(self.latency(0.5, LAST_FAULT), 4),
             "p99_after_last_fault": round(self.latency(0.99, LAST_FAULT), 4),
-            "median_latency_mean": round(statistics.fmean(c.latency for c in self.calls), 4),
+            "mean_seconds": round(statistics.fmean(c.latency for c in self.calls), 4) if self.calls else None,
             "per_second": [(s, n, round(f, 3)) for s, n, f in self.per_second()],
             "trackers": self.snapshots,
         }
