@@ -14,6 +14,7 @@ Deadlines for store calls: a worker thread for sync stores, a stall detector for
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
 import weakref
@@ -48,6 +49,7 @@ class StoreWorker:
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0
+        self._pid = os.getpid()
 
     @property
     def threads(self) -> int:
@@ -62,6 +64,9 @@ class StoreWorker:
             StoreTimeout: *fn* did not return in time (it keeps running).
             Exception: Whatever *fn* raised.
         """
+        if self._pid != os.getpid():  # forked: the threads stayed in the parent
+            self._pid, self._lock, self._queue = os.getpid(), threading.Lock(), queue.SimpleQueue()
+            self._threads = self._idle = 0
         future: Future[T] = Future()
         self._queue.put((fn, future))
         with self._lock:

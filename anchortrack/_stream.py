@@ -19,8 +19,8 @@ caller as if it had never been read (an error, raised on the first ``next()``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import openai
 from openai import AsyncStream, Stream
@@ -31,16 +31,27 @@ from ._recorder import StreamRecorder
 
 if TYPE_CHECKING:
     from ._flow import Ticket
-    from ._tracker import Tracker
+
+
+class Recorder(Protocol):
+    """What a tracked stream needs from the tracker (`anchortrack._tracker.Tracker`)."""
+
+    def _observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None: ...
+
+    def _flush(self) -> None: ...
+
+    async def _aflush(self) -> None: ...
+
+    def _abandoned(self, ticket: Ticket | None) -> None: ...
 
 
 class TrackedStream(Stream[ResponseStreamEvent]):
     """A ``Stream`` of Responses events that records the response it carries."""
 
-    _anchortrack: tuple[Tracker, Ticket] | None = None
+    _anchortrack: tuple[Recorder, Ticket] | None = None
     _refused = False
 
-    def _bind(self, tracker: Tracker, ticket: Ticket) -> None:
+    def _bind(self, tracker: Recorder, ticket: Ticket) -> None:
         self._anchortrack = (tracker, ticket)
 
     def __stream__(self) -> Iterator[ResponseStreamEvent]:
@@ -84,10 +95,10 @@ class TrackedStream(Stream[ResponseStreamEvent]):
 class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
     """An ``AsyncStream`` of Responses events that records the response it carries."""
 
-    _anchortrack: tuple[Tracker, Ticket] | None = None
+    _anchortrack: tuple[Recorder, Ticket] | None = None
     _refused = False
 
-    def _bind(self, tracker: Tracker, ticket: Ticket) -> None:
+    def _bind(self, tracker: Recorder, ticket: Ticket) -> None:
         self._anchortrack = (tracker, ticket)
 
     async def __stream__(self) -> AsyncIterator[ResponseStreamEvent]:
