@@ -1,13 +1,15 @@
 """
 anchortrack: send only what the OpenAI Responses API has not seen.
 
-Wrap a client and keep writing the loop you already have::
+Wrap a client and keep writing the loop you already have:
 
-    import anchortrack
-    from openai import OpenAI
+```python
+import anchortrack
+from openai import OpenAI
 
-    client = anchortrack.wrap(OpenAI())
-    resp = client.responses.create(model="gpt-5", input=history)
+client = anchortrack.wrap(OpenAI())
+resp = client.responses.create(model="gpt-5", input=history)
+```
 
 Each call sends ``previous_response_id`` of the longest recorded response
 whose server-side context is exactly a prefix of ``history``, plus the items
@@ -16,17 +18,21 @@ after it — or the full history when no such response can be proved.
 
 from __future__ import annotations
 
+import importlib
+import typing
 from typing import Any
 
-from ._api import plan_request, record_response
-from ._client import tracker, wrap
-from ._explain import Explanation, explain
-from ._hashing import Scope
-from ._mode import Mode, using
-from ._plan import Plan, Reason
-from ._stats import Stats
-from ._tracker import Tracker
-from .stores._base import Anchor, AnchorStore
+
+if typing.TYPE_CHECKING:
+    from ._api import plan_request, record_response
+    from ._client import tracker, wrap
+    from ._explain import Explanation, explain
+    from ._hashing import Scope
+    from ._mode import Mode, using
+    from ._plan import Plan, Reason
+    from ._stats import Stats
+    from ._tracker import Tracker
+    from .stores._base import Anchor, AnchorStore
 
 
 __all__ = [
@@ -47,17 +53,50 @@ __all__ = [
     "wrap",
 ]
 
-# Names defined in private modules say where users import them from (as httpx
-# does): reprs and documentation show ``anchortrack.Plan``, not ``anchortrack._plan``.
-for _name in __all__:
-    if getattr(globals()[_name], "__module__", "").startswith("anchortrack._"):
-        setattr(globals()[_name], "__module__", "anchortrack")  # noqa: B010
-del _name
+#: Where each public name is defined. They are imported on first use (PEP 562),
+#: so ``import anchortrack`` — and the ``anchortrack`` command's ``--help`` —
+#: does not pay for importing ``openai``.
+_HOMES = {
+    "Anchor": ".stores._base",
+    "AnchorStore": ".stores._base",
+    "Explanation": "._explain",
+    "Mode": "._mode",
+    "Plan": "._plan",
+    "Reason": "._plan",
+    "Scope": "._hashing",
+    "Stats": "._stats",
+    "Tracker": "._tracker",
+    "explain": "._explain",
+    "plan_request": "._api",
+    "record_response": "._api",
+    "tracker": "._client",
+    "using": "._mode",
+    "wrap": "._client",
+}
+
+
+def _load() -> None:
+    """Import every public name into this module's namespace."""
+    for name, home in _HOMES.items():
+        value = getattr(importlib.import_module(home, __name__), name)
+        # Names defined in private modules say where users import them from (as
+        # httpx does): reprs and documentation show ``anchortrack.Plan``, not
+        # ``anchortrack._plan``.
+        if getattr(value, "__module__", "").startswith("anchortrack._"):
+            value.__module__ = "anchortrack"
+        globals()[name] = value
 
 
 def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        _load()
+        return globals()[name]
     if name == "__version__":
         from importlib.metadata import version
 
         return version("anchortrack")
     raise AttributeError(f"module 'anchortrack' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

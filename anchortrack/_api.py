@@ -12,18 +12,35 @@ Both take the scope and the store explicitly and call the store (with
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._flow import CallContext, Find, drive, plan_history, read_history
 from ._hashing import Scope, fingerprint_items, prefix_hashes
 from ._plan import Plan, new_anchor, unrecordable
+from ._properties import properties_digest
+from ._seal import mac_key
 from .stores._base import Anchor, AnchorStore
 
 
-def plan_request(history: Sequence[Any], *, scope: Scope, store: AnchorStore) -> Plan:
+def plan_request(
+    history: Sequence[Any],
+    *,
+    scope: Scope,
+    store: AnchorStore,
+    params: Mapping[str, Any] | None = None,
+) -> Plan:
     """
     Plan a request for *history* (SDK models, dicts or a string's items).
+
+    Args:
+        history: The full history the request is for.
+        scope: The scope anchors are recorded under.
+        store: The store they are in.
+        params: The request's other ``create`` arguments (``tools``,
+            ``tool_choice``, ``text``, …): only anchors recorded with the same
+            carried-over properties are chosen. Pass the same to
+            `record_response`.
 
     Returns:
         The `Plan`: chain from ``plan.anchor`` sending ``history[plan.skip:]``,
@@ -33,12 +50,17 @@ def plan_request(history: Sequence[Any], *, scope: Scope, store: AnchorStore) ->
         TypeError: an item has no Responses API shape.
         Exception: whatever *store* raises.
     """
-    context = CallContext(scope_key=scope.key, root=scope.root(store.secret_key), now=time.time())
+    secret = store.secret_key
+    context = CallContext(
+        scope_key=scope.store_key(secret), root=scope.root(secret), now=time.time(), mac_key=mac_key(secret)
+    )
 
     def find(effect: Find) -> Any:
         return store.find(effect.scope, effect.views)
 
-    plan: Plan = drive(plan_history(context, read_history(context, list(history))), find)
+    history_read = read_history(context, list(history))
+    properties = properties_digest(params or {})
+    plan: Plan = drive(plan_history(context, history_read, properties=properties), find)
     return plan
 
 
@@ -49,9 +71,12 @@ def record_response(
     scope: Scope,
     store: AnchorStore,
     record_incomplete: bool = False,
+    params: Mapping[str, Any] | None = None,
 ) -> Anchor | None:
     """
     Record *response*, the answer to a request whose full context was *history*.
+
+    *params* are that request's other ``create`` arguments (see `plan_request`).
 
     Returns:
         The recorded anchor, or None when the response must not be an anchor
@@ -61,7 +86,9 @@ def record_response(
         return None
     fps, _, _ = fingerprint_items(list(history))
     outputs, _, _ = fingerprint_items(list(response.output))
-    root = scope.root(store.secret_key)
+    secret = store.secret_key
+    root = scope.root(secret)
+    key = scope.store_key(secret)
     anchor = new_anchor(
         response.id,
         base=root,
@@ -69,9 +96,12 @@ def record_response(
         hashes=prefix_hashes(root, [*fps, *outputs]),
         now=time.time(),
         ttl=store.ttl,
+        properties=properties_digest(params or {}),
+        scope=key,
+        mac_key=mac_key(secret),
         parent=_parent_of(response),
     )
-    store.put(scope.key, anchor)
+    store.put(key, anchor)
     return anchor
 
 

@@ -5,56 +5,150 @@ Two items are *equivalent* when the server would put the same thing in front
 of the model for either of them.
 The canonical form maps equivalent items to identical bytes, so that
 fingerprints can be compared by value.
-The rules (each one is tested in ``tests/core/test_canonical.py``):
 
-=====================================================  =======================================
-equivalent                                             because
-=====================================================  =======================================
-``"hi"`` (string input) ≡ user message ``hi``            a string input is one user message
-``{"role": r, "content": "t"}`` ≡ ``{"type":           the API expands the shorthand; ``t`` is
-"message", "role": r, "content": [{"type": "input_    ``input_text`` for user/system/developer
-text", "text": "t"}]}``                                and ``output_text`` for assistant
-a message without ``"type"`` ≡ with ``"type":          ``message`` is the default type
-"message"``
-``{"k": null}`` ≡ ``{}`` (at any depth)                  ``null`` means "not given"
-``status`` on an item, ``id`` on any item but an        server bookkeeping, not context
-``item_reference``
-``"annotations": []``, ``"logprobs": []`` in a text    empty defaults the server adds
-part ≡ absent
-``arguments`` / ``input`` JSON strings that parse      frameworks re-serialise tool arguments
-to the same value (``{"a": 1}`` ≡ ``{"a":1}``)
-``parsed`` / ``parsed_arguments``                      SDK-only fields, never sent
-dict key order                                         JSON objects are unordered
-SDK pydantic model ≡ its ``model_dump`` dict           same wire JSON
-=====================================================  =======================================
+Rules for every shape (each one is tested in ``tests/core/test_canonical.py``):
+
+* ``{"k": null}`` ≡ ``{}`` at any depth (``null`` means "not given"); dict key
+  order never matters (JSON objects are unordered).
+* An SDK pydantic model ≡ its ``model_dump(mode="json", exclude_unset=True)``
+  dict (the same wire JSON); ``parsed`` / ``parsed_arguments`` are SDK-only
+  fields, never sent.
+* Subclasses of ``str``/``int``/``float``/``dict``/``list`` count by their
+  data (what ``json.dumps`` puts on the wire), never by their own ``__eq__``,
+  ``__hash__`` or ``__repr__``.
+* ``id`` and ``status`` are kept unless the row of the item's type says they
+  are bookkeeping. An id is bookkeeping only when nothing can refer to it
+  with effect: the item carries everything the model sees, and the item that
+  links to it uses ``call_id``.
+
+Per item type (``type`` as the spec's ``InputItem`` / ``Item`` /
+``ItemResource`` / ``OutputItem`` unions and ``openai.types.responses`` name
+them):
+
+============================  ================  ==============================================
+type                          ignored           because / notes
+============================  ================  ==============================================
+string input ``"t"``          (nothing)         one user ``message`` with ``input_text`` t
+``message``                   ``id``,           id: bookkeeping (a reference to it compares
+                              ``status``        by its own id); status: "populated when
+                                                returned via API". ``{"role", "content":
+                                                "t"}`` ≡ one ``input_text`` part (user,
+                                                system, developer) or ``output_text`` part
+                                                (assistant); no ``type`` ≡ ``message``;
+                                                ``annotations: []``, ``logprobs: []`` in a
+                                                part ≡ absent
+``item_reference``            (nothing)         the id *is* the content; ``{"id": x}``
+                                                without ``type`` ≡ ``{"type":
+                                                "item_reference", "id": x}``
+``function_call``             ``id``,           linked by ``call_id``; ``arguments`` compare
+                              ``status``        as JSON modulo whitespace, key order and
+                                                string escapes, numbers by exact token
+                                                (``1`` ≠ ``1.0`` ≠ ``1.00``, ``-0`` ≠ ``0``),
+                                                verbatim if not JSON or a key repeats
+``function_call_output``      ``id``,           linked by ``call_id``; ``output`` verbatim
+                              ``status``
+``custom_tool_call``          ``id``,           linked by ``call_id``; ``input`` is free text:
+                              ``status``        verbatim
+``custom_tool_call_output``   ``id``,           linked by ``call_id``; ``output`` verbatim
+                              ``status``
+``computer_call``             ``id``,           linked by ``call_id``
+                              ``status``
+``computer_call_output``      ``id``,           linked by ``call_id``
+                              ``status``
+``shell_call``                ``id``            linked by ``call_id``; status kept
+``shell_call_output``         ``id``            linked by ``call_id``; status kept
+``apply_patch_call``          ``id``            linked by ``call_id``; status kept (required)
+``apply_patch_call_output``   ``id``            linked by ``call_id``; status is the result
+``mcp_approval_response``     ``id``            names its request by ``approval_request_id``
+``reasoning`` (encrypted)     ``id``,           ``encrypted_content`` carries the reasoning
+                              ``status``
+``reasoning`` (no             ``status``        the server resolves it by its id: id kept
+encrypted_content)
+``compaction``                ``id``            ``encrypted_content`` is the content
+``mcp_approval_request``      (nothing)         answered by a response naming its id
+``local_shell_call``          (nothing)         its output names it by id
+``local_shell_call_output``   (nothing)         its ``id`` names the call it answers;
+                                                ``output`` verbatim
+``mcp_call``                  (nothing)         server-run tool; ``arguments`` and ``output``
+                                                verbatim; status is the tool's outcome
+``mcp_list_tools``            (nothing)         server-run listing
+``web_search_call``           (nothing)         server-run; results live under the id
+``file_search_call``          (nothing)         server-run; results may live under the id
+``code_interpreter_call``     (nothing)         server-run; the container state is the id's
+``image_generation_call``     (nothing)         follow-up edits reference the image by id
+``tool_search_call``          (nothing)         ``call_id`` is optional: the id may link
+``tool_search_output``        (nothing)         ``call_id`` is optional: the id may link
+``program``                   (nothing)         the spec requires the id on input
+``program_output``            (nothing)         the spec requires the id on input
+``additional_tools``          (nothing)         not proven bookkeeping
+``compaction_trigger``        (nothing)         not proven bookkeeping
+``configuration_update``      (nothing)         not proven bookkeeping (SDK only)
+any other ``type``            (nothing)         unknown: its full value, id included
+no ``type``, no ``role``      (nothing)         unknown shape: its full value
+============================  ================  ==============================================
 
 Not equivalent (kept apart on purpose): different text, role, ``call_id``,
 ``name``, ``phase``, ``encrypted_content``, ``input_text`` vs ``output_text``
-in an explicit content list, ``1`` vs ``1.0`` in arguments, a tool
-``output`` string re-serialised differently (the model reads that string
-verbatim), and the ``id`` of an ``item_reference`` (it *is* the content).
+in an explicit content list, any tool ``output`` re-serialised differently
+(the model reads that string verbatim), and every id listed as kept above.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
 
 #: Bump when the canonical bytes of any item change.
-CANONICAL_VERSION = 1
+CANONICAL_VERSION = 2
 
 _INPUT_ROLES = frozenset({"user", "system", "developer"})
-#: Top-level keys that never change what the model sees.
-_IGNORED_ITEM_KEYS = frozenset({"status", "id"})
 #: Keys the SDK adds to parsed models; never part of the wire form.
 _SDK_ONLY_KEYS = frozenset({"parsed", "parsed_arguments"})
 #: Keys of text parts whose empty-list value is the server default.
 _EMPTY_DEFAULT_KEYS = frozenset({"annotations", "logprobs"})
-#: Item types whose JSON-string fields are compared as parsed JSON.
-_JSON_STRING_FIELDS = {"function_call": "arguments", "custom_tool_call": "input"}
+
+_ID_STATUS = frozenset({"id", "status"})
+_ID = frozenset({"id"})
+_STATUS = frozenset({"status"})
+_NOTHING: frozenset[str] = frozenset()
+
+#: Item type → top-level keys that are bookkeeping (see the module table).
+#: A type missing here is compared by its full value.
+IGNORED_KEYS: dict[str, frozenset[str]] = {
+    "message": _ID_STATUS,
+    "function_call": _ID_STATUS,
+    "function_call_output": _ID_STATUS,
+    "custom_tool_call": _ID_STATUS,
+    "custom_tool_call_output": _ID_STATUS,
+    "computer_call": _ID_STATUS,
+    "computer_call_output": _ID_STATUS,
+    "shell_call": _ID,
+    "shell_call_output": _ID,
+    "apply_patch_call": _ID,
+    "apply_patch_call_output": _ID,
+    "mcp_approval_response": _ID,
+    "compaction": _ID,
+    "item_reference": _NOTHING,
+    "mcp_approval_request": _NOTHING,
+    "local_shell_call": _NOTHING,
+    "local_shell_call_output": _NOTHING,
+    "mcp_call": _NOTHING,
+    "mcp_list_tools": _NOTHING,
+    "web_search_call": _NOTHING,
+    "file_search_call": _NOTHING,
+    "code_interpreter_call": _NOTHING,
+    "image_generation_call": _NOTHING,
+    "tool_search_call": _NOTHING,
+    "tool_search_output": _NOTHING,
+    "program": _NOTHING,
+    "program_output": _NOTHING,
+    "additional_tools": _NOTHING,
+    "compaction_trigger": _NOTHING,
+    "configuration_update": _NOTHING,
+    # "reasoning" depends on encrypted_content: see _ignored_keys.
+}
 
 
 def _dumps(data: object) -> str:
@@ -90,38 +184,49 @@ def canonical_item(item: object) -> dict[str, Any]:
     return canonical_and_plain(item)[0]
 
 
+def _ignored_keys(kind: object, out: Mapping[str, Any]) -> frozenset[str]:
+    if kind == "reasoning":
+        encrypted = out.get("encrypted_content")
+        return _ID_STATUS if isinstance(encrypted, str) and encrypted else _STATUS
+    if isinstance(kind, str):
+        return IGNORED_KEYS.get(kind, _NOTHING)
+    return _NOTHING
+
+
 def canonical_and_plain(item: object) -> tuple[dict[str, Any], bool]:
     """
     Return the canonical form of *item*, and whether *item* is a plain JSON dict.
 
-    A plain dict holds only dicts, lists, strings, numbers, booleans and None,
-    so its ``repr`` names its value exactly (used to memoize fingerprints).
+    A plain dict holds only exact dicts, lists, strings, numbers, booleans
+    and None (no subclasses, no SDK models).
 
     Raises:
         ItemError: the item has a shape no Responses API item has.
     """
+    if type(item) is str:
+        return _string_message(item), False
     if isinstance(item, str):
-        return {
-            "content": [{"text": item, "type": "input_text"}],
-            "role": "user",
-            "type": "message",
-        }, False
-    plain_dict = type(item) is dict
+        return _string_message(str.__str__(item)), False
     source = to_plain(item)
     if not isinstance(source, Mapping):  # pragma: no cover - to_plain guarantees it
         raise ItemError("input item is not an object")
+    plain = [type(item) is dict]
     out: dict[str, Any] = {}
-    plain = [plain_dict]
-    keep_id = source.get("type") == "item_reference"
     for key, value in source.items():
-        if value is None or key in _SDK_ONLY_KEYS:
+        if value is None:
             continue
-        if key in _IGNORED_ITEM_KEYS and not keep_id:
+        key = _key(key)
+        if key in _SDK_ONLY_KEYS:
             continue
         out[key] = _strip(value, plain)
     kind = out.get("type")
-    if kind is None and "role" in out:
-        kind = out["type"] = "message"
+    if kind is None:
+        if "role" in out:
+            kind = out["type"] = "message"
+        elif "id" in out and len(out) == 1:
+            kind = out["type"] = "item_reference"
+    for key in _ignored_keys(kind, out):
+        out.pop(key, None)
     if kind == "message":
         content = out.get("content")
         if isinstance(content, str):
@@ -129,13 +234,17 @@ def canonical_and_plain(item: object) -> tuple[dict[str, Any], bool]:
             out["content"] = [{"text": content, "type": text_type}]
         elif isinstance(content, list):
             out["content"] = [_canonical_part(part) for part in content]
-    elif isinstance(kind, str) and kind in _JSON_STRING_FIELDS:
-        field = _JSON_STRING_FIELDS[kind]
-        raw = out.get(field)
+    elif kind == "function_call":
+        raw = out.get("arguments")
         if isinstance(raw, str):
-            with contextlib.suppress(ValueError):
-                out[field] = {"json": json.loads(raw)}
+            normal = json_tokens(raw)
+            if normal is not None:
+                out["arguments"] = {"json": normal}
     return out, plain[0]
+
+
+def _string_message(text: str) -> dict[str, Any]:
+    return {"content": [{"text": text, "type": "input_text"}], "role": "user", "type": "message"}
 
 
 def canonical_bytes(item: object) -> bytes:
@@ -162,31 +271,99 @@ def _canonical_part(part: object) -> object:
     return part
 
 
-_SCALARS = (str, int, float, bool)
+def _key(key: object) -> str:
+    if type(key) is str:
+        return key
+    if isinstance(key, str):
+        return str.__str__(key)
+    raise ItemError(f"unsupported key of type {type(key).__name__} inside an input item")
 
 
 def _strip(value: object, plain: list[bool]) -> object:
     """
-    Drop ``None`` values from nested mappings (lists keep their length).
+    Return *value* as exact JSON data, dropping ``None`` values from mappings.
 
-    Nested SDK models become their JSON data (and clear ``plain[0]``); any
-    other non-JSON value raises `ItemError`.
+    Subclasses of the JSON types become their base type's data (their own
+    methods are never called); nested SDK models become their JSON data.
+    Either clears ``plain[0]``. Any other value raises `ItemError`.
     """
     kind = type(value)
     if kind is str or kind is int or kind is bool or kind is float:
         return value
     if kind is dict:
-        return {k: _strip(v, plain) for k, v in value.items() if v is not None}  # type: ignore[attr-defined]
+        return {_key(k): _strip(v, plain) for k, v in value.items() if v is not None}  # type: ignore[attr-defined]
     if kind is list:
         return [_strip(v, plain) for v in value]  # type: ignore[attr-defined]
-    if value is None or isinstance(value, _SCALARS):
+    if value is None:
         return value
     plain[0] = False
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
     if isinstance(value, Mapping):
-        return {k: _strip(v, plain) for k, v in value.items() if v is not None}
+        # The SDK iterates ``items()`` to build the wire JSON: so do we.
+        return {_key(k): _strip(v, plain) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
         return [_strip(v, plain) for v in value]
     dump = getattr(value, "model_dump", None)
     if dump is not None:
         return _strip(dump(mode="json", exclude_unset=True), plain)
     raise ItemError(f"unsupported value of type {kind.__name__} inside an input item")
+
+
+# -- JSON strings compared by token --------------------------------------------
+
+
+class _Number:
+    """A JSON number (or NaN / Infinity constant) kept as its exact token."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _DuplicateKeyError
+    return out
+
+
+_TOKEN_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_float=_Number, parse_int=_Number, parse_constant=_Number
+)
+
+
+def json_tokens(text: str) -> str | None:
+    """
+    Return *text* re-serialized with sorted keys and no whitespace, numbers by token.
+
+    Returns None when *text* is not one JSON value, has a duplicate key, or
+    nests too deep: such a string can only be compared verbatim.
+    """
+    try:
+        value = _TOKEN_DECODER.decode(text)
+        return _emit(value)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _emit(value: object) -> str:
+    if isinstance(value, _Number):
+        return value.token
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        body = ",".join(json.dumps(k, ensure_ascii=False) + ":" + _emit(v) for k, v in sorted(value.items()))
+        return "{" + body + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_emit(v) for v in value) + "]"
+    return json.dumps(value)  # true, false, null

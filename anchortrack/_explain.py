@@ -22,7 +22,9 @@ from ._flow import UNAVAILABLE, CallContext, Find, History, drive, plan_history,
 from ._hashing import Kind, Scope
 from ._log import short
 from ._plan import REASON_TEXT, Plan, Reason, RecentViews, with_sizes
+from ._properties import properties_digest
 from ._request import read_request
+from ._seal import mac_key
 from ._stats import decision_for
 from .stores._base import Anchor, AnchorStore
 
@@ -182,6 +184,7 @@ def explain(
     scope: Scope,
     recent: RecentViews | None = None,
     now: float | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> Explanation:
     """
     Explain what the wrapped client would send for *history_or_body*.
@@ -192,23 +195,30 @@ def explain(
             ``input``; its ``previous_response_id``, ``conversation`` and
             ``store`` are taken into account).
         store: The store the anchors are in.
-        scope: The scope they were recorded under (the client's base URL,
-            organization and project, and the namespace given to ``wrap``).
+        scope: The scope they were recorded under: for a wrapped client,
+            ``anchortrack.tracker(client).scope_for(client)``.
         recent: The views a live tracker recorded lately
             (``anchortrack.tracker(client).recent``), to locate where a
             diverged history first differs (``Plan.diverged_at``).
         now: Unix time for anchor expiry (default: now).
+        params: For a history, the request's other ``create`` arguments
+            (``tools``, ``text``, …), whose carried-over properties must
+            match an anchor's; a body carries its own.
 
     Raises:
         TypeError: A body's ``input`` is neither a string nor a list.
     """
-    items, previous_id, managed, store_false = _read(history_or_body)
+    items, previous_id, managed, store_false, properties = _read(history_or_body)
+    if params is not None and not isinstance(history_or_body, Mapping):
+        properties = properties_digest(params)
     n = len(items)
+    secret = store.secret_key
     context = CallContext(
-        scope_key=scope.key,
-        root=scope.root(store.secret_key),
+        scope_key=scope.store_key(secret),
+        root=scope.root(secret),
         now=time.time() if now is None else now,
         recent=recent,
+        mac_key=mac_key(secret),
     )
     kinds: list[Kind] = []
     try:
@@ -226,15 +236,15 @@ def explain(
     found: object
     detail = None
     try:
-        found = store.find(scope.key, history.hashes) if history.hashes else {}
+        found = store.find(context.scope_key, history.hashes) if history.hashes else {}
     except Exception as error:  # noqa: BLE001 - reported as store_unavailable, like the client does
         found, detail = UNAVAILABLE, type(error).__name__
 
     def answer(effect: Find) -> object:
         return found
 
-    plan: Plan = drive(plan_history(context, history), answer)
-    views = _views(history, found, context.now) if isinstance(found, Mapping) else {}
+    plan: Plan = drive(plan_history(context, history, properties=properties), answer)
+    views = _views(history, found, context) if isinstance(found, Mapping) else {}
     if plan.reason is not Reason.STORE_UNAVAILABLE:
         detail = None
     rows = _rows(items, kinds, history.fingerprints, views, plan)
@@ -242,24 +252,26 @@ def explain(
     return Explanation(rows, plan, scope, previous_id, store_false, closest, detail)
 
 
-def _read(source: object) -> tuple[list[Any], str | None, bool, bool]:
-    """Return the items, the caller's previous_response_id, caller-managed, store=false."""
+def _read(source: object) -> tuple[list[Any], str | None, bool, bool, bytes]:
+    """Return the items, the caller's previous_response_id, caller-managed, store=false, properties."""
     if isinstance(source, Mapping):
-        request = read_request(source)
-        return request.items, request.previous_response_id, request.caller_managed, not request.store
+        r = read_request(source)
+        return r.items, r.previous_response_id, r.caller_managed, not r.store, r.properties
     if isinstance(source, str):
-        return [source], None, False, False
+        return [source], None, False, False, b""
     if isinstance(source, Sequence):
-        return list(source), None, False, False
+        return list(source), None, False, False, b""
     raise TypeError(f"explain() takes a history (list) or a request body (dict), not {type(source).__name__}")
 
 
-def _views(history: History, found: Mapping[bytes, Anchor], now: float) -> dict[int, Anchor]:
-    """The recorded views that are prefixes of the history, by length."""
+def _views(history: History, found: Mapping[bytes, Anchor], context: CallContext) -> dict[int, Anchor]:
+    """The recorded (and, with a secret key, authentic) views that are prefixes of the history, by length."""
     views = {}
     for i, h in enumerate(history.hashes, start=1):
         anchor = found.get(h)
-        if anchor is not None and anchor.count == i and anchor.is_live(now):
+        if anchor is None or anchor.count != i or not anchor.is_live(context.now):
+            continue
+        if context.authentic(anchor):
             views[i] = anchor
     return views
 

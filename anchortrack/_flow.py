@@ -28,6 +28,7 @@ from ._mode import Mode
 from ._plan import Plan, Reason, RecentViews, candidates, choose, with_sizes
 from ._refusal import Failure, classify
 from ._request import Request, chained_body
+from ._seal import authentic as _authentic
 from .stores._base import Anchor
 
 
@@ -82,6 +83,8 @@ class Ticket:
         skip_reason: Why the response must not be recorded, if so.
         expires_at: When the response's chain expires, if it is chained: a
             response cannot outlive the ancestors the server resolves it through.
+        properties: The request's carried-over properties digest, recorded
+            with the anchor.
         parent: The response the request was chained from, if any: the
             recorded anchor's parent.
     """
@@ -92,6 +95,7 @@ class Ticket:
     hashes: Sequence[bytes] | None = None
     skip_reason: Reason | None = None
     expires_at: float | None = None
+    properties: bytes = b""
     parent: str | None = None
 
 
@@ -163,6 +167,8 @@ class CallContext:
         memo: Fingerprints remembered from earlier calls, if any.
         recent: Views recorded lately, to locate a divergence, if any.
         timer: A monotonic clock, to time the planning.
+        mac_key: The key anchors are sealed with, if the store has a secret
+            key: anchors read without a valid MAC are treated as absent.
     """
 
     scope_key: str
@@ -173,6 +179,11 @@ class CallContext:
     memo: Memo | None = None
     recent: RecentViews | None = None
     timer: Callable[[], float] = time.perf_counter
+    mac_key: bytes | None = None
+
+    def authentic(self, anchor: Anchor) -> bool:
+        """Whether *anchor*, read from this context's scope, carries a valid MAC."""
+        return _authentic(anchor, self.scope_key, self.mac_key)
 
 
 # -- the planning pipeline ----------------------------------------------------
@@ -213,12 +224,16 @@ def read_history(ctx: CallContext, items: Sequence[object], *, kinds: list[Kind]
     return History(fps, sizes, has_model, prefix_hashes(ctx.root, fps))
 
 
-def plan_history(ctx: CallContext, history: History) -> Generator[Find, Any, Plan]:
+def plan_history(
+    ctx: CallContext, history: History, *, properties: bytes = b""
+) -> Generator[Find, Any, Plan]:
     """
     Plan a request for *history*: look the candidate views up, choose, size.
 
     Yields one `Find` when there is something to look up; a `UNAVAILABLE`
-    answer plans a stateless request (``store_unavailable``).
+    answer plans a stateless request (``store_unavailable``). Only anchors
+    made with the same carried-over *properties* are chosen, and, with a MAC
+    key, only anchors whose MAC verifies.
     """
     hashes = history.hashes
     n = len(hashes)
@@ -232,7 +247,15 @@ def plan_history(ctx: CallContext, history: History) -> Generator[Find, Any, Pla
             plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
         else:
             assert isinstance(found, Mapping)
-            plan = choose(hashes, found, ctx.now, has_model_items=history.has_model, recent=ctx.recent)
+            plan = choose(
+                hashes,
+                found,
+                ctx.now,
+                has_model_items=history.has_model,
+                recent=ctx.recent,
+                properties=properties,
+                authentic=ctx.authentic if ctx.mac_key is not None else None,
+            )
     return with_sizes(plan, history.sizes)
 
 
@@ -260,10 +283,13 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
         count=n,
         hashes=hashes,
         skip_reason=None if request.store else Reason.STORE_FALSE,
+        properties=request.properties,
     )
-    plan = yield from plan_history(ctx, history)
+    plan = yield from plan_history(ctx, history, properties=request.properties)
     yield Planned(plan, ctx.timer() - started)
     yield _reported(ctx.mode, plan)
+    if plan.rejected:
+        yield _rejected(ctx, plan)
     if ctx.mode is Mode.SHADOW or plan.anchor is None:
         return (yield Send(request.body, ticket))
     anchor = plan.anchor
@@ -297,26 +323,38 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
 def _caller_managed(ctx: CallContext, request: Request) -> Flow:
     """Send exactly as given; record the child if the parent's view is known."""
     ticket = None
+    rejected: tuple[str, ...] = ()
     parent_id = request.previous_response_id
     if parent_id is not None and not request.conversation and not ctx.zdr_disabled:
         parent = yield Get(ctx.scope_key, parent_id)
+        if isinstance(parent, Anchor) and not ctx.authentic(parent):
+            rejected = (parent.response_id,)
+            parent = None
         if isinstance(parent, Anchor):
             try:
                 fps, _, _ = fingerprint_items(request.items, ctx.memo)
             except ItemError:
                 fps = None
             if fps is not None:
+                skip = None if request.store else Reason.STORE_FALSE
+                if skip is None and parent.properties != request.properties:
+                    # A server may have carried the parent's properties over to
+                    # this response: what it was made with is not what was sent.
+                    skip = Reason.PROPERTIES_CHANGED
                 ticket = Ticket(
                     scope=ctx.scope_key,
                     base=extend(parent.view, fps),
                     count=parent.count + len(fps),
-                    skip_reason=None if request.store else Reason.STORE_FALSE,
+                    skip_reason=skip,
                     expires_at=parent.expires_at,
+                    properties=request.properties,
                     parent=parent_id,
                 )
-    plan = Plan(Reason.CALLER_MANAGED, total=len(request.items))
+    plan = Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected)
     yield Planned(plan, None)
     yield _reported(ctx.mode, plan)
+    if plan.rejected:
+        yield _rejected(ctx, plan)
     if ticket is None:
         yield Log(
             "debug",
@@ -324,6 +362,15 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
             {"previous_response_id": parent_id, "conversation": request.conversation},
         )
     return (yield Send(request.body, ticket))
+
+
+def _rejected(ctx: CallContext, plan: Plan) -> Log:
+    """The warning that the store returned anchors whose MAC did not verify."""
+    return Log(
+        "warning",
+        "anchortrack.anchor_rejected",
+        {"rejected": len(plan.rejected), "anchor_ids": list(plan.rejected), "scope": ctx.scope_key},
+    )
 
 
 def _reported(mode: Mode, plan: Plan) -> Log:

@@ -12,12 +12,15 @@ version that shares `SCHEME`.
 from __future__ import annotations
 
 import hashlib
+import marshal
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 
 from ._canonical import CANONICAL_VERSION, canonical_and_plain, canonical_bytes, dump_canonical
+from ._seal import fit_key
 
 
 #: Version of the whole digest scheme (canonical form + hashing).
@@ -25,6 +28,7 @@ SCHEME = f"anchortrack/{CANONICAL_VERSION}.1"
 DIGEST_SIZE = 16
 
 _blake2b = hashlib.blake2b
+_marshal = marshal.dumps
 
 
 def fingerprint(item: object) -> bytes:
@@ -42,35 +46,64 @@ class Scope:
         organization: The OpenAI organization, if the client sets one.
         project: The OpenAI project, if the client sets one.
         namespace: An optional extra partition chosen by the user.
+        api_key_digest: A keyed digest of the client's API key (see
+            `api_key_digest`; never the key itself), so that clients with
+            different keys never share anchors; None leaves the key out.
     """
 
     base_url: str
     organization: str | None = None
     project: str | None = None
     namespace: str | None = None
+    api_key_digest: str | None = None
 
     @property
     def key(self) -> str:
-        """A short printable digest of the scope, used to namespace stores."""
-        return _blake2b(self._identity(), digest_size=8).hexdigest()
+        """A short printable digest of the scope, used to namespace stores without a secret key."""
+        return self.store_key(None)
+
+    def store_key(self, secret_key: bytes | None) -> str:
+        """
+        The short printable digest that namespaces this scope's anchors in a store.
+
+        Keyed by *secret_key* when given, so a store's keys tell a reader
+        without the key nothing about the scope (base URL, organization,
+        project, namespace or API key) they belong to.
+        """
+        key = fit_key(secret_key) if secret_key else b""
+        return _blake2b(self._identity(), digest_size=8, key=key).hexdigest()
 
     def _identity(self) -> bytes:
-        parts = (
+        parts = [
             self.base_url.rstrip("/"),
             self.organization or "",
             self.project or "",
             self.namespace or "",
-        )
+        ]
+        if self.api_key_digest is not None:
+            parts.append(self.api_key_digest)
         return "\x1f".join(parts).encode()
 
     def root(self, secret_key: bytes | None) -> bytes:
         """Return ``h(0)`` for this scope, keyed by *secret_key* if given."""
-        key = secret_key or b""
-        if len(key) > 64:
-            key = _blake2b(key).digest()
+        key = fit_key(secret_key) if secret_key else b""
         return _blake2b(
             SCHEME.encode() + b"\x00" + self._identity(), digest_size=DIGEST_SIZE, key=key
         ).digest()
+
+
+_API_KEY_DOMAIN = b"anchortrack/api-key/1"
+
+
+def api_key_digest(api_key: str, secret_key: bytes | None = None) -> str:
+    """
+    A keyed digest naming an API key in a `Scope`, never the key itself.
+
+    Keyed by *secret_key* when given (else by a fixed domain key): API keys
+    are long random strings, so the digest cannot be turned back into one.
+    """
+    key = fit_key(secret_key) if secret_key else _API_KEY_DOMAIN
+    return _blake2b(api_key.encode(), digest_size=16, key=key).hexdigest()
 
 
 def extend(prefix: bytes, fingerprints: Iterable[bytes]) -> bytes:
@@ -113,100 +146,193 @@ MODEL_ITEM_TYPES = frozenset(
 )
 
 
+#: (fingerprint, canonical size, is model output)
+Known = tuple[bytes, int, bool]
+
+
 class Memo:
     """
-    Remembers fingerprints of items seen before — by value, never trusting identity.
+    Remembers fingerprints of items seen before, reusing one only on a proof.
 
-    Two ways in, both exact:
+    A proof is exact: no method of a user type is ever called to obtain it, so
+    a ``str`` subclass with its own ``__eq__``/``__hash__``/``__repr__`` (a
+    log-masking string, say) cannot pass an edited item off as the old one.
 
-    * A plain dict whose leaves are all strings is remembered with a private
-      copy of its containers (sharing the leaf strings). When the same object
-      comes back, ``item == copy`` (a pointer-fast C comparison) proves its
-      value is unchanged — in-place edits by middleware are caught — and only
-      then is its fingerprint reused. With string leaves only, ``==`` is exact
-      (no ``1 == True == 1.0`` aliasing).
-    * Any other dict, or an SDK model, is keyed by a digest of its ``repr`` /
-      JSON serialization, which names its value exactly.
+    * By identity: a dict whose nodes are all exact ``dict``/``list``/``str``
+      (or None) is remembered under ``id(item)`` with a private copy of its
+      containers (sharing the immutable leaf strings). When an object with
+      that id comes back, its nodes are checked to be exact built-in types
+      again, and only then is ``copy == item`` (a C comparison that, with
+      exact strings only, calls no user code and cannot alias ``1``/``1.0``/
+      ``True``) taken as proof that its value is unchanged.
+    * By value: any other exact dict is keyed by a digest of its
+      `marshal` serialization, which refuses every non-exact type and names
+      the value exactly; an SDK model (an exact ``openai`` class) by a digest
+      of its JSON serialization.
 
-    Bounded: when full it starts over.
+    Bounded by bytes: every entry is counted (the copy, the strings it
+    shares, the digest) against *max_bytes*; the oldest entries go first.
+    Items with more than *max_item_bytes* are only ever remembered by
+    digest, so the memo never keeps a large text alive after the caller
+    dropped it.
     """
 
-    def __init__(self, max_entries: int = 65_536) -> None:
-        self.max_entries = max_entries
-        self._entries: dict[bytes, tuple[bytes, int, bool]] = {}
-        self._objects: dict[int, tuple[object, tuple[bytes, int, bool]]] = {}
+    def __init__(self, max_bytes: int = 4 << 20, max_item_bytes: int = 64 << 10) -> None:
+        self.max_bytes = max_bytes
+        self.max_item_bytes = max_item_bytes
+        self.nbytes = 0
+        self._entries: dict[bytes, Known] = {}
+        self._objects: dict[int, tuple[object, Known, int]] = {}
 
-    def get(self, key: bytes) -> tuple[bytes, int, bool] | None:
-        """Return what was remembered under *key*."""
+    def get(self, key: bytes) -> Known | None:
+        """Return what was remembered under the digest *key*."""
         return self._entries.get(key)
 
-    def put(self, key: bytes, value: tuple[bytes, int, bool]) -> None:
-        """Remember *value* under *key*."""
-        if len(self._entries) >= self.max_entries:
-            self._entries.clear()
-        self._entries[key] = value
+    def put(self, key: bytes, value: Known) -> None:
+        """Remember *value* under the digest *key*."""
+        if key not in self._entries:
+            self.nbytes += _ENTRY_BYTES
+            self._entries[key] = value
+            self._shrink()
 
-    def lookup_object(self, item: dict[str, Any]) -> tuple[bytes, int, bool] | None:
-        """Return the remembered fingerprint of *item* if its value is unchanged."""
+    def lookup_object(self, item: dict[str, Any]) -> Known | None:
+        """Return the remembered fingerprint of *item* if its value is provably unchanged."""
         entry = self._objects.get(id(item))
-        if entry is not None and entry[0] == item:
+        if entry is not None and _exact_strings(item, 0) and entry[0] == item:
             return entry[1]
         return None
 
-    def remember_object(self, item: dict[str, Any], value: tuple[bytes, int, bool]) -> bool:
-        """Remember *item* by a copy of its value; False if it is not all-string."""
-        copy = _freeze(item)
-        if copy is None:
+    def remember_object(self, item: dict[str, Any], value: Known) -> bool:
+        """Remember *item* by a copy of its containers; False if it is not small and all-string."""
+        frozen = _freeze(item, self.max_item_bytes)
+        if frozen is None:
             return False
-        if len(self._objects) >= self.max_entries:
-            self._objects.clear()
-        self._objects[id(item)] = (copy, value)
+        copy, size = frozen
+        size += _ENTRY_BYTES
+        old = self._objects.pop(id(item), None)
+        if old is not None:
+            self.nbytes -= old[2]
+        self._objects[id(item)] = (copy, value, size)
+        self.nbytes += size
+        self._shrink()
         return True
 
+    def clear(self) -> None:
+        """Forget everything."""
+        self._entries.clear()
+        self._objects.clear()
+        self.nbytes = 0
 
-def _freeze(value: object) -> object | None:
-    """
-    Copy dict/list containers, sharing str and None leaves.
+    def _shrink(self) -> None:
+        # Digests may use a quarter of the bytes, copies the rest; oldest first in each.
+        entries_budget = self.max_bytes // 4
+        entries = self._entries
+        while len(entries) * _ENTRY_BYTES > entries_budget and entries:
+            del entries[next(iter(entries))]
+            self.nbytes -= _ENTRY_BYTES
+        objects = self._objects
+        while self.nbytes > self.max_bytes and objects:
+            self.nbytes -= objects.pop(next(iter(objects)))[2]
 
-    Returns None (meaning "cannot remember by identity") if any leaf is another
-    type: ``==`` would equate ``1``, ``1.0`` and ``True``, whose JSON differs.
+
+#: Counted cost of one digest entry: key, value tuple and dict slot.
+_ENTRY_BYTES = 240
+_MAX_DEPTH = 64
+_getsizeof = sys.getsizeof
+
+
+def _exact_strings(value: object, depth: int) -> bool:
+    """True if every node is an exact dict/list/str or None (keys exact str)."""
+    if depth > _MAX_DEPTH:
+        return False
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str:
+                return False
+            if type(item) is not str and item is not None and not _exact_strings(item, depth + 1):
+                return False
+        return True
+    if kind is list:
+        for item in value:  # type: ignore[attr-defined]
+            if type(item) is not str and item is not None and not _exact_strings(item, depth + 1):
+                return False
+        return True
+    return kind is str or value is None
+
+
+def _freeze(value: object, budget: int, depth: int = 0) -> tuple[object, int] | None:
     """
+    Copy dict/list containers, sharing str and None leaves; count the bytes held.
+
+    Returns None (meaning "cannot remember by identity") if a node is of
+    another type — ``==`` would equate ``1``, ``1.0`` and ``True``, whose JSON
+    differs, and would call a subclass's own ``__eq__`` — or if the copy
+    would hold more than *budget* bytes.
+    """
+    if depth > _MAX_DEPTH:
+        return None
     kind = type(value)
     if kind is str:
-        return value
+        size = _getsizeof(value)
+        return (value, size) if size <= budget else None
     if value is None:
-        return _NONE
+        return None, 0
     if kind is dict:
         out = {}
+        total = _getsizeof(value)
         for key, item in value.items():  # type: ignore[attr-defined]
-            frozen = _freeze(item)
+            if type(key) is not str:
+                return None
+            frozen = _freeze(item, budget - total, depth + 1)
             if frozen is None:
                 return None
-            out[key] = None if frozen is _NONE else frozen
-        return out
+            out[key] = frozen[0]
+            total += frozen[1] + _getsizeof(key)
+            if total > budget:
+                return None
+        return out, total
     if kind is list:
         items = []
+        total = _getsizeof(value)
         for item in value:  # type: ignore[attr-defined]
-            frozen = _freeze(item)
+            frozen = _freeze(item, budget - total, depth + 1)
             if frozen is None:
                 return None
-            items.append(None if frozen is _NONE else frozen)
-        return items
+            items.append(frozen[0])
+            total += frozen[1]
+            if total > budget:
+                return None
+        return items, total
     return None
 
 
-_NONE = object()
+_OPENAI_PACKAGE = "openai."
+_trusted_models: dict[type, bool] = {}
+
+
+def _trusted_model(kind: type) -> bool:
+    """An exact class of the openai package (a user subclass may change its own dump)."""
+    trusted = _trusted_models.get(kind)
+    if trusted is None:
+        trusted = kind.__module__.startswith(_OPENAI_PACKAGE) and hasattr(kind, "__pydantic_serializer__")
+        _trusted_models[kind] = trusted
+    return trusted
 
 
 def _memo_key(item: object) -> bytes | None:
-    """A digest naming *item*'s value exactly, or None when none is cheap."""
-    if type(item) is dict:
-        return _blake2b(b"d" + repr(item).encode(), digest_size=DIGEST_SIZE).digest()
-    serializer = getattr(item, "__pydantic_serializer__", None)
-    if serializer is not None:
-        data: bytes = serializer.to_json(item, exclude_unset=True)
+    """A digest naming *item*'s value exactly, or None when there is no exact one."""
+    kind = type(item)
+    if kind is dict:
+        try:
+            data = _marshal(item, 2)  # type: ignore[arg-type]
+        except ValueError:  # a non-exact type, or nested too deep
+            return None
+        return _blake2b(b"d" + data, digest_size=DIGEST_SIZE).digest()
+    if _trusted_model(kind):
+        serialized: bytes = kind.__pydantic_serializer__.to_json(item, exclude_unset=True)  # type: ignore[attr-defined]
         return _blake2b(
-            b"m" + type(item).__name__.encode() + b"\x00" + data, digest_size=DIGEST_SIZE
+            b"m" + kind.__name__.encode() + b"\x00" + serialized, digest_size=DIGEST_SIZE
         ).digest()
     return None
 
@@ -215,11 +341,13 @@ def _memo_key(item: object) -> bytes | None:
 Kind = tuple[str, str | None]
 
 
-def _fingerprint_one(item: object, kinds: list[Kind] | None) -> tuple[tuple[bytes, int, bool], bool]:
+def _fingerprint_one(item: object, kinds: list[Kind] | None = None) -> tuple[Known, bool]:
     canon, plain = canonical_and_plain(item)
     kind = canon.get("type")
     role = canon.get("role")
-    is_model = (kind == "message" and role == "assistant") or kind in MODEL_ITEM_TYPES
+    is_model = isinstance(kind, str) and (
+        (kind == "message" and role == "assistant") or kind in MODEL_ITEM_TYPES
+    )
     if kinds is not None:
         kinds.append((str(canon.get("type", "?")), role if isinstance(role, str) else None))
     data = dump_canonical(canon)
@@ -252,19 +380,22 @@ def fingerprint_items(
         memo = None
     for item in items:
         known = None
-        is_dict = type(item) is dict
-        if memo is not None and is_dict:
-            known = memo.lookup_object(item)  # type: ignore[arg-type]
-        if known is None:
-            key = _memo_key(item) if memo is not None else None
-            known = memo.get(key) if memo is not None and key is not None else None
+        if memo is not None:
+            is_dict = type(item) is dict
+            if is_dict:
+                known = memo.lookup_object(item)  # type: ignore[arg-type]
             if known is None:
-                known, plain = _fingerprint_one(item, kinds)
-                if memo is not None and key is not None and (plain or not is_dict):
-                    memo.put(key, known)
-                    if is_dict:
-                        # First sighting of this value: loops pass this very object again.
-                        memo.remember_object(item, known)  # type: ignore[arg-type]
+                key = _memo_key(item)
+                if key is not None:
+                    known = memo.get(key)
+                    if known is None:
+                        known = _fingerprint_one(item)[0]
+                        memo.put(key, known)
+                        if is_dict:
+                            # First sighting of this value: loops pass this very object again.
+                            memo.remember_object(item, known)  # type: ignore[arg-type]
+        if known is None:
+            known = _fingerprint_one(item, kinds)[0]
         fps.append(known[0])
         sizes.append(known[1])
         has_model = has_model or known[2]

@@ -4,7 +4,13 @@ Logger acquisition (the library never configures logging).
 If the application configured structlog, events go through it.
 Otherwise they go to the standard library logger ``anchortrack`` through a
 structlog wrapper, so nothing below WARNING shows until the application
-configures logging, and key/values arrive as ``extra``.
+configures logging.
+Each record's message is the event name followed by its key/values
+(``anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' using='off'``),
+so they show whatever renders it: Python's last-resort handler when nothing
+is configured, ``logging.basicConfig``, or any formatter; the key/values also
+arrive as ``extra`` attributes (and the bare name as ``event``) for
+structured handlers.
 
 Every event is namespaced, past tense, with flat snake_case keys and never
 item content (at most 12-hex-character digest prefixes). See docs/events.md.
@@ -13,18 +19,35 @@ item content (at most 12-hex-character digest prefixes). See docs/events.md.
 from __future__ import annotations
 
 import logging
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
 
 
 _stdlib_logger = logging.getLogger("anchortrack")
+
+
+def render_to_record(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> dict[str, Any]:
+    """
+    Turn an event into ``Logger._log`` keyword arguments.
+
+    The message carries the event and its key/values (``repr`` of each
+    value, like structlog's key/value renderer); ``extra`` carries the
+    key/values themselves and the bare event name as ``event``.
+    """
+    fields = dict(event_dict)
+    event = str(fields.pop("event", ""))
+    pairs = " ".join(f"{key}={value!r}" for key, value in fields.items())
+    return {"msg": f"{event} {pairs}" if pairs else event, "extra": {**fields, "event": event}}
+
+
 #: Used while the application has not configured structlog: events below the
 #: stdlib logger's level are dropped before any rendering.
 _fallback = structlog.wrap_logger(
     _stdlib_logger,
     wrapper_class=structlog.stdlib.BoundLogger,
-    processors=[structlog.stdlib.filter_by_level, structlog.stdlib.render_to_log_kwargs],
+    processors=[structlog.stdlib.filter_by_level, render_to_record],
 )
 
 

@@ -24,12 +24,12 @@ MODE_ENV = "ANCHORTRACK_MODE"
 class Mode(str, enum.Enum):
     """How a wrapped client treats ``responses`` calls."""
 
-    #: Send ``previous_response_id`` plus the delta whenever provably valid.
     CHAINED = "chained"
-    #: Plan and record anchors, log what chaining would save, send full requests.
+    """Send ``previous_response_id`` plus the delta whenever provably valid."""
     SHADOW = "shadow"
-    #: Kill switch: byte-for-byte passthrough, nothing hashed or stored.
+    """Plan and record anchors, log what chaining would save, send full requests."""
     OFF = "off"
+    """Kill switch: byte-for-byte passthrough, nothing hashed or stored."""
 
 
 _call_mode: ContextVar[Mode | None] = ContextVar("anchortrack_mode", default=None)
@@ -50,18 +50,51 @@ def coerce(value: Mode | str) -> Mode:
         raise ValueError(f"unknown anchortrack mode {value!r}; expected one of: {names}") from None
 
 
+def env_mode() -> tuple[str | None, Mode | None]:
+    """
+    Return ``ANCHORTRACK_MODE`` as set, and the mode it puts in force.
+
+    ``(None, None)`` when the variable is unset or empty; an unknown value puts
+    ``off`` in force and logs ``anchortrack.mode_invalid`` (once per value), so
+    ``("chain", Mode.OFF)`` reports a typo rather than hiding it.
+    """
+    env = os.environ.get(MODE_ENV)
+    if not env:
+        return None, None
+    try:
+        return env, coerce(env.strip())
+    except ValueError:
+        if env not in _warned_env:
+            _warned_env.add(env)
+            get_logger().warning(
+                "anchortrack.mode_invalid", variable=MODE_ENV, value=env, using=Mode.OFF.value
+            )
+        return env, Mode.OFF
+
+
 def resolve(client_mode: Mode | None) -> Mode:
     """Return the mode in force for one call."""
-    env = os.environ.get(MODE_ENV)
-    if env:
-        try:
-            return coerce(env.strip())
-        except ValueError:
-            if env not in _warned_env:
-                _warned_env.add(env)
-                get_logger().warning("anchortrack.mode_invalid", variable=MODE_ENV, value=env, used="off")
-            return Mode.OFF
+    _, forced = env_mode()
+    if forced is not None:
+        return forced
     return _call_mode.get() or client_mode or Mode.CHAINED
+
+
+def describe(client_mode: Mode | None) -> str:
+    """
+    The mode in force and where it comes from, for people to read.
+
+    ``chained``; ``shadow (ANCHORTRACK_MODE=shadow)``; or, for a typo,
+    ``off (ANCHORTRACK_MODE='chain' is not a mode: chained, shadow or off)``.
+    """
+    raw, forced = env_mode()
+    mode = resolve(client_mode).value
+    if raw is None or forced is None:
+        return mode
+    if raw.strip().lower() == forced.value:
+        return f"{mode} ({MODE_ENV}={raw})"
+    names = ", ".join(m.value for m in Mode)
+    return f"{mode} ({MODE_ENV}={raw!r} is not a mode: {names.replace(', off', ' or off')})"
 
 
 @contextlib.contextmanager
@@ -71,10 +104,12 @@ def using(mode: Mode | str) -> Iterator[None]:
 
     The environment variable still wins.
 
-    Example::
+    For example:
 
-        with anchortrack.using("shadow"):
-            client.responses.create(model=..., input=history)
+    ```python
+    with anchortrack.using("shadow"):
+        client.responses.create(model=..., input=history)
+    ```
     """
     token = _call_mode.set(coerce(mode))
     try:

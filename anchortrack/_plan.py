@@ -13,10 +13,11 @@ from __future__ import annotations
 import enum
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
+from ._seal import seal
 from .stores._base import Anchor
 
 
@@ -41,6 +42,7 @@ class Reason(str, enum.Enum):
     NOT_COMPLETED = "not_completed"
     STREAM_ABANDONED = "stream_abandoned"
     UNKNOWN_PARENT = "unknown_parent"
+    PROPERTIES_CHANGED = "properties_changed"
 
 
 #: One line per reason: why a request went out the way it did, or why a
@@ -71,6 +73,10 @@ REASON_TEXT: Mapping[Reason, str] = {
     ),
     Reason.STREAM_ABANDONED: "the stream ended before its terminal event, so the response was not recorded",
     Reason.UNKNOWN_PARENT: "the caller's previous_response_id is not a recorded response",
+    Reason.PROPERTIES_CHANGED: (
+        "the recorded responses that hold a prefix of the history were made with other tools, "
+        "tool_choice, text, reasoning or truncation settings, which some servers carry over a chain"
+    ),
 }
 
 
@@ -88,6 +94,8 @@ class Plan:
             that differs from the closest view this process has seen, if known.
         bytes_stateless: Estimated JSON bytes of the whole history.
         bytes_planned: Estimated JSON bytes of the items this plan sends.
+        rejected: The response ids of anchors the store returned whose MAC
+            did not verify (so they were treated as absent).
     """
 
     reason: Reason
@@ -97,6 +105,7 @@ class Plan:
     diverged_at: int | None = None
     bytes_stateless: int = 0
     bytes_planned: int = 0
+    rejected: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         if self.anchor is not None:
@@ -110,6 +119,8 @@ class Plan:
             text += f", ~{self.bytes_planned:,} of ~{self.bytes_stateless:,} bytes"
         if self.diverged_at is not None:
             text += f", diverged at item {self.diverged_at}"
+        if self.rejected:
+            text += f", {len(self.rejected)} anchor(s) rejected"
         return text + ">"
 
     @property
@@ -149,6 +160,9 @@ def new_anchor(
     now: float,
     ttl: float,
     chain_expires_at: float | None = None,
+    properties: bytes = b"",
+    scope: str = "",
+    mac_key: bytes | None = None,
     parent: str | None = None,
 ) -> Anchor:
     """
@@ -166,19 +180,25 @@ def new_anchor(
         chain_expires_at: When the chain the response hangs from expires, if
             it was chained: the server resolves a response through its
             ancestors, so it cannot outlive them.
+        properties: The digest of the request's carried-over properties.
+        scope: The store scope key the anchor is recorded under.
+        mac_key: The key to seal the anchor with (see `anchortrack._seal`),
+            if the store has a secret key.
         parent: The response it was chained from, if any.
     """
     expires_at = now + ttl
     if chain_expires_at is not None:
         expires_at = min(expires_at, chain_expires_at)
-    return Anchor(
+    anchor = Anchor(
         view=hashes[-1] if hashes else base,
         response_id=response_id,
         count=count + len(hashes),
         created_at=now,
         expires_at=expires_at,
+        properties=properties,
         parent=parent,
     )
+    return seal(anchor, scope, mac_key)
 
 
 def sizes_total(sizes: Sequence[int]) -> int:
@@ -208,9 +228,16 @@ def choose(
     *,
     has_model_items: bool,
     recent: RecentViews | None = None,
+    properties: bytes = b"",
+    authentic: Callable[[Anchor], bool] | None = None,
 ) -> Plan:
     """
     Pick the longest usable anchor for a history whose prefix hashes are *hashes*.
+
+    Usable: its view is that prefix (same digest, same count), it is live,
+    it was made with the same carried-over *properties*, and it passes
+    *authentic* (its MAC). Anchors that fail *authentic* are treated as
+    absent and listed in ``Plan.rejected``.
 
     Args:
         hashes: ``[h(1), …, h(n)]`` of the caller's history.
@@ -219,17 +246,32 @@ def choose(
         has_model_items: Whether the history holds model output at all (to
             tell a first turn from a diverged history).
         recent: Views this process recorded, to locate a divergence.
+        properties: The request's carried-over properties digest.
+        authentic: Checks an anchor's MAC; None accepts every anchor.
     """
     n = len(hashes)
+    rejected: list[str] = []
+    changed = False
     if found:
         for i in range(n - 1, 0, -1):
             anchor = found.get(hashes[i - 1])
-            if anchor is not None and anchor.count == i and anchor.is_live(now):
-                return Plan(Reason.CHAINED, total=n, skip=i, anchor=anchor)
+            if anchor is None or not anchor.is_live(now):
+                continue
+            if authentic is not None and not authentic(anchor):
+                rejected.append(anchor.response_id)
+                continue
+            if anchor.count != i:
+                continue
+            if anchor.properties != properties:
+                changed = True
+                continue
+            return Plan(Reason.CHAINED, total=n, skip=i, anchor=anchor, rejected=tuple(rejected))
+    if changed:
+        return Plan(Reason.PROPERTIES_CHANGED, total=n, rejected=tuple(rejected))
     if not has_model_items:
-        return Plan(Reason.NO_HISTORY, total=n)
+        return Plan(Reason.NO_HISTORY, total=n, rejected=tuple(rejected))
     diverged = recent.diverged_at(hashes) if recent is not None else None
-    return Plan(Reason.PREFIX_DIVERGED, total=n, diverged_at=diverged)
+    return Plan(Reason.PREFIX_DIVERGED, total=n, diverged_at=diverged, rejected=tuple(rejected))
 
 
 class RecentViews:

@@ -14,14 +14,12 @@ from typing import Any
 
 import attrs
 
+from ._properties import CARRIED_PROPERTIES, TEXT_FORMAT, properties_digest
+from ._properties import given as _given
+
 
 #: Keys of ``extra_body`` that change what anchortrack must do.
-_STATE_KEYS = ("input", "previous_response_id", "conversation", "store")
-
-
-def _given(value: object) -> bool:
-    """False for None and for the SDK's ``omit`` / ``NOT_GIVEN`` sentinels."""
-    return value is not None and type(value).__name__ not in ("Omit", "NotGiven")
+_STATE_KEYS = ("input", "previous_response_id", "conversation", "store", *CARRIED_PROPERTIES)
 
 
 @attrs.frozen
@@ -39,6 +37,8 @@ class Request:
         store: False only when the request says ``store: false``.
         overridden: ``extra_body`` sets ``input`` or ``previous_response_id``,
             which would override any rewrite: the call is sent as given.
+        properties: The digest of the properties a server could carry over
+            a chain (see `anchortrack._properties`); ``b""`` when none is set.
     """
 
     body: Mapping[str, Any]
@@ -48,6 +48,7 @@ class Request:
     conversation: bool = False
     store: bool = True
     overridden: bool = False
+    properties: bytes = b""
 
     @property
     def caller_managed(self) -> bool:
@@ -60,13 +61,16 @@ def read_request(params: Mapping[str, Any]) -> Request:
     Read the state-relevant parts of ``create`` keyword arguments.
 
     Raises:
-        TypeError: ``input`` is neither a string nor an iterable of items.
+        TypeError: ``input`` is neither a string nor an iterable of items,
+            or a carried-over property has no JSON form.
     """
     extra = params.get("extra_body")
     options: Mapping[str, Any] = {"extra_json": extra} if isinstance(extra, Mapping) else {}
     effective: Mapping[str, Any] = params
     if isinstance(extra, Mapping) and any(k in extra for k in _STATE_KEYS):
         effective = {**params, **{k: extra[k] for k in _STATE_KEYS if k in extra}}
+        if "text" in extra:  # the JSON body's text replaces the one parse() derives
+            effective = {k: v for k, v in effective.items() if k != TEXT_FORMAT}
     raw = effective.get("input")
     body = params
     if not _given(raw):
@@ -81,6 +85,12 @@ def read_request(params: Mapping[str, Any]) -> Request:
             body = {**params, "input": items}
     else:
         raise TypeError(f"input must be a string or a list of items, not {type(raw).__name__}")
+    tools = params.get("tools")
+    if _given(tools) and not isinstance(tools, (list, tuple, Mapping, str)) and isinstance(tools, Iterable):
+        tools = list(tools)  # read once here, so the SDK sends the same list
+        body = {**body, "tools": tools}
+        if not (isinstance(extra, Mapping) and "tools" in extra):
+            effective = {**effective, "tools": tools}
     previous = effective.get("previous_response_id")
     overridden = isinstance(extra, Mapping) and ("input" in extra or "previous_response_id" in extra)
     return Request(
@@ -91,6 +101,7 @@ def read_request(params: Mapping[str, Any]) -> Request:
         conversation=_given(effective.get("conversation")),
         store=effective.get("store") is not False,
         overridden=overridden,
+        properties=properties_digest(effective),
     )
 
 

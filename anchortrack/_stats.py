@@ -31,8 +31,9 @@ PLAN_SECONDS_BUCKETS: tuple[float, ...] = (
 #: Upper bounds of the delta-size histogram, in items.
 DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000)
 
-#: Decisions a request is counted under.
-CHAINED, STATELESS, PASSTHROUGH = "chained", "stateless", "passthrough"
+#: Decisions a request is counted under. ``resent``: sent chained, refused by
+#: the server (stale anchor, ZDR) and resent in full.
+CHAINED, RESENT, STATELESS, PASSTHROUGH = "chained", "resent", "stateless", "passthrough"
 #: Reasons for which anchortrack sends the request exactly as the caller built it.
 PASSTHROUGH_REASONS = frozenset({"mode_off", "caller_managed"})
 
@@ -77,21 +78,30 @@ class Stats:
     """
     What a tracker did, since it was created.
 
-    Every request through the tracked client is counted once in
-    ``requests``; resends after a refused anchor are counted in ``fallbacks``
-    (and their items and bytes in ``items_sent`` / ``bytes_sent``).
+    Every call through the tracked client is counted once in ``requests``,
+    under its outcome; ``print(stats)`` shows the headline counters in one line.
 
     Counters:
         requests: by ``(mode, decision, reason)``. The decision is
             ``chained`` (anchortrack sent ``previous_response_id`` plus the
-            delta), ``stateless`` (it sent the full history because no anchor
-            could be proved) or ``passthrough`` (it sent the request exactly
-            as built: mode ``off``, or caller-managed state). In ``shadow``
-            mode the decision is what *would* have been sent; the request
-            itself went out in full.
-        fallbacks: resends after a stale anchor or a ZDR refusal, by reason.
-        recorded / not_recorded: responses, the latter by reason.
+            delta and the server accepted it), ``resent`` (it sent the call
+            chained, the server refused the anchor, and it resent the call in
+            full; the reason is ``stale_anchor`` or ``zdr``), ``stateless``
+            (it sent the full history because no anchor could be proved) or
+            ``passthrough`` (it sent the request exactly as built: mode
+            ``off``, or caller-managed state). A chained call is counted
+            when its answer (or error) arrives, so a refusal is never counted
+            as chained. In ``shadow`` mode the decision is what *would* have
+            been sent (never ``resent``); the request itself went out in full.
+        fallbacks: resends after a stale anchor or a ZDR refusal, by reason
+            (the ``resent`` requests, counted by reason alone).
+        recorded: anchors written to the store.
+        not_recorded: responses that did not become anchors, by reason
+            (``store_unavailable``: the store failed, or was skipped during an
+            outage, when the anchor was written).
         store_errors: failed store operations, by operation.
+        anchors_rejected: anchors the store returned whose MAC did not
+            verify (with a secret key), treated as absent.
         store_stalls: store operations that failed while the caller's own
             event loop was blocked, and were tried again, by operation.
         backlog: anchor writes the store did not take in time: ``queued``
@@ -117,6 +127,7 @@ class Stats:
         self.recorded = 0
         self.not_recorded: Counter[str] = Counter()
         self.store_errors: Counter[str] = Counter()
+        self.anchors_rejected = 0
         self.store_stalls: Counter[str] = Counter()
         self.backlog_queued = 0
         self.backlog_written = 0
@@ -134,19 +145,50 @@ class Stats:
     def __repr__(self) -> str:
         return f"<Stats {self._summary()}>"
 
+    def __str__(self) -> str:
+        return self._summary()
+
     def _summary(self) -> str:
-        """The headline counters, one line."""
+        """
+        The headline counters, one line (``print(stats)``).
+
+        ``requests 12 (chained 9, resent 1, stateless 2); input bytes ~5,210 sent
+        of ~21,337 stateless (24%), saved ~16,127; recorded 12`` (bytes are the
+        estimated sizes of the input items, as in `snapshot`). Shadow-mode
+        requests are listed apart, by what they would have done, with what
+        chaining would have sent.
+        """
         with self._lock:
-            decisions: Counter[str] = Counter()
-            for (_, decision, _), n in self.requests.items():
-                decisions[decision] += n
-            requests = sum(decisions.values())
-            fallbacks = sum(self.fallbacks.values())
-            recorded, saved = self.recorded, self.bytes_stateless - self.bytes_sent
-        split = ", ".join(f"{d} {decisions[d]}" for d in (CHAINED, STATELESS, PASSTHROUGH))
-        return (
-            f"requests={requests} ({split}) fallbacks={fallbacks} recorded={recorded} bytes_saved={saved:,}"
-        )
+            live: Counter[str] = Counter()
+            shadow: Counter[str] = Counter()
+            for (mode, decision, _), n in self.requests.items():
+                (shadow if mode == "shadow" else live)[decision] += n
+            sent, stateless, planned = self.bytes_sent, self.bytes_stateless, self.bytes_planned
+            recorded = self.recorded
+            not_recorded = sum(self.not_recorded.values())
+            store_errors = sum(self.store_errors.values())
+        total = sum(live.values()) + sum(shadow.values())
+        split = [f"{d} {live[d]}" for d in (CHAINED, RESENT, STATELESS, PASSTHROUGH) if live[d]]
+        if shadow:
+            would = ", ".join(
+                f"{'would chain' if d == CHAINED else d} {shadow[d]}"
+                for d in (CHAINED, STATELESS, PASSTHROUGH)
+                if shadow[d]
+            )
+            split.append(f"shadow {sum(shadow.values())}: {would}")
+        parts = [f"requests {total}" + (f" ({', '.join(split)})" if split else "")]
+        if stateless:
+            line = f"input bytes ~{sent:,} sent of ~{stateless:,} stateless ({sent / stateless:.0%})"
+            line += f", saved ~{stateless - sent:,}"
+            if shadow and planned != sent:
+                line += f", chaining would send ~{planned:,} ({planned / stateless:.0%})"
+            parts.append(line)
+        parts.append(f"recorded {recorded}")
+        if not_recorded:
+            parts.append(f"not recorded {not_recorded}")
+        if store_errors:
+            parts.append(f"store errors {store_errors}")
+        return "; ".join(parts)
 
     def planned(
         self,
@@ -159,12 +201,22 @@ class Stats:
         bytes_planned: int,
         bytes_stateless: int,
         seconds: float | None,
+        count: bool = True,
+        rejected: int = 0,
     ) -> None:
-        """Count one planned request."""
+        """
+        Count one planned request: its items and bytes, its decision, and the
+        *rejected* anchors met while planning it.
+
+        With *count* false the decision is counted later, by `settled`
+        (a chained request, once the server accepted or refused it).
+        """
         shadow = mode == "shadow"
         decision = decision_for(chained=chained, reason=reason)
         with self._lock:
-            self.requests[mode, decision, reason] += 1
+            self.anchors_rejected += rejected
+            if count:
+                self.requests[mode, decision, reason] += 1
             self.items_sent += items_total if shadow else items_sent
             self.items_total += items_total
             self.items_planned += items_sent
@@ -175,6 +227,12 @@ class Stats:
                 self.delta_items.observe(items_sent)
             if seconds is not None:
                 self.plan_seconds.observe(seconds)
+
+    def settled(self, *, mode: str, refused: str | None) -> None:
+        """Count a chained request once answered: ``chained``, or ``resent`` after the *refused* reason."""
+        key = (mode, CHAINED, CHAINED) if refused is None else (mode, RESENT, refused)
+        with self._lock:
+            self.requests[key] += 1
 
     def passed_through(self, *, mode: str, reason: str) -> None:
         """Count one request sent exactly as the caller built it, without reading it."""
@@ -239,6 +297,7 @@ class Stats:
                 "recorded": self.recorded,
                 "not_recorded": dict(sorted(self.not_recorded.items())),
                 "store_errors": dict(sorted(self.store_errors.items())),
+                "anchors_rejected": self.anchors_rejected,
                 "store_stalls": dict(sorted(self.store_stalls.items())),
                 "backlog": {
                     "queued": self.backlog_queued,

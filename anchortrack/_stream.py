@@ -6,7 +6,9 @@ They subclass ``openai.Stream`` / ``openai.AsyncStream`` so that
 ``close()``, ``response``) works unchanged.
 A response is recorded when its terminal event arrives — before that event is
 handed to the caller — and never at ``response.created``; a stream that ends
-or is abandoned early records nothing.
+or is abandoned early records nothing, and is counted (``stream_abandoned``)
+when its iteration stops or its response is closed (``close()``, ``with``
+exit), not at garbage collection.
 Each twin writes its anchor itself right after observing it: the sync one with
 ``_flush()``, the async one with ``await _aflush()``.
 
@@ -45,98 +47,173 @@ class Recorder(Protocol):
     def _abandoned(self, ticket: Ticket | None) -> None: ...
 
 
+class _Ending:
+    """
+    Reports a bound stream that ends without its terminal event, once.
+
+    It ends when its iteration stops, or when its HTTP response is closed —
+    by ``close()``, a ``with`` block's exit, or ``responses.stream()``'s
+    manager — whichever comes first; never later, at garbage collection.
+    """
+
+    __slots__ = ("done", "recorder", "reported", "target")
+
+    def __init__(self, target: tuple[Recorder, Ticket] | None) -> None:
+        self.target = target
+        self.recorder = StreamRecorder()
+        self.reported = False
+        self.done = False
+
+    def end(self) -> None:
+        self.done = True
+        if self.reported or self.target is None:
+            return
+        self.reported = True
+        if self.recorder.terminal is None:
+            self.target[0]._abandoned(self.target[1])
+
+
 class TrackedStream(Stream[ResponseStreamEvent]):
     """A ``Stream`` of Responses events that records the response it carries."""
 
     _anchortrack: tuple[Recorder, Ticket] | None = None
-    _refused = False
+    _ending: _Ending | None = None
 
     def _bind(self, tracker: Recorder, ticket: Ticket) -> None:
         self._anchortrack = (tracker, ticket)
+        ending = self._ending = _Ending(self._anchortrack)
+        response, close = self.response, self.response.close
+
+        def closed() -> None:
+            try:
+                close()
+            finally:
+                ending.end()
+
+        response.close = closed  # type: ignore[method-assign]
 
     def __stream__(self) -> Iterator[ResponseStreamEvent]:
-        recorder = StreamRecorder()
-        started = False
+        ending = self._ending or _Ending(None)
+        recorder = ending.recorder
         try:
             for event in super().__stream__():
-                started = True
                 final = recorder.feed(event)
                 if final is not None and self._anchortrack is not None:
                     tracker, ticket = self._anchortrack
                     tracker._observe(ticket, final[0], final[1])
                     tracker._flush()
                 yield event
-        except Exception:
-            self._refused = not started  # refused before any event: no response to record
-            raise
         finally:
-            if recorder.terminal is None and self._anchortrack is not None and not self._refused:
-                self._anchortrack[0]._abandoned(self._anchortrack[1])
+            ending.end()
 
     def _peek(self) -> BaseException | None:
-        """Read the first event now; return the error it is or carries, if any."""
+        """
+        Read the first event now; return the error it is or carries, if any.
+
+        After an error, the stream is counted nowhere until the tracker
+        decides: `_discard` (it recovers) or `_release` (the error is the
+        caller's).
+        """
+        held = _hold(self._ending)
         try:
             first = next(self._iterator)
         except StopIteration:
-            return None
-        except Exception as error:  # noqa: BLE001 - an error event, raised by the SDK
-            self._iterator = _raising(error)
-            return error
-        self._iterator = _prepend(first, self._iterator)
-        return _error_event(first, self.response)
+            error = None
+        except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
+            error = caught
+            self._iterator = _raising(caught)
+        else:
+            self._iterator = _prepend(first, self._iterator)
+            error = _error_event(first, self.response)
+        if error is None:
+            _release(self._ending, held)
+        return error
 
     def _discard(self) -> None:
         """Close a refused stream without counting it anywhere."""
         self._anchortrack = None
-        self._refused = True
         self.close()
+
+    def _release(self) -> None:
+        """Count a stream whose first-event error is the caller's, as if it had ended now."""
+        _release(self._ending, held=True)
 
 
 class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
     """An ``AsyncStream`` of Responses events that records the response it carries."""
 
     _anchortrack: tuple[Recorder, Ticket] | None = None
-    _refused = False
+    _ending: _Ending | None = None
 
     def _bind(self, tracker: Recorder, ticket: Ticket) -> None:
         self._anchortrack = (tracker, ticket)
+        ending = self._ending = _Ending(self._anchortrack)
+        response, aclose = self.response, self.response.aclose
+
+        async def closed() -> None:
+            try:
+                await aclose()
+            finally:
+                ending.end()
+
+        response.aclose = closed  # type: ignore[method-assign]
 
     async def __stream__(self) -> AsyncIterator[ResponseStreamEvent]:
-        recorder = StreamRecorder()
-        started = False
+        ending = self._ending or _Ending(None)
+        recorder = ending.recorder
         try:
             async for event in super().__stream__():
-                started = True
                 final = recorder.feed(event)
                 if final is not None and self._anchortrack is not None:
                     tracker, ticket = self._anchortrack
                     tracker._observe(ticket, final[0], final[1])
                     await tracker._aflush()
                 yield event
-        except Exception:
-            self._refused = not started
-            raise
         finally:
-            if recorder.terminal is None and self._anchortrack is not None and not self._refused:
-                self._anchortrack[0]._abandoned(self._anchortrack[1])
+            ending.end()
 
     async def _peek(self) -> BaseException | None:
         """Async twin of `TrackedStream._peek`."""
+        held = _hold(self._ending)
         try:
             first = await self._iterator.__anext__()
         except StopAsyncIteration:
-            return None
-        except Exception as error:  # noqa: BLE001 - an error event, raised by the SDK
-            self._iterator = _araising(error)
-            return error
-        self._iterator = _aprepend(first, self._iterator)
-        return _error_event(first, self.response)
+            error = None
+        except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
+            error = caught
+            self._iterator = _araising(caught)
+        else:
+            self._iterator = _aprepend(first, self._iterator)
+            error = _error_event(first, self.response)
+        if error is None:
+            _release(self._ending, held)
+        return error
 
     async def _discard(self) -> None:
         """Async twin of `TrackedStream._discard`."""
         self._anchortrack = None
-        self._refused = True
         await self.close()
+
+    async def _release(self) -> None:
+        """Async twin of `TrackedStream._release`."""
+        _release(self._ending, held=True)
+
+
+def _hold(ending: _Ending | None) -> bool:
+    """Keep *ending* from reporting for now; whether it was holding anything."""
+    if ending is None or ending.reported:
+        return False
+    ending.reported = True
+    return True
+
+
+def _release(ending: _Ending | None, held: bool) -> None:
+    """Let *ending* report again, and report at once if its stream has already ended."""
+    if ending is None or not held:
+        return
+    ending.reported = False
+    if ending.done:
+        ending.end()
 
 
 def _error_event(event: object, response: Any) -> openai.APIError | None:

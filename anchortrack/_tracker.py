@@ -37,12 +37,13 @@ from ._flow import (
     drive,
 )
 from ._guard import Guard, State
-from ._hashing import Memo, Scope, fingerprint_items, prefix_hashes
+from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
-from ._mode import Mode, coerce, resolve
+from ._mode import Mode, coerce, describe, resolve
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
 from ._refusal import Failure, classify
 from ._request import Request, read_request
+from ._seal import mac_key
 from ._stats import Stats
 from ._stream import AsyncTrackedStream, TrackedStream
 from .stores._base import Anchor, AnchorStore
@@ -70,15 +71,83 @@ _LOCAL_ANCHORS = 10_000
 class _CallState:
     """What the performer of one call's effects keeps: its context, its plan, its sends."""
 
-    __slots__ = ("answered", "context", "plan", "response", "sdk_error", "sent")
+    __slots__ = ("answered", "context", "plan", "response", "sdk_error", "sent", "unsettled")
 
     def __init__(self, context: CallContext) -> None:
         self.context = context
         self.plan: Plan | None = None
+        #: A chained plan whose outcome (accepted or refused) is not counted yet.
+        self.unsettled = False
         self.sent = False
         self.answered = False
         self.response: Any = None
         self.sdk_error: BaseException | None = None
+
+
+#: The process-wide default store (see `default_store`).
+_default: AnchorStore | None = None
+_default_lock = threading.Lock()
+#: How many anchors the default store keeps (about 22 MB; least recently used dropped first).
+DEFAULT_STORE_ANCHORS = 100_000
+#: How `store=` may be spelled: the message of the error for anything else.
+STORE_ACCEPTED = (
+    "an AnchorStore instance (MemoryStore(), SQLiteStore(path), RedisStore.from_url(url)) "
+    "or a store spec string ('memory', 'sqlite:PATH', 'redis://HOST[:PORT][/DB]')"
+)
+
+
+def default_store() -> AnchorStore:
+    """
+    Return the process-wide default store, creating it on first use.
+
+    One bounded `MemoryStore` (`DEFAULT_STORE_ANCHORS`, LRU) shared by every
+    tracker made without ``store=``, so a sync and an async client, or two
+    wraps of one client, continue each other's conversations. Scopes keep
+    endpoints, organizations, projects, namespaces and (in this store only)
+    API keys apart.
+    """
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = MemoryStore(DEFAULT_STORE_ANCHORS)
+        return _default
+
+
+def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> AnchorStore:
+    """
+    Return the store *store* names: an `AnchorStore` as is, a spec string opened.
+
+    Raises:
+        TypeError: *store* is neither (the message names what was given and
+            what is accepted).
+        ImportError: a Redis URL without the ``redis`` package.
+        OSError: a SQLite path that cannot be created.
+    """
+    if isinstance(store, str):
+        from .stores._open import open_store
+
+        try:
+            return open_store(store)
+        except ValueError:
+            hint = ""
+            if store and ":" not in store:
+                hint = f" (for a SQLite file, write store='sqlite:{store}')"
+            raise TypeError(
+                f"{caller}: store={store!r} is not a store spec{hint}; store= takes {STORE_ACCEPTED}"
+            ) from None
+    if isinstance(store, type):
+        raise TypeError(
+            f"{caller}: store={store.__name__} is the class, not a store; "
+            f"pass an instance such as {store.__name__}(...). store= takes {STORE_ACCEPTED}"
+        )
+    if not isinstance(store, AnchorStore):
+        import reprlib
+
+        raise TypeError(
+            f"{caller}: store={reprlib.repr(store)} is a {type(store).__name__}, not an anchor store; "
+            f"store= takes {STORE_ACCEPTED}"
+        )
+    return store
 
 
 class Tracker:
@@ -86,7 +155,10 @@ class Tracker:
     Plans requests and records responses for one wrapped client.
 
     Args:
-        store: Where anchors live; defaults to a new `MemoryStore`.
+        store: Where anchors live: an `AnchorStore`, or a spec string
+            (``"memory"``, ``"sqlite:PATH"``, ``"redis://…"``) opened with
+            `anchortrack.stores.open_store`; by default the process-wide
+            default store (`default_store`).
         mode: ``chained`` (default), ``shadow`` or ``off``; the
             ``ANCHORTRACK_MODE`` environment variable wins.
         namespace: An extra scope partition: anchors recorded under one
@@ -100,10 +172,18 @@ class Tracker:
         store_cooldown: Seconds between two probes of a store that is down
             (one call tries it, the others go without it); also settable on
             a live tracker (``anchortrack.tracker(client).store_cooldown = 0``).
+        scope_by_api_key: Put a keyed digest of the client's API key in the
+            scope (the default), so clients with different keys sharing a
+            store never share anchors. False keeps anchors usable across a
+            key rotation (then separate tenants with *namespace*).
         clock: Unix time source (tests).
+
+    Raises:
+        TypeError: *store* is not a store or a store spec.
 
     Attributes:
         store: The anchor store.
+        shared_default: Whether *store* is the process-wide default store.
         stats: What this tracker did (`Stats`).
         recent: The views this tracker recorded lately; hand them to
             ``anchortrack.explain(..., recent=...)`` to locate where a
@@ -120,21 +200,24 @@ class Tracker:
 
     def __init__(
         self,
-        store: AnchorStore | None = None,
+        store: AnchorStore | str | None = None,
         *,
         mode: Mode | str | None = None,
         namespace: str | None = None,
         record_incomplete: bool = False,
         store_timeout: float = 1.0,
         store_cooldown: float = 1.0,
+        scope_by_api_key: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if store is None:
-            store = MemoryStore()
-        self.store: AnchorStore = store
+        self.shared_default = store is None
+        self.store: AnchorStore = (
+            default_store() if store is None else coerce_store(store, caller="Tracker()")
+        )
         self.mode: Mode | None = coerce(mode) if mode is not None else None
         self.namespace = namespace
         self.record_incomplete = record_incomplete
+        self.scope_by_api_key = scope_by_api_key
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
@@ -143,7 +226,7 @@ class Tracker:
         self._pending: deque[tuple[str, Anchor]] = deque()
         self.backlog = Backlog()
         self.local_anchors: MemoryStore | None = (
-            None if _never_blocks(store) else MemoryStore(_LOCAL_ANCHORS, clock=lambda: self.clock())
+            None if _never_blocks(self.store) else MemoryStore(_LOCAL_ANCHORS, clock=lambda: self.clock())
         )
         self._cycle = [0, 0]  # written, dropped since the backlog was last empty
         self._zdr: set[str] = set()
@@ -151,9 +234,10 @@ class Tracker:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        mode = self.mode.value if self.mode is not None else "default"
+        mode = describe(self.mode)
+        store = type(self.store).__name__ + (" (shared default)" if self.shared_default else "")
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
-        return f"<Tracker mode={mode} store={type(self.store).__name__}{namespace} {self.stats._summary()}>"
+        return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
 
     @property
     def store_cooldown(self) -> float:
@@ -172,6 +256,33 @@ class Tracker:
     @store_timeout.setter
     def store_timeout(self, seconds: float) -> None:
         self._guard.timeout = seconds
+
+    def scope_for(self, client: Any) -> Scope:
+        """
+        The scope this tracker records *client*'s anchors under.
+
+        Its base URL, organization and project, this tracker's namespace and,
+        with ``scope_by_api_key``, a keyed digest of its API key (a key that
+        comes from a provider or workload identity changes as it rotates, so
+        it is left out: separate such tenants with a namespace). Hand it to
+        ``anchortrack.explain`` or ``plan_request`` to look at the same anchors.
+        """
+        digest = None
+        api_key = getattr(client, "api_key", None)
+        if (
+            self.scope_by_api_key
+            and isinstance(api_key, str)
+            and api_key
+            and getattr(client, "_api_key_provider", None) is None
+        ):
+            digest = api_key_digest(api_key, self.store.secret_key)
+        return Scope(
+            base_url=str(client.base_url),
+            organization=getattr(client, "organization", None),
+            project=getattr(client, "project", None),
+            namespace=self.namespace,
+            api_key_digest=digest,
+        )
 
     # -- the fail-open entry ------------------------------------------------
 
@@ -242,13 +353,15 @@ class Tracker:
             now=self.clock(),
             memo=self._memo,
             recent=self.recent,
+            mac_key=mac_key(self.store.secret_key),
         )
         return context, request
 
     def _root(self, scope: Scope) -> tuple[str, bytes]:
         cached = self._roots.get(scope)
         if cached is None:
-            cached = (scope.key, scope.root(self.store.secret_key))
+            secret = self.store.secret_key
+            cached = (scope.store_key(secret), scope.root(secret))
             with self._lock:
                 if len(self._roots) > 64:
                     self._roots.clear()
@@ -278,10 +391,12 @@ class Tracker:
                 try:
                     response = send(effect.body, effect.ticket)
                     if effect.anchor_id is not None and isinstance(response, TrackedStream):
-                        refusal = _recoverable(response._peek(), effect.anchor_id)
+                        refusal = response._peek()
                         if refusal is not None:
-                            response._discard()
-                            raise refusal
+                            if _recoverable(refusal, effect.anchor_id):
+                                response._discard()
+                                raise refusal
+                            response._release()
                 except Exception as error:
                     state.sdk_error = error
                     raise
@@ -291,7 +406,10 @@ class Tracker:
                 return response
             return self._note(state, effect)
 
-        return drive(call_flow(state.context, request), perform)
+        try:
+            return drive(call_flow(state.context, request), perform)
+        finally:
+            self._settle(state, None)
 
     async def _arun(self, state: _CallState, request: Request, send: AsyncSendFn) -> Any:
         await self._aflush()
@@ -309,10 +427,12 @@ class Tracker:
                 try:
                     response = await send(effect.body, effect.ticket)
                     if effect.anchor_id is not None and isinstance(response, AsyncTrackedStream):
-                        refusal = _recoverable(await response._peek(), effect.anchor_id)
+                        refusal = await response._peek()
                         if refusal is not None:
-                            await response._discard()
-                            raise refusal
+                            if _recoverable(refusal, effect.anchor_id):
+                                await response._discard()
+                                raise refusal
+                            await response._release()
                 except Exception as error:
                     state.sdk_error = error
                     raise
@@ -322,7 +442,10 @@ class Tracker:
                 return response
             return self._note(state, effect)
 
-        return await adrive(call_flow(state.context, request), perform)
+        try:
+            return await adrive(call_flow(state.context, request), perform)
+        finally:
+            self._settle(state, None)
 
     def _with_local(self, effect: Any, answer: Any) -> Any:
         """
@@ -364,6 +487,8 @@ class Tracker:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
         if isinstance(effect, Planned):
             plan = state.plan = effect.plan
+            # A chained request is counted once the server accepted or refused it.
+            state.unsettled = plan.chained and state.context.mode is Mode.CHAINED
             self.stats.planned(
                 mode=state.context.mode.value,
                 chained=plan.chained,
@@ -373,6 +498,8 @@ class Tracker:
                 bytes_planned=plan.bytes_planned,
                 bytes_stateless=plan.bytes_stateless,
                 seconds=effect.seconds,
+                count=not state.unsettled,
+                rejected=len(plan.rejected),
             )
         elif isinstance(effect, Log):
             getattr(get_logger(), effect.level)(effect.event, **effect.fields)
@@ -383,10 +510,17 @@ class Tracker:
                 items_resent=planned.total if planned is not None else 0,
                 bytes_resent=planned.bytes_stateless if planned is not None else 0,
             )
+            self._settle(state, effect.failure.value)
         elif isinstance(effect, DisableChaining):
             self._zdr.add(effect.scope_key)
         else:
             raise TypeError(f"unknown effect {effect!r}")
+
+    def _settle(self, state: _CallState, refused: str | None) -> None:
+        """Count a chained call's outcome, once: ``chained``, or ``resent`` after a refusal."""
+        if state.unsettled:
+            state.unsettled = False
+            self.stats.settled(mode=state.context.mode.value, refused=refused)
 
     # -- recording ----------------------------------------------------------
 
@@ -426,6 +560,9 @@ class Tracker:
             now=self.clock(),
             ttl=self.store.ttl,
             chain_expires_at=ticket.expires_at,
+            properties=ticket.properties,
+            scope=ticket.scope,
+            mac_key=mac_key(self.store.secret_key),
             parent=ticket.parent,
         )
         self._pending.append((ticket.scope, anchor))
@@ -433,7 +570,6 @@ class Tracker:
             self.local_anchors.put(ticket.scope, anchor)
         if ticket.hashes is not None:
             self.recent.add([*ticket.hashes, *hashes])
-        self.stats.recorded_response()
         get_logger().debug(
             "anchortrack.response_recorded",
             response_id=response_id,
@@ -474,7 +610,9 @@ class Tracker:
                 guard.run("put", lambda: store.put(scope, anchor), inline=inline, budget=budget),  # noqa: B023
                 Unavailable,
             )
-            if not written:
+            if written:
+                self.stats.recorded_response()
+            else:
                 self._queue(scope, anchor)
         if not len(backlog) or guard.breaker.state is not State.CLOSED:
             return
@@ -507,7 +645,9 @@ class Tracker:
                 await guard.arun("put", lambda: store.aput(scope, anchor), budget=budget),  # noqa: B023
                 Unavailable,
             )
-            if not written:
+            if written:
+                self.stats.recorded_response()
+            else:
                 self._queue(scope, anchor)
         if not len(backlog) or guard.breaker.state is not State.CLOSED:
             return
@@ -542,7 +682,16 @@ class Tracker:
                 get_logger().info("anchortrack.backlog_flushed", written=written, dropped=dropped)
 
     def _count_backlog(self, *, queued: int = 0, written: int = 0, dropped: dict[str, int]) -> None:
+        """
+        Count backlog traffic. A response counts as recorded once its anchor
+        is written (at once, or later from the backlog), and as not recorded
+        (``store_unavailable``) if its anchor is dropped from the backlog.
+        """
         lost = sum(dropped.values())
+        for _ in range(written):
+            self.stats.recorded_response()
+        for _ in range(lost):
+            self.stats.skipped_response(Reason.STORE_UNAVAILABLE.value)
         with self._lock:
             first_loss = lost > 0 and self._cycle[1] == 0
             self._cycle[0] += written
@@ -553,17 +702,15 @@ class Tracker:
             get_logger().warning("anchortrack.backlog_dropped", reason=reason, limit=self.backlog.limit)
 
 
-def _recoverable(error: BaseException | None, anchor_id: str) -> BaseException | None:
+def _recoverable(error: BaseException, anchor_id: str) -> bool:
     """
-    A chained stream's first-event *error*, if the flow recovers from it.
+    Whether the flow recovers from a chained stream's first-event *error*.
 
     A stale-anchor or ZDR refusal inside the stream is raised into the flow,
-    which evicts and resends, like an HTTP refusal; any other first event
-    (error or not) stays the caller's, in its stream.
+    which evicts and resends, like an HTTP refusal; any other error stays the
+    caller's, in its stream.
     """
-    if error is not None and classify(error, anchor_id) is not Failure.OTHER:
-        return error
-    return None
+    return classify(error, anchor_id) is not Failure.OTHER
 
 
 def _never_blocks(store: object) -> bool:

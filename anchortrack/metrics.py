@@ -5,14 +5,16 @@ Needs the ``prometheus`` extra (``pip install 'anchortrack[prometheus]'``).
 Nothing is counted twice: the collector reads each tracker's `Stats` at scrape
 time, so it costs nothing between scrapes.
 
-Example::
+For example:
 
-    import anchortrack.metrics
-    from prometheus_client import start_http_server
+```python
+import anchortrack.metrics
+from prometheus_client import start_http_server
 
-    client = anchortrack.wrap(OpenAI())
-    anchortrack.metrics.register(client)     # on prometheus_client.REGISTRY
-    start_http_server(9464)
+client = anchortrack.wrap(OpenAI())
+anchortrack.metrics.register(client)     # on prometheus_client.REGISTRY
+start_http_server(9464)
+```
 
 Several clients registered on one registry are added up into one set of
 series.
@@ -26,14 +28,24 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry
+    from prometheus_client.metrics_core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
+    from prometheus_client.registry import Collector
+except ModuleNotFoundError as _error:  # pragma: no cover - exercised in a subprocess
+    if _error.name is None or _error.name.split(".")[0] != "prometheus_client":
+        raise
+    raise ImportError(
+        "anchortrack.metrics needs the prometheus extra (prometheus_client is missing): "
+        "pip install 'anchortrack[prometheus]'",
+        name=_error.name,
+    ) from _error
 
 from . import _client
 from ._stats import merge_snapshots
@@ -50,10 +62,12 @@ class AnchortrackCollector(Collector):
     Args:
         sources: Trackers, or clients made by `anchortrack.wrap`.
 
-    Example::
+    For example:
 
-        registry = CollectorRegistry()
-        registry.register(AnchortrackCollector(client))
+    ```python
+    registry = CollectorRegistry()
+    registry.register(AnchortrackCollector(client))
+    ```
     """
 
     def __init__(self, *sources: object) -> None:
@@ -118,7 +132,7 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
     requests = CounterMetricFamily(
         "anchortrack_requests",
-        "Responses API requests by mode and decision (chained, stateless, passthrough) and reason.",
+        "Responses API requests by mode, decision (chained, resent, stateless, passthrough) and reason.",
         labels=["mode", "decision", "reason"],
     )
     for row in snap["requests"]:
@@ -144,6 +158,11 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
         "Failed anchor store operations, by operation.",
         "operation",
         snap["store_errors"],
+    )
+    yield CounterMetricFamily(
+        "anchortrack_anchors_rejected",
+        "Anchors read from the store whose MAC did not verify (secret key set), treated as absent.",
+        value=snap["anchors_rejected"],
     )
     yield _by_label(
         "anchortrack_store_stalls",

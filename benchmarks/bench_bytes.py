@@ -82,6 +82,10 @@ def run(client: openai.OpenAI, tap: WireTap) -> list[int]:
     return per_turn
 
 
+#: Requests the wrapped loop chained, and all its requests (set by `measure`).
+chaining: dict[str, int] = {}
+
+
 def measure(server: ResponsesServer, *, wrapped: bool) -> list[int]:
     tap = WireTap()
     client = openai.OpenAI(
@@ -92,6 +96,9 @@ def measure(server: ResponsesServer, *, wrapped: bool) -> list[int]:
     try:
         return run(client, tap)
     finally:
+        if wrapped:
+            stats = anchortrack.tracker(client).stats
+            chaining.update(chained=stats.count("chained"), requests=stats.count())
         client.close()
 
 
@@ -138,6 +145,7 @@ def main() -> int:
             print(f"{turn:>4}  {s:>11,}  {c:>9,}  {cum_s:>14,}  {cum_c:>12,}")
     ratio = cum_c / cum_s
     print(f"total: stateless {cum_s:,} B, chained {cum_c:,} B, ratio {ratio:.3f} (target <= {TARGET})")
+    print(f"chaining rate: {chaining['chained']} of {chaining['requests']} wrapped requests chained")
     plot(stateless, chained)
     print(f"wrote {PNG.relative_to(Path.cwd()) if PNG.is_relative_to(Path.cwd()) else PNG}")
     return 0 if ratio <= TARGET else 1

@@ -71,6 +71,8 @@ def cpu_ratio(base_url: str, repeats: int = 9) -> dict[str, float]:
             loop(client)
             times[name].append(time.process_time() - t)
     medians = {name: statistics.median(values) for name, values in times.items()}
+    stats = anchortrack.tracker(wrapped).stats
+    medians["chained"], medians["requests"] = stats.count("chained"), stats.count()
     ratios = [w / h for w, h in zip(times["wrapped"], times["hand"], strict=True)]
     medians["ratio_hand"] = statistics.median(ratios)
     medians["ratio_stateless"] = medians["wrapped"] / medians["stateless"]
@@ -163,6 +165,7 @@ def main() -> None:
     print(f"  unwrapped stateless (passes the whole history) {cpu['stateless'] * 1e3:6.1f} ms")
     print(f"  ratio wrapped / hand-chained    {cpu['ratio_hand']:6.3f}   (target <= 1.10)")
     print(f"  ratio wrapped / stateless       {cpu['ratio_stateless']:6.3f}")
+    print(f"  chaining rate: {cpu['chained']:.0f} of {cpu['requests']:.0f} wrapped requests chained")
     print("plan time per request, ms (best of 30): cold = items never seen; loop = the same item")
     print("objects as the last call (a loop); copies = equal values in new objects")
     print(f"  {'items':>6} {'cold':>8} {'loop':>8} {'copies':>8} {'json.dumps':>11} {'loop/dumps':>11}")

@@ -37,7 +37,7 @@ def main() -> None:
     with endpoint() as (raw, model):
         client = anchortrack.wrap(raw)
         tracker = anchortrack.tracker(client)
-        scope = anchortrack.Scope(str(client.base_url))
+        scope = tracker.scope_for(client)
         history: list[Any] = [
             {"role": "system", "content": "You are a support agent."},
             {"role": "user", "content": "My card 4111 1111 1111 1111 was charged twice."},

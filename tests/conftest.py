@@ -27,6 +27,12 @@ def _structlog_defaults() -> Iterator[None]:
     structlog.reset_defaults()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_default_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients wrapped without store= share one process-wide store; each test starts with an empty one."""
+    monkeypatch.setattr("anchortrack._tracker._default", None)
+
+
 @pytest.fixture(scope="session", name="server")
 def _server() -> Iterator[ResponsesServer]:
     """One local Responses server (memory store) on a free loopback port."""

@@ -22,6 +22,7 @@ from typing import Any
 
 import openai
 
+import anchortrack
 from anchortrack import Anchor, Scope, record_response
 from anchortrack._canonical import canonical_item
 from anchortrack.server import ResponsesServer, WireTap
@@ -116,9 +117,9 @@ def assert_server_saw(server: ResponsesServer, response_id: str, history: Sequen
     assert canon(history) == canon(server.state.resolved_context(response_id))
 
 
-def scope_of(client: openai.OpenAI, namespace: str | None = None) -> Scope:
+def scope_of(client: openai.OpenAI) -> Scope:
     """The scope a wrapped client records its anchors under."""
-    return Scope(base_url=str(client.base_url), namespace=namespace)
+    return anchortrack.tracker(client).scope_for(client)
 
 
 def ask(client: openai.OpenAI, history: Sequence[Any], text: str, **params: Any) -> tuple[list[Any], Any]:

@@ -132,11 +132,13 @@ def test_reprs_read_well() -> None:
     tracker = Tracker(store, mode="shadow", namespace="team-a")
     tracker._call({"model": "m", "input": history}, lambda: SCOPE, SDK())
 
-    assert repr(tracker) == (
-        "<Tracker mode=shadow store=DictStore namespace='team-a' requests=1 "
-        "(chained 1, stateless 0, passthrough 0) fallbacks=0 recorded=0 bytes_saved=0>"
+    summary = (
+        "requests 1 (shadow 1: would chain 1); input bytes ~247 sent of ~247 stateless (100%), saved ~0, "
+        "chaining would send ~81 (33%); recorded 0"
     )
-    assert repr(tracker.stats).startswith("<Stats requests=1 (chained 1, stateless 0, passthrough 0)")
+    assert repr(tracker) == f"<Tracker mode=shadow store=DictStore namespace='team-a' {summary}>"
+    assert repr(tracker.stats) == f"<Stats {summary}>"
+    assert str(tracker.stats) == summary
 
 
 def test_store_cooldown_is_a_knob() -> None:

@@ -63,6 +63,7 @@ class DemoRecord:
             "organization": self.scope.organization,
             "project": self.scope.project,
             "namespace": self.scope.namespace,
+            "api_key_digest": self.scope.api_key_digest,
             "model": self.model,
             "request_file": self.request_file,
         }
@@ -85,6 +86,7 @@ class DemoRecord:
                 organization=data.get("organization"),
                 project=data.get("project"),
                 namespace=data.get("namespace"),
+                api_key_digest=data.get("api_key_digest"),
             )
             return cls(str(data["store"]), scope, str(data["model"]), str(data["request_file"]))
         except (OSError, ValueError, KeyError, TypeError):

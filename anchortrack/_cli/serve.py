@@ -13,7 +13,11 @@ import sqlite3
 import sys
 from typing import Any
 
-from ..server import DEFAULT_MAX_DEPTH, DEFAULT_RETENTION
+
+#: The server's defaults, repeated here so that ``--help`` imports nothing
+#: (tests check they match `anchortrack.server`).
+DEFAULT_MAX_DEPTH = 10_000
+DEFAULT_RETENTION = 30 * 24 * 3600.0
 
 
 def register(subparsers: Any) -> None:
@@ -23,11 +27,14 @@ def register(subparsers: Any) -> None:
         help="run a local Responses API server (no API key needed)",
         description=(
             "Serve the OpenAI Responses API with previous_response_id chaining and a "
-            "deterministic scripted model. Point a client at http://HOST:PORT/v1."
+            "deterministic scripted model, or in front of a Chat Completions provider "
+            "(--upstream). Point a client at http://HOST:PORT/v1."
         ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    parser.add_argument(
+        "--port", type=port_number, default=8000, help="port to listen on, 0-65535 (default: %(default)s)"
+    )
     parser.add_argument(
         "--store",
         default="memory",
@@ -36,14 +43,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--retention",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_RETENTION,
         metavar="SECONDS",
         help="how long stored responses stay chainable (default: 30 days)",
     )
     parser.add_argument(
         "--max-depth",
-        type=int,
+        type=positive_count,
         default=DEFAULT_MAX_DEPTH,
         metavar="N",
         help="most stored responses one chain may hold (default: %(default)s)",
@@ -53,6 +60,24 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="serve the /_test hooks (expire, drop, ZDR, resolved context, request log)",
     )
+    # -- upstream provider: a Chat Completions server answers instead of the scripted model
+    parser.add_argument(
+        "--upstream",
+        metavar="BASE_URL",
+        help="answer with this Chat Completions provider, e.g. http://localhost:11434/v1 "
+        "(API key: $ANCHORTRACK_UPSTREAM_API_KEY, optional)",
+    )
+    parser.add_argument(
+        "--upstream-model", metavar="NAME", help="model sent to the provider (default: the request's model)"
+    )
+    parser.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="seconds to wait for the provider to connect or send (default: %(default)s)",
+    )
+    # -- end upstream provider
     parser.add_argument(
         "--log-level",
         default="warning",
@@ -60,6 +85,44 @@ def register(subparsers: Any) -> None:
         help="uvicorn log level (default: %(default)s)",
     )
     parser.set_defaults(handler=serve)
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value}")
+    return value
+
+
+def positive_count(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
+port_number.__name__ = "port"
+positive_count.__name__ = "number"
+positive_seconds.__name__ = "seconds"
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -78,11 +141,13 @@ def serve(args: argparse.Namespace) -> int:
     from ..server import ServerState
 
     try:
+        backend = _upstream(args)
         state = ServerState(
             args.store,
             retention=args.retention,
             max_depth=args.max_depth,
             record_contexts=args.test_hooks,
+            backend=backend,
         )
     except (ValueError, RuntimeError, OSError, sqlite3.Error) as exc:
         sys.stderr.write(f"anchortrack serve: {exc}\n")
@@ -96,7 +161,10 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     port = int(sock.getsockname()[1])
     host = f"[{args.host}]" if ":" in args.host else args.host
-    sys.stdout.write(f"anchortrack: Responses API at http://{host}:{port}/v1 (store: {args.store})\n")
+    upstream = f", upstream: {backend.name}" if backend is not None else ""
+    sys.stdout.write(
+        f"anchortrack: Responses API at http://{host}:{port}/v1 (store: {args.store}{upstream})\n"
+    )
     sys.stdout.flush()
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="off", ws="websockets-sansio")
     previous = signal.getsignal(signal.SIGTERM)
@@ -111,6 +179,15 @@ def serve(args: argparse.Namespace) -> int:
         sock.close()
         state.close()
     return 0
+
+
+def _upstream(args: argparse.Namespace) -> Any:
+    """The upstream backend the flags ask for, or ``None`` (the scripted model)."""
+    if not getattr(args, "upstream", None):
+        return None
+    from anchortrack.server._upstream import Upstream
+
+    return Upstream(args.upstream, model=args.upstream_model, timeout=args.upstream_timeout)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -9,18 +9,20 @@ over; unknown, expired, deleted, unstored or failed parents give 400
 ``previous_response_not_found``; a response is saved before its id reaches
 the client.
 
-In-process use::
+In-process use:
 
-    from openai import OpenAI
-    from anchortrack.server import ResponsesServer
+```python
+from openai import OpenAI
+from anchortrack.server import ResponsesServer
 
-    with ResponsesServer(store="memory") as srv:        # or "sqlite:/path/file.db"
-        client = OpenAI(base_url=srv.base_url, api_key="test")
-        first = client.responses.create(model="scripted", input="hello")
-        second = client.responses.create(
-            model="scripted", input="again", previous_response_id=first.id
-        )
-        srv.state.resolved_context(second.id)   # what the model saw
+with ResponsesServer(store="memory") as srv:        # or "sqlite:/path/file.db"
+    client = OpenAI(base_url=srv.base_url, api_key="test")
+    first = client.responses.create(model="scripted", input="hello")
+    second = client.responses.create(
+        model="scripted", input="again", previous_response_id=first.id
+    )
+    srv.state.resolved_context(second.id)   # what the model saw
+```
 
 The same server speaks the Responses WebSocket mode at ``/v1/responses``
 (``client.responses.connect()``, with lanes, warm-ups and the
@@ -28,6 +30,11 @@ connection-local cache): see `anchortrack.server._websocket`.
 
 From the command line: ``anchortrack serve [--host] [--port]
 [--store memory|sqlite:PATH] [--retention SECONDS] [--test-hooks]``.
+
+In front of a Chat Completions provider (Ollama, vLLM, llama.cpp, Groq, …):
+``ResponsesServer(upstream="http://localhost:11434/v1")`` or
+``anchortrack serve --upstream BASE_URL [--upstream-model NAME]``; see
+`Upstream`.
 
 The model is `ScriptedModel`, deterministic; its command convention
 (``!call``, ``!rounds``, ``!reason``, ``!fail``, ``!incomplete``, ``!sleep``)
@@ -54,18 +61,20 @@ from anchortrack.server._records import (
     StoredResponse,
 )
 from anchortrack.server._sqlite import SQLiteResponseStore
-from anchortrack.server._state import ServerState, open_store
+from anchortrack.server._state import AsyncModel, ServerState, Turn, open_store
 from anchortrack.server._wire import WireTap, http_client_classes
 
 
 if TYPE_CHECKING:
     from anchortrack.server._app import create_app
     from anchortrack.server._runner import ResponsesServer
+    from anchortrack.server._upstream import Upstream
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "DEFAULT_RETENTION",
     "APIError",
+    "AsyncModel",
     "ChainLink",
     "MemoryResponseStore",
     "ModelReply",
@@ -76,6 +85,8 @@ __all__ = [
     "ServerState",
     "StoreConflictError",
     "StoredResponse",
+    "Turn",
+    "Upstream",
     "WireTap",
     "context_digest",
     "create_app",
@@ -83,9 +94,13 @@ __all__ = [
     "open_store",
 ]
 
+#: The web stack the server extra installs.
+SERVER_EXTRA_MODULES = frozenset({"starlette", "uvicorn", "websockets"})
+
 _LAZY = {
     "create_app": "anchortrack.server._app",
     "ResponsesServer": "anchortrack.server._runner",
+    "Upstream": "anchortrack.server._upstream",
 }
 
 
@@ -95,6 +110,17 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module_name), name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").split(".")[0]
+        if missing not in SERVER_EXTRA_MODULES:
+            raise
+        raise ImportError(
+            f"anchortrack.server.{name} needs the server extra ({missing} is missing): "
+            "pip install 'anchortrack[server]'",
+            name=error.name,
+        ) from error
+    value = getattr(module, name)
     globals()[name] = value
     return value

@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from anchortrack.server import _errors
 from anchortrack.server._errors import APIError
 from anchortrack.server._events import encode_sse, stream_events
+from anchortrack.server._relay import respond_with_backend
 from anchortrack.server._request import decode_json
 from anchortrack.server._state import PendingResponse, ServerState, stale_in_stream_event
 
@@ -131,6 +132,8 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
     async def create_response(request: Request) -> Response:
         body = decode_json(await request.body())
         server_state.record_request(body)
+        if server_state.backend is not None:  # an upstream provider answers instead
+            return await respond_with_backend(server_state, server_state.backend, body)
         try:
             pending = server_state.prepare(body)
         except APIError as error:

@@ -26,8 +26,8 @@ from anchortrack.server._records import ChainLink
 
 Item = dict[str, Any]
 
-#: Default maximum number of stored responses in one chain.
 DEFAULT_MAX_DEPTH = 10_000
+"""Default maximum number of stored responses in one chain."""
 
 #: Statuses a parent may have.
 CHAINABLE_STATUSES = frozenset({"completed", "incomplete"})
@@ -117,7 +117,7 @@ def check_context(context: Sequence[Item]) -> None:
     by_id: dict[str, Item] = {}
     for item in context:
         item_id = item.get("id")
-        if not isinstance(item_id, str) or item.get("type") == "item_reference":
+        if not isinstance(item_id, str) or is_reference(item):
             continue
         if item_id in by_id:
             raise _input_error(
@@ -129,7 +129,7 @@ def check_context(context: Sequence[Item]) -> None:
     calls: dict[tuple[str, str], str] = {}
     outputs: list[tuple[str, str]] = []
     for item in context:
-        if item.get("type") == "item_reference" and isinstance(item.get("id"), str):
+        if is_reference(item):
             item = by_id.get(item["id"], item)
         kind = item.get("type")
         call_id = item.get("call_id")
@@ -148,3 +148,101 @@ def check_context(context: Sequence[Item]) -> None:
     for kind, call_id in calls:
         if (kind, call_id) not in answered:
             raise _input_error(f"No tool output found for {_CALL_KINDS[kind][1]} {call_id}.")
+
+
+# -- id resolution, as OpenAI does it ------------------------------------------------------------
+
+
+def is_reference(item: Item) -> bool:
+    """An ``item_reference``, spelled with ``type`` or as a bare ``{"id": …}``."""
+    kind = item.get("type")
+    if kind == "item_reference":
+        return True
+    return (
+        kind is None
+        and "role" not in item
+        and isinstance(item.get("id"), str)
+        and set(item) <= {"id", "type"}
+    )
+
+
+def _by_id_reasoning(item: Item) -> bool:
+    return (
+        item.get("type") == "reasoning"
+        and not item.get("encrypted_content")
+        and isinstance(item.get("id"), str)
+    )
+
+
+def _item_not_found(item_id: str) -> APIError:
+    return APIError(
+        404,
+        f"Item with id '{item_id}' not found. Items are not persisted when `store` is set to false. "
+        "Try again with `store` set to true, or remove this item from your input.",
+        param="input",
+    )
+
+
+def resolve_context(
+    context: Sequence[Item], lookup: Callable[[str], Item | None], *, resolved: int = 0
+) -> list[Item]:
+    """
+    Return the context the model sees: every item an id stands for, resolved.
+
+    The first *resolved* items (a stored chain) are taken as they are: they
+    are the items the server holds, not pointers to them.
+
+    * an item reference (``{"type": "item_reference", "id": …}`` or a bare
+      ``{"id": …}``) becomes the item it names;
+    * a ``reasoning`` item without ``encrypted_content`` becomes the stored
+      reasoning item with its id (its own summary and content are not used).
+
+    An id is looked up among the earlier items of *context* first, then by
+    *lookup* (items of stored responses).  Then the answers are checked: an
+    ``mcp_approval_response`` must name an ``mcp_approval_request`` of the
+    context, and a ``local_shell_call_output`` must name (by its ``id``, or
+    ``call_id``) a ``local_shell_call`` of the context.
+
+    Raises:
+        APIError: 404 ``param: input`` for an id that names no item (or a
+            reasoning id that names no reasoning item); 400 ``param: input``
+            for an answer without its request or call.
+    """
+    seen: dict[str, Item] = {}
+    out: list[Item] = []
+    for index, item in enumerate(context):
+        if index >= resolved and (is_reference(item) or _by_id_reasoning(item)):
+            item_id = item["id"]
+            found = seen.get(item_id) or lookup(item_id)
+            if (
+                found is None
+                or is_reference(found)
+                or (item.get("type") == "reasoning" and found.get("type") != "reasoning")
+            ):
+                raise _item_not_found(item_id)
+            item = found
+        item_id = item.get("id")
+        if isinstance(item_id, str):
+            seen.setdefault(item_id, item)
+        out.append(item)
+    _check_answers(out)
+    return out
+
+
+def _check_answers(context: Sequence[Item]) -> None:
+    requests = {i.get("id") for i in context if i.get("type") == "mcp_approval_request"}
+    shell_calls: set[object] = set()
+    for item in context:
+        if item.get("type") == "local_shell_call":
+            shell_calls.update((item.get("id"), item.get("call_id")))
+    shell_calls.discard(None)
+    for item in context:
+        kind = item.get("type")
+        if kind == "mcp_approval_response" and item.get("approval_request_id") not in requests:
+            raise _input_error(
+                f"No MCP approval request found for approval_request_id {item.get('approval_request_id')}."
+            )
+        if kind == "local_shell_call_output" and not ({item.get("id"), item.get("call_id")} & shell_calls):
+            raise _input_error(
+                f"No local shell call found for local shell call output with id {item.get('id')}."
+            )

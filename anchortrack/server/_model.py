@@ -188,6 +188,9 @@ class ModelReply:
         error: ``{"code", "message"}`` for a failed reply.
         incomplete_details: ``{"reason": …}`` for an incomplete reply.
         delay: Seconds to wait before answering.
+        usage: The response's ``usage``, when the backend measured it
+            (otherwise the server estimates it).
+        model: The model that answered, when it differs from the request's.
     """
 
     status: str
@@ -195,6 +198,8 @@ class ModelReply:
     error: dict[str, str] | None = None
     incomplete_details: dict[str, str] | None = None
     delay: float = 0.0
+    usage: dict[str, Any] | None = None
+    model: str | None = None
 
 
 class ScriptedModel:

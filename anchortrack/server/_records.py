@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 
-#: OpenAI keeps stored responses for 30 days.
 DEFAULT_RETENTION: float = 30 * 24 * 3600.0
+"""Seconds a stored response is kept: 30 days, as OpenAI keeps them."""
 
 #: Expired records are purged at most this often (store-clock seconds).
 PURGE_INTERVAL = 60.0

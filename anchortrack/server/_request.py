@@ -160,6 +160,8 @@ def _check_item(item: object, where: str) -> Item:
     item_id = item.get("id")
     if item_id is not None and not isinstance(item_id, str):
         raise invalid_type(f"{where}.id", "a string", item_id)
+    if kind is None and item.get("role") is None and isinstance(item_id, str):
+        return item  # an item reference without "type" (ItemReferenceParam)
     if kind is None or kind == "message":
         if "role" not in item or item["role"] is None:
             raise missing_parameter(f"{where}.type" if kind is None else f"{where}.role")

@@ -18,7 +18,7 @@ import uvicorn
 from anchortrack.server._app import create_app
 from anchortrack.server._chain import DEFAULT_MAX_DEPTH
 from anchortrack.server._records import DEFAULT_RETENTION, Clock, ResponseStore
-from anchortrack.server._state import Model, ServerState
+from anchortrack.server._state import AsyncModel, Model, ServerState
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -41,10 +41,12 @@ class ResponsesServer:
     """
     A local Responses API server on a loopback port, for tests and demos.
 
-    Use it as a context manager (or call `start` and `stop`)::
+    Use it as a context manager (or call `start` and `stop`):
 
-        with ResponsesServer() as srv:
-            client = OpenAI(base_url=srv.base_url, api_key="test")
+    ```python
+    with ResponsesServer() as srv:
+        client = OpenAI(base_url=srv.base_url, api_key="test")
+    ```
 
     Args:
         store: A `ResponseStore` or its spelling, ``"memory"`` or
@@ -56,8 +58,12 @@ class ResponsesServer:
         test_hooks: Also serve the ``/_test`` HTTP hooks (see ``create_app``).
         model: The model backend; the scripted model by default.
         clock: Time source for timestamps and retention.
+        upstream: Answer with a Chat Completions provider instead of the
+            scripted model: its base URL (see ``Upstream`` for the API key
+            and options) or an ``Upstream``/other asynchronous backend.
         state: Serve this state instead of building one (then *store*,
-            *retention*, *max_depth*, *model* and *clock* are ignored).
+            *retention*, *max_depth*, *model*, *clock* and *upstream* are
+            ignored).
 
     Attributes:
         state: The `ServerState` the running app shares.
@@ -74,11 +80,16 @@ class ResponsesServer:
         test_hooks: bool = False,
         model: Model | None = None,
         clock: Clock | None = None,
+        upstream: str | AsyncModel | None = None,
         state: ServerState | None = None,
     ) -> None:
+        if isinstance(upstream, str):
+            from anchortrack.server._upstream import Upstream
+
+            upstream = Upstream(upstream)
         self._owns_state = state is None
         self.state = state or ServerState(
-            store, retention=retention, max_depth=max_depth, model=model, clock=clock
+            store, retention=retention, max_depth=max_depth, model=model, clock=clock, backend=upstream
         )
         self.app = create_app(self.state, test_hooks=test_hooks)
         self.host = host

@@ -15,12 +15,19 @@ import hashlib
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from anchortrack.server import _errors
-from anchortrack.server._chain import DEFAULT_MAX_DEPTH, chain_items, check_context, resolve_chain
+from anchortrack.server._chain import (
+    DEFAULT_MAX_DEPTH,
+    chain_items,
+    check_context,
+    is_reference,
+    resolve_chain,
+    resolve_context,
+)
 from anchortrack.server._memory import MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, canonical_json, new_id
 from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, ResponseStore, StoredResponse
@@ -69,6 +76,51 @@ class Model(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Turn:
+    """
+    A validated create request with its chain resolved, not yet answered.
+
+    Attributes:
+        request: The validated request.
+        chain: The stored ancestors, oldest first.
+        context: The resolved context: the chain's items, then the new input.
+        response_id: The id the response will have.
+        created_at: When the request arrived (the response's ``created_at``).
+    """
+
+    request: CreateRequest
+    chain: list[ChainLink]
+    context: list[Item]
+    response_id: str
+    created_at: float
+
+
+class AsyncModel(Protocol):
+    """
+    An asynchronous model backend (the upstream provider bridge is one).
+
+    When a server has one, it answers every create request instead of the
+    scripted model.  Both methods raise
+    :class:`~anchortrack.server._errors.APIError` for a call that failed
+    before a response existed.
+    """
+
+    async def reply(self, turn: Turn) -> ModelReply:
+        """Answer *turn* (non-streamed)."""
+        ...
+
+    async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
+        """
+        Start answering *turn* as a stream.
+
+        Returns once the backend accepted the request: an iterator of output
+        item events (``response.output_item.added`` …, no sequence numbers,
+        no lifecycle events) ending with the final :class:`ModelReply`.
+        """
+        ...
+
+
 @dataclass
 class PendingResponse:
     """A validated, answered create request that is not yet (fully) saved."""
@@ -109,7 +161,7 @@ def build_response(
         "instructions": request.instructions,
         "max_output_tokens": body.get("max_output_tokens"),
         "max_tool_calls": body.get("max_tool_calls"),
-        "model": request.model,
+        "model": reply.model or request.model,
         "output": reply.output,
         "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
         "previous_response_id": request.previous_response_id,
@@ -125,7 +177,8 @@ def build_response(
         "top_logprobs": body.get("top_logprobs") or 0,
         "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
         "truncation": body.get("truncation") or "disabled",
-        "usage": {
+        "usage": reply.usage
+        or {
             "input_tokens": input_tokens,
             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
@@ -150,6 +203,8 @@ class ServerState:
         clock: Time source for timestamps and (for a spelled store) retention.
         record_contexts: Keep the context of every response for
             `resolved_context` (memory grows with traffic).
+        backend: An asynchronous backend (e.g. an upstream provider) that
+            answers instead of *model*.
 
     Attributes:
         store: The response store.
@@ -171,6 +226,7 @@ class ServerState:
         model: Model | None = None,
         clock: Clock | None = None,
         record_contexts: bool = True,
+        backend: AsyncModel | None = None,
     ) -> None:
         self._clock: Clock = clock or time.time
         self._owns_store = isinstance(store, str)
@@ -179,6 +235,7 @@ class ServerState:
         )
         self.max_depth = max_depth
         self.model: Model = model or ScriptedModel()
+        self.backend = backend
         self.zdr = False
         self.stale_in_stream = False
         self.record_contexts = record_contexts
@@ -186,6 +243,8 @@ class ServerState:
         self._requests: list[Any] = []
         # response id → (parent id, its input items, its output items)
         self._seen: dict[str, tuple[str | None, list[Item], list[Item]]] = {}
+        # item id → (id of the stored response holding it, the item): what ids resolve to
+        self._items: dict[str, tuple[str, Item]] = {}
 
     # -- what tests read and drive ------------------------------------------------
 
@@ -205,7 +264,10 @@ class ServerState:
         The items the model saw for *response_id*, oldest first.
 
         Every item of the chain (inputs and outputs of the ancestors), then
-        the request's own input items, exactly as received.  Instructions and
+        the request's own input items, as the model saw them: item
+        references and reasoning items without ``encrypted_content`` are the
+        items their ids name (see `resolve_context`), every other item is
+        exactly as received.  Instructions and
         the response's own output are not included.  Available for every
         response created (stored or not) while `record_contexts` is on.
 
@@ -226,6 +288,23 @@ class ServerState:
                 parent = parent_of_parent
             items = [item for segment in reversed(segments) for item in segment]
             return copy.deepcopy(items)
+
+    def resolve_input(self, items: list[Item]) -> list[Item]:
+        """
+        The context the model would see for *items* sent without ``previous_response_id``.
+
+        Raises:
+            APIError: an id that names no stored item, or an answer without its request.
+        """
+        return copy.deepcopy(resolve_context(items, self.stored_item))
+
+    def stored_item(self, item_id: str) -> Item | None:
+        """The item of a live stored response with this id (input or output), or None."""
+        with self._lock:
+            entry = self._items.get(item_id)
+        if entry is None or self.store.link(entry[0]) is None:
+            return None
+        return entry[1]
 
     def expire(self, response_id: str) -> None:
         """
@@ -283,6 +362,25 @@ class ServerState:
         Raises:
             APIError: For every refusal, in OpenAI's shape.
         """
+        turn = self.resolve(body, link=link)
+        if generate:
+            reply = self.model.respond(turn.context, instructions=turn.request.instructions)
+        else:
+            reply = ModelReply(status="completed")
+        return self.finish(turn, reply)
+
+    def resolve(self, body: object, *, link: Callable[[str], ChainLink | None] | None = None) -> Turn:
+        """
+        Validate *body*, resolve its chain and check its context.
+
+        Args:
+            body: The decoded request body.
+            link: Resolve parents through this lookup instead of the store's
+                (see `prepare`).
+
+        Raises:
+            APIError: For every refusal, in OpenAI's shape.
+        """
         request = parse_create_request(body)
         chain: list[ChainLink] = []
         if request.previous_response_id is not None:
@@ -291,28 +389,33 @@ class ServerState:
             chain = resolve_chain(
                 request.previous_response_id, link or self.store.link, max_depth=self.max_depth
             )
-        context = chain_items(chain) + request.input_items
+        stored = chain_items(chain)
+        context = resolve_context(stored + request.input_items, self.stored_item, resolved=len(stored))
         check_context(context)
-        if generate:
-            reply = self.model.respond(context, instructions=request.instructions)
-        else:
-            reply = ModelReply(status="completed")
-        response_id = new_id("resp")
+        return Turn(request, chain, context, new_id("resp"), self._clock())
+
+    def finish(self, turn: Turn, reply: ModelReply, *, record: bool = True) -> PendingResponse:
+        """The response for *turn* answered by *reply*; *record* its context for tests."""
+        own_input = turn.context[len(turn.context) - len(turn.request.input_items) :]
         response = build_response(
-            request, reply, response_id=response_id, created_at=self._clock(), context=context
+            turn.request,
+            reply,
+            response_id=turn.response_id,
+            created_at=turn.created_at,
+            context=turn.context,
         )
-        if self.record_contexts:
+        if record and self.record_contexts:
             with self._lock:
-                for record in chain:
-                    self._seen.setdefault(
-                        record.id, (record.previous_response_id, record.input_items, record.output)
-                    )
-                self._seen[response_id] = (
-                    request.previous_response_id,
-                    request.input_items,
+                for link in turn.chain:
+                    self._seen.setdefault(link.id, (link.previous_response_id, link.input_items, link.output))
+                self._seen[turn.response_id] = (
+                    turn.request.previous_response_id,
+                    own_input,
                     reply.output,
                 )
-        return PendingResponse(request=request, response=response, context=context, delay=reply.delay)
+        return PendingResponse(
+            request=turn.request, response=response, context=turn.context, delay=reply.delay
+        )
 
     def _record(self, pending: PendingResponse, response: dict[str, Any]) -> StoredResponse:
         return StoredResponse(
@@ -340,6 +443,21 @@ class ServerState:
             overwrite=overwrite,
             expected_previous_response_id=pending.request.previous_response_id,
         )
+        self._index_items(pending.response["id"], pending.request.input_items, pending.response["output"])
+
+    def _index_items(self, response_id: str, inputs: list[Item], outputs: list[Item]) -> None:
+        """Remember the items a stored response holds by id (input pointers are not items)."""
+        with self._lock:
+            for item in inputs:
+                item_id = item.get("id")
+                if isinstance(item_id, str) and not is_reference(item):
+                    by_id = item.get("type") == "reasoning" and not item.get("encrypted_content")
+                    if not by_id:
+                        self._items.setdefault(item_id, (response_id, item))
+            for item in outputs:
+                item_id = item.get("id")
+                if isinstance(item_id, str):
+                    self._items.setdefault(item_id, (response_id, item))
 
     def get_response(self, response_id: str) -> dict[str, Any]:
         """

@@ -448,6 +448,13 @@ class WebSocketHub:
         with self._lock:
             parent_cached = parent is not None and conn.cache.lookup(parent) is not None
         try:
+            if self.state.backend is not None:
+                raise APIError(
+                    400,
+                    "The WebSocket mode is not served in front of an upstream provider; "
+                    "send this request over HTTP (POST /v1/responses).",
+                    code="unsupported_websocket_upstream",
+                )
             pending = self.state.prepare(event.body, link=self._link(conn), generate=event.generate)
         except APIError as error:
             if parent is not None:

@@ -19,12 +19,14 @@ class WireTap:
     """
     Keeps the raw JSON bodies of every ``POST …/responses`` a client sends.
 
-    Example::
+    For example:
 
-        tap = WireTap()
-        client = OpenAI(base_url=srv.base_url, api_key="test", http_client=tap.http_client())
-        client.responses.create(model="scripted", input="hello")
-        tap.since(0)        # [{"model": "scripted", "input": "hello"}]
+    ```python
+    tap = WireTap()
+    client = OpenAI(base_url=srv.base_url, api_key="test", http_client=tap.http_client())
+    client.responses.create(model="scripted", input="hello")
+    tap.since(0)        # [{"model": "scripted", "input": "hello"}]
+    ```
 
     Attributes:
         bodies: Every body seen so far, as sent.

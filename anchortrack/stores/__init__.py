@@ -8,12 +8,13 @@ Anchor stores: where anchortrack remembers which response holds which view.
 All implement `AnchorStore`, with sync and async methods on one object.
 `open_store` opens one from its command-line spelling (``memory``,
 ``sqlite:PATH``, ``redis://…``).
-This module does not import ``redis``: `RedisStore` is loaded on first use.
+This module does not import ``redis``: `RedisStore` is loaded on first use; without
+the ``redis`` package it can still be imported, and says which extra it needs when used.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ._base import DEFAULT_TTL, Anchor, AnchorStore
 from ._open import open_store, redis_store_class
@@ -40,5 +41,25 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name == "RedisStore":
-        return redis_store_class()
+        try:
+            return redis_store_class()
+        except ImportError as error:
+            # ``from anchortrack.stores import MemoryStore, SQLiteStore, RedisStore``
+            # works on a base install; using RedisStore says which extra it needs.
+            return _unavailable(name, str(error))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _unavailable(name: str, message: str) -> type:
+    """A stand-in class that raises ImportError(*message*) when used (never when imported)."""
+
+    def refuse(*args: object, **kwargs: object) -> NoReturn:
+        raise ImportError(message)
+
+    namespace = {
+        "__doc__": f"Unavailable: {message}",
+        "__module__": __name__,
+        "__new__": refuse,
+        "from_url": staticmethod(refuse),
+    }
+    return type(name, (), namespace)

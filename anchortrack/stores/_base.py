@@ -3,7 +3,9 @@ The anchor store contract shared by every backend.
 
 A store maps *view hashes* to the responses whose server-side context they
 describe.
-It never holds item content: only digests, response ids, counts and times.
+It never holds item content: only digests, response ids, counts and times
+(and, with a secret key, a MAC per anchor that the tracker checks on every
+read: stores keep ``Anchor.properties`` and ``Anchor.mac`` as given).
 Every backend implements the sync methods (``find``, ``get``, ``put``,
 ``evict``) and their async twins (``afind``, ``aget``, ``aput``, ``aevict``),
 so one store object serves both ``OpenAI`` and ``AsyncOpenAI`` clients.
@@ -23,8 +25,8 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 
-#: OpenAI keeps stored responses for 30 days; so do anchors by default.
 DEFAULT_TTL: float = 30 * 24 * 3600.0
+"""Seconds an anchor lives by default: 30 days, as OpenAI keeps stored responses."""
 
 #: Environment variable holding the optional secret key for keyed digests.
 SECRET_KEY_ENV = "ANCHORTRACK_SECRET_KEY"  # noqa: S105 - a variable name, not a secret
@@ -43,11 +45,20 @@ class Anchor:
         count: How many items the view holds.
         created_at: Unix time the response was recorded.
         expires_at: Unix time after which the anchor must not be used.
+        properties: Digest of the request properties a server could carry
+            over a chain (``tools``, ``tool_choice``, ``text``, …) that the
+            response was made with; empty when the request set none of them.
+            A request chains from the anchor only when its own digest is equal.
+        mac: With a secret key, a MAC over the scope, view, response id,
+            count, expiry and properties (see `anchortrack._seal`); a store
+            keeps it as given and the tracker checks it on every read.
         parent: The response id this response was chained from
             (``previous_response_id``), or None when it was sent in full.
             The server resolves a response through its parent, so when the
             server has lost a response it has lost every response chained
             through it: `AnchorStore.evict` forgets those descendants too.
+            (Not covered by the MAC: a forged parent can only make an
+            eviction forget more, which costs full requests, never a wrong one.)
     """
 
     view: bytes
@@ -55,6 +66,8 @@ class Anchor:
     count: int
     created_at: float
     expires_at: float
+    properties: bytes = b""
+    mac: bytes | None = None
     parent: str | None = None
 
     def is_live(self, now: float) -> bool:

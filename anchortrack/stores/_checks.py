@@ -17,6 +17,9 @@ from ._base import Anchor
 #: Longest accepted scope, in characters.
 MAX_SCOPE_LENGTH = 128
 
+#: Longest accepted properties digest and MAC, in bytes.
+MAX_DIGEST_SIZE = 64
+
 #: Characters refused in scopes and key prefixes (Redis hash tags use them).
 FORBIDDEN_KEY_CHARS = frozenset("{}")
 
@@ -58,6 +61,11 @@ def check_anchor(anchor: Anchor) -> Anchor:
         raise ValueError(f"anchor.parent must be None or a non-empty str: {anchor.parent!r}")
     if not (math.isfinite(anchor.created_at) and math.isfinite(anchor.expires_at)):
         raise ValueError(f"anchor times must be finite: {anchor!r}")
+    properties: object = anchor.properties
+    if not isinstance(properties, bytes) or len(properties) > MAX_DIGEST_SIZE:
+        raise ValueError(f"anchor.properties must be at most {MAX_DIGEST_SIZE} bytes: {properties!r}")
+    if anchor.mac is not None and not (_filled(anchor.mac, bytes) and len(anchor.mac) <= MAX_DIGEST_SIZE):
+        raise ValueError(f"anchor.mac must be None or 1 to {MAX_DIGEST_SIZE} bytes: {anchor.mac!r}")
     return anchor
 
 

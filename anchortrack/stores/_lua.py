@@ -2,9 +2,11 @@
 Lua scripts that give `RedisStore` one round trip per record, lookup by id
 and eviction, atomically.
 
-Values are those of `_redis_format.encode_value` (``1|count|created|expires|id``
-or ``2|count|created|expires|n|<parent><id>``), reverse keys hold the view in
-hex, children keys are sets of the response ids chained from a response.
+Values are those of `_redis_format.encode_value`
+(``2|count|created|expires|properties|mac|id``, or with a parent
+``3|count|created|expires|properties|mac|n|<parent><id>``), reverse keys hold
+the view in hex, children keys are sets of the response ids chained from a
+response.
 The scripts build the other entry's key from a prefix argument; every key of
 a scope shares one hash tag, so that stays on one Redis Cluster slot.
 """
@@ -15,9 +17,9 @@ from __future__ import annotations
 _RID_OF = """
 local function rid_of(v)
   if not v then return nil end
-  local rid = string.match(v, '^1|[^|]*|[^|]*|[^|]*|(.*)$')
+  local rid = string.match(v, '^2|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(.*)$')
   if rid then return rid end
-  local n, rest = string.match(v, '^2|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
+  local n, rest = string.match(v, '^3|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
   if n then return string.sub(rest, tonumber(n) + 1) end
   return nil
 end

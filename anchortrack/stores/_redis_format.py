@@ -2,8 +2,8 @@
 The Redis store's data format: the value of a view key and the key names.
 
 `encode_value` writes what the Lua scripts in `anchortrack.stores._lua`
-parse (``1|count|created_at|expires_at|response_id``, or with a parent
-``2|count|created_at|expires_at|<parent bytes>|<parent><response_id>``);
+parse (``2|count|created_at|expires_at|properties|mac|response_id``, or with a
+parent ``3|count|created_at|expires_at|properties|mac|n|<parent><response_id>``);
 `KeySchema` names the keys they touch.
 Pure: nothing here does I/O, so the sync and async halves of `RedisStore`
 share it.
@@ -18,26 +18,29 @@ from ._base import Anchor
 from ._checks import FORBIDDEN_KEY_CHARS, check_scope
 
 
-#: Version tag of a value without a parent (see `encode_value`).
-VALUE_VERSION = "1"
-#: Version tag of a value with a parent.
-PARENT_VALUE_VERSION = "2"
+#: Version tag at the start of every encoded value (see `encode_value`).
+#: Version 2 added the properties digest and the MAC; version 1 values (which
+#: lack them) are treated as absent.
+VALUE_VERSION = "2"
+#: Version tag of a value with a parent (`Anchor.parent`).
+PARENT_VALUE_VERSION = "3"
 
 
 def encode_value(anchor: Anchor) -> str:
     """
     Encode everything but the view (which is in the key) as a short string.
 
-    Without a parent the format is ``1|count|created_at|expires_at|response_id``:
+    The format is ``2|count|created_at|expires_at|properties|mac|response_id``:
     a version tag, the count in decimal, both times as the shortest ``repr``
-    that round-trips, and the response id last so it may hold any character.
-    With a parent it is ``2|count|created_at|expires_at|n|<parent><response_id>``,
+    that round-trips, the properties digest and the MAC in hex (empty when
+    there is none), and the response id last so it may hold any character.
+    With a parent the format is
+    ``3|count|created_at|expires_at|properties|mac|n|<parent><response_id>``,
     where *n* is the parent's length in UTF-8 bytes.
-    (Older anchortrack versions read only version 1 and treat version 2
-    values as absent: their calls go out in full, never wrong.)
     It is ASCII for ASCII ids, so it survives clients that decode responses.
     """
-    head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}"
+    mac = anchor.mac.hex() if anchor.mac is not None else ""
+    head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.properties.hex()}|{mac}"
     if anchor.parent is None:
         return f"{VALUE_VERSION}|{head}|{anchor.response_id}"
     size = len(anchor.parent.encode())
@@ -48,27 +51,27 @@ def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
     """
     Decode a value written by `encode_value`; `None` if it is not one.
 
-    Values of an unknown version (written by a newer anchortrack) are
+    Values of another version (written by an older or newer anchortrack) are
     treated as absent rather than guessed at.
     """
     data = raw.encode() if isinstance(raw, str) else raw
-    parts = data.split(b"|", 5)
-    version = parts[0].decode(errors="replace")
+    parts = data.split(b"|", 7)
     parent: str | None = None
     try:
-        if version == VALUE_VERSION and len(parts) >= 5:
-            response_id = b"|".join(parts[4:]).decode()
-        elif version == PARENT_VALUE_VERSION and len(parts) == 6:
-            size = int(parts[4])
-            if not 0 < size < len(parts[5]):
+        if parts[0] == VALUE_VERSION.encode() and len(parts) >= 7:
+            response_id = b"|".join(parts[6:]).decode()
+        elif parts[0] == PARENT_VALUE_VERSION.encode() and len(parts) == 8:
+            size = int(parts[6])
+            if not 0 < size < len(parts[7]):
                 return None
-            parent, response_id = parts[5][:size].decode(), parts[5][size:].decode()
+            parent, response_id = parts[7][:size].decode(), parts[7][size:].decode()
         else:
             return None
         count, created_at, expires_at = int(parts[1]), float(parts[2]), float(parts[3])
+        properties, mac = bytes.fromhex(parts[4].decode()), bytes.fromhex(parts[5].decode())
     except (ValueError, UnicodeDecodeError):
         return None
-    return Anchor(view, response_id, count, created_at, expires_at, parent)
+    return Anchor(view, response_id, count, created_at, expires_at, properties, mac or None, parent)
 
 
 def expiry_ms(anchor: Anchor) -> int:
@@ -89,6 +92,10 @@ class KeySchema:
     ``{prefix}:{{{scope}}}:r:{response id}`` holds the view in hex, and
     ``{prefix}:{{{scope}}}:c:{response id}`` is the set of the response ids
     recorded as chained from that response.
+    The scope is the tracker's scope key: a digest, keyed by the secret key
+    when there is one, so key names tell a reader without the key nothing
+    about which base URL, organization, project, namespace or API key they
+    belong to.
     The scope sits in a hash tag, so all keys of one scope share a Redis
     Cluster slot and multi-key commands and scripts stay legal there.
     """

@@ -34,11 +34,19 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX anchors_by_response ON anchors (scope, response_id);
     CREATE INDEX anchors_by_expiry ON anchors (expires_at);
     """,
-    # 1 -> 2: each anchor's parent (the response it was chained from), so
+    # 1 -> 2: each anchor's carried-over properties digest and its MAC (with a
+    # secret key). Rows recorded before are dropped: what their requests'
+    # properties were is unknown, so they must not be chained from.
+    """
+    ALTER TABLE anchors ADD COLUMN properties BLOB NOT NULL DEFAULT x'';
+    ALTER TABLE anchors ADD COLUMN mac BLOB;
+    DELETE FROM anchors
+    """,
+    # 2 -> 3: each anchor's parent (the response it was chained from), so
     # that evicting a dead response evicts its descendants.
     """
     ALTER TABLE anchors ADD COLUMN parent TEXT;
-    CREATE INDEX anchors_by_parent ON anchors (scope, parent) WHERE parent IS NOT NULL;
+    CREATE INDEX anchors_by_parent ON anchors (scope, parent) WHERE parent IS NOT NULL
     """,
 )
 

@@ -5,8 +5,9 @@ Layout, chosen to keep an anchor near 200 bytes (see `MemoryStore`; an
 ``OrderedDict`` plus a reverse ``dict`` costs about 355):
 
 * per scope, one ``dict`` from view to a packed *record*
-  (``slot, count, created_at, expires_at``, the parent's length, then the
-  response id and the parent's response id in UTF-8);
+  (``slot, count, created_at, expires_at``, the lengths of the properties
+  digest, the MAC and the parent's response id, the first two, then the
+  response id and the parent's in UTF-8);
 * per *slot* (a small integer naming one anchor): its view, its scope id,
   its neighbours in an LRU ring, and its first child and next sibling (the
   anchors recorded as chained from it), in a list and five typed arrays;
@@ -33,10 +34,12 @@ from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
-_RECORD = struct.Struct("<IIddH")  # slot, count, created_at, expires_at, parent length
+# slot, count, created_at, expires_at, len(properties), len(mac), len(parent)
+_RECORD = struct.Struct("<IIddBBH")
 _HEAD = _RECORD.size
 _EXPIRES = struct.Struct("<d")
-_EXPIRES_AT = struct.calcsize("<IId")
+_EXPIRES_AT = 16
+_PROPERTIES_LEN, _MAC_LEN, _PARENT_LEN = 24, 25, 26
 _MAX_PARENT = 0xFFFF  # longer parent ids are not kept (no descendant eviction through them)
 _EMPTY, _TOMBSTONE = 0, -1
 _SWEEP_PER_WRITE = 2
@@ -61,12 +64,13 @@ class MemoryStore:
     Anchors do not survive a restart and are not shared between processes;
     use `SQLiteStore` or `RedisStore` for that.
 
-    Memory: about 220 bytes per anchor with 16-byte views and 30-character
+    Memory: about 222 bytes per anchor with 16-byte views and 30-character
     response ids (``tracemalloc`` over 100,000 anchors, see
-    ``benchmarks/bench_stores.py``; 195-220 depending on how full the hash
-    tables are), so the default bound costs about 22 MB; an anchor chained
-    from another also holds its parent's id.
-    Longer response ids cost their extra length.
+    ``benchmarks/bench_stores.py``; 197-222 depending on how full the hash
+    tables are), so the default bound costs about 22 MB.
+    Longer response ids cost their extra length, and a properties digest
+    (requests with tools, …) and a MAC (a secret key) 16 bytes each; an
+    anchor chained from another also holds its parent's id.
 
     Every method takes one lock for a few microseconds and never blocks on
     I/O, so the async methods run inline on the event loop, and the tracker
@@ -133,22 +137,18 @@ class MemoryStore:
             sc = self._scopes.get(scope)
             if sc is None or not views:
                 return {}
-            now, table, unpack, head = self._clock(), sc.views, _RECORD.unpack_from, _HEAD
+            now, table, unpack = self._clock(), sc.views, _RECORD.unpack_from
             try:
                 for view in views:
                     rec = table.get(view)
                     if rec is None:
                         continue
-                    slot, count, created_at, expires_at, plen = unpack(rec)
+                    slot, _, _, expires_at, _, _, _ = unpack(rec)
                     if expires_at <= now:
                         self._drop(slot)
                         continue
                     self._touch(slot)
-                    if plen:
-                        rid, parent = rec[head:-plen].decode(), rec[-plen:].decode()
-                        found.append(Anchor(view, rid, count, created_at, expires_at, parent))
-                    else:
-                        found.append(Anchor(view, rec[head:].decode(), count, created_at, expires_at))
+                    found.append(_anchor(view, rec))
             finally:
                 self._collect_scopes()
         return {a.view: a for a in found}
@@ -451,23 +451,40 @@ def _parent_bytes(anchor: Anchor) -> bytes:
 
 
 def _record(slot: int, anchor: Anchor, rid: bytes, parent: bytes) -> bytes:
-    head = _RECORD.pack(slot, anchor.count, anchor.created_at, anchor.expires_at, len(parent))
-    return head + rid + parent
+    props, mac = anchor.properties, anchor.mac or b""
+    head = _RECORD.pack(
+        slot, anchor.count, anchor.created_at, anchor.expires_at, len(props), len(mac), len(parent)
+    )
+    return head + props + mac + rid + parent
+
+
+def _parent_len(rec: bytes) -> int:
+    return rec[_PARENT_LEN] | rec[_PARENT_LEN + 1] << 8
 
 
 def _rid(rec: bytes) -> bytes:
-    """The response id in a record."""
-    plen = rec[_HEAD - 2] | rec[_HEAD - 1] << 8
-    return rec[_HEAD : len(rec) - plen]
+    """The response id (UTF-8) in a record."""
+    return rec[_HEAD + rec[_PROPERTIES_LEN] + rec[_MAC_LEN] : len(rec) - _parent_len(rec)]
 
 
 def _parent(rec: bytes) -> bytes:
-    """The parent's response id in a record (empty when it has none)."""
-    plen = rec[_HEAD - 2] | rec[_HEAD - 1] << 8
+    """The parent's response id (UTF-8) at the end of a record (empty when it has none)."""
+    plen = _parent_len(rec)
     return rec[len(rec) - plen :] if plen else b""
 
 
 def _anchor(view: bytes, rec: bytes) -> Anchor:
-    _, count, created_at, expires_at, plen = _RECORD.unpack_from(rec)
-    parent = rec[len(rec) - plen :].decode() if plen else None
-    return Anchor(view, _rid(rec).decode(), count, created_at, expires_at, parent)
+    _, count, created_at, expires_at, plen, mlen, parent_len = _RECORD.unpack_from(rec)
+    props_end = _HEAD + plen
+    mac_end = props_end + mlen
+    rid_end = len(rec) - parent_len
+    return Anchor(
+        view,
+        rec[mac_end:rid_end].decode(),
+        count,
+        created_at,
+        expires_at,
+        properties=rec[_HEAD:props_end],
+        mac=rec[props_end:mac_end] or None,
+        parent=rec[rid_end:].decode() if parent_len else None,
+    )

@@ -3,8 +3,8 @@
 
 Key schema (see `KeySchema`), with the scope in a hash tag::
 
-    {prefix}:{<scope>}:v:<view hex>    ->  "1|<count>|<created_at>|<expires_at>|<response id>"
-                                           (with a parent: "2|…|<n>|<parent id><response id>")
+    {prefix}:{<scope>}:v:<view hex>    ->  "2|<count>|<created>|<expires>|<properties>|<mac>|<response id>"
+                                           (with a parent: "3|…|<mac>|<n>|<parent id><response id>")
     {prefix}:{<scope>}:r:<response id> ->  "<view hex>"
     {prefix}:{<scope>}:c:<response id> ->  set of the response ids chained from it
 

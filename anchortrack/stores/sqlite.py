@@ -24,7 +24,7 @@ _T = TypeVar("_T")
 #: Views per ``IN (...)`` list, well under SQLite's variable limit.
 _CHUNK = 500
 
-_COLUMNS = "view, response_id, count, created_at, expires_at, parent"
+_COLUMNS = "view, response_id, count, created_at, expires_at, properties, mac, parent"
 _GET = (
     f"SELECT {_COLUMNS} FROM anchors"  # noqa: S608 - constant column names
     " WHERE scope = ? AND response_id = ? AND expires_at > ?"
@@ -32,11 +32,12 @@ _GET = (
 )
 _DROP_OTHER_VIEWS = "DELETE FROM anchors WHERE scope = ? AND response_id = ? AND view <> ?"
 _UPSERT = (
-    "INSERT INTO anchors (scope, view, response_id, count, created_at, expires_at, parent)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO anchors (scope, {_COLUMNS})"  # noqa: S608 - constant column names
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (scope, view) DO UPDATE SET response_id = excluded.response_id,"
     " count = excluded.count, created_at = excluded.created_at,"
-    " expires_at = excluded.expires_at, parent = excluded.parent"
+    " expires_at = excluded.expires_at, properties = excluded.properties, mac = excluded.mac,"
+    " parent = excluded.parent"
 )
 #: The response and its descendants (UNION, not UNION ALL: a cycle ends).
 _EVICT = (
@@ -126,7 +127,9 @@ class SQLiteStore:
             for i in range(0, len(wanted), _CHUNK):
                 chunk = wanted[i : i + _CHUNK]
                 for row in conn.execute(_find_sql(len(chunk)), (scope, now, *chunk)):
-                    found[row[0]] = Anchor(*row)
+                    anchor = _anchor(row)
+                    if anchor is not None:
+                        found[anchor.view] = anchor
             return found
 
         return self._run(run)
@@ -138,7 +141,7 @@ class SQLiteStore:
 
         def run(conn: sqlite3.Connection) -> Anchor | None:
             row = conn.execute(_GET, (scope, response_id, self._clock())).fetchone()
-            return Anchor(*row) if row is not None else None
+            return _anchor(row) if row is not None else None
 
         return self._run(run)
 
@@ -157,7 +160,18 @@ class SQLiteStore:
             try:
                 conn.execute(_DROP_OTHER_VIEWS, (scope, a.response_id, a.view))
                 conn.execute(
-                    _UPSERT, (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.parent)
+                    _UPSERT,
+                    (
+                        scope,
+                        a.view,
+                        a.response_id,
+                        a.count,
+                        a.created_at,
+                        a.expires_at,
+                        a.properties,
+                        a.mac,
+                        a.parent,
+                    ),
                 )
                 sweep = self._writes_to_sweep <= 0
                 if sweep:
@@ -232,3 +246,20 @@ class SQLiteStore:
             raise
         self._writes_to_sweep = 0
         return conn
+
+
+def _anchor(row: Sequence[object]) -> Anchor | None:
+    """The anchor in a row, or None when another writer left a row of other types."""
+    view, response_id, count, created_at, expires_at, properties, mac, parent = row
+    if not (
+        isinstance(view, bytes)
+        and isinstance(response_id, str)
+        and type(count) is int
+        and isinstance(created_at, (int, float))
+        and isinstance(expires_at, (int, float))
+        and isinstance(properties, bytes)
+        and (mac is None or isinstance(mac, bytes))
+        and (parent is None or isinstance(parent, str))
+    ):
+        return None
+    return Anchor(view, response_id, count, float(created_at), float(expires_at), properties, mac, parent)

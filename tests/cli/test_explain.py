@@ -43,6 +43,11 @@ class TestExplainCommand:
         path.write_text(json.dumps(data), encoding="utf-8")
         return str(path)
 
+    @pytest.fixture(autouse=True)
+    def _client_key(self, monkeypatch: pytest.MonkeyPatch, raw_client: openai.OpenAI) -> None:
+        """The scope holds the API key's digest: explain reads the key from the environment, like the SDK."""
+        monkeypatch.setenv("OPENAI_API_KEY", raw_client.api_key)
+
     def _scope_args(self, client: openai.OpenAI, db: Path) -> list[str]:
         return ["--store", f"sqlite:{db}", "--base-url", str(client.base_url), "--namespace", NAMESPACE]
 
@@ -61,11 +66,17 @@ class TestExplainCommand:
             f"store sqlite:{db} · scope {str(sqlite_client.base_url).rstrip('/')} (namespace {NAMESPACE})"
             == lines[0]
         )
-        assert "     #  type                   role       fingerprint   held by" == lines[1]
-        assert lines[2].startswith("     0  message                system     ")
-        assert f"  ── anchor {last} (its view is items 0-6) ──" == lines[9]
-        assert lines[10].startswith("+    7  message                user       ")
-        assert lines[10].endswith("  -")
+        assert lines[1].startswith("scope ")
+        assert lines[1].endswith(
+            ": base URL from --base-url, no organization, no project, "
+            "namespace explain-tests from --namespace, API key digest from $OPENAI_API_KEY "
+            "(change with --base-url, --organization, --project, --namespace, --no-api-key-scope)"
+        )
+        assert "     #  type                   role       fingerprint   held by" == lines[2]
+        assert lines[3].startswith("     0  message                system     ")
+        assert f"  ── anchor {last} (its view is items 0-6) ──" == lines[10]
+        assert lines[11].startswith("+    7  message                user       ")
+        assert lines[11].endswith("  -")
         assert lines[-1].startswith(f"chained: sends 1 of 8 items after {last}")
 
     def test_chained_json(
@@ -113,10 +124,11 @@ class TestExplainCommand:
         assert (0, 0) == (code, jcode)
         assert "── anchor" not in out
         assert 8 == sum(1 for line in out.splitlines() if line.startswith("+ "))
-        assert out.splitlines()[-1] == (
+        assert out.splitlines()[-2:] == [
             "stateless (prefix_diverged): no recorded response's view is a prefix of the history: an earlier "
-            "item was edited, removed or inserted (or the anchors are in another store or scope)"
-        )
+            "item was edited, removed or inserted (or the anchors are in another store or scope)",
+            "note: the store holds anchors in this scope, but none is a prefix of this history",
+        ]
         data = json.loads(jout)
         assert ("stateless", "prefix_diverged", None, None) == (
             data["decision"],
@@ -126,22 +138,103 @@ class TestExplainCommand:
         )
         assert all(row["in_delta"] and row["held_by"] is None for row in data["items"])
 
-    def test_empty_text_and_json(
+    @pytest.mark.parametrize(
+        ("content", "message"),
+        [
+            ([], "the history is empty (an empty JSON list): there is nothing to explain"),
+            ({"model": "m", "input": []}, "the request body's 'input' is empty: there is nothing to explain"),
+            (
+                {"model": "m"},
+                "a JSON object without 'input'; expected a request body with 'input' or a JSON list",
+            ),
+            (
+                {"id": "resp_1", "output": []},
+                "a JSON object without 'input' (it looks like a response: it has 'output')",
+            ),
+        ],
+    )
+    def test_nothing_to_explain_exits_2(
+        self, capsys: pytest.CaptureFixture[str], db: Path, tmp_path: Path, content: object, message: str
+    ) -> None:
+        """A file without items is an error that says what was expected, not an empty table."""
+        db.touch()
+        path = self._file(tmp_path, content)
+
+        code = main(["explain", path, "--store", f"sqlite:{db}"])
+
+        out, err = capsys.readouterr()
+        assert 2 == code
+        assert "" == out
+        assert message in err
+
+    def test_an_empty_store_is_not_an_edited_history(
+        self, capsys: pytest.CaptureFixture[str], sqlite_client: openai.OpenAI, tmp_path: Path
+    ) -> None:
+        """With nothing recorded (a fresh memory store), explain says so instead of blaming the history."""
+        history, _ = conversation(sqlite_client)
+        path = self._file(tmp_path, [*history, user("more")])
+
+        code, out = _run(capsys, path, "--store", "memory", "--base-url", str(sqlite_client.base_url))
+        _, jout = _run(capsys, path, "--store", "memory", "--json")
+
+        assert 0 == code
+        assert out.splitlines()[-1].startswith(
+            "note: the store holds no anchors at all: a memory store starts empty in every process"
+        )
+        assert "this does not mean the history was edited" in out
+        assert {"this_scope": False, "any_scope": False} == json.loads(jout)["store_holds"]
+
+    def test_anchors_in_another_scope_are_pointed_out(
         self, capsys: pytest.CaptureFixture[str], sqlite_client: openai.OpenAI, db: Path, tmp_path: Path
     ) -> None:
-        """An empty history is explained, not refused."""
-        conversation(sqlite_client)
-        path = self._file(tmp_path, [])
+        """Anchors recorded under a namespace the command was not given: it says to check the scope."""
+        history, _ = conversation(sqlite_client)
+        path = self._file(tmp_path, [*history, user("more")])
 
-        code, out = _run(capsys, path, *self._scope_args(sqlite_client, db))
-        jcode, jout = _run(capsys, path, *self._scope_args(sqlite_client, db), "--json")
+        code, out = _run(capsys, path, "--store", f"sqlite:{db}", "--base-url", str(sqlite_client.base_url))
 
-        assert (0, 0) == (code, jcode)
-        assert ["  (no items)", "  + = sent in input", "stateless (no_history): the history is empty"] == (
-            out.splitlines()[-3:]
+        assert 0 == code
+        assert out.splitlines()[-1] == (
+            "note: the store holds anchors, but none in this scope: the recording client probably used "
+            "another base URL, organization, project or namespace (see the scope line above)"
         )
-        data = json.loads(jout)
-        assert ("no_history", 0, []) == (data["reason"], data["items_total"], data["items"])
+
+    def test_the_scope_is_derived_like_a_client(
+        self,
+        capsys: pytest.CaptureFixture[str],
+        sqlite_client: openai.OpenAI,
+        db: Path,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """OPENAI_BASE_URL, OPENAI_ORG_ID and OPENAI_PROJECT_ID are read as the openai client reads them."""
+        history, (_, _, last) = conversation(sqlite_client)
+        path = self._file(tmp_path, [*history, user("more")])
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "no-demo"))
+        monkeypatch.setenv("OPENAI_BASE_URL", str(sqlite_client.base_url))
+        monkeypatch.setenv("OPENAI_PROJECT_ID", "proj_x")
+
+        _, out = _run(capsys, path, "--store", f"sqlite:{db}", "--namespace", NAMESPACE, "--json")
+        monkeypatch.delenv("OPENAI_PROJECT_ID")
+        _, chained = _run(capsys, path, "--store", f"sqlite:{db}", "--namespace", NAMESPACE, "--json")
+
+        data = json.loads(out)
+        assert (str(sqlite_client.base_url), "proj_x") == (
+            data["scope"]["base_url"],
+            data["scope"]["project"],
+        )
+        assert {
+            "base_url": "$OPENAI_BASE_URL",
+            "organization": "default",
+            "project": "$OPENAI_PROJECT_ID",
+            "namespace": "--namespace",
+            "api_key": "$OPENAI_API_KEY",
+        } == data["scope_source"]
+        assert "prefix_diverged" == data["reason"]  # the anchors were recorded without a project
+        assert (last, "chained") == (
+            json.loads(chained)["anchor"]["response_id"],
+            json.loads(chained)["reason"],
+        )
 
     def test_anchors_in_another_scope_are_not_used(
         self, capsys: pytest.CaptureFixture[str], sqlite_client: openai.OpenAI, db: Path, tmp_path: Path
@@ -175,7 +268,7 @@ class TestExplainCommand:
 
     def test_missing_sqlite_store_exits_2(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
         """A store file that does not exist is reported, not created."""
-        path = self._file(tmp_path, [])
+        path = self._file(tmp_path, [user("hi")])
 
         code = main(["explain", path, "--store", f"sqlite:{tmp_path / 'nope.db'}"])
 

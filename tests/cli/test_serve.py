@@ -13,6 +13,7 @@ from typing import Any
 import openai
 import pytest
 
+from anchortrack._cli import main
 from anchortrack._cli.serve import register
 
 
@@ -66,6 +67,36 @@ class TestServe:
         result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(), timeout=60, check=False)
 
         assert result.returncode == 0
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["--port", "99999"], "argument --port: expected a port number (0-65535), got 99999"),
+            (["--port", "-1"], "argument --port: expected a port number (0-65535), got -1"),
+            (["--port", "http"], "argument --port: expected a port number (0-65535), got 'http'"),
+            (["--max-depth", "0"], "argument --max-depth: expected a whole number of at least 1, got '0'"),
+            (["--retention", "-5"], "argument --retention: expected a number of seconds above 0, got '-5'"),
+        ],
+    )
+    def test_out_of_range_options_exit_2(
+        self, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+    ) -> None:
+        """A port outside 0-65535 (and other impossible values) is refused before anything is served."""
+        with pytest.raises(SystemExit) as stop:
+            main(["serve", *args])
+
+        assert 2 == stop.value.code
+        assert message in capsys.readouterr().err
+
+    def test_the_help_defaults_are_the_servers(self) -> None:
+        """serve's --help defaults repeat the server's constants (so --help need not import the server)."""
+        from anchortrack import server
+        from anchortrack._cli import serve
+
+        assert (server.DEFAULT_MAX_DEPTH, server.DEFAULT_RETENTION) == (
+            serve.DEFAULT_MAX_DEPTH,
+            serve.DEFAULT_RETENTION,
+        )
 
     def test_bad_store_spelling_exits_2(self) -> None:
         """An unknown --store is reported, not a traceback."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import typing
+from pathlib import Path
+from typing import Any
 
 import pytest
 from openai.types.responses import (
@@ -13,8 +16,11 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_reasoning_item import Summary
 
-from anchortrack._canonical import ItemError, canonical_item
+from anchortrack._canonical import IGNORED_KEYS, ItemError, canonical_item, json_tokens
 from anchortrack._hashing import fingerprint
+
+
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "data" / "create_response.schema.json"
 
 
 def _msg(role: str, text: str, kind: str) -> dict[str, object]:
@@ -139,6 +145,7 @@ NOT_EQUIVALENT = [
         {"type": "item_reference", "id": "msg_2"},
         id="item-reference-id-is-content",
     ),
+    pytest.param({"id": "msg_1"}, {"id": "msg_2"}, id="typeless-item-reference-id-is-content"),
 ]
 
 
@@ -201,3 +208,727 @@ def test_unsupported_items_raise_item_error(bad: object) -> None:
     """Something that is no Responses item is refused with a clear error."""
     with pytest.raises(ItemError, match="unsupported input item"):
         canonical_item(bad)
+
+
+# -- the per-type table: one row per item type of the spec and the SDK ---------------------------
+
+
+def _with(item: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """A copy of *item* with *changes* (a value of None removes the key)."""
+    out = {**item, **changes}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _reordered(item: dict[str, Any]) -> dict[str, Any]:
+    """The same item with its keys in reverse order and an explicit null."""
+    return {**dict(reversed(list(item.items()))), "zz_unset": None}
+
+
+_SCREENSHOT = {"type": "computer_screenshot", "image_url": "data:image/png;base64,AAAA"}
+_MSG = _msg("user", "hi", "input_text")
+_CALL = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1, "b": [1.0, "x"]}'}
+
+
+# type → (row name, base item, equivalent variants, different variants)
+ROWS: list[tuple[str, dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]] = [
+    (
+        "message",
+        _MSG,
+        [_with(_MSG, id="msg_9", status="completed"), {"role": "user", "content": "hi"}],
+        [_msg("user", "hi!", "input_text"), _msg("developer", "hi", "input_text")],
+    ),
+    (
+        "item_reference",
+        {"type": "item_reference", "id": "msg_1"},
+        [{"id": "msg_1"}],
+        [{"id": "msg_2"}, {"type": "item_reference", "id": "msg_2"}],
+    ),
+    (
+        "function_call",
+        _CALL,
+        [
+            _with(_CALL, id="fc_9", status="completed"),
+            _with(_CALL, arguments='{ "b" : [ 1.0 , "x" ] , "a" : 1 }'),
+        ],
+        [
+            _with(_CALL, arguments='{"a": 1.0, "b": [1.0, "x"]}'),
+            _with(_CALL, arguments='{"a": 1, "b": [1.00, "x"]}'),
+            _with(_CALL, call_id="c2"),
+        ],
+    ),
+    (
+        "function_call_output",
+        {"type": "function_call_output", "call_id": "c1", "output": '{"a": 1}'},
+        [
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "output": '{"a": 1}',
+                "id": "fco_1",
+                "status": "completed",
+            }
+        ],
+        [
+            {"type": "function_call_output", "call_id": "c1", "output": '{"a":1}'},
+            {"type": "function_call_output", "call_id": "c2", "output": '{"a": 1}'},
+        ],
+    ),
+    (
+        "custom_tool_call",
+        {"type": "custom_tool_call", "call_id": "c1", "name": "calc", "input": "1.10"},
+        [
+            {
+                "type": "custom_tool_call",
+                "call_id": "c1",
+                "name": "calc",
+                "input": "1.10",
+                "id": "ctc_1",
+                "status": "completed",
+            }
+        ],
+        [
+            {"type": "custom_tool_call", "call_id": "c1", "name": "calc", "input": "1.1"},
+            {"type": "custom_tool_call", "call_id": "c1", "name": "calc", "input": " 1.10\n"},
+        ],
+    ),
+    (
+        "custom_tool_call_output",
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "42"},
+        [
+            {
+                "type": "custom_tool_call_output",
+                "call_id": "c1",
+                "output": "42",
+                "id": "ctco_1",
+                "status": "completed",
+            }
+        ],
+        [{"type": "custom_tool_call_output", "call_id": "c1", "output": " 42\n"}],
+    ),
+    (
+        "computer_call",
+        {
+            "type": "computer_call",
+            "call_id": "c1",
+            "action": {"type": "click", "x": 1, "y": 2},
+            "pending_safety_checks": [],
+        },
+        [
+            {
+                "type": "computer_call",
+                "call_id": "c1",
+                "action": {"type": "click", "x": 1, "y": 2},
+                "pending_safety_checks": [],
+                "id": "cu_1",
+                "status": "completed",
+            }
+        ],
+        [
+            {
+                "type": "computer_call",
+                "call_id": "c1",
+                "action": {"type": "click", "x": 1, "y": 3},
+                "pending_safety_checks": [],
+            }
+        ],
+    ),
+    (
+        "computer_call_output",
+        {"type": "computer_call_output", "call_id": "c1", "output": _SCREENSHOT},
+        [
+            {
+                "type": "computer_call_output",
+                "call_id": "c1",
+                "output": _SCREENSHOT,
+                "id": "cuo_1",
+                "status": "completed",
+            }
+        ],
+        [{"type": "computer_call_output", "call_id": "c2", "output": _SCREENSHOT}],
+    ),
+    (
+        "shell_call",
+        {"type": "shell_call", "call_id": "c1", "action": {"commands": ["ls"]}, "status": "completed"},
+        [
+            {
+                "type": "shell_call",
+                "call_id": "c1",
+                "action": {"commands": ["ls"]},
+                "status": "completed",
+                "id": "sh_1",
+            }
+        ],
+        [{"type": "shell_call", "call_id": "c1", "action": {"commands": ["ls"]}, "status": "incomplete"}],
+    ),
+    (
+        "shell_call_output",
+        {
+            "type": "shell_call_output",
+            "call_id": "c1",
+            "output": [{"stdout": "a", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+        },
+        [
+            {
+                "type": "shell_call_output",
+                "call_id": "c1",
+                "id": "sho_1",
+                "output": [{"stdout": "a", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+            }
+        ],
+        [
+            {
+                "type": "shell_call_output",
+                "call_id": "c1",
+                "output": [{"stdout": "a", "stderr": "", "outcome": {"type": "exit", "exit_code": 1}}],
+            }
+        ],
+    ),
+    (
+        "apply_patch_call",
+        {
+            "type": "apply_patch_call",
+            "call_id": "c1",
+            "status": "completed",
+            "operation": {"type": "delete_file", "path": "a"},
+        },
+        [
+            {
+                "type": "apply_patch_call",
+                "call_id": "c1",
+                "status": "completed",
+                "operation": {"type": "delete_file", "path": "a"},
+                "id": "ap_1",
+            }
+        ],
+        [
+            {
+                "type": "apply_patch_call",
+                "call_id": "c1",
+                "status": "in_progress",
+                "operation": {"type": "delete_file", "path": "a"},
+            }
+        ],
+    ),
+    (
+        "apply_patch_call_output",
+        {"type": "apply_patch_call_output", "call_id": "c1", "status": "completed", "output": "done"},
+        [
+            {
+                "type": "apply_patch_call_output",
+                "call_id": "c1",
+                "status": "completed",
+                "output": "done",
+                "id": "apo_1",
+            }
+        ],
+        [{"type": "apply_patch_call_output", "call_id": "c1", "status": "failed", "output": "done"}],
+    ),
+    (
+        "mcp_approval_response",
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True},
+        [{"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True, "id": "mcpa_1"}],
+        [
+            {"type": "mcp_approval_response", "approval_request_id": "mcpr_2", "approve": True},
+            {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": False},
+        ],
+    ),
+    (
+        "reasoning-encrypted",
+        {"type": "reasoning", "summary": [], "encrypted_content": "E"},
+        [{"type": "reasoning", "summary": [], "encrypted_content": "E", "id": "rs_2", "status": "completed"}],
+        [{"type": "reasoning", "summary": [], "encrypted_content": "F"}],
+    ),
+    (
+        "reasoning-by-id",
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}]},
+        [
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "s"}],
+                "status": "completed",
+                "encrypted_content": None,
+            }
+        ],
+        [
+            {"type": "reasoning", "id": "rs_2", "summary": [{"type": "summary_text", "text": "s"}]},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]},
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "s"}],
+                "encrypted_content": "",
+            },
+        ],
+    ),
+    (
+        "compaction",
+        {"type": "compaction", "encrypted_content": "E"},
+        [{"type": "compaction", "encrypted_content": "E", "id": "cmp_1"}],
+        [{"type": "compaction", "encrypted_content": "F"}],
+    ),
+    (
+        "mcp_approval_request",
+        {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "s", "name": "t", "arguments": "{}"},
+        [],
+        [
+            {
+                "type": "mcp_approval_request",
+                "id": "mcpr_2",
+                "server_label": "s",
+                "name": "t",
+                "arguments": "{}",
+            },
+            {"type": "mcp_approval_request", "server_label": "s", "name": "t", "arguments": "{}"},
+            {
+                "type": "mcp_approval_request",
+                "id": "mcpr_1",
+                "server_label": "s",
+                "name": "t",
+                "arguments": "{ }",
+            },
+        ],
+    ),
+    (
+        "local_shell_call",
+        {
+            "type": "local_shell_call",
+            "id": "lsh_1",
+            "call_id": "c1",
+            "action": {"type": "exec", "command": ["ls"], "env": {}},
+            "status": "completed",
+        },
+        [],
+        [
+            {
+                "type": "local_shell_call",
+                "id": "lsh_2",
+                "call_id": "c1",
+                "action": {"type": "exec", "command": ["ls"], "env": {}},
+                "status": "completed",
+            },
+            {
+                "type": "local_shell_call",
+                "id": "lsh_1",
+                "call_id": "c1",
+                "action": {"type": "exec", "command": ["ls"], "env": {}},
+                "status": "incomplete",
+            },
+        ],
+    ),
+    (
+        "local_shell_call_output",
+        {"type": "local_shell_call_output", "id": "c1", "output": '{"stdout": "a"}'},
+        [],
+        [
+            {"type": "local_shell_call_output", "id": "c2", "output": '{"stdout": "a"}'},
+            {"type": "local_shell_call_output", "id": "c1", "output": '{"stdout":"a"}'},
+        ],
+    ),
+    (
+        "mcp_call",
+        {
+            "type": "mcp_call",
+            "id": "mcp_1",
+            "server_label": "s",
+            "name": "t",
+            "arguments": '{"a": 1}',
+            "output": "x",
+            "status": "completed",
+        },
+        [],
+        [
+            {
+                "type": "mcp_call",
+                "id": "mcp_2",
+                "server_label": "s",
+                "name": "t",
+                "arguments": '{"a": 1}',
+                "output": "x",
+                "status": "completed",
+            },
+            {
+                "type": "mcp_call",
+                "id": "mcp_1",
+                "server_label": "s",
+                "name": "t",
+                "arguments": '{"a":1}',
+                "output": "x",
+                "status": "completed",
+            },
+            {
+                "type": "mcp_call",
+                "id": "mcp_1",
+                "server_label": "s",
+                "name": "t",
+                "arguments": '{"a": 1}',
+                "output": "x",
+                "status": "failed",
+            },
+        ],
+    ),
+    (
+        "mcp_list_tools",
+        {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "s", "tools": []},
+        [],
+        [{"type": "mcp_list_tools", "id": "mcpl_2", "server_label": "s", "tools": []}],
+    ),
+    (
+        "web_search_call",
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "q"},
+        },
+        [],
+        [
+            {
+                "type": "web_search_call",
+                "id": "ws_2",
+                "status": "completed",
+                "action": {"type": "search", "query": "q"},
+            },
+            {
+                "type": "web_search_call",
+                "id": "ws_1",
+                "status": "failed",
+                "action": {"type": "search", "query": "q"},
+            },
+        ],
+    ),
+    (
+        "file_search_call",
+        {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["q"]},
+        [],
+        [{"type": "file_search_call", "id": "fs_2", "status": "completed", "queries": ["q"]}],
+    ),
+    (
+        "code_interpreter_call",
+        {
+            "type": "code_interpreter_call",
+            "id": "ci_1",
+            "status": "completed",
+            "container_id": "cntr_1",
+            "code": "1",
+            "outputs": [],
+        },
+        [],
+        [
+            {
+                "type": "code_interpreter_call",
+                "id": "ci_2",
+                "status": "completed",
+                "container_id": "cntr_1",
+                "code": "1",
+                "outputs": [],
+            }
+        ],
+    ),
+    (
+        "image_generation_call",
+        {"type": "image_generation_call", "id": "ig_1", "status": "completed", "result": "QUJD"},
+        [],
+        [{"type": "image_generation_call", "id": "ig_2", "status": "completed", "result": "QUJD"}],
+    ),
+    (
+        "tool_search_call",
+        {
+            "type": "tool_search_call",
+            "id": "ts_1",
+            "arguments": {},
+            "execution": "server",
+            "status": "completed",
+        },
+        [],
+        [
+            {
+                "type": "tool_search_call",
+                "id": "ts_2",
+                "arguments": {},
+                "execution": "server",
+                "status": "completed",
+            }
+        ],
+    ),
+    (
+        "tool_search_output",
+        {
+            "type": "tool_search_output",
+            "id": "tso_1",
+            "tools": [],
+            "execution": "server",
+            "status": "completed",
+        },
+        [],
+        [
+            {
+                "type": "tool_search_output",
+                "id": "tso_2",
+                "tools": [],
+                "execution": "server",
+                "status": "completed",
+            }
+        ],
+    ),
+    (
+        "program",
+        {"type": "program", "id": "prg_1", "call_id": "c1", "code": "x()", "fingerprint": "fp"},
+        [],
+        [{"type": "program", "id": "prg_2", "call_id": "c1", "code": "x()", "fingerprint": "fp"}],
+    ),
+    (
+        "program_output",
+        {"type": "program_output", "id": "prgo_1", "call_id": "c1", "result": "r", "status": "completed"},
+        [],
+        [
+            {"type": "program_output", "id": "prgo_2", "call_id": "c1", "result": "r", "status": "completed"},
+            {
+                "type": "program_output",
+                "id": "prgo_1",
+                "call_id": "c1",
+                "result": "r",
+                "status": "incomplete",
+            },
+        ],
+    ),
+    (
+        "additional_tools",
+        {"type": "additional_tools", "role": "developer", "tools": []},
+        [],
+        [{"type": "additional_tools", "role": "developer", "tools": [], "id": "at_1"}],
+    ),
+    (
+        "compaction_trigger",
+        {"type": "compaction_trigger"},
+        [],
+        [{"type": "compaction_trigger", "id": "ct_1"}],
+    ),
+    (
+        "configuration_update",
+        {"type": "configuration_update", "id": "cfg_1", "text": {"verbosity": "low"}},
+        [],
+        [{"type": "configuration_update", "id": "cfg_2", "text": {"verbosity": "low"}}],
+    ),
+    (
+        "unknown-type",
+        {"type": "brand_new_item", "id": "new_1", "status": "completed", "value": 1},
+        [],
+        [
+            {"type": "brand_new_item", "id": "new_2", "status": "completed", "value": 1},
+            {"type": "brand_new_item", "status": "completed", "value": 1},
+            {"type": "brand_new_item", "id": "new_1", "status": "in_progress", "value": 1},
+        ],
+    ),
+    (
+        "no-type-no-role",
+        {"id": "x_1", "note": "?"},
+        [],
+        [{"id": "x_2", "note": "?"}, {"note": "?"}],
+    ),
+]
+
+
+def _type_of_row(name: str) -> str:
+    return name.split("-")[0]
+
+
+@pytest.mark.parametrize(("name", "base", "equivalent"), [pytest.param(n, b, e, id=n) for n, b, e, _ in ROWS])
+def test_table_row_equivalent_items(
+    name: str, base: dict[str, Any], equivalent: list[dict[str, Any]]
+) -> None:
+    """Every row: its equivalent variants (and key order, explicit nulls) share a fingerprint."""
+    for variant in [*equivalent, _reordered(base)]:
+        assert canonical_item(variant) == canonical_item(base), variant
+        assert fingerprint(variant) == fingerprint(base)
+
+
+@pytest.mark.parametrize(("name", "base", "different"), [pytest.param(n, b, d, id=n) for n, b, _, d in ROWS])
+def test_table_row_different_items(name: str, base: dict[str, Any], different: list[dict[str, Any]]) -> None:
+    """Every row: each change the model (or the server's id resolution) sees gives another fingerprint."""
+    assert different
+    for item in different:
+        assert canonical_item(item) != canonical_item(base), item
+        assert fingerprint(item) != fingerprint(base)
+
+
+def _union_types(union: Any) -> set[str]:
+    members = typing.get_args(union)
+    if members and typing.get_origin(union) is typing.Annotated:
+        members = typing.get_args(members[0])
+    out: set[str] = set()
+    for member in members:
+        for arg in typing.get_args(member.model_fields["type"].annotation):
+            out |= {a for a in typing.get_args(arg) or (arg,) if isinstance(a, str)}
+    return out
+
+
+def _schema_types(name: str) -> set[str]:
+    doc = json.loads(SCHEMA_FILE.read_text())
+    schemas = doc["components"]["schemas"]
+    schema = schemas[name]
+    out: set[str] = set()
+    for member in schema.get("oneOf", []) + schema.get("anyOf", []) + schema.get("allOf", []):
+        if "$ref" in member:
+            out |= _schema_types(member["$ref"].split("/")[-1])
+    kind = schema.get("properties", {}).get("type", {})
+    for option in [kind, *kind.get("anyOf", [])]:
+        out |= set(option.get("enum", []))
+    return out
+
+
+def test_every_item_type_of_the_spec_and_the_sdk_has_a_row() -> None:
+    """The table covers every input item of the spec's InputItem union and every SDK item type."""
+    from openai.types.responses import ResponseInputItem, ResponseItem, ResponseOutputItem
+
+    spec = _schema_types("InputItem")
+    sdk = _union_types(ResponseInputItem) | _union_types(ResponseOutputItem) | _union_types(ResponseItem)
+    rows = {_type_of_row(name) for name, *_ in ROWS}
+    ruled = {*IGNORED_KEYS, "reasoning"}
+
+    assert len(spec) >= 30
+    assert spec <= rows
+    assert sdk <= rows
+    assert (spec | sdk) <= ruled
+
+
+# -- JSON strings: arguments compare by token, everything else verbatim --------------------------
+
+SAME_ARGUMENTS = [
+    ('{"a": 1}', '{"a":1}'),
+    ('{"a": 1, "b": 2}', '{"b":2,"a":1}'),
+    (' [1, "x"]\n', '[1,"x"]'),
+    ('"\\u00e9"', '"é"'),
+    ('{"a": NaN}', '{"a":NaN}'),
+    ('{"a": {"y": [], "x": {}}}', '{"a":{"x":{},"y":[]}}'),
+]
+DIFFERENT_ARGUMENTS = [
+    ("1.0", "1.00"),
+    ("1.0", "1"),
+    ("1e2", "100.0"),
+    ("1e2", "1E2"),
+    ("-0", "0"),
+    ("-0.0", "0.0"),
+    ("0.1", "0.10000000000000001"),
+    ("1e400", "1e401"),
+    ("123456789012345678901234567890", "123456789012345678901234567891"),
+    ('{"a": 1, "a": 2}', '{"a": 2}'),
+    ('{"a": 1, "a": 2}', '{"a": 2, "a": 1}'),
+    ('{"a": 1, "a": 2}', '{"a":1,"a":2}'),
+    ("{a: 1}", "{a:1}"),
+    ('{"a": 1} x', '{"a":1} x'),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), SAME_ARGUMENTS)
+def test_arguments_equal_modulo_whitespace_key_order_and_escapes(a: str, b: str) -> None:
+    """Frameworks re-serialise function call arguments: that is not a change."""
+    assert fingerprint(_with(_CALL, arguments=a)) == fingerprint(_with(_CALL, arguments=b))
+
+
+@pytest.mark.parametrize(("a", "b"), DIFFERENT_ARGUMENTS)
+def test_arguments_compare_numbers_by_token_and_never_collapse_duplicate_keys(a: str, b: str) -> None:
+    """Numbers by exact token, no float rounding; a repeated key or non-JSON text compares verbatim."""
+    assert fingerprint(_with(_CALL, arguments=a)) != fingerprint(_with(_CALL, arguments=b))
+
+
+def test_json_tokens_keeps_number_tokens() -> None:
+    """The normal form of an arguments string keeps each number's spelling."""
+    assert json_tokens('{ "b": [1.50, -0, 1E+2], "a": "\\u00e9" }') == '{"a":"é","b":[1.50,-0,1E+2]}'
+    assert json_tokens('{"a": 1, "a": 1}') is None
+    assert json_tokens("[" * 100_000) is None
+    assert json_tokens("not json") is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        ("custom_tool_call", "input"),
+        ("mcp_call", "arguments"),
+        ("mcp_approval_request", "arguments"),
+        ("function_call_output", "output"),
+        ("custom_tool_call_output", "output"),
+        ("local_shell_call_output", "output"),
+    ],
+)
+def test_other_json_strings_compare_verbatim(kind: str, field: str) -> None:
+    """Free text, MCP arguments (sent back as the server wrote them) and every tool output: verbatim."""
+    item = {"type": kind, "call_id": "c1", "id": "x_1", field: '{"a": 1}'}
+
+    assert fingerprint(item) != fingerprint({**item, field: '{"a":1}'})
+
+
+# -- user types count by their data ---------------------------------------------------------------
+
+
+class LyingStr(str):
+    """A log-masking string: equal to everything, printed as a mask."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    def __str__(self) -> str:
+        return "***"
+
+
+class LyingInt(int):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "1"
+
+    def __int__(self) -> int:
+        return 1
+
+
+class LyingFloat(float):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "1.0"
+
+    def __float__(self) -> float:
+        return 1.0
+
+
+def test_subclass_scalars_count_by_their_data() -> None:
+    """A str/int/float subclass is canonicalized by its data, whatever its own methods claim."""
+    plain = {"type": "x", "role_": "user", "text": "card 4111", "n": 5, "f": 2.5}
+    masked = {
+        LyingStr("type"): LyingStr("x"),
+        "role_": LyingStr("user"),
+        "text": LyingStr("card 4111"),
+        "n": LyingInt(5),
+        "f": LyingFloat(2.5),
+    }
+    other = {**plain, "text": "card 4112"}
+
+    assert canonical_item(masked) == canonical_item(plain)
+    assert fingerprint(masked) == fingerprint(plain) != fingerprint(other)
+    assert all(type(k) is str for k in canonical_item(masked))
+    assert fingerprint(LyingStr("hi")) == fingerprint("hi")
+
+
+def test_a_lying_type_string_cannot_pick_another_rule() -> None:
+    """A subclass claiming to equal "message" is still compared as the type it spells."""
+    item = {"type": LyingStr("brand_new"), "id": "x_1", "role": "user", "content": "hi"}
+
+    assert canonical_item(item)["type"] == "brand_new"
+    assert canonical_item(item)["id"] == "x_1"

@@ -23,14 +23,14 @@ def test_golden_digests_are_stable() -> None:
     scope = Scope("https://api.openai.com/v1")
     history = ["hi", {"role": "assistant", "content": "yo"}]
 
-    assert SCHEME == "anchortrack/1.1"
+    assert SCHEME == "anchortrack/2.1"
     assert fingerprint("hi").hex() == "5a55692bcb5b934c8ea7e157a2fb9488"
     assert scope.key == "169b4acc8b78eb44"
-    assert scope.root(None).hex() == "370960fbda26231e3990d83146ab596a"
-    assert scope.root(b"k").hex() == "23b23e4348594b732eef2867012390dd"
+    assert scope.root(None).hex() == "ac8ff8a7d4e4790541fe71cc55a64abf"
+    assert scope.root(b"k").hex() == "21808f8b09300ad7b07cb745cc043618"
     assert (
         prefix_hashes(scope.root(None), [fingerprint(i) for i in history])[-1].hex()
-    ) == "e3a7601009a395a1366b8eb61dd57ca8"
+    ) == "c662bf06b11a121bee3c0e1f598f86e0"
 
 
 def test_scope_parts_and_secret_change_the_root() -> None:
@@ -142,3 +142,12 @@ def test_memo_always_agrees_with_a_fresh_fingerprint(before: dict[str, Any], aft
     item.update(after)
 
     assert [fingerprint(item)] == _fps([item], memo)
+
+
+def test_an_item_whose_type_is_not_a_string_is_fingerprinted() -> None:
+    """A malformed ``type`` (a list) is compared by value, never crashes the planner."""
+    from anchortrack._hashing import fingerprint_items
+
+    fps, _, has_model = fingerprint_items([{"type": []}, {"type": ["function_call"]}])
+    assert fps[0] != fps[1]
+    assert not has_model

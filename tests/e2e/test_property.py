@@ -1,23 +1,214 @@
 """
 Property: for random conversations under random middleware edits, every request
-anchortrack sends makes the server resolve exactly the caller's list (I1), and a
-chained request is sent whenever a valid anchor exists — the longest one.
+anchortrack sends makes the server resolve exactly the context the caller's list
+resolves to when sent stateless (I1), and a chained request is sent whenever a
+valid anchor exists — the longest one.
+
+The server resolves ids as OpenAI does (item references, reasoning without
+encrypted content, approval responses, local shell outputs), so a merge of two
+items that differ only by an id that matters is caught. The generators cover
+every input item type of the spec, unknown types and subclass scalars.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import openai
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import anchortrack
+from anchortrack._canonical import to_plain
 from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import MemoryStore
 
 from ..helpers import canon
+from .schema import validate_create_response
+
+
+class MaskedStr(str):
+    """A log-masking string type: equal to every string, printed as a mask."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str)
+
+    def __ne__(self, other: object) -> bool:
+        return not isinstance(other, str)
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __repr__(self) -> str:
+        return "'[masked]'"
+
+
+def spec_items(n: int) -> dict[str, list[dict[str, Any]]]:
+    """One spec-valid example (with its answer, where it needs one) of every input item type."""
+    s = str(n)
+    shot = {"type": "computer_screenshot", "image_url": "data:image/png;base64,QUFB"}
+    return {
+        "function_call": [
+            {"type": "function_call", "call_id": f"fc{s}", "name": "f", "arguments": '{"n": 1.0}'},
+            {"type": "function_call_output", "call_id": f"fc{s}", "output": "done"},
+        ],
+        "custom_tool_call": [
+            {"type": "custom_tool_call", "call_id": f"ct{s}", "name": "calc", "input": " 1.10\n"},
+            {"type": "custom_tool_call_output", "call_id": f"ct{s}", "output": "2.2"},
+        ],
+        "computer_call": [
+            {
+                "type": "computer_call",
+                "id": f"cu_{s}",
+                "call_id": f"cc{s}",
+                "action": {"type": "click", "button": "left", "x": 1, "y": 2},
+                "pending_safety_checks": [],
+                "status": "completed",
+            },
+            {"type": "computer_call_output", "call_id": f"cc{s}", "output": shot},
+        ],
+        "shell_call": [
+            {"type": "shell_call", "call_id": f"sh{s}", "action": {"commands": ["ls"]}},
+            {
+                "type": "shell_call_output",
+                "call_id": f"sh{s}",
+                "output": [{"stdout": "a", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+            },
+        ],
+        "apply_patch_call": [
+            {
+                "type": "apply_patch_call",
+                "call_id": f"ap{s}",
+                "status": "completed",
+                "operation": {"type": "delete_file", "path": "a.txt"},
+            },
+            {"type": "apply_patch_call_output", "call_id": f"ap{s}", "status": "completed", "output": "ok"},
+        ],
+        "local_shell_call": [
+            {
+                "type": "local_shell_call",
+                "id": f"lsh_{s}",
+                "call_id": f"ls{s}",
+                "action": {"type": "exec", "command": ["ls"], "env": {}},
+                "status": "completed",
+            },
+            {
+                "type": "local_shell_call_output",
+                "id": f"ls{s}",
+                "call_id": f"ls{s}",
+                "output": '{"stdout": "a"}',
+            },
+        ],
+        "mcp_approval_request": [
+            {
+                "type": "mcp_approval_request",
+                "id": f"mcpr_{s}",
+                "server_label": "srv",
+                "name": "t",
+                "arguments": "{}",
+            },
+            {
+                "type": "mcp_approval_response",
+                "approval_request_id": f"mcpr_{s}",
+                "request_id": f"mcpr_{s}",
+                "approve": True,
+            },
+        ],
+        "program": [
+            {"type": "program", "id": f"prg_{s}", "call_id": f"pg{s}", "code": "x()", "fingerprint": "fp"},
+            {
+                "type": "program_output",
+                "id": f"prgo_{s}",
+                "call_id": f"pg{s}",
+                "result": "r",
+                "status": "completed",
+            },
+        ],
+        "tool_search_call": [
+            {
+                "type": "tool_search_call",
+                "id": f"ts_{s}",
+                "call_id": f"ts{s}",
+                "arguments": {},
+                "execution": "client",
+                "status": "completed",
+            },
+            {
+                "type": "tool_search_output",
+                "id": f"tso_{s}",
+                "call_id": f"ts{s}",
+                "tools": [],
+                "execution": "client",
+                "status": "completed",
+            },
+        ],
+        "web_search_call": [
+            {
+                "type": "web_search_call",
+                "id": f"ws_{s}",
+                "status": "completed",
+                "action": {"type": "search", "query": "q"},
+            }
+        ],
+        "file_search_call": [
+            {"type": "file_search_call", "id": f"fs_{s}", "status": "completed", "queries": ["q"]}
+        ],
+        "image_generation_call": [
+            {"type": "image_generation_call", "id": f"ig_{s}", "status": "completed", "result": "QUJD"}
+        ],
+        "code_interpreter_call": [
+            {
+                "type": "code_interpreter_call",
+                "id": f"ci_{s}",
+                "status": "completed",
+                "container_id": "cntr_1",
+                "code": "1",
+                "outputs": [],
+            }
+        ],
+        "mcp_list_tools": [{"type": "mcp_list_tools", "id": f"mcpl_{s}", "server_label": "srv", "tools": []}],
+        "mcp_call": [
+            {
+                "type": "mcp_call",
+                "id": f"mcp_{s}",
+                "server_label": "srv",
+                "name": "t",
+                "arguments": '{"a": 1}',
+                "output": "x",
+                "status": "completed",
+            }
+        ],
+        "compaction": [{"type": "compaction", "encrypted_content": "C"}],
+        "compaction_trigger": [{"type": "compaction_trigger"}],
+        "additional_tools": [{"type": "additional_tools", "role": "developer", "tools": []}],
+        "reasoning": [{"type": "reasoning", "id": f"rs_x{s}", "summary": [], "encrypted_content": "E"}],
+        "message": [
+            {
+                "type": "message",
+                "id": f"msg_x{s}",
+                "role": "assistant",
+                "status": "completed",
+                "phase": "commentary",
+                "content": [{"type": "output_text", "text": "said", "annotations": [], "logprobs": []}],
+            }
+        ],
+        "unknown": [{"type": "brand_new_item", "id": f"new_{s}", "status": "completed", "value": 1}],
+    }
+
+
+KINDS = sorted(spec_items(0))
+
+
+def _is_unknown(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "brand_new_item"
+
+
+def _wire_json(history: list[Any]) -> list[dict[str, Any]]:
+    """The history as the JSON a stateless request carries (subclass scalars by their data)."""
+    plain: list[dict[str, Any]] = json.loads(json.dumps([to_plain(i) for i in history]))
+    return plain
 
 
 OPS = st.one_of(
@@ -31,12 +222,43 @@ OPS = st.one_of(
     st.tuples(st.just("swap"), st.integers(0, 1000)),
     st.just(("regenerate",)),
     st.just(("redact_first",)),
+    st.tuples(st.just("inject"), st.sampled_from(KINDS)),
+    st.just(("strip_reasoning",)),
+    st.tuples(st.just("reference"), st.booleans()),
+    st.tuples(st.just("swap_ids"), st.integers(0, 1000)),
+    st.tuples(st.just("mask"), st.integers(0, 1000), st.booleans()),
+    st.tuples(st.just("swap_any"), st.integers(0, 1000)),
+    st.tuples(st.just("retarget"), st.integers(0, 1000), st.integers(0, 1000)),
 )
 
 
 def _message_indexes(history: list[Any]) -> list[int]:
     """Items middleware may touch: messages, never tool calls, outputs or reasoning."""
     return [i for i, item in enumerate(history) if canon([item])[0].get("type") == "message"]
+
+
+#: Calls and their answers: never moved apart (the server refuses a call without its output).
+_PAIRED = frozenset(
+    {
+        *(kind for kind, items in spec_items(0).items() if len(items) == 2),
+        *(items[1]["type"] for items in spec_items(0).values() if len(items) == 2),
+    }
+)
+
+
+def _kind(item: Any) -> Any:
+    return item.get("type") if isinstance(item, dict) else getattr(item, "type", None)
+
+
+def _id(item: Any) -> Any:
+    return item.get("id") if isinstance(item, dict) else getattr(item, "id", None)
+
+
+def _by_id(item: dict[str, Any]) -> bool:
+    """A reference, or a reasoning item the server resolves by its id."""
+    if item.get("type") == "reasoning":
+        return "encrypted_content" not in item
+    return item.get("type") in (None, "item_reference") and "role" not in item and "id" in item
 
 
 def _oracle_skip(history: list[Any], views: list[list[dict[str, Any]]]) -> int:
@@ -55,6 +277,11 @@ def _oracle_skip(history: list[Any], views: list[list[dict[str, Any]]]) -> int:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(ops=st.lists(OPS, min_size=2, max_size=9))
+# Merges of items that differ only by an id the server resolves: each fails if that id were ignored.
+@example(ops=[("turn",), ("reference", False), ("turn",), ("swap_ids", 0)])
+@example(ops=[("turn",), ("reference", True), ("turn",), ("swap_ids", 0)])
+@example(ops=[("reason",), ("reason",), ("strip_reasoning",), ("turn",), ("swap_ids", 0)])
+@example(ops=[("reason",), ("strip_reasoning",), ("turn",), ("reason",), ("regenerate",), ("retarget", 0, 0)])
 def test_equivalence_under_random_middleware(
     server: ResponsesServer, raw_client: openai.OpenAI, wire: WireTap, ops: list[tuple[Any, ...]]
 ) -> None:
@@ -63,6 +290,8 @@ def test_equivalence_under_random_middleware(
     history: list[Any] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"}]
     views: list[list[dict[str, Any]]] = []
     last_outputs: list[Any] = []
+    injected = 0
+    output_ids: dict[str, list[str]] = {"reasoning": [], "message": []}
 
     def send(extra: str = "") -> None:
         nonlocal history, last_outputs
@@ -73,14 +302,20 @@ def test_equivalence_under_random_middleware(
         resp = client.responses.create(model="scripted", input=history)
         body = json.loads(wire.bodies[-1])
         assert before + 1 == len(wire.bodies)
+        # Validated here, unknown-type items left out (no spec names them).
+        validate_create_response({**body, "input": [i for i in body["input"] if not _is_unknown(i)]})
         if expected_skip:
             assert "previous_response_id" in body
             assert len(history) - expected_skip == len(body["input"])
         else:
             assert "previous_response_id" not in body
-        assert canon(history) == canon(server.state.resolved_context(resp.id))
+        stateless = server.state.resolve_input(_wire_json(history))
+        assert canon(stateless) == canon(server.state.resolved_context(resp.id))
         views.append(canon([*history, *resp.output]))
         last_outputs = list(resp.output)
+        for item in resp.output:
+            if item.type in output_ids:
+                output_ids[item.type].append(item.id or "")
         history = [*history, *resp.output]
         calls = [item for item in resp.output if item.type == "function_call"]
         history += [
@@ -122,4 +357,69 @@ def test_equivalence_under_random_middleware(
         elif kind == "redact_first" and messages:
             at = messages[0]
             history = [*history[:at], {"role": "user", "content": "[redacted]"}, *history[at + 1 :]]
+        elif kind == "inject":
+            injected += 1
+            history = [*history, *spec_items(injected)[op[1]]]
+        elif kind == "strip_reasoning":
+            # A client that drops encrypted content and summaries: the server resolves the ids.
+            history = [
+                {"type": "reasoning", "id": item.id, "summary": []}
+                if not isinstance(item, dict) and item.type == "reasoning"
+                else item
+                for item in history
+            ]
+        elif kind == "reference":
+            # A client that keeps only the ids of the server's messages (typed or bare references).
+            history = [
+                ({"type": "item_reference", "id": item.id} if op[1] else {"id": item.id})
+                if not isinstance(item, dict) and item.type == "message"
+                else item
+                for item in history
+            ]
+        elif kind == "swap_ids":
+            # Two id-only items of one kind trade ids: same visible fields, other items.
+            found = [i for i, item in enumerate(history) if isinstance(item, dict) and _by_id(item)]
+            pairs = [
+                (a, b)
+                for n, a in enumerate(found)
+                for b in found[n + 1 :]
+                if (history[a].get("type") == "reasoning") == (history[b].get("type") == "reasoning")
+            ]
+            if pairs:
+                a, b = pairs[op[1] % len(pairs)]
+                history = list(history)
+                history[a], history[b] = (
+                    {**history[a], "id": history[b]["id"]},
+                    {**history[b], "id": history[a]["id"]},
+                )
+        elif kind == "mask" and messages:
+            # Log-masking middleware: the same text, or an edited one, in a str subclass.
+            at = messages[op[1] % len(messages)]
+            text = canon([history[at]])[0]["content"][0].get("text", "")
+            role = canon([history[at]])[0]["role"]
+            masked = MaskedStr(text if op[2] else text + " (edited)")
+            history = [*history[:at], {"role": role, "content": masked}, *history[at + 1 :]]
+        elif kind == "swap_any" and len(history) > 2:
+            # Reorder two neighbours of any kind but calls and their answers.
+            movable = [i for i, item in enumerate(history) if _kind(item) not in _PAIRED]
+            pairs = [(a, b) for a, b in itertools.pairwise(movable) if b == a + 1]
+            if pairs:
+                i, j = pairs[op[1] % len(pairs)]
+                history = list(history)
+                history[i], history[j] = history[j], history[i]
+        elif kind == "retarget":
+            # A reference (or id-only reasoning) made to name another stored item of its kind.
+            found = [i for i, item in enumerate(history) if isinstance(item, dict) and _by_id(item)]
+            if found:
+                at = found[op[1] % len(found)]
+                pool = output_ids["reasoning" if history[at].get("type") == "reasoning" else "message"]
+                present = {_id(item) for item in history}
+                others = [i for i in pool if i and i not in present]
+                if others:
+                    history = [
+                        *history[:at],
+                        {**history[at], "id": others[op[2] % len(others)]},
+                        *history[at + 1 :],
+                    ]
     send("end")
+    wire.bodies.clear()  # validated above, unknown-type items left out

@@ -14,7 +14,7 @@ import anchortrack
 import anchortrack._flow
 from anchortrack.server import ResponsesServer, WireTap
 
-from ..helpers import assert_server_saw, sent, user
+from ..helpers import assert_server_saw, scope_of, sent, user
 
 
 @pytest.fixture(name="zdr")
@@ -51,7 +51,7 @@ def test_stale_anchor_is_evicted_and_resent_in_full(
     assert "previous_response_id" not in sent(wire)
     assert_server_saw(server, resp.id, history)
     tracker = anchortrack.tracker(client)
-    assert tracker.store.get(anchortrack.Scope(server.base_url).key, anchor_id) is None
+    assert tracker.store.get(scope_of(client).key, anchor_id) is None
     assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
     client.responses.create(
         model="scripted", input=[*history, *resp.output, {"role": "user", "content": "3"}]
@@ -204,7 +204,8 @@ def _assert_recovered_once(server: ResponsesServer, client: Any, wire: WireTap, 
     tracker = anchortrack.tracker(client)
     assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
     assert {} == tracker.stats.snapshot()["not_recorded"]  # the refused stream counts nowhere
-    assert tracker.store.get(anchortrack.Scope(server.base_url).key, anchor_id) is None
+    assert tracker.store.get(scope_of(client).key, anchor_id) is None
+    assert tracker.store.get(scope_of(client).key, final.id) is not None
 
 
 @pytest.mark.usefixtures("stale_in_stream")

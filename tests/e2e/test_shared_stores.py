@@ -24,7 +24,7 @@ from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import RedisStore, SQLiteStore
 
 from .._redis import RedisServer
-from ..helpers import assert_server_saw, sent
+from ..helpers import assert_server_saw, scope_of, sent
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,7 +180,7 @@ def test_redis_down_mid_conversation_keeps_chaining_then_writes_the_backlog(
     assert {"queued": 3, "written": 3, "dropped": {"overflow": 0, "expired": 0}, "size": 0} == (
         tracker.stats.snapshot()["backlog"]
     )
-    scope = anchortrack.Scope(server.base_url).key
+    scope = scope_of(client).key
     assert all(store.get(scope, response_id) is not None for response_id in ids)
     store.close()
 
@@ -219,4 +219,4 @@ def test_locked_sqlite_costs_no_call_and_warns(
     history, _ = _turn(client, history, server)
     assert after == sent(wire)["previous_response_id"]
     assert 0 == len(anchortrack.tracker(client).backlog)
-    assert store.get(anchortrack.Scope(server.base_url).key, first) is not None
+    assert store.get(scope_of(client).key, first) is not None

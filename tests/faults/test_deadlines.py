@@ -28,7 +28,7 @@ from anchortrack.server import ResponsesServer, WireTap, http_client_classes
 from anchortrack.stores import Anchor, MemoryStore, RedisStore
 
 from .._redis import RedisServer
-from ..helpers import assert_server_saw, sent, user
+from ..helpers import assert_server_saw, scope_of, sent, user
 
 
 class SleepingStore(MemoryStore):
@@ -217,7 +217,7 @@ def test_redis_frozen_mid_call_never_holds_the_sync_caller(
     assert "previous_response_id" in sent(wire)
     assert "anchortrack.store_recovered" in [e["event"] for e in logs]
     assert 0 == len(tracker.backlog)
-    scope = anchortrack.Scope(server.base_url).key
+    scope = scope_of(client).key
     assert store.get(scope, third.id) is not None
     assert store.get(scope, fourth.id) is not None
     store.close()
@@ -250,5 +250,5 @@ async def test_redis_frozen_never_holds_the_async_caller(
     await _aturn(aclient, server, history, 6)
     assert fourth.id == sent(wire, -2)["previous_response_id"]
     assert 0 == len(tracker.backlog)
-    assert await store.aget(anchortrack.Scope(server.base_url).key, fourth.id) is not None
+    assert await store.aget(scope_of(aclient).key, fourth.id) is not None
     await store.aclose()

@@ -233,7 +233,7 @@ async def test_an_async_store_that_is_late_on_a_free_loop_fails() -> None:
 
 
 def _anchor(label: str, now: float = 100.0, ttl: float = 50.0, parent: str | None = None) -> Anchor:
-    return Anchor(label.encode().ljust(16, b"."), f"resp_{label}", 3, now, now + ttl, parent)
+    return Anchor(label.encode().ljust(16, b"."), f"resp_{label}", 3, now, now + ttl, parent=parent)
 
 
 def test_the_backlog_is_bounded_oldest_first_and_counts_what_it_drops() -> None:

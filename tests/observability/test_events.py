@@ -307,7 +307,7 @@ def test_invalid_mode_variable_warns_once_and_turns_tracking_off(
             "log_level": "warning",
             "variable": "ANCHORTRACK_MODE",
             "value": "chaind-typo",
-            "used": "off",
+            "using": "off",
         }
     ] == _events(logs, "mode_invalid")
     assert ["mode_off", "mode_off"] == [e["reason"] for e in _events(logs, "request_passed_through")]
@@ -344,9 +344,12 @@ def test_unconfigured_library_is_quiet_below_warnings(
     ask(client, history, "two")
 
     records = [r for r in caplog.records if r.name == "anchortrack"]
-    assert ["anchortrack.anchor_evicted"] == [r.getMessage() for r in records]
+    assert [
+        f"anchortrack.anchor_evicted reason='stale_anchor' anchor_id='{first.id}' resent='stateless'"
+    ] == [r.getMessage() for r in records]
     assert [logging.WARNING] == [r.levelno for r in records]
-    assert first.id == getattr(records[0], "anchor_id", None)  # key/values arrive as ``extra``
+    assert first.id == getattr(records[0], "anchor_id", None)  # key/values also arrive as ``extra``
+    assert "anchortrack.anchor_evicted" == getattr(records[0], "event", None)
 
 
 def test_every_emitted_event_is_documented() -> None:

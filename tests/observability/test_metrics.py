@@ -46,7 +46,8 @@ def test_exposition_has_every_family_with_the_tracker_values(
 
     for expected in [
         "# TYPE anchortrack_requests_total counter",
-        'anchortrack_requests_total{decision="chained",mode="chained",reason="chained"} 2.0',
+        'anchortrack_requests_total{decision="chained",mode="chained",reason="chained"} 1.0',
+        'anchortrack_requests_total{decision="resent",mode="chained",reason="stale_anchor"} 1.0',
         'anchortrack_requests_total{decision="stateless",mode="chained",reason="no_history"} 2.0',
         'anchortrack_fallbacks_total{reason="stale_anchor"} 1.0',
         "anchortrack_responses_recorded_total 3.0",

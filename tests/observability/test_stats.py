@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,33 +54,36 @@ def test_a_scripted_conversation_counts_each_reason(
 
     snap = tracker.stats.snapshot()
     assert [
-        _row("chained", "chained", "chained", 2),
+        _row("chained", "chained", "chained", 1),
         _row("chained", "passthrough", "caller_managed", 1),
+        _row("chained", "resent", "stale_anchor", 1),
         _row("chained", "stateless", "no_history", 3),
         _row("chained", "stateless", "prefix_diverged", 1),
         _row("chained", "stateless", "store_unavailable", 1),
         _row("off", "passthrough", "mode_off", 1),
     ] == snap["requests"]
     assert {"stale_anchor": 1} == snap["fallbacks"]
+    # seven's anchor waits in the backlog (the store is suspect, so the write is not tried)
     assert {"not_completed": 1, "store_false": 1} == snap["not_recorded"]
-    assert {"find": 1} == snap["store_errors"]  # the store is suspect: the write is not tried
+    assert {"find": 1} == snap["store_errors"]
     assert 1 == snap["backlog"]["queued"]
-    # one, two, edited, three (resent), four (parent known), seven (its write waits in the backlog)
-    assert 6 == snap["recorded"]
-    assert 2 == tracker.stats.count("chained")
+    # one, two, edited, three (resent), four (parent known): the anchors written
+    assert 5 == snap["recorded"]
+    assert 1 == tracker.stats.count("chained")
+    assert 1 == tracker.stats.count("resent")
     assert 3 == tracker.stats.count(reason="no_history")
 
 
 @pytest.mark.usefixtures("zdr")
 def test_zdr_is_counted_as_a_fallback_then_as_stateless(client: openai.OpenAI) -> None:
-    """The refused chained call counts as a zdr fallback; later calls count as stateless / zdr."""
+    """The refused chained call counts as resent / zdr (and a zdr fallback); later ones as stateless / zdr."""
     history, _ = ask(client, [], "one")
     history, _ = ask(client, history, "two")
     ask(client, history, "three")
 
     snap = anchortrack.tracker(client).stats.snapshot()
     assert [
-        _row("chained", "chained", "chained", 1),
+        _row("chained", "resent", "zdr", 1),
         _row("chained", "stateless", "no_history", 1),
         _row("chained", "stateless", "zdr", 1),
     ] == snap["requests"]
@@ -182,3 +187,108 @@ def test_merged_snapshots_add_up_counters_and_histograms(raw_client: openai.Open
     assert 3 == merged["plan_seconds"]["count"] == merged["plan_seconds"]["buckets"]["+Inf"]
     assert list(sa["plan_seconds"]["buckets"]) == list(merged["plan_seconds"]["buckets"])
     assert merge_snapshots([]) == anchortrack.Stats().snapshot()
+
+
+class _PutFails(MemoryStore):
+    """Finds work; every write fails while ``failing``."""
+
+    failing = True
+
+    def put(self, scope: str, anchor: anchortrack.Anchor) -> None:
+        if self.failing:
+            raise ConnectionError("read-only replica")
+        super().put(scope, anchor)
+
+
+def test_recorded_counts_only_anchors_written(raw_client: openai.OpenAI) -> None:
+    """A write that fails waits in the backlog: recorded once written, not recorded if dropped."""
+    store = _PutFails()
+    client = anchortrack.wrap(raw_client, store=store)
+    tracker = anchortrack.tracker(client)
+    tracker.store_cooldown = 0.0
+    tracker.backlog.limit = 1
+
+    history, _ = ask(client, [], "one")  # the write fails: it waits in the backlog
+    history, _ = ask(client, history, "two")  # its write fails too, and pushes one's out
+
+    snap = tracker.stats.snapshot()
+    assert 0 == snap["recorded"]
+    assert {"store_unavailable": 1} == snap["not_recorded"]  # dropped from the backlog: never written
+    assert {"put": 2} == snap["store_errors"]
+    assert {"queued": 2, "written": 0, "dropped": {"overflow": 1, "expired": 0}, "size": 1} == snap["backlog"]
+    assert str(tracker.stats).endswith("; recorded 0; not recorded 1; store errors 2")
+
+    store.failing = False
+    ask(client, history, "three")  # three's write, then two's from the backlog
+
+    snap = tracker.stats.snapshot()
+    assert 2 == snap["recorded"]
+    assert {"queued": 2, "written": 1, "dropped": {"overflow": 1, "expired": 0}, "size": 0} == snap["backlog"]
+
+
+def test_print_stats_reads_like_the_demo_summary(server: ResponsesServer, client: openai.OpenAI) -> None:
+    """print(stats) gives the decisions (a resend as resent), the bytes and the anchors written."""
+    history, _ = ask(client, [], "one")
+    history, second = ask(client, history, "two")
+    server.state.drop(second.id)
+    ask(client, history, "three")  # chained, refused, resent
+    ask(client, [], "four", store=False)
+
+    stats = anchortrack.tracker(client).stats
+    snap = stats.snapshot()
+    assert re.fullmatch(
+        r"requests 4 \(chained 1, resent 1, stateless 2\); input bytes ~([\d,]+) sent of ~([\d,]+) stateless "
+        r"\(\d+%\), saved ~-?[\d,]+; recorded 3; not recorded 1",
+        str(stats),
+    )
+    assert f"~{snap['bytes_sent']:,} sent of ~{snap['bytes_stateless']:,}" in str(stats)
+    assert (1, 1, 1) == (stats.count("chained"), stats.count("resent"), sum(snap["fallbacks"].values()))
+    assert repr(stats) == f"<Stats {stats}>"
+
+
+@pytest.mark.parametrize("how", ["close", "with", "stream manager"])
+def test_an_abandoned_stream_is_counted_when_closed_not_when_collected(
+    client: openai.OpenAI, how: str
+) -> None:
+    """close(), a with block's exit or the stream manager's exit counts it, not garbage collection."""
+    stats = anchortrack.tracker(client).stats
+    history = [user("stream me")]
+    gc.disable()
+    try:
+        if how == "close":
+            stream = client.responses.create(model="scripted", input=history, stream=True)
+            next(iter(stream))
+            stream.close()
+        elif how == "with":
+            with client.responses.create(model="scripted", input=history, stream=True) as stream:
+                next(iter(stream))
+        else:
+            with client.responses.stream(model="scripted", input=history) as manager:
+                next(iter(manager))
+        counted = dict(stats.not_recorded)
+    finally:
+        gc.enable()
+
+    assert {"stream_abandoned": 1} == counted
+    gc.collect()
+    assert {"stream_abandoned": 1} == dict(stats.not_recorded)  # counted once
+    assert 0 == stats.recorded
+
+
+async def test_an_abandoned_async_stream_is_counted_at_close(aclient: openai.AsyncOpenAI) -> None:
+    """The async twin: `async with` exit counts the abandoned stream at once."""
+    stats = anchortrack.tracker(aclient).stats
+    async with await aclient.responses.create(model="scripted", input=[user("hi")], stream=True) as stream:
+        async for _ in stream:
+            break
+
+    assert {"stream_abandoned": 1} == dict(stats.not_recorded)
+
+
+def test_a_stream_read_to_the_end_is_not_abandoned(client: openai.OpenAI) -> None:
+    """Reading every event then closing records the response and counts nothing as abandoned."""
+    with client.responses.create(model="scripted", input=[user("hi")], stream=True) as stream:
+        list(stream)
+
+    stats = anchortrack.tracker(client).stats
+    assert (1, {}) == (stats.recorded, dict(stats.not_recorded))

@@ -76,6 +76,22 @@ async def test_values_round_trip_exactly(api: Api) -> None:
         assert anchor == await api.get(SCOPE, anchor.response_id)
 
 
+async def test_properties_and_mac_round_trip_exactly(api: Api, clock: FakeClock) -> None:
+    """The properties digest and the MAC come back as they were put, absent ones too."""
+    anchors = [
+        make_anchor("a", clock.now, properties=bytes(range(16)), mac=bytes(range(16, 32))),
+        make_anchor("b", clock.now, properties=b"|\x00" * 8),
+        make_anchor("c", clock.now, mac=b"\xff" * 32),
+        make_anchor("d", clock.now),
+    ]
+    for anchor in anchors:
+        await api.put(SCOPE, anchor)
+
+    assert {a.view: a for a in anchors} == await api.find(SCOPE, [a.view for a in anchors])
+    for anchor in anchors:
+        assert anchor == await api.get(SCOPE, anchor.response_id)
+
+
 async def test_get_by_response_id(api: Api, clock: FakeClock) -> None:
     """get finds an anchor by its response id."""
     a, b = make_anchor("a", clock.now), make_anchor("b", clock.now)

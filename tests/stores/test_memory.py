@@ -297,7 +297,7 @@ class StoreVersusModel(RuleBasedStateMachine):
     def put(self, scope: str, v: bytes, rid: str, count: int, ttl: float, parent: str | None) -> None:
         if self.moves_clock:  # the model keeps expired entries the store sweeps: no links then
             parent = None
-        anchor = Anchor(v, rid, count, self.clock.now, self.clock.now + ttl, parent)
+        anchor = Anchor(v, rid, count, self.clock.now, self.clock.now + ttl, parent=parent)
         self.store.put(scope, anchor)
         self.model.put(scope, anchor, self.clock.now)
 

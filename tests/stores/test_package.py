@@ -121,20 +121,25 @@ def test_importing_stores_does_not_import_redis() -> None:
     assert 0 == done.returncode, done.stderr
 
 
-def test_missing_redis_gives_a_clear_import_error() -> None:
-    """Without the extra, importing RedisStore says how to install it."""
+def test_missing_redis_fails_when_used_not_when_imported() -> None:
+    """Without the extra, the README's import line works; using RedisStore says how to install it."""
     done = run(
         "import sys\n"
         "sys.modules['redis'] = None\n"
-        "from anchortrack.stores import MemoryStore\n"
-        "try:\n"
-        "    from anchortrack.stores import RedisStore\n"
-        "except ImportError as error:\n"
-        "    print(error)\n"
+        "from anchortrack.stores import MemoryStore, SQLiteStore, RedisStore\n"
+        "print(isinstance(MemoryStore(), RedisStore))\n"
+        "for use in (lambda: RedisStore(), lambda: RedisStore.from_url('redis://localhost')):\n"
+        "    try:\n"
+        "        use()\n"
+        "    except ImportError as error:\n"
+        "        print(error)\n"
     )
 
     assert 0 == done.returncode, done.stderr
-    assert "pip install 'anchortrack[redis]'" in done.stdout
+    lines = done.stdout.splitlines()
+    assert "False" == lines[0]
+    assert 3 == len(lines)
+    assert all("pip install 'anchortrack[redis]'" in line for line in lines[1:])
 
 
 def test_unknown_attribute() -> None:

@@ -69,26 +69,28 @@ def keys_of(raw: redis.Redis, prefix: str) -> dict[str, bytes]:
 
 def test_key_schema_and_values(store: RedisStore, raw: redis.Redis, prefix: str) -> None:
     """One view key and one reverse key per anchor, named and encoded as documented."""
-    a = make_anchor("a", store._clock(), response_id="resp_abc", count=4)
+    a = make_anchor(
+        "a", store._clock(), response_id="resp_abc", count=4, properties=b"\x01" * 16, mac=b"\xab" * 16
+    )
     store.put(SCOPE, a)
 
     assert {
         f"{prefix}:{{{SCOPE}}}:v:{a.view.hex()}": (
-            f"1|4|{a.created_at!r}|{a.expires_at!r}|resp_abc".encode()
+            f"2|4|{a.created_at!r}|{a.expires_at!r}|{'01' * 16}|{'ab' * 16}|resp_abc".encode()
         ),
         f"{prefix}:{{{SCOPE}}}:r:resp_abc": a.view.hex().encode(),
     } == keys_of(raw, prefix)
 
 
 def test_key_schema_with_a_parent(store: RedisStore, raw: redis.Redis, prefix: str) -> None:
-    """With a parent: a version-2 value (the parent's byte length, then both ids) and a children set."""
+    """With a parent: a version-3 value (the parent's byte length, then both ids) and a children set."""
     a = make_anchor("a", store._clock(), response_id="resp_kid", count=4, parent="resp_pärent")
     store.put(SCOPE, a)
 
     assert {
         f"{prefix}:{{{SCOPE}}}:c:resp_pärent": {b"resp_kid"},
         f"{prefix}:{{{SCOPE}}}:v:{a.view.hex()}": (
-            f"2|4|{a.created_at!r}|{a.expires_at!r}|12|resp_pärentresp_kid".encode()
+            f"3|4|{a.created_at!r}|{a.expires_at!r}|||12|resp_pärentresp_kid".encode()
         ),
         f"{prefix}:{{{SCOPE}}}:r:resp_kid": a.view.hex().encode(),
     } == keys_of(raw, prefix)
@@ -123,7 +125,10 @@ def test_no_content_at_rest(store: RedisStore, raw: redis.Redis, prefix: str) ->
     """I5: keys and values hold digests, ids, counts and times, nothing else."""
     secret = "the user's secret message"
     for i in range(20):
-        store.put(SCOPE, make_anchor(f"{secret} {i}", store._clock(), count=i))
+        properties, mac = (view(f"p{i}"), view(f"m{i}")) if i % 2 else (b"", None)
+        store.put(
+            SCOPE, make_anchor(f"{secret} {i}", store._clock(), count=i, properties=properties, mac=mac)
+        )
 
     stored = keys_of(raw, prefix)
 
@@ -134,7 +139,10 @@ def test_no_content_at_rest(store: RedisStore, raw: redis.Redis, prefix: str) ->
         assert b"secret" not in value
         if ":v:" in name:
             assert re.fullmatch(rf"{prefix}:\{{{SCOPE}\}}:v:[0-9a-f]{{32}}", name)
-            assert re.fullmatch(rf"1\|\d+\|{number}\|{number}\|resp_[0-9a-f]{{25}}", value.decode())
+            assert re.fullmatch(
+                rf"2\|\d+\|{number}\|{number}\|(?:[0-9a-f]{{32}})?\|(?:[0-9a-f]{{32}})?\|resp_[0-9a-f]{{25}}",
+                value.decode(),
+            )
         else:
             assert re.fullmatch(rf"{prefix}:\{{{SCOPE}\}}:r:resp_[0-9a-f]{{25}}", name)
             assert re.fullmatch(r"[0-9a-f]{32}", value.decode())
@@ -253,7 +261,14 @@ def test_foreign_values_are_ignored(store: RedisStore, raw: redis.Redis, prefix:
     """Values of another format (a newer version, garbage) read as absent."""
     a = make_anchor("a", store._clock())
     store.put(SCOPE, a)
-    for foreign in ("9|1|2.0|3.0|resp_x", "2|something|new", "2|1|2.0|3.0|99|resp_x", "2|1|2.0|3.0|6|resp_x"):
+    foreigns = (
+        "9|1|2.0|3.0|||resp_x",  # a newer version
+        "1|1|2.0|3.0|resp_x",  # an older one
+        "2|something|new",
+        "3|1|2.0|3.0|||99|resp_x",  # a parent longer than the rest
+        "3|1|2.0|3.0|||6|resp_x",  # a parent and no response id
+    )
+    for foreign in foreigns:
         raw.set(f"{prefix}:{{{SCOPE}}}:v:{a.view.hex()}", foreign)
 
         assert {} == store.find(SCOPE, [a.view])

@@ -171,33 +171,33 @@ def test_new_file_gets_the_current_schema(tmp_path: Path, clock: FakeClock) -> N
 def test_older_schema_is_migrated_and_keeps_its_rows(
     tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A file of the previous version opened by code that knows one more is migrated."""
-    a = make_anchor("a", clock.now)
+    """A file opened by code that knows one more schema version is migrated, rows kept."""
+    a = make_anchor("a", clock.now, properties=view("p"), mac=view("m"))
     old = SQLiteStore(tmp_path / "a.db", clock=clock)
     old.put(SCOPE, a)
     old.close()
-    known = len(schema.MIGRATIONS)
-    more = "ALTER TABLE anchors ADD COLUMN note TEXT; CREATE TABLE extra (x INTEGER)"
-    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, more))
+    current = len(schema.MIGRATIONS)
+    newer = "ALTER TABLE anchors ADD COLUMN note TEXT; CREATE TABLE extra (x INTEGER)"
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, newer))
 
     new = SQLiteStore(tmp_path / "a.db", clock=clock)
 
     assert a == new.get(SCOPE, a.response_id)
     with sqlite3.connect(tmp_path / "a.db") as conn:
-        assert known + 1 == conn.execute("PRAGMA user_version").fetchone()[0]
+        assert current + 1 == conn.execute("PRAGMA user_version").fetchone()[0]
         conn.execute("SELECT note FROM anchors").fetchall()
         conn.execute("SELECT x FROM extra").fetchall()
 
 
-def test_version_1_file_gains_parents(tmp_path: Path, clock: FakeClock) -> None:
-    """A file written before anchors had parents migrates: old rows read as parentless, new ones chain."""
+def test_a_file_from_before_parents_gains_them(tmp_path: Path, clock: FakeClock) -> None:
+    """A version-2 file (no parents) migrates: its rows read as parentless, and new ones chain."""
     path = tmp_path / "a.db"
     conn = sqlite3.connect(path, isolation_level=None)
-    schema.migrate(conn, schema.MIGRATIONS[:1])
-    a = make_anchor("a", clock.now)
+    schema.migrate(conn, schema.MIGRATIONS[:2])
+    a = make_anchor("a", clock.now, properties=view("p"))
     conn.execute(
-        "INSERT INTO anchors VALUES (?, ?, ?, ?, ?, ?)",
-        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at),
+        "INSERT INTO anchors VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac),
     )
     conn.close()
     store = SQLiteStore(path, clock=clock)
@@ -208,7 +208,7 @@ def test_version_1_file_gains_parents(tmp_path: Path, clock: FakeClock) -> None:
     store.evict(SCOPE, a.response_id)
 
     assert {} == store.find(SCOPE, [a.view, child.view])
-    assert 2 == schema.schema_version(sqlite3.connect(path))
+    assert 3 == schema.schema_version(sqlite3.connect(path))
 
 
 def test_failed_migration_changes_nothing(tmp_path: Path, clock: FakeClock) -> None:
@@ -223,6 +223,43 @@ def test_failed_migration_changes_nothing(tmp_path: Path, clock: FakeClock) -> N
     assert len(schema.MIGRATIONS) == schema.schema_version(conn)
     assert [] == conn.execute("SELECT name FROM sqlite_master WHERE name = 'extra'").fetchall()
     conn.close()
+
+
+def test_version_1_rows_are_dropped_when_properties_and_macs_arrive(tmp_path: Path, clock: FakeClock) -> None:
+    """Rows from before version 2 have no properties digest, so they must not be chained from."""
+    conn = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+    schema.migrate(conn, schema.MIGRATIONS[:1])
+    a = make_anchor("a", clock.now)
+    conn.execute(
+        "INSERT INTO anchors VALUES (?, ?, ?, ?, ?, ?)",
+        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at),
+    )
+    conn.close()
+
+    store = SQLiteStore(tmp_path / "a.db", clock=clock)
+
+    assert {} == store.find(SCOPE, [a.view])
+    assert None is store.get(SCOPE, a.response_id)
+    with sqlite3.connect(tmp_path / "a.db") as check:
+        assert len(schema.MIGRATIONS) == check.execute("PRAGMA user_version").fetchone()[0]
+        columns = [c[1] for c in check.execute("PRAGMA table_info(anchors)")]
+    assert ["properties", "mac"] == columns[6:8]
+    store.put(SCOPE, a)
+    assert a == store.get(SCOPE, a.response_id)
+
+
+def test_rows_of_other_types_are_treated_as_absent(tmp_path: Path, clock: FakeClock) -> None:
+    """A row another writer filled with values of the wrong types reads as no anchor, not an error."""
+    store = SQLiteStore(tmp_path / "a.db", clock=clock)
+    a, b = make_anchor("a", clock.now), make_anchor("b", clock.now)
+    store.put(SCOPE, a)
+    store.put(SCOPE, b)
+    with sqlite3.connect(tmp_path / "a.db") as conn:
+        wrong = "UPDATE anchors SET properties = 'text', mac = 42 WHERE response_id = ?"
+        conn.execute(wrong, (a.response_id,))
+
+    assert {b.view: b} == store.find(SCOPE, [a.view, b.view])
+    assert None is store.get(SCOPE, a.response_id)
 
 
 def test_newer_schema_is_refused(tmp_path: Path, clock: FakeClock) -> None:
@@ -276,9 +313,21 @@ def test_no_content_at_rest(tmp_path: Path, clock: FakeClock) -> None:
         ("index", "anchors_by_parent"),
         ("index", "anchors_by_response"),
     ] == objects
-    assert ["scope", "view", "response_id", "count", "created_at", "expires_at", "parent"] == columns
+    names = [
+        "scope",
+        "view",
+        "response_id",
+        "count",
+        "created_at",
+        "expires_at",
+        "properties",
+        "mac",
+        "parent",
+    ]
+    assert names == columns
     expected = [
-        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.parent) for a in anchors
+        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac, a.parent)
+        for a in anchors
     ]
     assert sorted(expected, key=repr) == sorted(rows(tmp_path / "a.db"), key=repr)
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())

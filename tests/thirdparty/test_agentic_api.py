@@ -267,37 +267,81 @@ def test_store_false_is_never_chained(
     assert 5 == len(sent(wire)["input"])
 
 
-# ---- tools carried over by the server ----
+# ---- properties carried over by the server ----
 
 
-def test_agentic_api_carries_tools_over_a_chain(
+def test_a_request_whose_tools_changed_goes_in_full_and_is_equivalent(
     client: openai.OpenAI, upstream: FakeModel, wire: WireTap, talk: Any
 ) -> None:
     """
-    agentic-api resolves a chain's tools too: a chained request without ``tools``
-    reaches the model with the previous response's tools, where the same call
-    unwrapped (full history, no previous_response_id) reaches it with none.
-    OpenAI does not carry tools over; anchortrack sends exactly the caller's tools.
+    agentic-api carries ``tools`` (and ``tool_choice``) over a chain: a chained
+    request without ``tools`` would reach the model with the previous response's.
+    anchortrack chains only from a response made with the same carried-over
+    properties, so the request that drops the tools goes out in full, and the
+    model sees what it sees for the same call unwrapped: no tools. The next
+    turn, with the same (absent) tools, chains again, and nothing is carried.
+
+    The assistant's answers go back as frameworks resend them (shorthand, no
+    ids): a full request replaying output items agentic-api stored is refused
+    by agentic-api itself (see the test above).
     """
     chat = talk()
-    params = chat.before({"role": "user", "content": "hello"})
-    first = client.responses.create(**params, tools=[WEATHER])
+    first = client.responses.create(**chat.before({"role": "user", "content": "hello"}), tools=[WEATHER])
     assert "tools" in upstream.requests[-1]
-    chat.history.extend(first.output)
+    chat.history.append({"role": "assistant", "content": first.output_text})
 
     mark = len(upstream.requests)
-    params = chat.before({"role": "user", "content": "and the weather?"})
-    second = client.responses.create(**params)
+    second = client.responses.create(**chat.before({"role": "user", "content": "and the weather?"}))
 
-    chained = upstream.requests[mark]
-    assert first.id == sent(wire)["previous_response_id"]
-    assert "tools" not in sent(wire)
-    assert ["weather"] == [t["name"] for t in chained["tools"]]  # carried over by the server
-    assert ["function_call"] == [item.type for item in second.output]  # so the model called it
+    got = upstream.requests[mark]
+    assert "previous_response_id" not in sent(wire)
+    assert 3 == len(sent(wire)["input"])
+    assert "tools" not in got
+    assert ["message"] == [item.type for item in second.output]  # no tool the caller did not offer
+    chat.assert_equivalent(got, chat.history, chat.params)
+    stats = anchortrack.tracker(client).stats
+    assert 1 == stats.count(decision="stateless", reason="properties_changed")
 
-    reference_at = len(upstream.requests)
-    chat.plain.responses.create(model=MODEL, input=chat.history, store=False)
-    reference = upstream.requests[reference_at]
-    assert "tools" not in reference
-    assert model_view(reference)["input"] == model_view(chained)["input"]  # the items agree
-    assert model_view(reference) != model_view(chained)  # the tools do not
+    chat.history.append({"role": "assistant", "content": second.output_text})
+    mark = len(upstream.requests)
+    client.responses.create(**chat.before({"role": "user", "content": "weather, please"}))
+
+    got = upstream.requests[mark]
+    assert second.id == sent(wire)["previous_response_id"]
+    assert [{"role": "user", "content": "weather, please"}] == sent(wire)["input"]
+    assert "tools" not in got
+    chat.assert_equivalent(got, chat.history, chat.params)
+
+
+def test_a_request_whose_tool_choice_changed_is_not_chained(
+    client: openai.OpenAI, upstream: FakeModel, wire: WireTap, talk: Any
+) -> None:
+    """tool_choice is carried over too: a request that stops forcing a tool goes in full, without it."""
+    chat = talk(tools=[WEATHER])
+    first = client.responses.create(
+        **chat.before({"role": "user", "content": "hello"}), tool_choice="required"
+    )
+    assert "required" == upstream.requests[-1]["tool_choice"]
+    chat.history.append({"role": "assistant", "content": first.output_text})
+
+    mark = len(upstream.requests)
+    client.responses.create(**chat.before({"role": "user", "content": "and now?"}))
+
+    got = upstream.requests[mark]
+    assert "previous_response_id" not in sent(wire)
+    assert "tool_choice" not in got
+    chat.assert_equivalent(got, chat.history, chat.params)
+
+
+def test_agentic_api_carries_tools_over_a_chain(plain: openai.OpenAI, upstream: FakeModel) -> None:
+    """
+    What the two tests above guard against, shown with the caller's own
+    previous_response_id: agentic-api resolves a chain's tools too (and its
+    tool_choice), where OpenAI carries nothing but the items over.
+    """
+    first = plain.responses.create(model=MODEL, input="hello", tools=[WEATHER], tool_choice="required")
+    plain.responses.create(model=MODEL, input="and the weather?", previous_response_id=first.id)
+
+    chained = upstream.requests[-1]
+    assert ["weather"] == [tool["name"] for tool in chained["tools"]]
+    assert "required" == chained["tool_choice"]

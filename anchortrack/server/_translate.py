@@ -1,0 +1,511 @@
+"""
+Request building for an upstream provider: Responses → Chat Completions (pure).
+
+:func:`build_chat_request` turns a validated request and its resolved context
+into the body of ``POST /chat/completions``, sending only what Chat
+Completions accepts:
+
+* the current request's ``instructions`` become one leading ``system``
+  message (earlier requests' instructions are never in the context);
+* ``user``/``system``/``assistant`` messages keep their text (a plain string
+  when every part is text; chat-style ``text``/``image_url`` parts when a
+  user message carries images); ``developer`` becomes ``system``;
+* consecutive calls (``function_call``, ``custom_tool_call``, ``shell_call``,
+  ``local_shell_call``, ``apply_patch_call``) become one assistant message
+  with ``tool_calls`` (with the text of the assistant messages among them),
+  followed at once by one ``tool`` message per call, paired by ``call_id``
+  in call order; a call with no output anywhere in the context is left out;
+* reasoning items are not sent.
+
+Tools: ``function`` tools go as they are; ``custom``, ``shell``,
+``local_shell`` and ``apply_patch`` tools become function tools with a JSON
+schema wrapper, recorded in a :class:`ToolIdentityMap` that the reply is
+restored through.  ``text.format`` ``json_schema`` becomes a
+``response_format``; when degraded to ``json_object`` the plan remembers that
+the output must be valid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from anchortrack.server._errors import APIError, missing_parameter
+from anchortrack.server._request import CreateRequest
+
+
+Item = dict[str, Any]
+Message = dict[str, Any]
+
+#: Item types that are calls the model made, and the types of their outputs.
+CALL_TYPES = frozenset(
+    {"function_call", "custom_tool_call", "shell_call", "local_shell_call", "apply_patch_call"}
+)
+OUTPUT_TYPES = frozenset(
+    {
+        "function_call_output",
+        "custom_tool_call_output",
+        "shell_call_output",
+        "local_shell_call_output",
+        "apply_patch_call_output",
+    }
+)
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
+
+#: The function schemas standing in for the tools Chat Completions lacks.
+WRAPPER_SCHEMAS: dict[str, dict[str, Any]] = {
+    "custom": {
+        "type": "object",
+        "properties": {"input": {"type": "string", "description": "The tool's input, verbatim."}},
+        "required": ["input"],
+        "additionalProperties": False,
+    },
+    "shell": {
+        "type": "object",
+        "properties": {
+            "commands": {"type": "array", "items": {"type": "string"}, "description": "Commands to run."},
+            "timeout_ms": {"type": "integer"},
+            "max_output_length": {"type": "integer"},
+        },
+        "required": ["commands"],
+    },
+    "local_shell": {
+        "type": "object",
+        "properties": {
+            "command": {"type": "array", "items": {"type": "string"}, "description": "The argv to run."},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            "timeout_ms": {"type": "integer"},
+            "working_directory": {"type": "string"},
+            "user": {"type": "string"},
+        },
+        "required": ["command"],
+    },
+    "apply_patch": {
+        "type": "object",
+        "properties": {
+            "operation": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["create_file", "update_file", "delete_file"]},
+                    "path": {"type": "string"},
+                    "diff": {"type": "string"},
+                },
+                "required": ["type", "path"],
+            }
+        },
+        "required": ["operation"],
+    },
+}
+_WRAPPER_DESCRIPTIONS = {
+    "shell": "Run shell commands.",
+    "local_shell": "Run a command on the local machine.",
+    "apply_patch": "Create, update or delete a file with a diff.",
+}
+#: Call item type → the tool type it belongs to.
+CALL_TOOL_TYPES = {
+    "function_call": "function",
+    "custom_tool_call": "custom",
+    "shell_call": "shell",
+    "local_shell_call": "local_shell",
+    "apply_patch_call": "apply_patch",
+}
+
+
+@dataclass(frozen=True)
+class ToolIdentity:
+    """One tool as requested and as the provider knows it."""
+
+    requested_type: str
+    requested_name: str
+    provider_name: str
+
+
+@dataclass
+class ToolIdentityMap:
+    """
+    Requested tool name/type ↔ provider function name, both ways.
+
+    Tools of types without a name (``shell``, ``local_shell``,
+    ``apply_patch``) are named after their type.
+    """
+
+    _by_provider: dict[str, ToolIdentity] = field(default_factory=dict)
+
+    def add(self, requested_type: str, requested_name: str) -> ToolIdentity:
+        """
+        Record a tool; return its identity.
+
+        Raises:
+            ValueError: Another tool already maps to the same provider name.
+        """
+        identity = ToolIdentity(requested_type, requested_name, requested_name)
+        existing = self._by_provider.get(identity.provider_name)
+        if existing is not None:
+            raise ValueError(
+                f"Tools '{existing.requested_name}' ({existing.requested_type}) and "
+                f"'{requested_name}' ({requested_type}) would both be called "
+                f"'{identity.provider_name}' by the upstream provider."
+            )
+        self._by_provider[identity.provider_name] = identity
+        return identity
+
+    def for_provider(self, provider_name: str) -> ToolIdentity | None:
+        """The identity of a provider-side name, or ``None`` if no tool has it."""
+        return self._by_provider.get(provider_name)
+
+    def __len__(self) -> int:
+        return len(self._by_provider)
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    """
+    One Chat Completions request and what the reply is restored with.
+
+    Attributes:
+        body: The JSON body for ``POST /chat/completions``.
+        tools: The tool identity map.
+        requires_valid_json: ``json_schema`` was degraded to ``json_object``:
+            the output must parse as JSON.
+        json_schema: The ``response_format`` sent is ``json_schema`` (so it
+            can be degraded if the provider refuses it).
+    """
+
+    body: dict[str, Any]
+    tools: ToolIdentityMap
+    requires_valid_json: bool = False
+    json_schema: bool = False
+
+    @property
+    def may_call_tools(self) -> bool:
+        """Whether the reply may contain tool calls."""
+        return bool(self.body.get("tools")) and self.body.get("tool_choice") != "none"
+
+    def degraded(self) -> ChatPlan:
+        """The same request with ``json_schema`` replaced by ``json_object``."""
+        if not self.json_schema:
+            return self
+        body = dict(self.body, response_format={"type": "json_object"})
+        return replace(self, body=body, requires_valid_json=True, json_schema=False)
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+    return "\n".join(texts)
+
+
+def _image_part(part: Item) -> Item | None:
+    url = part.get("image_url")
+    if not isinstance(url, str) or not url:
+        return None
+    image: Item = {"url": url}
+    if part.get("detail") in ("low", "high", "auto"):
+        image["detail"] = part["detail"]
+    return {"type": "image_url", "image_url": image}
+
+
+def _message(item: Item) -> Message:
+    role = item.get("role")
+    chat_role = "system" if role == "developer" else str(role)
+    content = item.get("content")
+    if chat_role == "user" and isinstance(content, list):
+        images = [_image_part(p) for p in content if isinstance(p, dict) and p.get("type") == "input_image"]
+        if any(images):
+            parts: list[Item] = []
+            for part in content:
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") == "input_image":
+                    image = _image_part(part)
+                    if image is not None:
+                        parts.append(image)
+                else:
+                    text = _text_of([part])
+                    if text:
+                        parts.append({"type": "text", "text": text})
+            return {"role": chat_role, "content": parts}
+    return {"role": chat_role, "content": _text_of(content)}
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _without_none(mapping: object, keys: Sequence[str]) -> dict[str, Any]:
+    if not isinstance(mapping, dict):
+        return {}
+    return {key: mapping[key] for key in keys if mapping.get(key) is not None}
+
+
+def call_arguments(item: Item) -> tuple[str, str]:
+    """The provider-side ``(name, arguments)`` of a call item."""
+    kind = item.get("type")
+    if kind == "function_call":
+        return str(item.get("name", "")), str(item.get("arguments", ""))
+    if kind == "custom_tool_call":
+        return str(item.get("name", "")), _json({"input": item.get("input", "")})
+    if kind == "shell_call":
+        return "shell", _json(
+            _without_none(item.get("action"), ("commands", "timeout_ms", "max_output_length"))
+        )
+    if kind == "local_shell_call":
+        keys = ("command", "env", "timeout_ms", "working_directory", "user")
+        return "local_shell", _json(_without_none(item.get("action"), keys))
+    return "apply_patch", _json({"operation": item.get("operation")})
+
+
+def _output_call_id(item: Item) -> str | None:
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) and item.get("type") == "local_shell_call_output":
+        call_id = item.get("id")
+    return call_id if isinstance(call_id, str) else None
+
+
+def _output_text(item: Item) -> str:
+    output = item.get("output")
+    if isinstance(output, str):
+        return output
+    if item.get("type") == "shell_call_output" and output is not None:
+        return _json(output)
+    if item.get("type") == "apply_patch_call_output" and output is None:
+        return str(item.get("status", ""))
+    if isinstance(output, list):
+        return "".join(
+            part["text"]
+            for part in output
+            if isinstance(part, dict)
+            and part.get("type") in _TEXT_PARTS
+            and isinstance(part.get("text"), str)
+        )
+    return "" if output is None else _json(output)
+
+
+def build_messages(context: Sequence[Item], instructions: str | list[Any] | None) -> list[Message]:
+    """The chat ``messages`` for *instructions* and the resolved *context*."""
+    messages: list[Message] = []
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    elif isinstance(instructions, list):
+        messages.extend(
+            _message(item)
+            for item in instructions
+            if isinstance(item, dict) and item.get("type", "message") == "message"
+        )
+
+    by_id = {
+        item["id"]: item
+        for item in context
+        if isinstance(item.get("id"), str) and item.get("type") != "item_reference"
+    }
+    items = [by_id.get(item["id"], {}) if item.get("type") == "item_reference" else item for item in context]
+    outputs: dict[str, Item] = {}
+    for item in items:
+        if item.get("type") in OUTPUT_TYPES:
+            call_id = _output_call_id(item)
+            if call_id is not None:
+                outputs.setdefault(call_id, item)
+
+    texts: list[str] = []
+    calls: list[Item] = []
+    answered: set[str] = set()
+
+    def flush() -> None:
+        paired = [call for call in calls if call["call_id"] in outputs and call["call_id"] not in answered]
+        if paired:
+            tool_calls = []
+            for call in paired:
+                name, arguments = call_arguments(call)
+                tool_calls.append(
+                    {
+                        "id": call["call_id"],
+                        "type": "function",
+                        "function": {"name": name, "arguments": arguments},
+                    }
+                )
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "\n".join(texts) if texts else None,
+                    "tool_calls": tool_calls,
+                }
+            )
+            for call in paired:
+                answered.add(call["call_id"])
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["call_id"],
+                        "content": _output_text(outputs[call["call_id"]]),
+                    }
+                )
+        else:
+            messages.extend({"role": "assistant", "content": text} for text in texts)
+        texts.clear()
+        calls.clear()
+
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message" and item.get("role") == "assistant":
+            texts.append(_text_of(item.get("content")))
+        elif kind in CALL_TYPES and isinstance(item.get("call_id"), str):
+            calls.append(item)
+        elif kind == "message":
+            flush()
+            messages.append(_message(item))
+        elif kind in OUTPUT_TYPES:
+            flush()
+        # reasoning items and items Chat Completions has no form for are not sent
+    flush()
+    return messages
+
+
+def _tool_error(message: str, index: int) -> APIError:
+    return APIError(400, message, param=f"tools[{index}]", code="unsupported_parameter")
+
+
+def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
+    """
+    The chat ``tools`` and the identity map for the request's *tools*.
+
+    Raises:
+        APIError: 400 for a tool type no Chat Completions provider can run,
+            or two tools that would share one provider name.
+    """
+    identities = ToolIdentityMap()
+    chat_tools: list[Item] = []
+    for index, tool in enumerate(tools):
+        kind = tool.get("type")
+        if kind == "function":
+            name = tool.get("name")
+            if not isinstance(name, str) or not name:
+                raise missing_parameter(f"tools[{index}].name")
+            function: Item = {"name": name}
+            if isinstance(tool.get("description"), str):
+                function["description"] = tool["description"]
+            function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
+            if tool.get("strict") is True:
+                function["strict"] = True
+        elif kind == "custom":
+            name = tool.get("name")
+            if not isinstance(name, str) or not name:
+                raise missing_parameter(f"tools[{index}].name")
+            description = tool.get("description") if isinstance(tool.get("description"), str) else ""
+            fmt = tool.get("format")
+            if isinstance(fmt, dict) and fmt.get("type") == "grammar":
+                description = (
+                    f"{description}\nThe input must follow this {fmt.get('syntax', '')} grammar:\n"
+                    f"{fmt.get('definition', '')}"
+                ).strip()
+            function = {"name": name, "parameters": WRAPPER_SCHEMAS["custom"]}
+            if description:
+                function["description"] = description
+        elif kind in ("shell", "local_shell", "apply_patch"):
+            name = str(kind)
+            function = {
+                "name": name,
+                "description": _WRAPPER_DESCRIPTIONS[name],
+                "parameters": WRAPPER_SCHEMAS[name],
+            }
+        else:
+            raise _tool_error(
+                f"Tools of type '{kind}' are not supported by the upstream provider "
+                "(it only runs function tools).",
+                index,
+            )
+        try:
+            identities.add(str(kind), name)
+        except ValueError as error:
+            raise _tool_error(str(error), index) from None
+        chat_tools.append({"type": "function", "function": function})
+    return chat_tools, identities
+
+
+def _tool_choice(choice: object) -> object:
+    if isinstance(choice, str):
+        return choice
+    if not isinstance(choice, dict):
+        return None
+    kind = choice.get("type")
+    if kind in ("function", "custom"):
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    if kind in ("shell", "local_shell", "apply_patch"):
+        return {"type": "function", "function": {"name": kind}}
+    if kind == "allowed_tools":
+        return "required" if choice.get("mode") == "required" else "auto"
+    raise APIError(
+        400,
+        f"tool_choice of type '{kind}' is not supported by the upstream provider.",
+        param="tool_choice",
+        code="unsupported_parameter",
+    )
+
+
+def build_chat_request(
+    request: CreateRequest,
+    context: Sequence[Item],
+    *,
+    model: str,
+    degrade_json_schema: bool = False,
+    max_tokens_field: str = "max_tokens",
+) -> ChatPlan:
+    """
+    The Chat Completions request for *request* over its resolved *context*.
+
+    Args:
+        request: The validated Responses request.
+        context: The resolved context (chain items, then the new input).
+        model: The model name to send.
+        degrade_json_schema: Send ``json_object`` instead of ``json_schema``.
+        max_tokens_field: ``max_tokens`` or ``max_completion_tokens``.
+
+    Raises:
+        APIError: 400 for tools or a ``tool_choice`` the provider cannot take.
+    """
+    body = request.body
+    chat: dict[str, Any] = {"model": model, "messages": build_messages(context, request.instructions)}
+    tools, identities = build_tools(body.get("tools") or [])
+    if tools:
+        chat["tools"] = tools
+        choice = _tool_choice(body.get("tool_choice"))
+        if choice is not None:
+            chat["tool_choice"] = choice
+        if isinstance(body.get("parallel_tool_calls"), bool):
+            chat["parallel_tool_calls"] = body["parallel_tool_calls"]
+    if body.get("max_output_tokens") is not None:
+        chat[max_tokens_field] = body["max_output_tokens"]
+    for name in ("temperature", "top_p"):
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    if request.stream:
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    plan = ChatPlan(body=chat, tools=identities)
+    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        chat["response_format"] = {"type": "json_object"}
+    elif isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema: dict[str, Any] = {"name": fmt.get("name") or "response", "schema": fmt.get("schema") or {}}
+        if isinstance(fmt.get("description"), str):
+            schema["description"] = fmt["description"]
+        if isinstance(fmt.get("strict"), bool):
+            schema["strict"] = fmt["strict"]
+        chat["response_format"] = {"type": "json_schema", "json_schema": schema}
+        plan = replace(plan, json_schema=True)
+        if degrade_json_schema:
+            plan = plan.degraded()
+    return plan

@@ -1,0 +1,347 @@
+"""
+:class:`Upstream`: a model backend that forwards to a Chat Completions provider.
+
+Each request's resolved context is sent as chat ``messages`` (see
+:mod:`anchortrack.server._translate`) to ``{base_url}/chat/completions`` and
+the reply is reconstructed into Responses output (see
+:mod:`anchortrack.server._reconstruct`).  It works with any server speaking
+Chat Completions: Ollama, vLLM, llama.cpp's server, Groq, OpenAI…
+
+HTTP goes through the openai client's own async HTTP stack (``httpx2`` with
+openai 3, ``httpx`` with openai 2); one connection per request, so the
+backend is bound to no event loop.
+
+Failures become OpenAI-shaped errors naming the upstream: unreachable → 502
+``upstream_unreachable``; no answer within the timeout → 504
+``upstream_timeout``; an HTTP error status → the provider's status (a 5xx as
+502) with its message, ``upstream_error``; a reply that is not a Chat
+Completion → 502 ``upstream_bad_response``.  The API key (from
+``ANCHORTRACK_UPSTREAM_API_KEY`` unless given) only ever goes into the
+``Authorization`` header to the provider: it is replaced by ``[redacted]``
+in everything read back from the provider, and never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+
+from anchortrack.server._errors import APIError
+from anchortrack.server._model import ModelReply
+from anchortrack.server._reconstruct import (
+    REDACTED,
+    MalformedReply,
+    Origin,
+    StreamAssembler,
+    reconstruct,
+    redact,
+)
+from anchortrack.server._translate import ChatPlan, build_chat_request
+
+
+if TYPE_CHECKING:
+    import httpx2 as httpx
+
+    from anchortrack.server._state import Turn
+elif int(openai.__version__.split(".")[0]) >= 3:
+    import httpx2 as httpx
+else:
+    import httpx
+
+
+logger = logging.getLogger("anchortrack.server.upstream")
+
+#: The environment variable the API key is read from.
+API_KEY_ENV = "ANCHORTRACK_UPSTREAM_API_KEY"
+#: Default seconds to wait for the provider (to connect, and between bytes).
+DEFAULT_TIMEOUT = 120.0
+_ERROR_TEXT_LIMIT = 500
+_SCHEMA_REFUSAL_WORDS = ("json_schema", "response_format", "schema")
+
+
+def upstream_name(base_url: str) -> str:
+    """*base_url* without credentials, query or fragment: how errors name the upstream."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+class Upstream:
+    """
+    The upstream provider backend (an :class:`~anchortrack.server._state.AsyncModel`).
+
+    Args:
+        base_url: The provider's Chat Completions base URL, e.g.
+            ``http://localhost:11434/v1`` (``/chat/completions`` is appended).
+        model: Send this model name instead of the request's ``model``.
+        api_key: Bearer token for the provider; default: the environment
+            variable ``ANCHORTRACK_UPSTREAM_API_KEY`` (none if unset).
+        timeout: Seconds to wait to connect and for each read.
+        json_schema: ``"auto"`` sends ``json_schema`` formats and degrades to
+            ``json_object`` (then validates the output is JSON) once the
+            provider refuses one; ``"degrade"`` always degrades;
+            ``"native"`` never does.
+        max_tokens_field: Where ``max_output_tokens`` goes: ``max_tokens``
+            (widely supported) or ``max_completion_tokens``.
+        headers: Extra request headers for the provider.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        json_schema: Literal["auto", "degrade", "native"] = "auto",
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"upstream base URL must be http(s)://HOST[:PORT][/PATH], got {upstream_name(base_url)!r}"
+            )
+        if not timeout > 0:
+            raise ValueError("upstream timeout must be positive")
+        self.base_url = base_url.rstrip("/")
+        self.name = upstream_name(base_url)
+        self.model = model
+        self.timeout = float(timeout)
+        self.json_schema = json_schema
+        self.max_tokens_field = max_tokens_field
+        self._degrade = json_schema == "degrade"
+        self._ssl_context: ssl.SSLContext | None = None
+        self._api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+        self._headers = {"accept": "application/json", **(headers or {})}
+        if self._api_key:
+            self._headers["authorization"] = f"Bearer {self._api_key}"
+
+    def __repr__(self) -> str:
+        return f"<Upstream {self.name} model={self.model!r}>"
+
+    # -- pure helpers ---------------------------------------------------------------
+
+    @property
+    def _secret(self) -> str | None:
+        # A key shorter than 4 characters would redact ordinary text.
+        return self._api_key if self._api_key and len(self._api_key) >= 4 else None
+
+    def redact(self, text: str) -> str:
+        """*text* with the API key replaced by ``[redacted]``."""
+        return text.replace(self._secret, REDACTED) if self._secret else text
+
+    def plan(self, turn: Turn) -> ChatPlan:
+        """
+        The Chat Completions request for *turn*.
+
+        Raises:
+            APIError: 400 for tools the provider cannot take.
+        """
+        return build_chat_request(
+            turn.request,
+            turn.context,
+            model=self.model or turn.request.model,
+            degrade_json_schema=self._degrade,
+            max_tokens_field=self.max_tokens_field,
+        )
+
+    def _origin(self, plan: ChatPlan, turn: Turn) -> Origin:
+        return Origin(self.name, str(plan.body["model"]), turn.response_id)
+
+    def _status_error(self, status: int, raw: bytes) -> APIError:
+        text = self.redact(raw.decode("utf-8", "replace"))
+        message, kind, code, param = _provider_error(text)
+        logger.warning("anchortrack.server.upstream_refused", extra={"upstream": self.name, "status": status})
+        return APIError(
+            status if 400 <= status < 500 else 502,
+            f"The upstream provider {self.name} answered HTTP {status}: {message}",
+            type=kind or ("invalid_request_error" if status < 500 else "server_error"),
+            param=param,
+            code=code or "upstream_error",
+        )
+
+    def _stream_error(self, data: str) -> APIError:
+        message, _, code, _ = _provider_error(self.redact(data))
+        logger.warning("anchortrack.server.upstream_stream_error", extra={"upstream": self.name})
+        return APIError(
+            502,
+            f"The upstream provider {self.name} reported an error mid-stream: {message}",
+            type="server_error",
+            code=code or "upstream_error",
+        )
+
+    def _malformed(self, reason: str) -> APIError:
+        logger.warning("anchortrack.server.upstream_malformed", extra={"upstream": self.name})
+        return APIError(
+            502,
+            f"The upstream provider {self.name} sent a reply that is not a Chat Completion: {reason}.",
+            type="server_error",
+            code="upstream_bad_response",
+        )
+
+    def _transport_error(self, error: Exception) -> APIError:
+        if isinstance(error, httpx.TimeoutException):
+            logger.warning("anchortrack.server.upstream_timeout", extra={"upstream": self.name})
+            return APIError(
+                504,
+                f"The upstream provider {self.name} did not answer within {self.timeout:g} seconds.",
+                type="server_error",
+                code="upstream_timeout",
+            )
+        logger.warning(
+            "anchortrack.server.upstream_unreachable",
+            extra={"upstream": self.name, "error": type(error).__name__},
+        )
+        return APIError(
+            502,
+            f"The upstream provider {self.name} could not be reached ({type(error).__name__}).",
+            type="server_error",
+            code="upstream_unreachable",
+        )
+
+    def _refuses_json_schema(self, plan: ChatPlan, error: APIError) -> bool:
+        return (
+            self.json_schema == "auto"
+            and plan.json_schema
+            and error.status in (400, 422, 501)
+            and any(word in error.message.lower() for word in _SCHEMA_REFUSAL_WORDS)
+        )
+
+    # -- I/O --------------------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._ssl_context is None:  # building one costs far more than a request on loopback
+            self._ssl_context = httpx.create_ssl_context()
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout), follow_redirects=False, verify=self._ssl_context
+        )
+
+    async def _send(self, client: httpx.AsyncClient, plan: ChatPlan) -> tuple[ChatPlan, httpx.Response]:
+        """POST *plan* (degrading ``json_schema`` once if refused); return the open response."""
+        while True:
+            request = client.build_request(
+                "POST", f"{self.base_url}/chat/completions", json=plan.body, headers=self._headers
+            )
+            try:
+                response = await client.send(request, stream=True)
+                if response.status_code < 400:
+                    return plan, response
+                try:
+                    raw = await response.aread()
+                finally:
+                    await response.aclose()
+            except httpx.HTTPError as failure:
+                raise self._transport_error(failure) from None
+            refusal = self._status_error(response.status_code, raw)
+            if not self._refuses_json_schema(plan, refusal):
+                raise refusal
+            logger.warning("anchortrack.server.upstream_json_schema_degraded", extra={"upstream": self.name})
+            self._degrade = True
+            plan = plan.degraded()
+
+    async def reply(self, turn: Turn) -> ModelReply:
+        """Answer *turn* with one non-streamed Chat Completions call."""
+        plan = self.plan(turn)
+        async with self._client() as client:
+            plan, response = await self._send(client, plan)
+            try:
+                raw = await response.aread()
+            except httpx.HTTPError as error:
+                raise self._transport_error(error) from None
+            finally:
+                await response.aclose()
+        try:
+            completion = redact(json.loads(raw.decode("utf-8", "replace")), self._secret)
+            return reconstruct(completion, plan, self._origin(plan, turn))
+        except MalformedReply as error:
+            raise self._malformed(str(error)) from None
+        except ValueError:
+            raise self._malformed("the body is not JSON") from None
+
+    async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
+        """Start a streamed Chat Completions call; return its Responses events and final reply."""
+        plan = self.plan(turn)
+        client = self._client()
+        try:
+            plan, response = await self._send(client, plan)
+        except BaseException:
+            await client.aclose()
+            raise
+        return self._events(client, response, plan, turn)
+
+    async def _events(
+        self, client: httpx.AsyncClient, response: httpx.Response, plan: ChatPlan, turn: Turn
+    ) -> AsyncIterator[dict[str, Any] | ModelReply]:
+        assembler = StreamAssembler(plan, self._origin(plan, turn), secret=self._secret)
+        try:
+            done = False
+            try:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue  # blank lines, comments, event names
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError:
+                        raise self._malformed("a stream chunk is not JSON") from None
+                    if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
+                        raise self._stream_error(data)
+                    for event in assembler.feed(chunk):
+                        yield event
+            except httpx.HTTPError as error:
+                raise self._transport_error(error) from None
+            except MalformedReply as error:
+                raise self._malformed(str(error)) from None
+            if not done and assembler.completion()["choices"][0]["finish_reason"] is None:
+                raise self._malformed("the stream ended before the reply was complete")
+            try:
+                events, reply = assembler.finish()
+            except MalformedReply as error:
+                raise self._malformed(str(error)) from None
+            for event in events:
+                yield event
+            yield reply
+        finally:
+            await response.aclose()
+            await client.aclose()
+
+
+def _provider_error(text: str) -> tuple[str, str | None, str | None, str | None]:
+    """``(message, type, code, param)`` from a provider's error body (any common shape)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    message: object = None
+    kind = code = param = None
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, str):
+            message = error
+        elif isinstance(error, dict):
+            message = error.get("message") or error.get("detail") or error.get("msg")
+            kind = error.get("type") if isinstance(error.get("type"), str) else None
+            code = error.get("code") if isinstance(error.get("code"), str) else None
+            param = error.get("param") if isinstance(error.get("param"), str) else None
+        if message is None and isinstance(body.get("detail"), (str, list)):
+            message = body["detail"]
+    if message is None:
+        message = text.strip() or "(empty body)"
+    rendered = message if isinstance(message, str) else json.dumps(message)
+    if len(rendered) > _ERROR_TEXT_LIMIT:
+        rendered = rendered[:_ERROR_TEXT_LIMIT] + "…"
+    return rendered, kind, code, param

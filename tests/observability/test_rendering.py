@@ -1,0 +1,120 @@
+"""
+Warnings say why whatever the application did about logging: nothing, ``logging.basicConfig``,
+the stdlib recipe of docs/events.md, or structlog rendering JSON.
+
+Each case runs in its own interpreter, so no configuration leaks between them (or into this
+process), and the output is exactly what a user would see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+ROOT = Path(__file__).parents[2]
+SECRET = "my card is 4111 1111 1111 1111"
+
+#: A tracked call with a mistyped ANCHORTRACK_MODE, then two whose store is down (the first
+#: failure makes it suspect, the second call's probe confirms the outage).
+SCRIPT = f"""
+import logging, os, sys
+
+setup = sys.argv[1]
+if setup == "stdlib":
+    logging.basicConfig()
+elif setup == "recipe":
+    logging.basicConfig()
+    logging.getLogger("anchortrack").setLevel(logging.DEBUG)
+elif setup == "structlog":
+    import structlog
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+from anchortrack import Tracker
+from tests.helpers import SCOPE, BreakableStore, assistant, response, user
+
+store = BreakableStore()
+tracker = Tracker(store)
+history = [user({SECRET!r}), assistant("noted"), user("and?")]
+send = lambda body, ticket: response([assistant("ok")])
+os.environ["ANCHORTRACK_MODE"] = "chain"
+tracker._call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+del os.environ["ANCHORTRACK_MODE"]
+store.broken = True
+tracker._call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+tracker._call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+"""
+
+MODE_INVALID = "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' using='off'"
+STORE_DEGRADED = "anchortrack.store_degraded operation='find' error='ConnectionError' retry_in=1.0"
+
+
+def _stderr(setup: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "ANCHORTRACK_MODE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, setup],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert 0 == proc.returncode, proc.stderr
+    assert "" == proc.stdout
+    assert "4111" not in proc.stderr  # never item content
+    return proc.stderr
+
+
+def test_no_configuration_at_all() -> None:
+    """Python's last-resort handler prints the warnings with their keys (and nothing below WARNING)."""
+    assert [MODE_INVALID, STORE_DEGRADED] == _stderr("none").splitlines()
+
+
+def test_stdlib_basic_config() -> None:
+    """logging.basicConfig(): the default format shows the keys too."""
+    assert [f"WARNING:anchortrack:{MODE_INVALID}", f"WARNING:anchortrack:{STORE_DEGRADED}"] == _stderr(
+        "stdlib"
+    ).splitlines()
+
+
+def test_the_stdlib_recipe_of_the_docs_shows_reasons() -> None:
+    """The debug recipe of docs/events.md shows reason and diverged_at, not just the event name."""
+    lines = _stderr("recipe").splitlines()
+
+    assert f"WARNING:anchortrack:{MODE_INVALID}" == lines[0]
+    assert "DEBUG:anchortrack:anchortrack.request_passed_through reason='mode_off'" == lines[1]
+    stateless = "anchortrack.request_stateless reason='store_unavailable' items_sent=3 diverged_at=None"
+    assert f"DEBUG:anchortrack:{stateless}" in lines
+
+
+@pytest.mark.parametrize("event", ["mode_invalid", "store_degraded"])
+def test_structlog_json(event: str) -> None:
+    """An application that configured structlog gets its own JSON, keys included."""
+    events = {e["event"]: e for e in map(json.loads, _stderr("structlog").splitlines())}
+
+    expected = {
+        "mode_invalid": {
+            "variable": "ANCHORTRACK_MODE",
+            "value": "chain",
+            "using": "off",
+            "level": "warning",
+        },
+        "store_degraded": {
+            "operation": "find",
+            "error": "ConnectionError",
+            "retry_in": 1.0,
+            "level": "warning",
+        },
+    }[event]
+    assert {"event": f"anchortrack.{event}", **expected} == events[f"anchortrack.{event}"]

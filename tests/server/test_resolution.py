@@ -1,0 +1,131 @@
+"""The server resolves ids as OpenAI does: references, reasoning without encrypted content, answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from anchortrack.server import APIError, ResponsesServer
+from anchortrack.server._chain import is_reference, resolve_context
+
+from ..helpers import user
+from .helpers import post_json
+
+
+STORED: dict[str, dict[str, Any]] = {
+    "msg_1": {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "a"}],
+    },
+    "rs_1": {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "E1"},
+}
+
+
+def test_references_with_or_without_type_become_the_item() -> None:
+    """``{"type": "item_reference", "id"}`` and a bare ``{"id"}`` both stand for the stored item."""
+    context = [user("q"), {"type": "item_reference", "id": "msg_1"}, {"id": "msg_1"}]
+
+    assert [user("q"), STORED["msg_1"], STORED["msg_1"]] == resolve_context(context, STORED.get)
+    assert is_reference({"id": "x"})
+    assert not is_reference({"id": "x", "role": "user", "content": "c"})
+    assert not is_reference({"id": "x", "note": "?"})
+
+
+def test_reasoning_without_encrypted_content_is_the_stored_reasoning() -> None:
+    """The caller's summary is not what the model sees: the item stored under the id is."""
+    mine = {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "edited"}]}
+    encrypted = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "MINE"}
+
+    assert [STORED["rs_1"]] == resolve_context([mine], STORED.get)
+    assert [encrypted] == resolve_context([encrypted], STORED.get)
+
+
+def test_earlier_items_of_the_context_resolve_first() -> None:
+    """An id defined earlier in the context resolves to that item."""
+    earlier = {"id": "msg_1", "type": "message", "role": "user", "content": "earlier"}
+
+    assert [earlier, earlier] == resolve_context([earlier, {"id": "msg_1"}], STORED.get)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"id": "msg_404"},
+        {"type": "item_reference", "id": "msg_404"},
+        {"id": "rs_404", "type": "reasoning", "summary": []},
+        {"id": "msg_1", "type": "reasoning", "summary": []},
+    ],
+)
+def test_unknown_ids_are_not_found(item: dict[str, Any]) -> None:
+    """An id that names nothing (or not a reasoning item, for reasoning) is a 404 on ``input``."""
+    with pytest.raises(APIError) as error:
+        resolve_context([item], STORED.get)
+
+    assert 404 == error.value.status
+    assert "not found" in str(error.value)
+
+
+def test_answers_must_name_their_request_or_call() -> None:
+    """An MCP approval response names a request of the context; a local shell output names a call."""
+    request = {
+        "type": "mcp_approval_request",
+        "id": "mcpr_1",
+        "server_label": "s",
+        "name": "t",
+        "arguments": "{}",
+    }
+    approve = {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True}
+    call = {
+        "type": "local_shell_call",
+        "id": "lsh_1",
+        "call_id": "call_1",
+        "action": {},
+        "status": "completed",
+    }
+    output = {"type": "local_shell_call_output", "id": "call_1", "output": "{}"}
+
+    assert [request, approve, call, output] == resolve_context([request, approve, call, output], STORED.get)
+    for context in (
+        [approve],
+        [{**request, "id": "mcpr_2"}, approve],
+        [output],
+        [{**call, "call_id": "x", "id": "y"}, output],
+    ):
+        with pytest.raises(APIError) as error:
+            resolve_context(context, STORED.get)
+        assert 400 == error.value.status
+
+
+def test_the_server_resolves_stored_items_over_http(fake_server: ResponsesServer) -> None:
+    """Over HTTP: a stored reasoning item and message are found by id, in a stateless request too."""
+    status, first = post_json(fake_server, {"model": "scripted", "input": "think\n!reason"})
+    assert 200 == status
+    reasoning, message = first["output"]
+    stripped = {"id": reasoning["id"], "type": "reasoning", "summary": []}
+    history = [user("think\n!reason"), stripped, {"id": message["id"]}, user("next")]
+
+    status, second = post_json(fake_server, {"model": "scripted", "input": history})
+
+    assert 200 == status
+    seen = fake_server.state.resolved_context(second["id"])
+    assert [user("think\n!reason"), reasoning, message, user("next")] == seen
+    assert seen == fake_server.state.resolve_input(history)
+    status, _ = post_json(fake_server, {"model": "scripted", "input": [{"id": "msg_nope"}]})
+    assert 404 == status
+
+
+def test_items_of_unstored_or_deleted_responses_do_not_resolve(fake_server: ResponsesServer) -> None:
+    """Items are only found while their response is stored."""
+    status, unstored = post_json(fake_server, {"model": "scripted", "input": "hi", "store": False})
+    assert 200 == status
+    status, stored = post_json(fake_server, {"model": "scripted", "input": "hi"})
+    assert 200 == status
+    unstored_id, stored_id = unstored["output"][0]["id"], stored["output"][0]["id"]
+
+    assert 404 == post_json(fake_server, {"model": "scripted", "input": [{"id": unstored_id}]})[0]
+    assert 200 == post_json(fake_server, {"model": "scripted", "input": [{"id": stored_id}]})[0]
+    fake_server.state.drop(stored["id"])
+    assert 404 == post_json(fake_server, {"model": "scripted", "input": [{"id": stored_id}]})[0]

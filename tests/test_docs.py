@@ -1,0 +1,230 @@
+"""
+The documentation: its examples run, its reason codes match the code, its reference is complete.
+
+Every fenced ``python`` block in ``README.md`` and ``docs/**/*.md`` runs against the local server,
+with ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` pointing at it, unless the line before it is an
+HTML comment ``<!-- not-run: why -->``. The blocks of one page run in order, in one namespace, in a
+fresh interpreter (pages configure logging, set environment variables, start servers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from anchortrack._plan import REASON_TEXT, Reason
+from anchortrack.server import ResponsesServer
+
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<why>.*?)\s*-->$")
+FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
+
+#: Runs one page's blocks in one namespace; a block's traceback names the page and its line.
+RUNNER = """
+import json, sys
+blocks = json.load(open(sys.argv[1], encoding="utf-8"))
+namespace = {"__name__": "__main__"}
+for block in blocks:
+    source = "\\n" * (block["line"] - 1) + block["code"]
+    exec(compile(source, block["page"], "exec"), namespace)
+"""
+
+
+class Block(NamedTuple):
+    page: Path
+    line: int  # 1-based line of the first code line
+    lang: str
+    code: str
+    not_run: str | None  # the reason given, when marked not to run
+
+
+def blocks(page: Path) -> Iterator[Block]:
+    """Every fenced code block of *page*, dedented (blocks inside admonitions are indented)."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if match is None:
+            i += 1
+            continue
+        indent, fence, lang = match["indent"], match["fence"], match["lang"]
+        previous = next((line.strip() for line in reversed(lines[:i]) if line.strip()), "")
+        marker = NOT_RUN.match(previous)
+        start = i + 1
+        i = start
+        while i < len(lines) and not lines[i].strip().startswith(fence):
+            i += 1
+        code = "\n".join(line[len(indent) :] if line.startswith(indent) else line for line in lines[start:i])
+        yield Block(page, start + 1, lang, code + "\n", marker["why"] if marker else None)
+        i += 1
+
+
+def python_blocks(page: Path) -> list[Block]:
+    return [block for block in blocks(page) if block.lang in ("python", "py")]
+
+
+def _runnable_pages() -> list[Path]:
+    return [page for page in PAGES if any(b.not_run is None for b in python_blocks(page))]
+
+
+@pytest.fixture(scope="module", name="docs_server")
+def _docs_server() -> Iterator[ResponsesServer]:
+    with ResponsesServer(store="memory") as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("page", _runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_page_examples_run(page: Path, docs_server: ResponsesServer, tmp_path: Path) -> None:
+    """The page's Python examples run, in order, against the local server (their asserts included)."""
+    runnable = [b for b in python_blocks(page) if b.not_run is None]
+    spec = tmp_path / "blocks.json"
+    payload = [{"page": str(b.page), "line": b.line, "code": b.code} for b in runnable]
+    spec.write_text(json.dumps(payload), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANCHORTRACK_", "OPENAI_"))}
+    env.update(
+        OPENAI_BASE_URL=docs_server.base_url,
+        OPENAI_API_KEY="docs-test",
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(spec)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert 0 == done.returncode, f"{page.relative_to(ROOT)}:\n{done.stderr[-4000:]}"
+
+
+def test_every_python_block_runs_or_says_why_not() -> None:
+    """A not-run marker gives a reason, and sits right before a Python block (no stale markers)."""
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        markers = list(re.finditer(r"<!--\s*not-run\b.*?-->", text))
+        marked = [b for b in python_blocks(page) if b.not_run is not None]
+        assert len(markers) == len(marked), page
+        assert all(b.not_run for b in marked), page
+    assert len(_runnable_pages()) >= 10
+
+
+GUIDE_REASONS = DOCS / "guide" / "reasons.md"
+
+
+def _reason_sections() -> dict[str, str]:
+    """``### `code` `` sections of the fallbacks guide: code → its text."""
+    text = GUIDE_REASONS.read_text(encoding="utf-8")
+    parts = re.split(r"^### `([a-z_]+)`[^\n]*\n", text, flags=re.M)
+    return {parts[i]: parts[i + 1].split("\n## ")[0] for i in range(1, len(parts), 2)}
+
+
+def test_every_reason_has_a_section_quoting_its_meaning() -> None:
+    """docs/guide/reasons.md: a section per `Reason`, quoting its `REASON_TEXT` and saying what to do."""
+    sections = _reason_sections()
+
+    assert sorted(sections) == sorted(reason.value for reason in Reason)
+    for reason in Reason:
+        body = " ".join(sections[reason.value].split())
+        assert REASON_TEXT[reason] in body, f"{reason.value}: quote REASON_TEXT in its section"
+        assert "**What to do:**" in body, f"{reason.value}: say what to do"
+
+
+def test_reference_lists_every_public_name(tmp_path: Path) -> None:
+    """The strict site build succeeds and its reference pages show every public name with a docstring."""
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert 0 == done.returncode, done.stderr[-4000:]
+
+    import anchortrack.metrics
+    import anchortrack.server
+    import anchortrack.stores
+
+    modules = {
+        "anchortrack": anchortrack,
+        "stores": anchortrack.stores,
+        "server": anchortrack.server,
+        "metrics": anchortrack.metrics,
+    }
+    for page, module in modules.items():
+        html = (site / "reference" / page / "index.html").read_text(encoding="utf-8")
+        for name in module.__all__:
+            heading = f'id="{module.__name__}.{name}"'
+            assert heading in html, f"{module.__name__}.{name} is missing from the reference"
+            section = html.split(heading, 1)[1].split('<div class="doc doc-object', 1)[0]
+            assert 'class="doc doc-contents' in section, f"{name}: no contents"
+            assert "<p>" in section, f"{name}: no docstring"
+
+
+def test_benchmark_page_shows_what_bench_bytes_measures(docs_server: ResponsesServer) -> None:
+    """docs/benchmarks.md's request-byte table and totals are what benchmarks/bench_bytes.py measures now."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_bytes
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    stateless = bench_bytes.measure(docs_server, wrapped=False)
+    chained = bench_bytes.measure(docs_server, wrapped=True)
+    page = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+
+    rows = re.findall(r"^\| (\d+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \|$", page, re.M)
+    assert rows, "the request-bytes table is missing"
+    for turn, *figures in rows:
+        t = int(turn)
+        measured = [stateless[t - 1], chained[t - 1], sum(stateless[:t]), sum(chained[:t])]
+        assert [f"{n:,}" for n in measured] == figures, f"turn {t}"
+    total_s, total_c = sum(stateless), sum(chained)
+    headline = (
+        f"**Total: {total_s:,} bytes stateless, {total_c:,} bytes chained: "
+        f"a ratio of {total_c / total_s:.3f}**"
+    )
+    assert headline in page
+
+
+README = ROOT / "README.md"
+QUICKSTART = (
+    "pip install -e '.[server]' && anchortrack demo      # the main job: a tool-calling agent against "
+    "the built-in local server, no API key\n"
+    "pip install -e . --group dev && scripts/test         # the whole test suite (pip ≥ 25.1; installs "
+    "Debian's redis-server if missing)\n"
+)
+
+
+def test_readme_keeps_the_two_commands_and_links_only_to_files_that_exist() -> None:
+    """The README's quickstart is unchanged, CI runs its test command, and its relative links resolve."""
+    text = README.read_text(encoding="utf-8")
+
+    assert QUICKSTART in text
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "pip install -e . --group dev && scripts/test" in ci
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links into the documentation"
+    for link in local:
+        assert (ROOT / link).exists(), link
+    # The measured figures live on the benchmarks page only.
+    assert "2,551,392" not in text
+    assert "µs" not in text
