@@ -131,7 +131,9 @@ def wrap(
         raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
     existing = client.__dict__.get(_ATTR)
     if isinstance(existing, Tracker):
-        _check_rewrap(existing, store, coerced_mode, namespace, record_incomplete, store_timeout)
+        _check_rewrap(
+            existing, store, coerced_mode, namespace, record_incomplete, store_timeout, scope_by_api_key
+        )
         return client
     resolved = coerce_store(store) if store is not None else None
     tracker = Tracker(
@@ -180,6 +182,7 @@ def _check_rewrap(
     namespace: str | None,
     record_incomplete: bool,
     store_timeout: float,
+    scope_by_api_key: bool = True,
 ) -> None:
     """
     Refuse to wrap a wrapped client again with other settings.
@@ -196,6 +199,7 @@ def _check_rewrap(
         "namespace": namespace is not None and namespace != tracker.namespace,
         "record_incomplete": record_incomplete and not tracker.record_incomplete,
         "store_timeout": store_timeout != 1.0 and store_timeout != tracker._guard.timeout,
+        "scope_by_api_key": not scope_by_api_key and tracker.scope_by_api_key,
     }
     differing = [name for name, differs in asked.items() if differs]
     if differing:

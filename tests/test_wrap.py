@@ -122,6 +122,7 @@ def test_wrapping_a_wrapped_client_returns_it(raw_client: openai.OpenAI) -> None
         ({"namespace": "other"}, "namespace"),
         ({"store": "memory"}, "store"),
         ({"record_incomplete": True, "store_timeout": 3.0}, "record_incomplete, store_timeout"),
+        ({"scope_by_api_key": False}, "scope_by_api_key"),
     ],
 )
 def test_rewrapping_with_other_settings_raises(

@@ -96,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
         return _fail(f"cannot open store {spec!r}: {error}")
     try:
         explanation = explain(source, store=store, scope=scope)
-        holds = None if explanation.plan.chained else store_holds(store, scope.key)
+        holds = None if explanation.plan.chained else store_holds(store, scope.store_key(store.secret_key))
     except TypeError as error:
         return _fail(str(error))
     finally:
@@ -241,7 +241,7 @@ def holds_line(spec: str, holds: tuple[bool | None, bool | None]) -> str:
     if mine is False:
         return (
             "note: the store holds anchors, but none in this scope: the recording client probably used "
-            "another base URL, organization, project or namespace (see the scope line above)"
+            "another base URL, organization, project, namespace or API key (see the scope line above)"
         )
     return "note: the store holds anchors in this scope, but none is a prefix of this history"
 

@@ -196,8 +196,33 @@ class TestExplainCommand:
         assert 0 == code
         assert out.splitlines()[-1] == (
             "note: the store holds anchors, but none in this scope: the recording client probably used "
-            "another base URL, organization, project or namespace (see the scope line above)"
+            "another base URL, organization, project, namespace or API key (see the scope line above)"
         )
+
+    def test_a_secret_key_keys_the_scope_it_looks_in(
+        self,
+        capsys: pytest.CaptureFixture[str],
+        raw_client: openai.OpenAI,
+        db: Path,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """With a secret key, store keys are keyed digests: an edited history is not "another scope"."""
+        monkeypatch.setenv("ANCHORTRACK_SECRET_KEY", "explain-tests-secret")
+        store = SQLiteStore(db)
+        client = anchortrack.wrap(raw_client, store=store, namespace=NAMESPACE)
+        history, _ = conversation(client)
+        store.close()
+        path = self._file(tmp_path, [history[0], user("WEATHER?"), *history[2:], user("more")])
+
+        code, out = _run(capsys, path, *self._scope_args(client, db))
+        _, jout = _run(capsys, path, *self._scope_args(client, db), "--json")
+
+        assert 0 == code
+        assert out.splitlines()[-1] == (
+            "note: the store holds anchors in this scope, but none is a prefix of this history"
+        )
+        assert {"this_scope": True, "any_scope": True} == json.loads(jout)["store_holds"]
 
     def test_the_scope_is_derived_like_a_client(
         self,
