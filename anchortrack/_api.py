@@ -99,6 +99,13 @@ def record_response(
         properties=properties_digest(params or {}),
         scope=key,
         mac_key=mac_key(secret),
+        parent=_parent_of(response),
     )
     store.put(key, anchor)
     return anchor
+
+
+def _parent_of(response: Any) -> str | None:
+    """The response's ``previous_response_id``, when it says one."""
+    parent = getattr(response, "previous_response_id", None)
+    return parent if isinstance(parent, str) and parent else None

@@ -85,6 +85,8 @@ class Ticket:
             response cannot outlive the ancestors the server resolves it through.
         properties: The request's carried-over properties digest, recorded
             with the anchor.
+        parent: The response the request was chained from, if any: the
+            recorded anchor's parent.
     """
 
     scope: str
@@ -94,14 +96,22 @@ class Ticket:
     skip_reason: Reason | None = None
     expires_at: float | None = None
     properties: bytes = b""
+    parent: str | None = None
 
 
 @attrs.frozen
 class Send:
-    """Call the SDK with *body* (keyword arguments); record the response with *ticket*."""
+    """
+    Call the SDK with *body* (keyword arguments); record the response with *ticket*.
+
+    *anchor_id* is set when the request is chained from that anchor and the
+    flow can recover from its refusal: a refusal that only shows as a
+    stream's first event is then raised into the flow like an HTTP one.
+    """
 
     body: Mapping[str, Any]
     ticket: Ticket | None
+    anchor_id: str | None = None
 
 
 # -- effects: bookkeeping (answered with None) --------------------------------
@@ -284,8 +294,9 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
         return (yield Send(request.body, ticket))
     anchor = plan.anchor
     try:
-        chained_ticket = attrs.evolve(ticket, expires_at=anchor.expires_at)
-        return (yield Send(chained_body(request, plan.skip, anchor.response_id), chained_ticket))
+        chained_ticket = attrs.evolve(ticket, expires_at=anchor.expires_at, parent=anchor.response_id)
+        body = chained_body(request, plan.skip, anchor.response_id)
+        return (yield Send(body, chained_ticket, anchor_id=anchor.response_id))
     except Exception as error:  # noqa: BLE001 - refused_flow raises again what is not a refusal
         return (yield from refused_flow(ctx, request, anchor, ticket, error))
 
@@ -352,6 +363,7 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
                     skip_reason=skip,
                     expires_at=parent.expires_at,
                     properties=request.properties,
+                    parent=parent_id,
                 )
     plan = Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected)
     yield Planned(plan, None)

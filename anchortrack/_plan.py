@@ -171,6 +171,7 @@ def new_anchor(
     properties: bytes = b"",
     scope: str = "",
     mac_key: bytes | None = None,
+    parent: str | None = None,
 ) -> Anchor:
     """
     Build the anchor a recorded response becomes: the one builder.
@@ -191,6 +192,7 @@ def new_anchor(
         scope: The store scope key the anchor is recorded under.
         mac_key: The key to seal the anchor with (see `anchortrack._seal`),
             if the store has a secret key.
+        parent: The response it was chained from, if any.
     """
     expires_at = now + ttl
     if chain_expires_at is not None:
@@ -202,6 +204,7 @@ def new_anchor(
         created_at=now,
         expires_at=expires_at,
         properties=properties,
+        parent=parent,
     )
     return seal(anchor, scope, mac_key)
 

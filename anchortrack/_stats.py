@@ -109,6 +109,12 @@ class Stats:
         store_errors: failed store operations, by operation.
         anchors_rejected: anchors the store returned whose MAC did not
             verify (with a secret key), treated as absent.
+        store_stalls: store operations that failed while the caller's own
+            event loop was blocked, and were tried again, by operation.
+        backlog: anchor writes the store did not take in time: ``queued``
+            (waited in the backlog), ``written`` (later written from it),
+            ``dropped`` by reason (``overflow``, ``expired``), and ``size``
+            (waiting now).
         items_sent / items_total: items sent (resends included) vs items in
             the caller's histories (tracked requests only; mode ``off`` reads
             nothing).
@@ -130,6 +136,11 @@ class Stats:
         self.not_recorded: Counter[str] = Counter()
         self.store_errors: Counter[str] = Counter()
         self.anchors_rejected = 0
+        self.store_stalls: Counter[str] = Counter()
+        self.backlog_queued = 0
+        self.backlog_written = 0
+        self.backlog_dropped: Counter[str] = Counter()
+        self.backlog_size = 0
         self.items_sent = 0
         self.items_total = 0
         self.items_planned = 0
@@ -264,6 +275,23 @@ class Stats:
         with self._lock:
             self.store_errors[operation] += 1
 
+    def store_stalled(self, operation: str) -> None:
+        """Count one store operation retried because the caller's event loop was blocked."""
+        with self._lock:
+            self.store_stalls[operation] += 1
+
+    def backlog_changed(
+        self, *, size: int, queued: int = 0, written: int = 0, dropped: Mapping[str, int] | None = None
+    ) -> None:
+        """Count anchor writes queued in, written from and dropped from the backlog; set its size."""
+        with self._lock:
+            self.backlog_queued += queued
+            self.backlog_written += written
+            for reason, n in (dropped or {}).items():
+                if n:
+                    self.backlog_dropped[reason] += n
+            self.backlog_size = size
+
     def snapshot(self) -> dict[str, Any]:
         """
         Return every counter and histogram as plain data.
@@ -285,6 +313,16 @@ class Stats:
                 "not_recorded": dict(sorted(self.not_recorded.items())),
                 "store_errors": dict(sorted(self.store_errors.items())),
                 "anchors_rejected": self.anchors_rejected,
+                "store_stalls": dict(sorted(self.store_stalls.items())),
+                "backlog": {
+                    "queued": self.backlog_queued,
+                    "written": self.backlog_written,
+                    "dropped": {
+                        "overflow": self.backlog_dropped["overflow"],
+                        "expired": self.backlog_dropped["expired"],
+                    },
+                    "size": self.backlog_size,
+                },
                 "items_sent": self.items_sent,
                 "items_total": self.items_total,
                 "items_planned": self.items_planned,

@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from ._backlog import Backlog
 from ._flow import (
     UNAVAILABLE,
     CallContext,
@@ -39,16 +40,19 @@ from ._flow import (
     drive,
     refused_flow,
 )
-from ._guard import Guard
+from ._guard import Guard, State
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import get_logger, short
 from ._mode import Mode, coerce, describe, resolve
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
+from ._refusal import Failure, classify
 from ._request import Request, read_request
 from ._seal import mac_key
 from ._socket import LaneOverlay, SocketPlan
 from ._stats import HTTP, WEBSOCKET, Stats
+from ._stream import AsyncTrackedStream, TrackedStream
 from .stores._base import Anchor, AnchorStore
+from .stores.memory import MemoryStore
 
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
@@ -61,6 +65,12 @@ _STORE_OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]]
     Get: lambda effect: ("get", (effect.scope, effect.response_id)),
     Evict: lambda effect: ("evict", (effect.scope, effect.response_id)),
 }
+
+#: Most backlog entries one flush writes (the rest wait for the next call).
+_FLUSH_BATCH = 64
+
+#: How many of its latest anchors a tracker keeps in process, beside a shared store.
+_LOCAL_ANCHORS = 10_000
 
 
 class _CallState:
@@ -105,8 +115,6 @@ def default_store() -> AnchorStore:
     global _default
     with _default_lock:
         if _default is None:
-            from .stores.memory import MemoryStore
-
             _default = MemoryStore(DEFAULT_STORE_ANCHORS)
         return _default
 
@@ -163,11 +171,13 @@ class Tracker:
             namespace are never used under another.
         record_incomplete: Also anchor on ``incomplete`` responses (OpenAI
             stores them and accepts them as ``previous_response_id``).
-        store_timeout: Seconds an async store operation may take before the
-            call goes out stateless.
-        store_cooldown: Seconds the store is skipped after it failed, before
-            it is tried again; also settable on a live tracker
-            (``anchortrack.tracker(client).store_cooldown = 0``).
+        store_timeout: Seconds a store operation may take (sync or async; for
+            a sync store that may block, on a worker thread) before the call
+            goes out stateless; also the most the write after a response may
+            delay handing the response back.
+        store_cooldown: Seconds between two probes of a store that is down
+            (one call tries it, the others go without it); also settable on
+            a live tracker (``anchortrack.tracker(client).store_cooldown = 0``).
         scope_by_api_key: Put a keyed digest of the client's API key in the
             scope (the default), so clients with different keys sharing a
             store never share anchors. False keeps anchors usable across a
@@ -184,6 +194,14 @@ class Tracker:
         recent: The views this tracker recorded lately; hand them to
             ``anchortrack.explain(..., recent=...)`` to locate where a
             diverged history first differs.
+        backlog: Anchor writes the store did not take in time, written when
+            it answers again (`Backlog`; its ``limit`` is the bound, 10,000
+            by default).
+        local_anchors: With a store that may block (SQLite, Redis, your
+            own), the 10,000 anchors this tracker recorded last, in a
+            `MemoryStore`: planning looks there too, so a conversation keeps
+            chaining from its own anchors while the store is down or slow, or
+            after it came back empty. None with a `MemoryStore`.
     """
 
     def __init__(
@@ -194,7 +212,7 @@ class Tracker:
         namespace: str | None = None,
         record_incomplete: bool = False,
         store_timeout: float = 1.0,
-        store_cooldown: float = 5.0,
+        store_cooldown: float = 1.0,
         scope_by_api_key: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -212,6 +230,11 @@ class Tracker:
         self._guard = Guard(self.stats, timeout=store_timeout, cooldown=store_cooldown)
         self._memo = Memo()
         self._pending: deque[tuple[str, Anchor]] = deque()
+        self.backlog = Backlog()
+        self.local_anchors: MemoryStore | None = (
+            None if _never_blocks(self.store) else MemoryStore(_LOCAL_ANCHORS, clock=lambda: self.clock())
+        )
+        self._cycle = [0, 0]  # written, dropped since the backlog was last empty
         self._zdr: set[str] = set()
         self._roots: dict[Scope, tuple[str, bytes]] = {}
         self._lock = threading.Lock()
@@ -230,6 +253,15 @@ class Tracker:
     @store_cooldown.setter
     def store_cooldown(self, seconds: float) -> None:
         self._guard.breaker.cooldown = seconds
+
+    @property
+    def store_timeout(self) -> float:
+        """Seconds a store operation may take before the call goes without it."""
+        return self._guard.timeout
+
+    @store_timeout.setter
+    def store_timeout(self, seconds: float) -> None:
+        self._guard.timeout = seconds
 
     def scope_for(self, client: Any) -> Scope:
         """
@@ -358,17 +390,26 @@ class Tracker:
             if operation is not None:
                 name, args = operation(effect)
                 method = getattr(store, name)
-                return guard.run(name, lambda: method(*args))
+                answer = guard.run(name, lambda: method(*args), inline=_never_blocks(store))
+                return self._with_local(effect, answer)
             if type(effect) is Send:
                 state.sent = True
                 try:
-                    state.response = send(effect.body, effect.ticket)
+                    response = send(effect.body, effect.ticket)
+                    if effect.anchor_id is not None and isinstance(response, TrackedStream):
+                        refusal = response._peek()
+                        if refusal is not None:
+                            if _recoverable(refusal, effect.anchor_id):
+                                response._discard()
+                                raise refusal
+                            response._release()
                 except Exception as error:
                     state.sdk_error = error
                     raise
+                state.response = response
                 state.answered = True
                 self._flush()
-                return state.response
+                return response
             return self._note(state, effect)
 
         try:
@@ -385,23 +426,68 @@ class Tracker:
             if operation is not None:
                 name, args = operation(effect)
                 method = getattr(store, "a" + name)
-                return await guard.arun(name, lambda: method(*args))
+                answer = await guard.arun(name, lambda: method(*args))
+                return self._with_local(effect, answer)
             if type(effect) is Send:
                 state.sent = True
                 try:
-                    state.response = await send(effect.body, effect.ticket)
+                    response = await send(effect.body, effect.ticket)
+                    if effect.anchor_id is not None and isinstance(response, AsyncTrackedStream):
+                        refusal = await response._peek()
+                        if refusal is not None:
+                            if _recoverable(refusal, effect.anchor_id):
+                                await response._discard()
+                                raise refusal
+                            await response._release()
                 except Exception as error:
                     state.sdk_error = error
                     raise
+                state.response = response
                 state.answered = True
                 await self._aflush()
-                return state.response
+                return response
             return self._note(state, effect)
 
         try:
             return await adrive(call_flow(state.context, request), perform)
         finally:
             self._settle(state, None)
+
+    def _with_local(self, effect: Any, answer: Any) -> Any:
+        """
+        Add the anchors this tracker recorded lately to a store effect's *answer*.
+
+        The same for sync and async calls. A conversation keeps chaining from
+        its own anchors when the store is down, slow, or came back empty.
+        """
+        local = self.local_anchors
+        if isinstance(effect, Evict):
+            if len(self.backlog):
+                self.backlog.evict(effect.scope, effect.response_id)
+                self.stats.backlog_changed(size=len(self.backlog))
+            if local is not None:
+                local.evict(effect.scope, effect.response_id)
+            return answer
+        backlog = self.backlog if local is None else None  # else the local anchors hold it
+        if (local is None or not len(local)) and (backlog is None or not len(backlog)):
+            return answer
+        if isinstance(effect, Find):
+            if local is not None:
+                hits = local.find(effect.scope, effect.views)
+            else:
+                assert backlog is not None
+                hits = backlog.find(effect.scope, effect.views, self.clock())
+            if not hits:
+                return answer
+            return hits if isinstance(answer, Unavailable) else {**hits, **answer}
+        if isinstance(answer, Anchor):
+            return answer
+        if local is not None:
+            hit = local.get(effect.scope, effect.response_id)
+        else:
+            assert backlog is not None
+            hit = backlog.get(effect.scope, effect.response_id, self.clock())
+        return hit if hit is not None else answer
 
     def _note(self, state: _CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
@@ -487,8 +573,11 @@ class Tracker:
             properties=ticket.properties,
             scope=ticket.scope,
             mac_key=mac_key(self.store.secret_key),
+            parent=ticket.parent,
         )
         self._pending.append((ticket.scope, anchor))
+        if self.local_anchors is not None:
+            self.local_anchors.put(ticket.scope, anchor)
         if ticket.hashes is not None:
             self.recent.add([*ticket.hashes, *hashes])
         get_logger().debug(
@@ -506,34 +595,121 @@ class Tracker:
         self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
         get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
 
+    # -- writing anchors: at most one deadline after a response ---------------
+
     def _flush(self) -> None:
-        """Write queued anchors to the store (sync)."""
-        pending, guard, store = self._pending, self._guard, self.store
+        """
+        Write queued anchors to the store (sync), then some of the backlog.
+
+        Takes at most the store timeout in all: what does not fit, or what
+        the store refuses, waits in the backlog.
+        """
+        pending, backlog = self._pending, self.backlog
+        if not pending and not len(backlog):
+            return
+        guard, store = self._guard, self.store
+        inline = _never_blocks(store)
+        ends = time.monotonic() + guard.timeout
         while pending:
             try:
                 scope, anchor = pending.popleft()
             except IndexError:
-                return
-            written = guard.run("put", lambda: store.put(scope, anchor))  # noqa: B023 - called at once
-            self._written(written)
+                break
+            budget = ends - time.monotonic()
+            written = budget > 0 and not isinstance(
+                guard.run("put", lambda: store.put(scope, anchor), inline=inline, budget=budget),  # noqa: B023
+                Unavailable,
+            )
+            if written:
+                self.stats.recorded_response()
+            else:
+                self._queue(scope, anchor)
+        if not len(backlog) or guard.breaker.state is not State.CLOSED:
+            return
+        batch, expired = backlog.take(_FLUSH_BATCH, self.clock())
+        done = 0
+        for scope, anchor in batch:
+            budget = ends - time.monotonic()
+            if budget <= 0 or isinstance(
+                guard.run("put", lambda: store.put(scope, anchor), inline=inline, budget=budget),  # noqa: B023
+                Unavailable,
+            ):
+                break
+            done += 1
+        self._drained(batch, done, expired)
 
     async def _aflush(self) -> None:
-        """Write queued anchors to the store (async)."""
-        pending, guard, store = self._pending, self._guard, self.store
+        """Write queued anchors to the store (async): the twin of `_flush`."""
+        pending, backlog = self._pending, self.backlog
+        if not pending and not len(backlog):
+            return
+        guard, store = self._guard, self.store
+        ends = time.monotonic() + guard.timeout
         while pending:
             try:
                 scope, anchor = pending.popleft()
             except IndexError:
-                return
-            written = await guard.arun("put", lambda: store.aput(scope, anchor))  # noqa: B023 - awaited at once
-            self._written(written)
+                break
+            budget = ends - time.monotonic()
+            written = budget > 0 and not isinstance(
+                await guard.arun("put", lambda: store.aput(scope, anchor), budget=budget),  # noqa: B023
+                Unavailable,
+            )
+            if written:
+                self.stats.recorded_response()
+            else:
+                self._queue(scope, anchor)
+        if not len(backlog) or guard.breaker.state is not State.CLOSED:
+            return
+        batch, expired = backlog.take(_FLUSH_BATCH, self.clock())
+        done = 0
+        for scope, anchor in batch:
+            budget = ends - time.monotonic()
+            if budget <= 0 or isinstance(
+                await guard.arun("put", lambda: store.aput(scope, anchor), budget=budget),  # noqa: B023
+                Unavailable,
+            ):
+                break
+            done += 1
+        self._drained(batch, done, expired)
 
-    def _written(self, result: object) -> None:
-        """Count one anchor write: recorded, or not recorded because the store was unavailable."""
-        if isinstance(result, Unavailable):
-            self.stats.skipped_response(Reason.STORE_UNAVAILABLE.value)
-        else:
+    def _queue(self, scope: str, anchor: Anchor) -> None:
+        """Keep an anchor the store did not take in time in the backlog."""
+        queued, overflowed = self.backlog.add(scope, anchor, self.clock())
+        dropped = {"overflow": overflowed, "expired": 0 if queued or overflowed else 1}
+        self._count_backlog(queued=int(queued), dropped=dropped)
+
+    def _drained(self, batch: list[tuple[str, Anchor]], done: int, expired: int) -> None:
+        """Account for one backlog batch: *done* written, the rest back in the backlog."""
+        now = self.clock()
+        for scope, anchor in batch[done:]:
+            self.backlog.add(scope, anchor, now)
+        self._count_backlog(written=done, dropped={"expired": expired})
+        if not len(self.backlog):
+            with self._lock:
+                (written, dropped), self._cycle = self._cycle, [0, 0]
+            if written or dropped:
+                get_logger().info("anchortrack.backlog_flushed", written=written, dropped=dropped)
+
+    def _count_backlog(self, *, queued: int = 0, written: int = 0, dropped: dict[str, int]) -> None:
+        """
+        Count backlog traffic. A response counts as recorded once its anchor
+        is written (at once, or later from the backlog), and as not recorded
+        (``store_unavailable``) if its anchor is dropped from the backlog.
+        """
+        lost = sum(dropped.values())
+        for _ in range(written):
             self.stats.recorded_response()
+        for _ in range(lost):
+            self.stats.skipped_response(Reason.STORE_UNAVAILABLE.value)
+        with self._lock:
+            first_loss = lost > 0 and self._cycle[1] == 0
+            self._cycle[0] += written
+            self._cycle[1] += lost
+        self.stats.backlog_changed(size=len(self.backlog), queued=queued, written=written, dropped=dropped)
+        if first_loss:
+            reason = "overflow" if dropped.get("overflow") else "expired"
+            get_logger().warning("anchortrack.backlog_dropped", reason=reason, limit=self.backlog.limit)
 
     # -- the WebSocket transport (``client.responses.connect()``) -------------
     #
@@ -852,3 +1028,19 @@ def _resent(state: _CallState, sent: SocketPlan) -> SocketPlan:
     return attrs.evolve(
         sent, body=send.body, ticket=send.ticket, anchor=None, local=False, retried=True, unsettled=False
     )
+
+
+def _recoverable(error: BaseException, anchor_id: str) -> bool:
+    """
+    Whether the flow recovers from a chained stream's first-event *error*.
+
+    A stale-anchor or ZDR refusal inside the stream is raised into the flow,
+    which evicts and resends, like an HTTP refusal; any other error stays the
+    caller's, in its stream.
+    """
+    return classify(error, anchor_id) is not Failure.OTHER
+
+
+def _never_blocks(store: object) -> bool:
+    """Whether *store* declares that its sync methods never block (run them inline)."""
+    return getattr(store, "never_blocks", False) is True

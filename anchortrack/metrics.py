@@ -31,7 +31,12 @@ from typing import Any
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry
-    from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+    from prometheus_client.metrics_core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
     from prometheus_client.registry import Collector
 except ModuleNotFoundError as _error:  # pragma: no cover - exercised in a subprocess
     if _error.name is None or _error.name.split(".")[0] != "prometheus_client":
@@ -164,6 +169,32 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
         "anchortrack_anchors_rejected",
         "Anchors read from the store whose MAC did not verify (secret key set), treated as absent.",
         value=snap["anchors_rejected"],
+    )
+    yield _by_label(
+        "anchortrack_store_stalls",
+        "Store operations retried because the caller's event loop was blocked, by operation.",
+        "operation",
+        snap["store_stalls"],
+    )
+    backlog = snap["backlog"]
+    yield CounterMetricFamily(
+        "anchortrack_backlog_queued",
+        "Anchor writes the store did not take in time, queued in the backlog.",
+        value=backlog["queued"],
+    )
+    yield CounterMetricFamily(
+        "anchortrack_backlog_written",
+        "Anchor writes written from the backlog once the store answered again.",
+        value=backlog["written"],
+    )
+    yield _by_label(
+        "anchortrack_backlog_dropped",
+        "Anchor writes dropped from the backlog, by reason (overflow, expired).",
+        "reason",
+        backlog["dropped"],
+    )
+    yield GaugeMetricFamily(
+        "anchortrack_backlog_anchors", "Anchor writes waiting in the backlog now.", value=backlog["size"]
     )
     yield _by_label(
         "anchortrack_request_items",

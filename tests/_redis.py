@@ -5,6 +5,7 @@ A real ``redis-server`` on a loopback port, for tests and benchmarks.
     store = RedisStore.from_url(server.url)
     server.stop()                       # the store now fails fast
     server.start()                      # same port, empty data
+    server.pause(); server.resume()     # SIGSTOP / SIGCONT: a hung server
     server.stop()
 
 Needs ``redis-server`` on PATH (Debian: ``apt-get install redis-server``).
@@ -14,6 +15,7 @@ Depends on the standard library only.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -109,6 +111,7 @@ class RedisServer:
         """Stop the server (SIGTERM, then SIGKILL), wait for it, delete its directory."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a paused server would not see SIGTERM
             process.terminate()
             try:
                 process.wait(timeout=5)
@@ -127,6 +130,16 @@ class RedisServer:
     def close(self) -> None:
         """Stop the server; the same as `stop`, for ``contextlib.closing``."""
         self.stop()
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): connections stay open, nothing answers."""
+        assert self._process is not None, "the server is not running"
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused server run again (SIGCONT)."""
+        assert self._process is not None, "the server is not running"
+        self._process.send_signal(signal.SIGCONT)
 
     def ping(self) -> bool:
         """Whether the server answers PING now."""

@@ -18,6 +18,7 @@ Every response carries an ``x-request-id`` header, like OpenAI's.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -34,7 +35,7 @@ from anchortrack.server._errors import APIError
 from anchortrack.server._events import encode_sse, stream_events
 from anchortrack.server._relay import respond_with_backend
 from anchortrack.server._request import decode_json
-from anchortrack.server._state import PendingResponse, ServerState
+from anchortrack.server._state import PendingResponse, ServerState, stale_in_stream_event
 
 
 logger = logging.getLogger("anchortrack.server")
@@ -111,6 +112,10 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
               saw: ``{"object": "list", "data": [items]}`` or 404.
             * ``POST /_test/zdr`` with ``{"enabled": bool}`` / ``GET /_test/zdr``
               — turn the zero-data-retention refusal on or off; ``{"enabled"}``.
+            * ``POST /_test/stale_in_stream`` with ``{"enabled": bool}`` /
+              ``GET /_test/stale_in_stream`` — refuse a stale
+              ``previous_response_id`` inside the stream, as llama-stack does
+              (HTTP 200, then ``{"error": {…, "code": "404"}}``); ``{"enabled"}``.
             * ``GET /_test/requests`` — every ``POST /v1/responses`` body
               received: ``{"object": "list", "data": [...]}``;
               ``DELETE /_test/requests`` forgets them.
@@ -129,7 +134,19 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
         server_state.record_request(body)
         if server_state.backend is not None:  # an upstream provider answers instead
             return await respond_with_backend(server_state, server_state.backend, body)
-        pending = server_state.prepare(body)
+        try:
+            pending = server_state.prepare(body)
+        except APIError as error:
+            if (
+                server_state.stale_in_stream
+                and error.code == "previous_response_not_found"
+                and isinstance(body, dict)
+                and body.get("stream") is True
+            ):
+                event = stale_in_stream_event(str(body.get("previous_response_id")))
+                data = f"data: {json.dumps(event)}\n\n".encode()  # no "event:" line, like llama-stack
+                return Response(data, media_type="text/event-stream", headers=_SSE_HEADERS)
+            raise
         if pending.request.stream:
             server_state.save_in_progress(pending)
             return StreamingResponse(
@@ -270,6 +287,15 @@ def _test_routes(state: ServerState) -> list[Route]:
             state.zdr = enabled
         return JSONResponse({"enabled": state.zdr})
 
+    async def stale_in_stream(request: Request) -> Response:
+        if request.method == "POST":
+            body = decode_json(await request.body())
+            enabled = body.get("enabled") if isinstance(body, dict) else None
+            if not isinstance(enabled, bool):
+                raise _errors.invalid_type("enabled", "a boolean", enabled)
+            state.stale_in_stream = enabled
+        return JSONResponse({"enabled": state.stale_in_stream})
+
     async def requests(request: Request) -> Response:
         if request.method == "DELETE":
             state.reset_requests()
@@ -280,5 +306,6 @@ def _test_routes(state: ServerState) -> list[Route]:
         Route("/_test/responses/{response_id}", drop, methods=["DELETE"]),
         Route("/_test/responses/{response_id}/context", context, methods=["GET"]),
         Route("/_test/zdr", zdr, methods=["GET", "POST"]),
+        Route("/_test/stale_in_stream", stale_in_stream, methods=["GET", "POST"]),
         Route("/_test/requests", requests, methods=["GET", "DELETE"]),
     ]

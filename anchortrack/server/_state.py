@@ -210,6 +210,11 @@ class ServerState:
         store: The response store.
         zdr: When true, every request carrying ``previous_response_id`` gets
             OpenAI's zero-data-retention error.
+        stale_in_stream: When true, a streamed request whose
+            ``previous_response_id`` is not found is refused the way
+            llama-stack refuses it: HTTP 200, then one event
+            ``{"error": {"message": "Response '…' not found. …", "code": "404"}}``
+            (the HTTP shell does it; see `stale_in_stream_event`).
     """
 
     def __init__(
@@ -232,6 +237,7 @@ class ServerState:
         self.model: Model = model or ScriptedModel()
         self.backend = backend
         self.zdr = False
+        self.stale_in_stream = False
         self.record_contexts = record_contexts
         self._lock = threading.Lock()
         self._requests: list[Any] = []
@@ -541,3 +547,11 @@ def _listed(response_id: str, items: list[Item]) -> list[Item]:
         digest = hashlib.sha256(f"{response_id}:{index}".encode()).hexdigest()[:48]
         listed.append({"id": f"{prefix}_{digest}", **item})
     return listed
+
+
+def stale_in_stream_event(response_id: str) -> dict[str, Any]:
+    """The first (and only) event llama-stack streams for a ``previous_response_id`` it does not have."""
+    message = (
+        f"Response '{response_id}' not found. Use 'client.responses.list()' to list available Responses."
+    )
+    return {"error": {"message": message, "code": "404"}}

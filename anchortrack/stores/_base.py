@@ -52,6 +52,13 @@ class Anchor:
         mac: With a secret key, a MAC over the scope, view, response id,
             count, expiry and properties (see `anchortrack._seal`); a store
             keeps it as given and the tracker checks it on every read.
+        parent: The response id this response was chained from
+            (``previous_response_id``), or None when it was sent in full.
+            The server resolves a response through its parent, so when the
+            server has lost a response it has lost every response chained
+            through it: `AnchorStore.evict` forgets those descendants too.
+            (Not covered by the MAC: a forged parent can only make an
+            eviction forget more, which costs full requests, never a wrong one.)
     """
 
     view: bytes
@@ -61,6 +68,7 @@ class Anchor:
     expires_at: float
     properties: bytes = b""
     mac: bytes | None = None
+    parent: str | None = None
 
     def is_live(self, now: float) -> bool:
         """Whether the anchor may still be used at *now*."""
@@ -101,9 +109,12 @@ class AnchorStore(Protocol):
 
     def evict(self, scope: str, response_id: str) -> None:
         """
-        Forget *response_id* and the view it was recorded under.
+        Forget *response_id*, the view it was recorded under, and its descendants.
 
-        The view entry is kept if it now names another response.
+        The descendants are the anchors recorded with *response_id* as their
+        `Anchor.parent`, their own descendants, and so on: the server
+        resolves them through *response_id*, so they are dead too.
+        A view entry is kept if it now names another response.
         """
         ...
 

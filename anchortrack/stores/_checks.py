@@ -57,6 +57,8 @@ def check_anchor(anchor: Anchor) -> Anchor:
         raise ValueError(f"anchor.response_id must be a non-empty str: {anchor.response_id!r}")
     if not 0 <= anchor.count < 2**32:
         raise ValueError(f"anchor.count out of range: {anchor.count!r}")
+    if anchor.parent is not None and not _filled(anchor.parent, str):
+        raise ValueError(f"anchor.parent must be None or a non-empty str: {anchor.parent!r}")
     if not (math.isfinite(anchor.created_at) and math.isfinite(anchor.expires_at)):
         raise ValueError(f"anchor times must be finite: {anchor!r}")
     properties: object = anchor.properties

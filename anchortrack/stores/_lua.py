@@ -3,7 +3,10 @@ Lua scripts that give `RedisStore` one round trip per record, lookup by id
 and eviction, atomically.
 
 Values are those of `_redis_format.encode_value`
-(``2|count|created|expires|properties|mac|id``), reverse keys hold the view in hex.
+(``2|count|created|expires|properties|mac|id``, or with a parent
+``3|count|created|expires|properties|mac|n|<parent><id>``), reverse keys hold
+the view in hex, children keys are sets of the response ids chained from a
+response.
 The scripts build the other entry's key from a prefix argument; every key of
 a scope shares one hash tag, so that stays on one Redis Cluster slot.
 """
@@ -14,16 +17,21 @@ from __future__ import annotations
 _RID_OF = """
 local function rid_of(v)
   if not v then return nil end
-  return string.match(v, '^2|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(.*)$')
+  local rid = string.match(v, '^2|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(.*)$')
+  if rid then return rid end
+  local n, rest = string.match(v, '^3|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
+  if n then return string.sub(rest, tonumber(n) + 1) end
+  return nil
 end
 """
 
 #: KEYS: view key, reverse key.
 #: ARGV: value, view hex, PXAT milliseconds, response id, view key prefix,
-#: reverse key prefix.
+#: reverse key prefix, parent response id (or ""), children key prefix.
 #: Drops the reverse entry of the response the view used to name, and the
 #: view entry the response id used to be recorded under, then writes both
-#: keys with the same absolute expiry.
+#: keys with the same absolute expiry, and adds the response to its parent's
+#: children (a set that lives as long as its longest-lived member).
 PUT = (
     _RID_OF
     + """
@@ -39,6 +47,14 @@ if prev and prev ~= ARGV[2] then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[3])
 redis.call('SET', KEYS[2], ARGV[2], 'PXAT', ARGV[3])
+if ARGV[7] ~= '' then
+  local ckey = ARGV[8] .. ARGV[7]
+  redis.call('SADD', ckey, ARGV[4])
+  local left = redis.call('PTTL', ckey)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if left < 0 or now + left < tonumber(ARGV[3]) then redis.call('PEXPIREAT', ckey, ARGV[3]) end
+end
 return 1
 """
 )
@@ -53,20 +69,41 @@ if not v then return false end
 return {view, v}
 """
 
-#: KEYS: reverse key. ARGV: view key prefix, response id.
-#: Deletes the reverse entry, and the view entry only if it still names the
-#: response id. Returns how many keys it deleted.
+#: Most responses one eviction forgets (a bound on the script's run time).
+MAX_EVICTED = 10_000
+
+#: KEYS: reverse key. ARGV: view key prefix, response id, reverse key prefix,
+#: children key prefix.
+#: Forgets the response and, breadth first, every response recorded as
+#: chained from it: deletes each one's reverse entry, its view entry only if
+#: that still names it, and its children set.
+#: Returns how many responses it forgot.
 EVICT = (
     _RID_OF
     + """
-local view = redis.call('GET', KEYS[1])
-if not view then return 0 end
-redis.call('DEL', KEYS[1])
-local vkey = ARGV[1] .. view
-if rid_of(redis.call('GET', vkey)) == ARGV[2] then
-  redis.call('DEL', vkey)
-  return 2
+local queue, seen, i, forgot = {ARGV[2]}, {[ARGV[2]] = true}, 1, 0
+while i <= #queue and i <= """
+    + str(MAX_EVICTED)
+    + """ do
+  local rid = queue[i]
+  i = i + 1
+  local rkey = ARGV[3] .. rid
+  local view = redis.call('GET', rkey)
+  if view then
+    redis.call('DEL', rkey)
+    forgot = forgot + 1
+    local vkey = ARGV[1] .. view
+    if rid_of(redis.call('GET', vkey)) == rid then redis.call('DEL', vkey) end
+  end
+  local ckey = ARGV[4] .. rid
+  for _, child in ipairs(redis.call('SMEMBERS', ckey)) do
+    if not seen[child] then
+      seen[child] = true
+      queue[#queue + 1] = child
+    end
+  end
+  redis.call('DEL', ckey)
 end
-return 1
+return forgot
 """
 )

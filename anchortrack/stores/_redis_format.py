@@ -2,7 +2,8 @@
 The Redis store's data format: the value of a view key and the key names.
 
 `encode_value` writes what the Lua scripts in `anchortrack.stores._lua`
-parse (``2|count|created_at|expires_at|properties|mac|response_id``);
+parse (``2|count|created_at|expires_at|properties|mac|response_id``, or with a
+parent ``3|count|created_at|expires_at|properties|mac|n|<parent><response_id>``);
 `KeySchema` names the keys they touch.
 Pure: nothing here does I/O, so the sync and async halves of `RedisStore`
 share it.
@@ -21,6 +22,8 @@ from ._checks import FORBIDDEN_KEY_CHARS, check_scope
 #: Version 2 added the properties digest and the MAC; version 1 values (which
 #: lack them) are treated as absent.
 VALUE_VERSION = "2"
+#: Version tag of a value with a parent (`Anchor.parent`).
+PARENT_VALUE_VERSION = "3"
 
 
 def encode_value(anchor: Anchor) -> str:
@@ -31,13 +34,17 @@ def encode_value(anchor: Anchor) -> str:
     a version tag, the count in decimal, both times as the shortest ``repr``
     that round-trips, the properties digest and the MAC in hex (empty when
     there is none), and the response id last so it may hold any character.
+    With a parent the format is
+    ``3|count|created_at|expires_at|properties|mac|n|<parent><response_id>``,
+    where *n* is the parent's length in UTF-8 bytes.
     It is ASCII for ASCII ids, so it survives clients that decode responses.
     """
     mac = anchor.mac.hex() if anchor.mac is not None else ""
-    return (
-        f"{VALUE_VERSION}|{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}"
-        f"|{anchor.properties.hex()}|{mac}|{anchor.response_id}"
-    )
+    head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.properties.hex()}|{mac}"
+    if anchor.parent is None:
+        return f"{VALUE_VERSION}|{head}|{anchor.response_id}"
+    size = len(anchor.parent.encode())
+    return f"{PARENT_VALUE_VERSION}|{head}|{size}|{anchor.parent}{anchor.response_id}"
 
 
 def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
@@ -47,19 +54,24 @@ def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
     Values of another version (written by an older or newer anchortrack) are
     treated as absent rather than guessed at.
     """
+    data = raw.encode() if isinstance(raw, str) else raw
+    parts = data.split(b"|", 7)
+    parent: str | None = None
     try:
-        text = raw.decode() if isinstance(raw, bytes) else raw
-    except UnicodeDecodeError:
-        return None
-    parts = text.split("|", 6)
-    if len(parts) != 7 or parts[0] != VALUE_VERSION:
-        return None
-    try:
+        if parts[0] == VALUE_VERSION.encode() and len(parts) >= 7:
+            response_id = b"|".join(parts[6:]).decode()
+        elif parts[0] == PARENT_VALUE_VERSION.encode() and len(parts) == 8:
+            size = int(parts[6])
+            if not 0 < size < len(parts[7]):
+                return None
+            parent, response_id = parts[7][:size].decode(), parts[7][size:].decode()
+        else:
+            return None
         count, created_at, expires_at = int(parts[1]), float(parts[2]), float(parts[3])
-        properties, mac = bytes.fromhex(parts[4]), bytes.fromhex(parts[5])
-    except ValueError:
+        properties, mac = bytes.fromhex(parts[4].decode()), bytes.fromhex(parts[5].decode())
+    except (ValueError, UnicodeDecodeError):
         return None
-    return Anchor(view, parts[6], count, created_at, expires_at, properties, mac or None)
+    return Anchor(view, response_id, count, created_at, expires_at, properties, mac or None, parent)
 
 
 def expiry_ms(anchor: Anchor) -> int:
@@ -76,8 +88,10 @@ class KeySchema:
     """
     Key names for key-value backends (Redis).
 
-    ``{prefix}:{{{scope}}}:v:{view hex}`` holds the encoded anchor, and
-    ``{prefix}:{{{scope}}}:r:{response id}`` holds the view in hex.
+    ``{prefix}:{{{scope}}}:v:{view hex}`` holds the encoded anchor,
+    ``{prefix}:{{{scope}}}:r:{response id}`` holds the view in hex, and
+    ``{prefix}:{{{scope}}}:c:{response id}`` is the set of the response ids
+    recorded as chained from that response.
     The scope is the tracker's scope key: a digest, keyed by the secret key
     when there is one, so key names tell a reader without the key nothing
     about which base URL, organization, project, namespace or API key they
@@ -111,3 +125,7 @@ class KeySchema:
     def response_key(self, scope: str, response_id: str) -> str:
         """Return the reverse key of *response_id* in *scope*."""
         return self.response_prefix(scope) + response_id
+
+    def children_prefix(self, scope: str) -> str:
+        """Return the start of children keys of *scope* (a parent's response id follows)."""
+        return self.base(scope) + "c:"

@@ -42,6 +42,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE anchors ADD COLUMN mac BLOB;
     DELETE FROM anchors
     """,
+    # 2 -> 3: each anchor's parent (the response it was chained from), so
+    # that evicting a dead response evicts its descendants.
+    """
+    ALTER TABLE anchors ADD COLUMN parent TEXT;
+    CREATE INDEX anchors_by_parent ON anchors (scope, parent) WHERE parent IS NOT NULL
+    """,
 )
 
 

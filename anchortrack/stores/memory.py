@@ -6,14 +6,18 @@ Layout, chosen to keep an anchor near 200 bytes (see `MemoryStore`; an
 
 * per scope, one ``dict`` from view to a packed *record*
   (``slot, count, created_at, expires_at``, the lengths of the properties
-  digest and the MAC, those two, then the response id in UTF-8);
-* per *slot* (a small integer naming one anchor): its view, its scope id and
-  its neighbours in an LRU ring, in a list and three typed arrays;
+  digest, the MAC and the parent's response id, the first two, then the
+  response id and the parent's in UTF-8);
+* per *slot* (a small integer naming one anchor): its view, its scope id,
+  its neighbours in an LRU ring, and its first child and next sibling (the
+  anchors recorded as chained from it), in a list and five typed arrays;
 * a reverse index from ``(scope, response id)`` to slot: an open-addressing
   table of slot numbers (4 bytes a cell) rather than a second ``dict``.
 
 Lookups by view are one ``dict`` probe each; lookups by response id are a
 short linear probe.
+An anchor is linked to its parent when the parent is held at the time it is
+recorded, so `MemoryStore.evict` reaches every held descendant.
 Expired anchors are dropped when met, and an incremental sweep looks at two
 slots per write, so storage follows the TTL without a background thread.
 """
@@ -30,11 +34,13 @@ from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
-_RECORD = struct.Struct("<IIddBB")  # slot, count, created_at, expires_at, len(properties), len(mac)
+# slot, count, created_at, expires_at, len(properties), len(mac), len(parent)
+_RECORD = struct.Struct("<IIddBBH")
 _HEAD = _RECORD.size
 _EXPIRES = struct.Struct("<d")
 _EXPIRES_AT = 16
-_PROPERTIES_LEN, _MAC_LEN = _HEAD - 2, _HEAD - 1
+_PROPERTIES_LEN, _MAC_LEN, _PARENT_LEN = 24, 25, 26
+_MAX_PARENT = 0xFFFF  # longer parent ids are not kept (no descendant eviction through them)
 _EMPTY, _TOMBSTONE = 0, -1
 _SWEEP_PER_WRITE = 2
 
@@ -63,10 +69,13 @@ class MemoryStore:
     ``benchmarks/bench_stores.py``; 197-222 depending on how full the hash
     tables are), so the default bound costs about 22 MB.
     Longer response ids cost their extra length, and a properties digest
-    (requests with tools, …) and a MAC (a secret key) 16 bytes each.
+    (requests with tools, …) and a MAC (a secret key) 16 bytes each; an
+    anchor chained from another also holds its parent's id.
 
     Every method takes one lock for a few microseconds and never blocks on
-    I/O, so the async methods run inline on the event loop.
+    I/O, so the async methods run inline on the event loop, and the tracker
+    calls the sync ones inline too (``never_blocks``), without a deadline
+    thread.
 
     Args:
         max_anchors: How many anchors to keep; beyond it the least recently
@@ -77,6 +86,9 @@ class MemoryStore:
             ``ANCHORTRACK_SECRET_KEY`` environment variable).
         clock: Returns the current Unix time; injectable for tests.
     """
+
+    #: The tracker calls this store's sync methods inline (no I/O, no deadline thread).
+    never_blocks = True
 
     def __init__(
         self,
@@ -102,6 +114,8 @@ class MemoryStore:
         self._sids = array("I", [0])
         self._prev = array("i", [0])
         self._next = array("i", [0])
+        self._down = array("i", [0])  # first child slot
+        self._side = array("i", [0])  # next sibling slot
         self._free: list[int] = []
         self._rids = array("i", bytes(4 * 8))
         self._rids_used = 0  # cells holding a slot or a tombstone
@@ -129,7 +143,7 @@ class MemoryStore:
                     rec = table.get(view)
                     if rec is None:
                         continue
-                    slot, _, _, expires_at, _, _ = unpack(rec)
+                    slot, _, _, expires_at, _, _, _ = unpack(rec)
                     if expires_at <= now:
                         self._drop(slot)
                         continue
@@ -183,14 +197,15 @@ class MemoryStore:
                 self._collect_scopes()
 
     def evict(self, scope: str, response_id: str) -> None:
-        """Forget *response_id* and the view it was recorded under, if any."""
+        """Forget *response_id*, the view it was recorded under, and its held descendants."""
         check_scope(scope)
         rid = check_response_id(response_id).encode()
         with self._lock:
             sc = self._scopes.get(scope)
             slot = self._probe(sc.id, rid)[1] if sc is not None else 0
             if slot:
-                self._drop(slot)
+                for dead in self._descendants(slot):
+                    self._drop(dead)
                 self._collect_scopes()
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
@@ -227,23 +242,29 @@ class MemoryStore:
             if at_view:
                 self._drop(at_view)
             return
+        parent = _parent_bytes(anchor)
         if at_view:
             assert rec is not None
-            moved = _rid(rec) != rid
+            old_rid = _rid(rec)
+            moved = old_rid != rid
+            self._unlink_parent(sc, rec, at_view)
             if moved:
-                self._unindex_rid(sc.id, _rid(rec), at_view)
-            sc.views[view] = _record(at_view, anchor, rid)  # before a rehash reads it
+                self._orphan_children(at_view)
+                self._unindex_rid(sc.id, old_rid, at_view)
+            sc.views[view] = _record(at_view, anchor, rid, parent)  # before a rehash reads it
             if moved:
                 self._index_rid(sc.id, rid, at_view)
+            self._link_parent(sc, parent, at_view)
             self._touch(at_view)
             return
         slot = self._allocate()
         self._keys[slot] = view
         self._sids[slot] = sc.id
-        sc.views[view] = _record(slot, anchor, rid)
+        sc.views[view] = _record(slot, anchor, rid, parent)
         self._live += 1
         self._link_front(slot)
         self._index_rid(sc.id, rid, slot)
+        self._link_parent(sc, parent, slot)
 
     def _scope(self, name: str) -> _Scope:
         sc = self._scopes.get(name)
@@ -269,6 +290,8 @@ class MemoryStore:
                 self._sids.append(0)
                 self._prev.append(0)
                 self._next.append(0)
+                self._down.append(0)
+                self._side.append(0)
                 return len(self._keys) - 1
             self._drop(self._prev[0])  # the least recently used anchor
         return self._free.pop()
@@ -279,6 +302,8 @@ class MemoryStore:
         assert view is not None
         sc = self._scope_ids[self._sids[slot]]
         rec = sc.views[view]
+        self._unlink_parent(sc, rec, slot)
+        self._orphan_children(slot)
         self._unindex_rid(sc.id, _rid(rec), slot)
         del sc.views[view]
         if not sc.views:
@@ -287,6 +312,53 @@ class MemoryStore:
         self._unlink(slot)
         self._free.append(slot)
         self._live -= 1
+
+    # -- parent links: first child and next sibling per slot -----------------
+
+    def _link_parent(self, sc: _Scope, parent: bytes, slot: int) -> None:
+        """Make *slot* a child of the slot holding *parent*, if that is held."""
+        if not parent:
+            return
+        up = self._probe(sc.id, parent)[1]
+        if up and up != slot:
+            self._side[slot] = self._down[up]
+            self._down[up] = slot
+
+    def _unlink_parent(self, sc: _Scope, rec: bytes, slot: int) -> None:
+        """Take *slot* out of its parent's children, if it is among them."""
+        parent = _parent(rec)
+        up = self._probe(sc.id, parent)[1] if parent else 0
+        if up:
+            down, side = self._down, self._side
+            if down[up] == slot:
+                down[up] = side[slot]
+            else:
+                child = down[up]
+                while child and side[child] != slot:
+                    child = side[child]
+                if child:
+                    side[child] = side[slot]
+        self._side[slot] = 0
+
+    def _orphan_children(self, slot: int) -> None:
+        """Forget *slot*'s children links (the children stay)."""
+        child, self._down[slot] = self._down[slot], 0
+        while child:
+            child, self._side[child] = self._side[child], 0
+
+    def _descendants(self, slot: int) -> list[int]:
+        """*slot* and every slot linked below it, parents before children."""
+        found, seen, i = [slot], {slot}, 0
+        down, side = self._down, self._side
+        while i < len(found):
+            child = down[found[i]]
+            i += 1
+            while child:
+                if child not in seen:
+                    seen.add(child)
+                    found.append(child)
+                child = side[child]
+        return found
 
     def _touch(self, slot: int) -> None:
         if self._next[0] != slot:
@@ -373,27 +445,46 @@ class MemoryStore:
         self._rids, self._rids_used = table, used
 
 
-def _record(slot: int, anchor: Anchor, rid: bytes) -> bytes:
+def _parent_bytes(anchor: Anchor) -> bytes:
+    parent = anchor.parent.encode() if anchor.parent else b""
+    return parent if len(parent) <= _MAX_PARENT else b""
+
+
+def _record(slot: int, anchor: Anchor, rid: bytes, parent: bytes) -> bytes:
     props, mac = anchor.properties, anchor.mac or b""
-    head = _RECORD.pack(slot, anchor.count, anchor.created_at, anchor.expires_at, len(props), len(mac))
-    return head + props + mac + rid
+    head = _RECORD.pack(
+        slot, anchor.count, anchor.created_at, anchor.expires_at, len(props), len(mac), len(parent)
+    )
+    return head + props + mac + rid + parent
+
+
+def _parent_len(rec: bytes) -> int:
+    return rec[_PARENT_LEN] | rec[_PARENT_LEN + 1] << 8
 
 
 def _rid(rec: bytes) -> bytes:
-    """The response id (UTF-8) at the end of a record."""
-    return rec[_HEAD + rec[_PROPERTIES_LEN] + rec[_MAC_LEN] :]
+    """The response id (UTF-8) in a record."""
+    return rec[_HEAD + rec[_PROPERTIES_LEN] + rec[_MAC_LEN] : len(rec) - _parent_len(rec)]
+
+
+def _parent(rec: bytes) -> bytes:
+    """The parent's response id (UTF-8) at the end of a record (empty when it has none)."""
+    plen = _parent_len(rec)
+    return rec[len(rec) - plen :] if plen else b""
 
 
 def _anchor(view: bytes, rec: bytes) -> Anchor:
-    _, count, created_at, expires_at, plen, mlen = _RECORD.unpack_from(rec)
+    _, count, created_at, expires_at, plen, mlen, parent_len = _RECORD.unpack_from(rec)
     props_end = _HEAD + plen
     mac_end = props_end + mlen
+    rid_end = len(rec) - parent_len
     return Anchor(
         view,
-        rec[mac_end:].decode(),
+        rec[mac_end:rid_end].decode(),
         count,
         created_at,
         expires_at,
         properties=rec[_HEAD:props_end],
         mac=rec[props_end:mac_end] or None,
+        parent=rec[rid_end:].decode() if parent_len else None,
     )

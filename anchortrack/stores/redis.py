@@ -4,9 +4,12 @@
 Key schema (see `KeySchema`), with the scope in a hash tag::
 
     {prefix}:{<scope>}:v:<view hex>    ->  "2|<count>|<created>|<expires>|<properties>|<mac>|<response id>"
+                                           (with a parent: "3|…|<mac>|<n>|<parent id><response id>")
     {prefix}:{<scope>}:r:<response id> ->  "<view hex>"
+    {prefix}:{<scope>}:c:<response id> ->  set of the response ids chained from it
 
-Both keys of an anchor carry the anchor's absolute expiry (``PXAT``).
+Both keys of an anchor carry the anchor's absolute expiry (``PXAT``); a
+children set lives as long as its longest-lived member.
 Round trips: ``find`` is one ``MGET``; ``put``, ``get`` and ``evict`` are
 one ``EVALSHA`` each (see `anchortrack.stores._lua`).
 """
@@ -196,9 +199,9 @@ class RedisStore:
 
     def evict(self, scope: str, response_id: str) -> None:
         """
-        Forget *response_id* (one EVALSHA, atomic).
+        Forget *response_id* and its descendants (one EVALSHA, atomic).
 
-        The view entry goes too, unless it now names another response.
+        Each view entry goes too, unless it now names another response.
         """
         keys, args = self._evict_call(scope, response_id)
         self._sync("evict").evict(keys, args)
@@ -306,6 +309,8 @@ class RedisStore:
             a.response_id,
             schema.view_prefix(scope),
             schema.response_prefix(scope),
+            a.parent or "",
+            schema.children_prefix(scope),
         ]
         return keys, args
 
@@ -314,8 +319,14 @@ class RedisStore:
         return [key], [self.key_schema.view_prefix(scope)]
 
     def _evict_call(self, scope: str, response_id: str) -> _Call:
-        key = self.key_schema.response_key(scope, check_response_id(response_id))
-        return [key], [self.key_schema.view_prefix(scope), response_id]
+        schema = self.key_schema
+        key = schema.response_key(scope, check_response_id(response_id))
+        return [key], [
+            schema.view_prefix(scope),
+            response_id,
+            schema.response_prefix(scope),
+            schema.children_prefix(scope),
+        ]
 
 
 class _SyncSide:

@@ -24,7 +24,7 @@ _T = TypeVar("_T")
 #: Views per ``IN (...)`` list, well under SQLite's variable limit.
 _CHUNK = 500
 
-_COLUMNS = "view, response_id, count, created_at, expires_at, properties, mac"
+_COLUMNS = "view, response_id, count, created_at, expires_at, properties, mac, parent"
 _GET = (
     f"SELECT {_COLUMNS} FROM anchors"  # noqa: S608 - constant column names
     " WHERE scope = ? AND response_id = ? AND expires_at > ?"
@@ -33,12 +33,18 @@ _GET = (
 _DROP_OTHER_VIEWS = "DELETE FROM anchors WHERE scope = ? AND response_id = ? AND view <> ?"
 _UPSERT = (
     f"INSERT INTO anchors (scope, {_COLUMNS})"  # noqa: S608 - constant column names
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (scope, view) DO UPDATE SET response_id = excluded.response_id,"
     " count = excluded.count, created_at = excluded.created_at,"
-    " expires_at = excluded.expires_at, properties = excluded.properties, mac = excluded.mac"
+    " expires_at = excluded.expires_at, properties = excluded.properties, mac = excluded.mac,"
+    " parent = excluded.parent"
 )
-_EVICT = "DELETE FROM anchors WHERE scope = ? AND response_id = ?"
+#: The response and its descendants (UNION, not UNION ALL: a cycle ends).
+_EVICT = (
+    "WITH RECURSIVE dead (id) AS (SELECT ?1"
+    " UNION SELECT a.response_id FROM anchors a JOIN dead ON a.scope = ?2 AND a.parent = dead.id)"
+    " DELETE FROM anchors WHERE scope = ?2 AND response_id IN (SELECT id FROM dead)"
+)
 _SWEEP = "DELETE FROM anchors WHERE expires_at <= ?"
 
 
@@ -155,7 +161,17 @@ class SQLiteStore:
                 conn.execute(_DROP_OTHER_VIEWS, (scope, a.response_id, a.view))
                 conn.execute(
                     _UPSERT,
-                    (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac),
+                    (
+                        scope,
+                        a.view,
+                        a.response_id,
+                        a.count,
+                        a.created_at,
+                        a.expires_at,
+                        a.properties,
+                        a.mac,
+                        a.parent,
+                    ),
                 )
                 sweep = self._writes_to_sweep <= 0
                 if sweep:
@@ -170,10 +186,10 @@ class SQLiteStore:
         self._run(run)
 
     def evict(self, scope: str, response_id: str) -> None:
-        """Forget *response_id* and the view it was recorded under, if any."""
+        """Forget *response_id*, the view it was recorded under, and its descendants (one statement)."""
         check_scope(scope)
         check_response_id(response_id)
-        self._run(lambda conn: conn.execute(_EVICT, (scope, response_id)).close())
+        self._run(lambda conn: conn.execute(_EVICT, (response_id, scope)).close())
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Async twin of `find`, run in a worker thread."""
@@ -234,7 +250,7 @@ class SQLiteStore:
 
 def _anchor(row: Sequence[object]) -> Anchor | None:
     """The anchor in a row, or None when another writer left a row of other types."""
-    view, response_id, count, created_at, expires_at, properties, mac = row
+    view, response_id, count, created_at, expires_at, properties, mac, parent = row
     if not (
         isinstance(view, bytes)
         and isinstance(response_id, str)
@@ -243,6 +259,7 @@ def _anchor(row: Sequence[object]) -> Anchor | None:
         and isinstance(expires_at, (int, float))
         and isinstance(properties, bytes)
         and (mac is None or isinstance(mac, bytes))
+        and (parent is None or isinstance(parent, str))
     ):
         return None
-    return Anchor(view, response_id, count, float(created_at), float(expires_at), properties, mac)
+    return Anchor(view, response_id, count, float(created_at), float(expires_at), properties, mac, parent)

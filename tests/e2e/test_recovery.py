@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ import anchortrack
 import anchortrack._flow
 from anchortrack.server import ResponsesServer, WireTap
 
-from ..helpers import assert_server_saw, sent
+from ..helpers import assert_server_saw, scope_of, sent, user
 
 
 @pytest.fixture(name="zdr")
@@ -50,7 +51,7 @@ def test_stale_anchor_is_evicted_and_resent_in_full(
     assert "previous_response_id" not in sent(wire)
     assert_server_saw(server, resp.id, history)
     tracker = anchortrack.tracker(client)
-    assert tracker.store.get(anchortrack.Scope(server.base_url).key, anchor_id) is None
+    assert tracker.store.get(scope_of(client).key, anchor_id) is None
     assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
     client.responses.create(
         model="scripted", input=[*history, *resp.output, {"role": "user", "content": "3"}]
@@ -182,3 +183,125 @@ def test_bad_input_gets_the_clients_own_clear_error(
     assert raw_error.value.message == wrapped_error.value.message
     assert wire.bodies[0] == wire.bodies[1]
     wire.bodies.clear()  # the caller's own invalid bodies are not the wrapper's to validate
+
+
+# -- refusals inside a stream (llama-stack's shape) ------------------------------
+
+
+@pytest.fixture(name="stale_in_stream")
+def _stale_in_stream(server: ResponsesServer) -> Iterator[None]:
+    server.state.stale_in_stream = True
+    yield
+    server.state.stale_in_stream = False
+
+
+def _assert_recovered_once(server: ResponsesServer, client: Any, wire: WireTap, before: int, anchor_id: str,
+                           history: list[Any], final: Any) -> None:  # fmt: skip
+    assert 2 == len(wire.bodies) - before
+    assert anchor_id == sent(wire, -2)["previous_response_id"]
+    assert "previous_response_id" not in sent(wire)
+    assert_server_saw(server, final.id, history)
+    tracker = anchortrack.tracker(client)
+    assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
+    assert {} == tracker.stats.snapshot()["not_recorded"]  # the refused stream counts nowhere
+    assert tracker.store.get(scope_of(client).key, anchor_id) is None
+    assert tracker.store.get(scope_of(client).key, final.id) is not None
+
+
+@pytest.mark.usefixtures("stale_in_stream")
+@pytest.mark.parametrize("form", ["create", "manager"])
+def test_stale_anchor_refused_inside_the_stream_is_recovered(
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap, form: str
+) -> None:
+    """HTTP 200, then a first event {"error": …} naming the anchor: evicted, resent; the caller sees none."""
+    history, anchor_id = _two_turns(client)
+    server.state.drop(anchor_id)
+    before = len(wire.bodies)
+
+    if form == "create":
+        events = list(client.responses.create(model="scripted", input=history, stream=True))
+        assert "response.created" == events[0].type
+        final = events[-1].response
+    else:
+        with client.responses.stream(model="scripted", input=history) as stream:
+            final = stream.get_final_response()
+
+    _assert_recovered_once(server, client, wire, before, anchor_id, history, final)
+    client.responses.create(model="scripted", input=[*history, *final.output, user("3")])
+    assert final.id == sent(wire)["previous_response_id"]
+
+
+@pytest.mark.usefixtures("stale_in_stream")
+@pytest.mark.parametrize("form", ["create", "manager"])
+async def test_stale_anchor_refused_inside_the_stream_is_recovered_async(
+    server: ResponsesServer, aclient: openai.AsyncOpenAI, wire: WireTap, form: str
+) -> None:
+    """The async twins recover from an in-stream refusal the same way."""
+    history: list[Any] = [user("one")]
+    first = await aclient.responses.create(model="scripted", input=history)
+    history = [*history, *first.output, user("two")]
+    server.state.drop(first.id)
+    before = len(wire.bodies)
+
+    if form == "create":
+        events = [
+            e async for e in await aclient.responses.create(model="scripted", input=history, stream=True)
+        ]
+        assert "response.created" == events[0].type
+        final = events[-1].response
+    else:
+        async with aclient.responses.stream(model="scripted", input=history) as stream:
+            final = await stream.get_final_response()
+
+    _assert_recovered_once(server, aclient, wire, before, first.id, history, final)
+    await aclient.responses.create(model="scripted", input=[*history, *final.output, user("3")])
+    assert final.id == sent(wire)["previous_response_id"]
+
+
+@pytest.mark.usefixtures("stale_in_stream")
+def test_caller_managed_in_stream_refusals_reach_the_caller(client: openai.OpenAI, wire: WireTap) -> None:
+    """A stream the caller chained itself is not peeked: its in-stream refusal is the caller's."""
+    before = len(wire.bodies)
+
+    with pytest.raises(openai.APIError) as caught:
+        list(
+            client.responses.create(
+                model="scripted", input="x", previous_response_id="resp_gone", stream=True
+            )
+        )
+
+    assert 1 == len(wire.bodies) - before
+    assert "404" == caught.value.code
+
+
+# -- one refused request per dead chain ------------------------------------------------
+
+
+def test_a_server_restart_costs_one_refusal_per_chain(raw_client: openai.OpenAI, wire: WireTap) -> None:
+    """
+    A server that lost a whole chain refuses its first anchor; its descendants are evicted with it.
+
+    Five turns are recorded (anchors r1 → r2 → … → r5), the server restarts
+    with an empty store, and calls are made again from turns 2, 4 and 5: the
+    first is refused (r1), which evicts r2 … r5 too, so the next calls chain
+    from the resend's response instead of trying r3 and r4, one refusal each.
+    """
+    with ResponsesServer(store="memory") as first_life:
+        port = first_life.port
+        client = anchortrack.wrap(raw_client.with_options(base_url=first_life.base_url))
+        tracker = anchortrack.tracker(client)
+        histories = [[user("one")]]
+        for n in range(5):
+            reply = client.responses.create(model="scripted", input=histories[-1])
+            histories.append([*histories[-1], *reply.output, user(f"turn {n}")])
+    assert 4 == tracker.stats.count("chained")
+
+    with ResponsesServer(store="memory", port=port) as second_life:
+        before = len(wire.bodies)
+        for history in (histories[1], histories[3], histories[4]):
+            reply = client.responses.create(model="scripted", input=history)
+            assert_server_saw(second_life, reply.id, history)
+
+    assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
+    bodies = [json.loads(body) for body in wire.bodies[before:]]
+    assert [True, False, True, True] == ["previous_response_id" in body for body in bodies]

@@ -24,7 +24,7 @@ from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import RedisStore, SQLiteStore
 
 from .._redis import RedisServer
-from ..helpers import assert_server_saw, sent
+from ..helpers import assert_server_saw, scope_of, sent
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,10 +134,16 @@ def _turn(
     return [*history, *resp.output, {"role": "user", "content": f"after {resp.id}"}], resp.id
 
 
-def test_redis_down_mid_conversation_goes_stateless_then_chaining_resumes(
+def test_redis_down_mid_conversation_keeps_chaining_then_writes_the_backlog(
     server: ResponsesServer, raw_client: openai.OpenAI, redis_server: RedisServer, wire: WireTap
 ) -> None:
-    """I4: stopping Redis never fails a call; one warning per outage; chaining resumes when it returns."""
+    """
+    I4: stopping Redis never fails a call; one warning per outage.
+
+    The calls keep chaining from the tracker's own recent anchors; the
+    responses recorded meanwhile wait in the backlog, and when Redis returns
+    (empty), the backlog is written to it.
+    """
     store = RedisStore.from_url(redis_server.url)
     client = anchortrack.wrap(raw_client, store=store)
     tracker = anchortrack.tracker(client)
@@ -148,14 +154,18 @@ def test_redis_down_mid_conversation_goes_stateless_then_chaining_resumes(
     assert first == sent(wire)["previous_response_id"]
 
     redis_server.stop()
+    ids = []
     with capture_logs() as logs:
         for _ in range(3):
-            history, _ = _turn(client, history)
-            assert "previous_response_id" not in sent(wire)
+            history, response_id = _turn(client, history, server)
+            ids.append(response_id)
+    assert [ids[0], ids[1]] == [sent(wire, -2)["previous_response_id"], sent(wire)["previous_response_id"]]
+    assert "previous_response_id" in sent(wire, -3)
     degraded = [e for e in logs if e["event"] == "anchortrack.store_degraded"]
     assert 1 == len(degraded)
     assert "warning" == degraded[0]["log_level"]
-    assert tracker.stats.count("stateless", "store_unavailable") >= 1
+    assert 0 == tracker.stats.count("stateless", "store_unavailable")
+    assert 3 == len(tracker.backlog)
 
     redis_server.start()
     time.sleep(0.3)
@@ -163,14 +173,28 @@ def test_redis_down_mid_conversation_goes_stateless_then_chaining_resumes(
         history, resumed = _turn(client, history, server)
         history, _ = _turn(client, history, server)
     assert resumed == sent(wire)["previous_response_id"]
-    assert ["anchortrack.store_recovered"] == [e["event"] for e in logs if "store_" in e["event"]]
+    assert ["anchortrack.store_recovered", "anchortrack.backlog_flushed"] == [
+        e["event"] for e in logs if "store_" in e["event"] or "backlog_" in e["event"]
+    ]
+    assert 0 == len(tracker.backlog)
+    assert {"queued": 3, "written": 3, "dropped": {"overflow": 0, "expired": 0}, "size": 0} == (
+        tracker.stats.snapshot()["backlog"]
+    )
+    scope = scope_of(client).key
+    assert all(store.get(scope, response_id) is not None for response_id in ids)
     store.close()
 
 
-def test_locked_sqlite_goes_stateless_with_a_warning(
+def test_locked_sqlite_costs_no_call_and_warns(
     server: ResponsesServer, raw_client: openai.OpenAI, tmp_path: Path, wire: WireTap
 ) -> None:
-    """I4: a SQLite file write-locked by another process costs full requests, never a call."""
+    """
+    I4: a SQLite file write-locked by another process never costs a call.
+
+    Reads still work (WAL), so the anchors whose writes failed are planned
+    from the backlog; the failing writes are one outage with one warning, and
+    the backlog is written once the lock is gone.
+    """
     path = tmp_path / "anchors.db"
     store = SQLiteStore(path)
     store.find("probe", [b"x"])
@@ -182,11 +206,11 @@ def test_locked_sqlite_goes_stateless_with_a_warning(
     locker.execute("BEGIN EXCLUSIVE")
     try:
         with capture_logs() as logs:
+            history, first = _turn(client, history, server)
             history, _ = _turn(client, history, server)
-            history, _ = _turn(client, history, server)
-        assert "previous_response_id" not in sent(wire)
-        assert any(e["event"] == "anchortrack.store_degraded" for e in logs)
-        assert anchortrack.tracker(client).stats.snapshot()["store_errors"]["put"] >= 1
+        assert first == sent(wire)["previous_response_id"]
+        assert 1 == sum(e["event"] == "anchortrack.store_degraded" for e in logs)
+        assert anchortrack.tracker(client).stats.snapshot()["store_errors"]["put"] >= 2
     finally:
         locker.execute("ROLLBACK")
         locker.close()
@@ -194,3 +218,5 @@ def test_locked_sqlite_goes_stateless_with_a_warning(
     history, after = _turn(client, history, server)
     history, _ = _turn(client, history, server)
     assert after == sent(wire)["previous_response_id"]
+    assert 0 == len(anchortrack.tracker(client).backlog)
+    assert store.get(scope_of(client).key, first) is not None

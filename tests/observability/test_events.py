@@ -249,8 +249,12 @@ def test_store_outage_logs_degraded_once_and_recovered(raw_client: openai.OpenAI
         {"event": "anchortrack.store_recovered", "log_level": "warning"},
     ] == [{k: v for k, v in e.items() if k != "outage_seconds"} for e in outage]
     assert outage[1]["outage_seconds"] >= 0.0
-    assert ["store_unavailable", "store_unavailable"] == [
-        e["reason"] for e in _events(logs, "request_stateless")
+    # "two" had only the store to find its anchor in; "three" and "four" chain from "two" and
+    # "three", which waited in the backlog, and the backlog is written once the store answers.
+    assert ["store_unavailable"] == [e["reason"] for e in _events(logs, "request_stateless")]
+    assert 2 == len(_events(logs, "request_chained"))
+    assert [{"event": "anchortrack.backlog_flushed", "log_level": "info", "written": 2, "dropped": 0}] == [
+        e for e in logs if e["event"].startswith("anchortrack.backlog_")
     ]
 
 
@@ -270,6 +274,12 @@ def test_the_guard_measures_an_outage_on_its_clock() -> None:
         guard.run("find", dict)
 
     assert [
+        {
+            "event": "anchortrack.store_suspect",
+            "log_level": "debug",
+            "operation": "find",
+            "error": "ConnectionError",
+        },
         {
             "event": "anchortrack.store_degraded",
             "log_level": "warning",

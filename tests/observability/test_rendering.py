@@ -20,7 +20,8 @@ import pytest
 ROOT = Path(__file__).parents[2]
 SECRET = "my card is 4111 1111 1111 1111"
 
-#: A tracked call with a mistyped ANCHORTRACK_MODE, then one whose store is down.
+#: A tracked call with a mistyped ANCHORTRACK_MODE, then two whose store is down (the first
+#: failure makes it suspect, the second call's probe confirms the outage).
 SCRIPT = f"""
 import logging, os, sys
 
@@ -50,10 +51,11 @@ tracker._call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 del os.environ["ANCHORTRACK_MODE"]
 store.broken = True
 tracker._call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+tracker._call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 """
 
 MODE_INVALID = "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' using='off'"
-STORE_DEGRADED = "anchortrack.store_degraded operation='find' error='ConnectionError' retry_in=5.0"
+STORE_DEGRADED = "anchortrack.store_degraded operation='find' error='ConnectionError' retry_in=1.0"
 
 
 def _stderr(setup: str) -> str:
@@ -111,7 +113,7 @@ def test_structlog_json(event: str) -> None:
         "store_degraded": {
             "operation": "find",
             "error": "ConnectionError",
-            "retry_in": 5.0,
+            "retry_in": 1.0,
             "level": "warning",
         },
     }[event]

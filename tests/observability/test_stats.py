@@ -47,7 +47,7 @@ def test_a_scripted_conversation_counts_each_reason(
     ask(client, [], "five", store=False)  # stateless / no_history, not recorded: store_false
     ask(client, [], "six\n!fail")  # stateless / no_history, not recorded: not_completed
     store.broken = True
-    ask(client, history, "seven")  # stateless / store_unavailable; find and put fail
+    ask(client, history, "seven")  # stateless / store_unavailable; find fails, the write waits
     store.broken = False
     monkeypatch.setenv("ANCHORTRACK_MODE", "off")
     ask(client, history, "eight")  # passthrough / mode_off
@@ -63,9 +63,10 @@ def test_a_scripted_conversation_counts_each_reason(
         _row("off", "passthrough", "mode_off", 1),
     ] == snap["requests"]
     assert {"stale_anchor": 1} == snap["fallbacks"]
-    # seven's anchor was not written: the store failed (also counted in store_errors)
-    assert {"not_completed": 1, "store_false": 1, "store_unavailable": 1} == snap["not_recorded"]
-    assert {"find": 1, "put": 1} == snap["store_errors"]
+    # seven's anchor waits in the backlog (the store is suspect, so the write is not tried)
+    assert {"not_completed": 1, "store_false": 1} == snap["not_recorded"]
+    assert {"find": 1} == snap["store_errors"]
+    assert 1 == snap["backlog"]["queued"]
     # one, two, edited, three (resent), four (parent known): the anchors written
     assert 5 == snap["recorded"]
     assert 1 == tracker.stats.count("chained")
@@ -189,24 +190,40 @@ def test_merged_snapshots_add_up_counters_and_histograms(raw_client: openai.Open
 
 
 class _PutFails(MemoryStore):
-    """Finds work; every write fails."""
+    """Finds work; every write fails while ``failing``."""
+
+    failing = True
 
     def put(self, scope: str, anchor: anchortrack.Anchor) -> None:
-        raise ConnectionError("read-only replica")
+        if self.failing:
+            raise ConnectionError("read-only replica")
+        super().put(scope, anchor)
 
 
 def test_recorded_counts_only_anchors_written(raw_client: openai.OpenAI) -> None:
-    """A write that fails (or is skipped while the store is down) is not recorded: store_unavailable."""
-    client = anchortrack.wrap(raw_client, store=_PutFails())
+    """A write that fails waits in the backlog: recorded once written, not recorded if dropped."""
+    store = _PutFails()
+    client = anchortrack.wrap(raw_client, store=store)
+    tracker = anchortrack.tracker(client)
+    tracker.store_cooldown = 0.0
+    tracker.backlog.limit = 1
 
-    history, _ = ask(client, [], "one")  # the write fails: the breaker opens
-    ask(client, history, "two")  # the store is skipped during the cooldown
+    history, _ = ask(client, [], "one")  # the write fails: it waits in the backlog
+    history, _ = ask(client, history, "two")  # its write fails too, and pushes one's out
 
-    snap = anchortrack.tracker(client).stats.snapshot()
+    snap = tracker.stats.snapshot()
     assert 0 == snap["recorded"]
-    assert {"store_unavailable": 2} == snap["not_recorded"]
-    assert {"put": 1} == snap["store_errors"]
-    assert str(anchortrack.tracker(client).stats).endswith("; recorded 0; not recorded 2; store errors 1")
+    assert {"store_unavailable": 1} == snap["not_recorded"]  # dropped from the backlog: never written
+    assert {"put": 2} == snap["store_errors"]
+    assert {"queued": 2, "written": 0, "dropped": {"overflow": 1, "expired": 0}, "size": 1} == snap["backlog"]
+    assert str(tracker.stats).endswith("; recorded 0; not recorded 1; store errors 2")
+
+    store.failing = False
+    ask(client, history, "three")  # three's write, then two's from the backlog
+
+    snap = tracker.stats.snapshot()
+    assert 2 == snap["recorded"]
+    assert {"queued": 2, "written": 1, "dropped": {"overflow": 1, "expired": 0}, "size": 0} == snap["backlog"]
 
 
 def test_print_stats_reads_like_the_demo_summary(server: ResponsesServer, client: openai.OpenAI) -> None:

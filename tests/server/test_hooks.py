@@ -69,6 +69,34 @@ def test_zdr_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
     assert raw_request(hooked, "POST", "/_test/zdr", json.dumps({"enabled": "yes"}).encode())[0] == 400
 
 
+def test_stale_in_stream_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
+    """POST /_test/stale_in_stream: a streamed stale anchor gets a 200 and llama-stack's error event."""
+    body = {"model": "scripted", "input": "x", "previous_response_id": "resp_gone", "stream": True}
+    try:
+        status, reply, _ = raw_request(
+            hooked, "POST", "/_test/stale_in_stream", json.dumps({"enabled": True}).encode()
+        )
+        assert (status, reply) == (200, {"enabled": True})
+        assert raw_request(hooked, "GET", "/_test/stale_in_stream")[1] == {"enabled": True}
+
+        with pytest.raises(openai.APIError) as caught:
+            list(hclient.responses.create(**body))
+        assert not isinstance(caught.value, openai.APIStatusError)
+        assert "404" == caught.value.code
+        assert "Response 'resp_gone' not found." in caught.value.message
+        with pytest.raises(openai.BadRequestError):  # not streamed: OpenAI's refusal, unchanged
+            hclient.responses.create(**{**body, "stream": False})
+    finally:
+        raw_request(hooked, "POST", "/_test/stale_in_stream", json.dumps({"enabled": False}).encode())
+
+    assert hooked.state.stale_in_stream is False
+    with pytest.raises(openai.BadRequestError):
+        list(hclient.responses.create(**body))
+    assert (
+        raw_request(hooked, "POST", "/_test/stale_in_stream", json.dumps({"enabled": 1}).encode())[0] == 400
+    )
+
+
 def test_context_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
     """GET /_test/responses/{id}/context returns what the model saw."""
     first = hclient.responses.create(model="scripted", input="one")

@@ -30,10 +30,11 @@ def make_anchor(
     size: int = 16,
     properties: bytes = b"",
     mac: bytes | None = None,
+    parent: str | None = None,
 ) -> Anchor:
-    """Return an anchor for view *label*, recorded at *now*, living *ttl* seconds."""
+    """Return an anchor for view *label*, recorded at *now*, living *ttl* seconds, chained from *parent*."""
     rid = response_id if response_id is not None else f"resp_{view(label).hex()[:25]}"
-    return Anchor(view(label, size), rid, count, now, now + ttl, properties, mac)
+    return Anchor(view(label, size), rid, count, now, now + ttl, properties, mac, parent)
 
 
 class Api:

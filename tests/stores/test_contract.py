@@ -166,6 +166,81 @@ async def test_evict_keeps_a_view_now_owned_by_another_response(api: Api, clock:
     assert second == await api.get(SCOPE, "resp_second")
 
 
+# -- parents: one refused request per dead chain -------------------------------
+
+
+async def test_parents_round_trip(api: Api, clock: FakeClock) -> None:
+    """An anchor's parent comes back from find and get; an anchor without one has None."""
+    root = make_anchor("root", clock.now)
+    child = make_anchor("child", clock.now, parent=root.response_id)
+    odd = make_anchor("odd", clock.now, parent="resp_ünï|code|" + "9" * 80)
+    for anchor in (root, child, odd):
+        await api.put(SCOPE, anchor)
+
+    assert {a.view: a for a in (root, child, odd)} == await api.find(SCOPE, [root.view, child.view, odd.view])
+    assert root.response_id == (await api.get(SCOPE, child.response_id)).parent  # type: ignore[union-attr]
+    assert odd == await api.get(SCOPE, odd.response_id)
+    assert None is (await api.get(SCOPE, root.response_id)).parent  # type: ignore[union-attr]
+
+
+async def test_evict_forgets_every_descendant_and_nothing_else(api: Api, clock: FakeClock) -> None:
+    """
+    Evicting a response evicts what was chained from it, transitively.
+
+    a ─ b ─ c ─ d      evict(b) forgets b, c, d and e; a (the ancestor), x (chained from
+          └ e          a sibling branch) and y (another chain) stay.
+    a ─ x
+    y
+    """
+    a = make_anchor("a", clock.now)
+    b = make_anchor("b", clock.now, parent=a.response_id)
+    c = make_anchor("c", clock.now, parent=b.response_id)
+    d = make_anchor("d", clock.now, parent=c.response_id)
+    e = make_anchor("e", clock.now, parent=b.response_id)
+    x = make_anchor("x", clock.now, parent=a.response_id)
+    y = make_anchor("y", clock.now)
+    everything = (a, b, c, d, e, x, y)
+    for anchor in everything:
+        await api.put(SCOPE, anchor)
+
+    await api.evict(SCOPE, b.response_id)
+
+    assert {v.view: v for v in (a, x, y)} == await api.find(SCOPE, [v.view for v in everything])
+    for gone in (b, c, d, e):
+        assert None is await api.get(SCOPE, gone.response_id)
+
+
+async def test_evicting_descendants_keeps_views_now_owned_by_others(api: Api, clock: FakeClock) -> None:
+    """A descendant's view re-recorded by a response sent in full (no parent) survives the eviction."""
+    a = make_anchor("a", clock.now)
+    b = make_anchor("b", clock.now, parent=a.response_id)
+    resent = make_anchor("b", clock.now, response_id="resp_resent")
+    for anchor in (a, b, resent):
+        await api.put(SCOPE, anchor)
+
+    await api.evict(SCOPE, a.response_id)
+
+    assert {resent.view: resent} == await api.find(SCOPE, [a.view, b.view])
+    assert resent == await api.get(SCOPE, "resp_resent")
+
+
+async def test_eviction_stays_in_its_scope_and_survives_cycles(api: Api, clock: FakeClock) -> None:
+    """Descendants in another scope stay; a parent cycle does not loop."""
+    a = make_anchor("a", clock.now, parent="resp_b")
+    b = make_anchor("b", clock.now, response_id="resp_b", parent=a.response_id)
+    other = make_anchor("other", clock.now, parent=a.response_id)
+    await api.put(SCOPE, a)
+    await api.put(SCOPE, b)
+    await api.put(SCOPE, a)  # now a is b's parent and b is a's
+    await api.put(OTHER_SCOPE, a)
+    await api.put(OTHER_SCOPE, other)
+
+    await api.evict(SCOPE, a.response_id)
+
+    assert {} == await api.find(SCOPE, [a.view, b.view])
+    assert {a.view: a, other.view: other} == await api.find(OTHER_SCOPE, [a.view, other.view])
+
+
 async def test_expired_anchors_are_never_returned(api: Api, clock: FakeClock) -> None:
     """Anchors disappear once the clock passes their expires_at."""
     short = make_anchor("short", clock.now, ttl=10)

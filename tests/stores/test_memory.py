@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from anchortrack.stores import Anchor, MemoryStore
-from anchortrack.stores.memory import _HEAD, _RECORD
+from anchortrack.stores.memory import _RECORD, _parent, _rid
 
 from ..helpers import FakeClock
 from .helpers import SCOPE, make_anchor, view
@@ -37,7 +37,13 @@ def check_layout(store: MemoryStore) -> None:
         assert slot == _RECORD.unpack_from(rec)[0]
         assert 1 == list(store._rids).count(slot)
         sid = store._sids[slot]
-        assert (store._probe(sid, rec[_HEAD:]))[1] == slot
+        assert (store._probe(sid, _rid(rec)))[1] == slot
+        child = store._down[slot]  # every child link names a held anchor chained from this one
+        while child:
+            assert child in slots
+            child_rec = store._scope_ids[store._sids[child]].views[store._keys[child]]  # type: ignore[index]
+            assert _parent(child_rec) == _rid(rec)
+            child = store._side[child]
     ring, slot = [], store._next[0]
     while slot != 0:
         ring.append(slot)
@@ -46,6 +52,7 @@ def check_layout(store: MemoryStore) -> None:
     assert sorted(ring) == slots
     assert store._rids_used == sum(1 for c in store._rids if c != 0)
     assert not set(store._free) & set(slots)
+    assert all(store._down[s] == store._side[s] == 0 for s in store._free)
 
 
 def test_least_recently_used_anchor_is_dropped_at_the_bound(clock: FakeClock) -> None:
@@ -182,16 +189,31 @@ RIDS = [f"resp_{i}" for i in range(5)]
 
 
 class Model:
-    """The MemoryStore semantics written plainly: an OrderedDict and a dict."""
+    """
+    The MemoryStore semantics written plainly: an OrderedDict and a dict.
+
+    Parent links: every entry gets a new token when it is created or its
+    response id changes; a child links to the token its parent had when the
+    child was recorded, so a dropped (or moved) parent orphans its children.
+    """
 
     def __init__(self, max_anchors: int) -> None:
         self.max_anchors = max_anchors
         self.lru: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()
         self.by_rid: dict[tuple[str, str], bytes] = {}
+        self.token: dict[tuple[str, bytes], int] = {}
+        self.link: dict[tuple[str, bytes], int | None] = {}
+        self.tokens = 0
 
     def drop(self, scope: str, v: bytes) -> None:
         anchor = self.lru.pop((scope, v))
         del self.by_rid[scope, anchor.response_id]
+        del self.token[scope, v], self.link[scope, v]
+
+    def _parent_token(self, scope: str, anchor: Anchor) -> int | None:
+        pv = self.by_rid.get((scope, anchor.parent)) if anchor.parent else None
+        token = self.token.get((scope, pv)) if pv is not None else None
+        return token if token != self.token.get((scope, anchor.view)) else None
 
     def find(self, scope: str, views: list[bytes], now: float) -> dict[bytes, Anchor]:
         found = {}
@@ -221,16 +243,35 @@ class Model:
             return
         if old is not None:
             del self.by_rid[scope, old.response_id]
-        elif len(self.lru) >= self.max_anchors:
-            self.drop(*next(iter(self.lru)))
+            if old.response_id != rid:
+                self.tokens += 1
+                self.token[key] = self.tokens
+        else:
+            if len(self.lru) >= self.max_anchors:
+                self.drop(*next(iter(self.lru)))
+            self.tokens += 1
+            self.token[key] = self.tokens
         self.lru[key] = anchor
         self.lru.move_to_end(key)
         self.by_rid[scope, rid] = anchor.view
+        self.link[key] = self._parent_token(scope, anchor)
 
     def evict(self, scope: str, rid: str) -> None:
         v = self.by_rid.get((scope, rid))
-        if v is not None:
-            self.drop(scope, v)
+        if v is None:
+            return
+        dead = [v]
+        dead_tokens = {self.token[scope, v]}
+        grew = True
+        while grew:
+            grew = False
+            for (sc, v2), link in self.link.items():
+                if sc == scope and link in dead_tokens and self.token[sc, v2] not in dead_tokens:
+                    dead.append(v2)
+                    dead_tokens.add(self.token[sc, v2])
+                    grew = True
+        for gone in dead:
+            self.drop(scope, gone)
 
 
 class StoreVersusModel(RuleBasedStateMachine):
@@ -251,9 +292,12 @@ class StoreVersusModel(RuleBasedStateMachine):
         rid=st.sampled_from(RIDS),
         count=st.integers(0, 3),
         ttl=st.sampled_from([5.0, 50.0, -1.0]),
+        parent=st.sampled_from([None, None, *RIDS]),
     )
-    def put(self, scope: str, v: bytes, rid: str, count: int, ttl: float) -> None:
-        anchor = Anchor(v, rid, count, self.clock.now, self.clock.now + ttl)
+    def put(self, scope: str, v: bytes, rid: str, count: int, ttl: float, parent: str | None) -> None:
+        if self.moves_clock:  # the model keeps expired entries the store sweeps: no links then
+            parent = None
+        anchor = Anchor(v, rid, count, self.clock.now, self.clock.now + ttl, parent=parent)
         self.store.put(scope, anchor)
         self.model.put(scope, anchor, self.clock.now)
 

@@ -58,7 +58,13 @@ async def store(redis_server: RedisServer, prefix: str, clock: FakeClock) -> Asy
 def keys_of(raw: redis.Redis, prefix: str) -> dict[str, bytes]:
     """Every key under *prefix* with its value."""
     names: list[bytes] = raw.keys(f"{prefix}:*")  # type: ignore[assignment]
-    return {name.decode(): raw.get(name) or b"" for name in sorted(names)}  # type: ignore[misc]
+    found: dict[str, Any] = {}
+    for name in sorted(names):
+        if raw.type(name) == b"set":
+            found[name.decode()] = set(raw.smembers(name))  # type: ignore[arg-type]
+        else:
+            found[name.decode()] = raw.get(name) or b""
+    return found
 
 
 def test_key_schema_and_values(store: RedisStore, raw: redis.Redis, prefix: str) -> None:
@@ -74,6 +80,33 @@ def test_key_schema_and_values(store: RedisStore, raw: redis.Redis, prefix: str)
         ),
         f"{prefix}:{{{SCOPE}}}:r:resp_abc": a.view.hex().encode(),
     } == keys_of(raw, prefix)
+
+
+def test_key_schema_with_a_parent(store: RedisStore, raw: redis.Redis, prefix: str) -> None:
+    """With a parent: a version-3 value (the parent's byte length, then both ids) and a children set."""
+    a = make_anchor("a", store._clock(), response_id="resp_kid", count=4, parent="resp_pärent")
+    store.put(SCOPE, a)
+
+    assert {
+        f"{prefix}:{{{SCOPE}}}:c:resp_pärent": {b"resp_kid"},
+        f"{prefix}:{{{SCOPE}}}:v:{a.view.hex()}": (
+            f"3|4|{a.created_at!r}|{a.expires_at!r}|||12|resp_pärentresp_kid".encode()
+        ),
+        f"{prefix}:{{{SCOPE}}}:r:resp_kid": a.view.hex().encode(),
+    } == keys_of(raw, prefix)
+    assert a == store.get(SCOPE, "resp_kid")
+
+
+def test_children_sets_live_as_long_as_their_longest_lived_member(
+    store: RedisStore, raw: redis.Redis, prefix: str
+) -> None:
+    """A parent's children set expires with the child that expires last, never before."""
+    now = time.time()
+    store.put(SCOPE, make_anchor("a", now, ttl=600, parent="resp_p"))
+    store.put(SCOPE, make_anchor("b", now, ttl=60, parent="resp_p"))
+
+    expire_ms = raw.execute_command("PEXPIRETIME", f"{prefix}:{{{SCOPE}}}:c:resp_p")  # type: ignore[no-untyped-call]
+    assert 600 == round(expire_ms / 1000 - now)
 
 
 def test_every_key_expires_at_the_anchor_expiry(store: RedisStore, raw: redis.Redis, prefix: str) -> None:
@@ -228,10 +261,18 @@ def test_foreign_values_are_ignored(store: RedisStore, raw: redis.Redis, prefix:
     """Values of another format (a newer version, garbage) read as absent."""
     a = make_anchor("a", store._clock())
     store.put(SCOPE, a)
-    raw.set(f"{prefix}:{{{SCOPE}}}:v:{a.view.hex()}", "2|something|new")
+    foreigns = (
+        "9|1|2.0|3.0|||resp_x",  # a newer version
+        "1|1|2.0|3.0|resp_x",  # an older one
+        "2|something|new",
+        "3|1|2.0|3.0|||99|resp_x",  # a parent longer than the rest
+        "3|1|2.0|3.0|||6|resp_x",  # a parent and no response id
+    )
+    for foreign in foreigns:
+        raw.set(f"{prefix}:{{{SCOPE}}}:v:{a.view.hex()}", foreign)
 
-    assert {} == store.find(SCOPE, [a.view])
-    assert None is store.get(SCOPE, a.response_id)
+        assert {} == store.find(SCOPE, [a.view])
+        assert None is store.get(SCOPE, a.response_id)
 
 
 # -- failing fast -------------------------------------------------------------

@@ -189,6 +189,28 @@ def test_older_schema_is_migrated_and_keeps_its_rows(
         conn.execute("SELECT x FROM extra").fetchall()
 
 
+def test_a_file_from_before_parents_gains_them(tmp_path: Path, clock: FakeClock) -> None:
+    """A version-2 file (no parents) migrates: its rows read as parentless, and new ones chain."""
+    path = tmp_path / "a.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    schema.migrate(conn, schema.MIGRATIONS[:2])
+    a = make_anchor("a", clock.now, properties=view("p"))
+    conn.execute(
+        "INSERT INTO anchors VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac),
+    )
+    conn.close()
+    store = SQLiteStore(path, clock=clock)
+    child = make_anchor("b", clock.now, parent=a.response_id)
+
+    assert a == store.get(SCOPE, a.response_id)
+    store.put(SCOPE, child)
+    store.evict(SCOPE, a.response_id)
+
+    assert {} == store.find(SCOPE, [a.view, child.view])
+    assert 3 == schema.schema_version(sqlite3.connect(path))
+
+
 def test_failed_migration_changes_nothing(tmp_path: Path, clock: FakeClock) -> None:
     """A migration that fails rolls back, version included."""
     SQLiteStore(tmp_path / "a.db", clock=clock).find(SCOPE, [view("a")])
@@ -219,9 +241,9 @@ def test_version_1_rows_are_dropped_when_properties_and_macs_arrive(tmp_path: Pa
     assert {} == store.find(SCOPE, [a.view])
     assert None is store.get(SCOPE, a.response_id)
     with sqlite3.connect(tmp_path / "a.db") as check:
-        assert 2 == check.execute("PRAGMA user_version").fetchone()[0]
+        assert len(schema.MIGRATIONS) == check.execute("PRAGMA user_version").fetchone()[0]
         columns = [c[1] for c in check.execute("PRAGMA table_info(anchors)")]
-    assert ["properties", "mac"] == columns[-2:]
+    assert ["properties", "mac"] == columns[6:8]
     store.put(SCOPE, a)
     assert a == store.get(SCOPE, a.response_id)
 
@@ -278,6 +300,7 @@ def test_no_content_at_rest(tmp_path: Path, clock: FakeClock) -> None:
     secret = "the user's secret message"
     store = SQLiteStore(tmp_path / "a.db", clock=clock)
     anchors = [make_anchor(f"{secret} {i}", clock.now, count=i) for i in range(20)]
+    anchors += [make_anchor(f"{secret} child", clock.now, parent=anchors[0].response_id)]
     for anchor in anchors:
         store.put(SCOPE, anchor)
 
@@ -287,12 +310,26 @@ def test_no_content_at_rest(tmp_path: Path, clock: FakeClock) -> None:
     assert [
         ("table", "anchors"),
         ("index", "anchors_by_expiry"),
+        ("index", "anchors_by_parent"),
         ("index", "anchors_by_response"),
     ] == objects
-    names = ["scope", "view", "response_id", "count", "created_at", "expires_at", "properties", "mac"]
+    names = [
+        "scope",
+        "view",
+        "response_id",
+        "count",
+        "created_at",
+        "expires_at",
+        "properties",
+        "mac",
+        "parent",
+    ]
     assert names == columns
-    assert sorted((SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac)
-                  for a in anchors) == sorted(rows(tmp_path / "a.db"))  # fmt: skip
+    expected = [
+        (SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac, a.parent)
+        for a in anchors
+    ]
+    assert sorted(expected, key=repr) == sorted(rows(tmp_path / "a.db"), key=repr)
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())
     assert secret.encode() not in raw
     assert b"secret" not in raw

@@ -1,21 +1,19 @@
 """
-PENDING (not collected: the file name does not start with ``test_``).
+Stale anchors refused *inside* a stream, as llama-stack does, against a real server.
 
-Stale anchors refused *inside* a stream, as llama-stack does: HTTP 200, and the
-first event is ``{"error": {"message": "Response '…' not found. …", "code": "404"}}``,
-which the openai client raises as a bare ``openai.APIError`` on the first
-``next()``.
-Recovering from it needs the stream wrapper (``_stream.py``) to hand that first
-error to the flow before any event reaches the caller; until then these tests
-fail (the caller sees the APIError).
+llama-stack answers a streamed request whose ``previous_response_id`` it does
+not have with HTTP 200, and a first event
+``{"error": {"message": "Response '…' not found. …", "code": "404"}}``, which
+the openai client raises as a bare ``openai.APIError`` on the first ``next()``.
+anchortrack peeks at a chained stream's first event before handing the stream
+over, so that refusal is recovered from like an HTTP one: evicted, resent in
+full, and the caller gets the resend's stream.
 
 The server is agentic-api behind a loopback adapter that turns its HTTP 404 for
 a streamed request into llama-stack's in-stream refusal (same wording, same
 ``code``), so the chain semantics are a real server's.
-
-Run them with::
-
-    python -m pytest -p no:cacheprovider tests/thirdparty/pending_stream_recovery.py
+(The same recovery against the local server's ``stale_in_stream`` hook is in
+``tests/e2e/test_recovery.py``.)
 """
 
 from __future__ import annotations
