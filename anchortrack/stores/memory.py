@@ -1,16 +1,22 @@
 """
 `MemoryStore`: a bounded, thread-safe, in-process anchor store with TTL.
 
-Layout, chosen to keep an anchor near 200 bytes (see `MemoryStore`; an
+Layout, chosen to keep an anchor under 200 bytes (see `MemoryStore`; an
 ``OrderedDict`` plus a reverse ``dict`` costs about 355):
 
-* per scope, one ``dict`` from view to a packed *record*
-  (``slot, count, created_at, expires_at``, the lengths of the properties
-  digest and the MAC, those two, then the response id in UTF-8);
+* per scope, one ``dict`` from view to a packed *record*: a 22-byte head
+  (``slot, count, expires_at``, the lifetime ``expires_at - created_at`` as
+  a float32, the lengths of the properties digest and the MAC), then
+  ``created_at`` as a double only when the float32 lifetime does not give it
+  back exactly (the lifetime is NaN then), the properties digest, the MAC,
+  and last the *response id key* (see `_rid_key`): ``resp_`` + lowercase
+  hex ids, as OpenAI issues them, are held as their bytes (half the size),
+  any other id as its UTF-8, behind one byte naming the form;
 * per *slot* (a small integer naming one anchor): its view, its scope id and
   its neighbours in an LRU ring, in a list and three typed arrays;
-* a reverse index from ``(scope, response id)`` to slot: an open-addressing
-  table of slot numbers (4 bytes a cell) rather than a second ``dict``.
+* a reverse index from ``(scope, response id key)`` to slot: an
+  open-addressing table of slot numbers (4 bytes a cell, half to two thirds
+  full, any size) rather than a second ``dict``.
 
 Lookups by view are one ``dict`` probe each; lookups by response id are a
 short linear probe.
@@ -20,6 +26,7 @@ slots per write, so storage follows the TTL without a background thread.
 
 from __future__ import annotations
 
+import math
 import struct
 import threading
 import time
@@ -30,11 +37,15 @@ from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
-_RECORD = struct.Struct("<IIddBB")  # slot, count, created_at, expires_at, len(properties), len(mac)
+_RECORD = struct.Struct("<IIdfBB")  # slot, count, expires_at, lifetime, len(properties), len(mac)
 _HEAD = _RECORD.size
 _EXPIRES = struct.Struct("<d")
-_EXPIRES_AT = 16
+_EXPIRES_AT = 8
+_LIFETIME = struct.Struct("<f")
+_CREATED = struct.Struct("<d")
 _PROPERTIES_LEN, _MAC_LEN = _HEAD - 2, _HEAD - 1
+_RAW, _HEX_EVEN, _HEX_ODD = b"\x00", b"\x01", b"\x02"  # forms of a response id key
+_RESP, _HEX_DIGITS = "resp_", "0123456789abcdef"
 _EMPTY, _TOMBSTONE = 0, -1
 _SWEEP_PER_WRITE = 2
 
@@ -58,12 +69,13 @@ class MemoryStore:
     Anchors do not survive a restart and are not shared between processes;
     use `SQLiteStore` or `RedisStore` for that.
 
-    Memory: about 222 bytes per anchor with 16-byte views and 30-character
-    response ids (``tracemalloc`` over 100,000 anchors, see
-    ``benchmarks/bench_stores.py``; 197-222 depending on how full the hash
-    tables are), so the default bound costs about 22 MB.
-    Longer response ids cost their extra length, and a properties digest
-    (requests with tools, …) and a MAC (a secret key) 16 bytes each.
+    Memory: about 197 bytes per anchor with 16-byte views and 30-character
+    ``resp_`` + hex response ids (``tracemalloc`` over 100,000 anchors, see
+    ``benchmarks/bench_stores.py``; it varies by some 25 bytes with how
+    full the view ``dict`` is), so the default bound costs about 20 MB.
+    Longer response ids cost their extra length (half of it for hex ids),
+    and a properties digest (requests with tools, …) and a MAC (a secret
+    key) 16 bytes each: 213 and 229 bytes.
 
     Every method takes one lock for a few microseconds and never blocks on
     I/O, so the async methods run inline on the event loop.
@@ -129,7 +141,7 @@ class MemoryStore:
                     rec = table.get(view)
                     if rec is None:
                         continue
-                    slot, _, _, expires_at, _, _ = unpack(rec)
+                    slot, _, expires_at, _, _, _ = unpack(rec)
                     if expires_at <= now:
                         self._drop(slot)
                         continue
@@ -142,7 +154,7 @@ class MemoryStore:
     def get(self, scope: str, response_id: str) -> Anchor | None:
         """Return the live anchor recorded in *scope* for *response_id*."""
         check_scope(scope)
-        rid = check_response_id(response_id).encode()
+        rid = _rid_key(check_response_id(response_id))
         with self._lock:
             sc = self._scopes.get(scope)
             slot = self._probe(sc.id, rid)[1] if sc is not None else 0
@@ -170,7 +182,7 @@ class MemoryStore:
         """
         check_scope(scope)
         check_anchor(anchor)
-        view, rid = anchor.view, anchor.response_id.encode()
+        view, rid = anchor.view, _rid_key(anchor.response_id)
         with self._lock:
             now = self._clock()
             sc = self._scope(scope)
@@ -185,7 +197,7 @@ class MemoryStore:
     def evict(self, scope: str, response_id: str) -> None:
         """Forget *response_id* and the view it was recorded under, if any."""
         check_scope(scope)
-        rid = check_response_id(response_id).encode()
+        rid = _rid_key(check_response_id(response_id))
         with self._lock:
             sc = self._scopes.get(scope)
             slot = self._probe(sc.id, rid)[1] if sc is not None else 0
@@ -324,8 +336,8 @@ class MemoryStore:
         *slot* is 0 when absent; *cell* is then where to insert it.
         """
         table, keys, sids = self._rids, self._keys, self._sids
-        mask = len(table) - 1
-        cell = hash((sid, rid)) & mask
+        size = len(table)
+        cell = hash((sid, rid)) % size
         free = -1
         while True:
             slot = table[cell]
@@ -339,7 +351,7 @@ class MemoryStore:
                 assert view is not None
                 if _rid(self._scope_ids[sid].views[view]) == rid:
                     return cell, slot
-            cell = (cell + 1) & mask
+            cell = cell + 1 if cell + 1 < size else 0
 
     def _index_rid(self, sid: int, rid: bytes, slot: int) -> None:
         cell, found = self._probe(sid, rid)
@@ -356,44 +368,84 @@ class MemoryStore:
         self._rids[cell] = _TOMBSTONE
 
     def _rebuild_rids(self) -> None:
-        """Rehash into a table at most half full, dropping tombstones."""
-        size = 8
-        while size < 2 * (self._live + 1):
-            size *= 2
+        """Rehash into a table half full, dropping tombstones (any size: cells are taken modulo it)."""
+        size = 2 * self._live + 8
         table = array("i", bytes(4 * size))
-        mask = size - 1
         used = 0
         for sc in self._scope_ids.values():
             for rec in sc.views.values():
-                cell = hash((sc.id, _rid(rec))) & mask
+                cell = hash((sc.id, _rid(rec))) % size
                 while table[cell] != _EMPTY:
-                    cell = (cell + 1) & mask
+                    cell = cell + 1 if cell + 1 < size else 0
                 table[cell] = _RECORD.unpack_from(rec)[0]
                 used += 1
         self._rids, self._rids_used = table, used
 
 
+def _rid_key(response_id: str) -> bytes:
+    """
+    The bytes a record holds for *response_id*: one form byte, then the id.
+
+    ``resp_`` + lowercase hex (OpenAI's ids) is held as the hex's bytes, an
+    odd digit count padded with ``0`` and marked by its own form byte; any
+    other id as its UTF-8. The form byte keeps the three apart, so equal keys
+    mean equal ids.
+    """
+    if response_id.startswith(_RESP):
+        digits = response_id[5:]
+        if digits and digits.isascii() and not digits.strip(_HEX_DIGITS):
+            if len(digits) % 2:
+                return _HEX_ODD + bytes.fromhex(digits + "0")
+            return _HEX_EVEN + bytes.fromhex(digits)
+    return _RAW + response_id.encode()
+
+
+def _response_id(key: bytes) -> str:
+    """The response id a `_rid_key` names."""
+    form, data = key[:1], key[1:]
+    if form == _RAW:
+        return data.decode()
+    return _RESP + (data.hex() if form == _HEX_EVEN else data.hex()[:-1])
+
+
 def _record(slot: int, anchor: Anchor, rid: bytes) -> bytes:
     props, mac = anchor.properties, anchor.mac or b""
-    head = _RECORD.pack(slot, anchor.count, anchor.created_at, anchor.expires_at, len(props), len(mac))
-    return head + props + mac + rid
+    created, expires = anchor.created_at, anchor.expires_at
+    try:
+        lifetime = _LIFETIME.unpack(_LIFETIME.pack(expires - created))[0]
+    except OverflowError:
+        lifetime = math.nan
+    full = b"" if expires - lifetime == created else _CREATED.pack(created)
+    if full:
+        lifetime = math.nan
+    head = _RECORD.pack(slot, anchor.count, expires, lifetime, len(props), len(mac))
+    return head + full + props + mac + rid
+
+
+def _body(rec: bytes) -> int:
+    """Where the properties digest starts: past the head and a full created_at."""
+    return _HEAD + 8 if math.isnan(_LIFETIME.unpack_from(rec, _EXPIRES_AT + 8)[0]) else _HEAD
 
 
 def _rid(rec: bytes) -> bytes:
-    """The response id (UTF-8) at the end of a record."""
-    return rec[_HEAD + rec[_PROPERTIES_LEN] + rec[_MAC_LEN] :]
+    """The response id key (see `_rid_key`) at the end of a record."""
+    return rec[_body(rec) + rec[_PROPERTIES_LEN] + rec[_MAC_LEN] :]
 
 
 def _anchor(view: bytes, rec: bytes) -> Anchor:
-    _, count, created_at, expires_at, plen, mlen = _RECORD.unpack_from(rec)
-    props_end = _HEAD + plen
+    _, count, expires_at, lifetime, plen, mlen = _RECORD.unpack_from(rec)
+    if math.isnan(lifetime):
+        created_at, body = _CREATED.unpack_from(rec, _HEAD)[0], _HEAD + 8
+    else:
+        created_at, body = expires_at - lifetime, _HEAD
+    props_end = body + plen
     mac_end = props_end + mlen
     return Anchor(
         view,
-        rec[mac_end:].decode(),
+        _response_id(rec[mac_end:]),
         count,
         created_at,
         expires_at,
-        properties=rec[_HEAD:props_end],
+        properties=rec[body:props_end],
         mac=rec[props_end:mac_end] or None,
     )

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from anchortrack.stores import Anchor, MemoryStore
-from anchortrack.stores.memory import _HEAD, _RECORD
+from anchortrack.stores.memory import _RECORD, _rid
 
 from ..helpers import FakeClock
 from .helpers import SCOPE, make_anchor, view
@@ -37,7 +37,7 @@ def check_layout(store: MemoryStore) -> None:
         assert slot == _RECORD.unpack_from(rec)[0]
         assert 1 == list(store._rids).count(slot)
         sid = store._sids[slot]
-        assert (store._probe(sid, rec[_HEAD:]))[1] == slot
+        assert (store._probe(sid, _rid(rec)))[1] == slot
     ring, slot = [], store._next[0]
     while slot != 0:
         ring.append(slot)
@@ -155,7 +155,7 @@ def test_threads_hammering_one_small_store(clock: FakeClock) -> None:
 
 
 def test_memory_per_anchor() -> None:
-    """30,000 anchors (16-byte views, 30-character ids) cost under 230 bytes each."""
+    """30,000 anchors (16-byte views, 30-character ids) cost under 210 bytes each."""
     n, now = 30_000, time.time()
     inputs = [(view(i), f"resp_{view(i).hex()[:25]}") for i in range(n)]
     gc.collect()
@@ -171,7 +171,7 @@ def test_memory_per_anchor() -> None:
         tracemalloc.stop()
 
     assert n == len(store)
-    assert per_anchor < 230, per_anchor
+    assert per_anchor < 210, per_anchor
 
 
 # -- the layout against a reference model ----------------------------------------
@@ -294,3 +294,62 @@ TestStoreVersusModel = StoreVersusModel.TestCase
 TestStoreVersusModel.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestStoreVersusModelWithTime = StoreVersusModelWithTime.TestCase
 TestStoreVersusModelWithTime.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+
+
+# -- the compact record ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "response_id",
+    [
+        "resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b",  # OpenAI's form: held as bytes
+        "resp_abc",  # odd digit count
+        "resp_ABCD",  # upper case: kept as text, never equal to resp_abcd
+        "resp_abcd",
+        "resp_",
+        "resp_ab cd",
+        "resp_0a\u00e9",
+        "\u00ab",  # UTF-8 c2 ab, the bytes of resp_c2ab
+        "resp_c2ab",
+        "\x01ab",
+        "r",
+    ],
+)
+def test_response_ids_round_trip_and_stay_apart(response_id: str, clock: FakeClock) -> None:
+    """Every id comes back as given, and ids whose packed bytes could meet stay distinct."""
+    store = MemoryStore(clock=clock)
+    others = ["resp_abcd", "resp_ABCD", "\u00ab", "resp_c2ab", "resp_abc", "resp_abc0"]
+    for i, rid in enumerate(others):
+        store.put(SCOPE, Anchor(view(100 + i), rid, i, clock.now, clock.now + 60))
+    store.put(SCOPE, Anchor(view(1), response_id, 3, clock.now, clock.now + 60))
+
+    found = store.get(SCOPE, response_id)
+    assert found is not None
+    assert (found.response_id, found.view) == (response_id, view(1))
+    assert found.response_id == store.find(SCOPE, [view(1)])[view(1)].response_id
+    for i, rid in enumerate(others):
+        if rid != response_id:
+            assert store.get(SCOPE, rid) == Anchor(view(100 + i), rid, i, clock.now, clock.now + 60)
+    check_layout(store)
+
+
+@pytest.mark.parametrize(
+    ("created_at", "expires_at"),
+    [
+        (1_700_000_000.123456, 1_700_003_600.123456),  # lifetime not exact in float32
+        (1_700_000_000.0, 1_700_003_600.0),
+        (0.1, 0.30000000000000004),
+        (-1e300, 1e300),  # lifetime beyond float32
+        (5.0, 5.0),
+    ],
+)
+def test_times_round_trip_exactly(created_at: float, expires_at: float) -> None:
+    """created_at comes back bit for bit, whether the float32 lifetime gives it or not."""
+    clock = FakeClock(created_at)
+    store = MemoryStore(clock=clock)
+    anchor = Anchor(view(1), "resp_0123", 2, created_at, expires_at, properties=b"p" * 16, mac=b"m" * 16)
+    store.put(SCOPE, anchor)
+    if expires_at > created_at:
+        assert store.get(SCOPE, "resp_0123") == anchor
+        assert store.find(SCOPE, [view(1)]) == {view(1): anchor}
+    check_layout(store)
