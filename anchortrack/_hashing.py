@@ -183,6 +183,28 @@ class Memo:
         self.nbytes = 0
         self._entries: dict[bytes, Known] = {}
         self._objects: dict[int, tuple[object, Known, int]] = {}
+        self._last: tuple[bytes, tuple[bytes, ...], tuple[bytes, ...]] = (b"", (), ())
+
+    def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
+        """
+        `prefix_hashes`, continuing the last history's when this one extends it.
+
+        A loop's history is the last one plus new items: when the root is the
+        same and the first fingerprints equal the last call's (one C-level
+        comparison of the digests), their prefix hashes are the same values,
+        so only the new items are hashed.
+        """
+        last_root, last_fps, last_hashes = self._last  # one read: safe across threads
+        k = len(last_fps)
+        if k and root == last_root and len(fingerprints) >= k and tuple(fingerprints[:k]) == last_fps:
+            hashes = [*last_hashes, *prefix_hashes(last_hashes[-1], fingerprints[k:])]
+        else:
+            hashes = prefix_hashes(root, fingerprints)
+        if len(hashes) <= _LAST_MAX_ITEMS:  # bounded: about 100 bytes an item
+            self._last = (root, tuple(fingerprints), tuple(hashes))
+        else:
+            self._last = (b"", (), ())
+        return hashes
 
     def get(self, key: bytes) -> Known | None:
         """Return what was remembered under the digest *key*."""
@@ -221,6 +243,7 @@ class Memo:
         """Forget everything."""
         self._entries.clear()
         self._objects.clear()
+        self._last = (b"", (), ())
         self.nbytes = 0
 
     def _shrink(self) -> None:
@@ -235,6 +258,8 @@ class Memo:
             self.nbytes -= objects.pop(next(iter(objects)))[2]
 
 
+#: The longest history whose prefix hashes the memo keeps for the next call.
+_LAST_MAX_ITEMS = 16_384
 #: Counted cost of one digest entry: key, value tuple and dict slot.
 _ENTRY_BYTES = 240
 _MAX_DEPTH = 64
