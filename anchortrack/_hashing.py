@@ -15,6 +15,7 @@ import hashlib
 import marshal
 import sys
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import Any
 
 import attrs
@@ -248,14 +249,27 @@ class Memo:
 
     def _shrink(self) -> None:
         # Digests may use a quarter of the bytes, copies the rest; oldest first in each.
+        # Once over, go down to 7/8 in one pass: removing the oldest key one
+        # at a time rescans the deleted slots at the dict's front every time,
+        # which made a full memo quadratic in the history's length.
         entries_budget = self.max_bytes // 4
         entries = self._entries
-        while len(entries) * _ENTRY_BYTES > entries_budget and entries:
-            del entries[next(iter(entries))]
-            self.nbytes -= _ENTRY_BYTES
+        if len(entries) * _ENTRY_BYTES > entries_budget:
+            drop = len(entries) - entries_budget * 7 // 8 // _ENTRY_BYTES
+            for key in list(islice(entries, drop)):
+                del entries[key]
+            self.nbytes -= drop * _ENTRY_BYTES
         objects = self._objects
-        while self.nbytes > self.max_bytes and objects:
-            self.nbytes -= objects.pop(next(iter(objects)))[2]
+        if self.nbytes > self.max_bytes:
+            target = self.max_bytes * 7 // 8
+            dropped = []
+            for key, (_, _, size) in objects.items():
+                if self.nbytes <= target:
+                    break
+                self.nbytes -= size
+                dropped.append(key)
+            for key in dropped:
+                del objects[key]
 
 
 #: The longest history whose prefix hashes the memo keeps for the next call.
