@@ -262,14 +262,14 @@ class Memo:
         objects = self._objects
         if self.nbytes > self.max_bytes:
             target = self.max_bytes * 7 // 8
-            dropped = []
-            for key, (_, _, size) in objects.items():
+            dropped: list[int] = []
+            for object_id, (_, _, size) in objects.items():
                 if self.nbytes <= target:
                     break
                 self.nbytes -= size
-                dropped.append(key)
-            for key in dropped:
-                del objects[key]
+                dropped.append(object_id)
+            for object_id in dropped:
+                del objects[object_id]
 
 
 #: The longest history whose prefix hashes the memo keeps for the next call.
