@@ -43,6 +43,8 @@ _EXPIRES = struct.Struct("<d")
 _EXPIRES_AT = 8
 _LIFETIME = struct.Struct("<f")
 _CREATED = struct.Struct("<d")
+_LIFETIME_AT = _EXPIRES_AT + 8
+_NO_LIFETIME = _LIFETIME.pack(math.nan)  # marks a record that holds created_at in full
 _PROPERTIES_LEN, _MAC_LEN = _HEAD - 2, _HEAD - 1
 _RAW, _HEX_EVEN, _HEX_ODD = b"\x00", b"\x01", b"\x02"  # forms of a response id key
 _RESP, _HEX_DIGITS = "resp_", "0123456789abcdef"
@@ -415,16 +417,17 @@ def _record(slot: int, anchor: Anchor, rid: bytes) -> bytes:
         lifetime = _LIFETIME.unpack(_LIFETIME.pack(expires - created))[0]
     except OverflowError:
         lifetime = math.nan
-    full = b"" if expires - lifetime == created else _CREATED.pack(created)
-    if full:
-        lifetime = math.nan
+    if expires - lifetime == created:
+        full = b""
+    else:
+        full, lifetime = _CREATED.pack(created), math.nan
     head = _RECORD.pack(slot, anchor.count, expires, lifetime, len(props), len(mac))
     return head + full + props + mac + rid
 
 
 def _body(rec: bytes) -> int:
     """Where the properties digest starts: past the head and a full created_at."""
-    return _HEAD + 8 if math.isnan(_LIFETIME.unpack_from(rec, _EXPIRES_AT + 8)[0]) else _HEAD
+    return _HEAD + 8 if rec[_LIFETIME_AT : _LIFETIME_AT + 4] == _NO_LIFETIME else _HEAD
 
 
 def _rid(rec: bytes) -> bytes:
