@@ -221,7 +221,8 @@ def read_history(ctx: CallContext, items: Sequence[object], *, kinds: list[Kind]
     """
     memo = ctx.memo if kinds is None else None
     fps, sizes, has_model = fingerprint_items(items, memo, kinds=kinds)
-    return History(fps, sizes, has_model, prefix_hashes(ctx.root, fps))
+    hashes = memo.prefix_hashes(ctx.root, fps) if memo is not None else prefix_hashes(ctx.root, fps)
+    return History(fps, sizes, has_model, hashes)
 
 
 def plan_history(

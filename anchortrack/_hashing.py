@@ -15,6 +15,7 @@ import hashlib
 import marshal
 import sys
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import Any
 
 import attrs
@@ -183,6 +184,28 @@ class Memo:
         self.nbytes = 0
         self._entries: dict[bytes, Known] = {}
         self._objects: dict[int, tuple[object, Known, int]] = {}
+        self._last: tuple[bytes, tuple[bytes, ...], tuple[bytes, ...]] = (b"", (), ())
+
+    def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
+        """
+        `prefix_hashes`, continuing the last history's when this one extends it.
+
+        A loop's history is the last one plus new items: when the root is the
+        same and the first fingerprints equal the last call's (one C-level
+        comparison of the digests), their prefix hashes are the same values,
+        so only the new items are hashed.
+        """
+        last_root, last_fps, last_hashes = self._last  # one read: safe across threads
+        k = len(last_fps)
+        if k and root == last_root and len(fingerprints) >= k and tuple(fingerprints[:k]) == last_fps:
+            hashes = [*last_hashes, *prefix_hashes(last_hashes[-1], fingerprints[k:])]
+        else:
+            hashes = prefix_hashes(root, fingerprints)
+        if len(hashes) <= _LAST_MAX_ITEMS:  # bounded: about 100 bytes an item
+            self._last = (root, tuple(fingerprints), tuple(hashes))
+        else:
+            self._last = (b"", (), ())
+        return hashes
 
     def get(self, key: bytes) -> Known | None:
         """Return what was remembered under the digest *key*."""
@@ -221,20 +244,36 @@ class Memo:
         """Forget everything."""
         self._entries.clear()
         self._objects.clear()
+        self._last = (b"", (), ())
         self.nbytes = 0
 
     def _shrink(self) -> None:
         # Digests may use a quarter of the bytes, copies the rest; oldest first in each.
+        # Once over, go down to 7/8 in one pass: removing the oldest key one
+        # at a time rescans the deleted slots at the dict's front every time,
+        # which made a full memo quadratic in the history's length.
         entries_budget = self.max_bytes // 4
         entries = self._entries
-        while len(entries) * _ENTRY_BYTES > entries_budget and entries:
-            del entries[next(iter(entries))]
-            self.nbytes -= _ENTRY_BYTES
+        if len(entries) * _ENTRY_BYTES > entries_budget:
+            drop = len(entries) - entries_budget * 7 // 8 // _ENTRY_BYTES
+            for key in list(islice(entries, drop)):
+                del entries[key]
+            self.nbytes -= drop * _ENTRY_BYTES
         objects = self._objects
-        while self.nbytes > self.max_bytes and objects:
-            self.nbytes -= objects.pop(next(iter(objects)))[2]
+        if self.nbytes > self.max_bytes:
+            target = self.max_bytes * 7 // 8
+            dropped: list[int] = []
+            for object_id, (_, _, size) in objects.items():
+                if self.nbytes <= target:
+                    break
+                self.nbytes -= size
+                dropped.append(object_id)
+            for object_id in dropped:
+                del objects[object_id]
 
 
+#: The longest history whose prefix hashes the memo keeps for the next call.
+_LAST_MAX_ITEMS = 16_384
 #: Counted cost of one digest entry: key, value tuple and dict slot.
 _ENTRY_BYTES = 240
 _MAX_DEPTH = 64

@@ -12,7 +12,8 @@ a redis-server this script starts on a free loopback port):
    averaged over 2,000 operations on a store holding 2,000 anchors, sync and
    async, and as a ratio to MemoryStore.
 3. MemoryStore's memory per anchor: ``tracemalloc`` over 100,000 anchors
-   with 16-byte views and 30-character response ids.
+   with 16-byte views and 30-character response ids; plain, with a 16-byte
+   properties digest, and with that and a 16-byte MAC (a secret key).
 
 Needs ``redis-server`` on PATH and the ``redis`` extra. Takes about 15 s.
 
@@ -151,7 +152,7 @@ def sqlite_statements(path: Path, now: float) -> tuple[float, float]:
     return per_find, per_put
 
 
-def memory_per_anchor(n: int = MEMORY_ANCHORS) -> float:
+def memory_per_anchor(n: int = MEMORY_ANCHORS, properties: bytes = b"", mac: bytes | None = None) -> float:
     now = time.time()
     inputs = [(digest(f"m-{i}"), f"resp_{i:025d}") for i in range(n)]
     gc.collect()
@@ -159,7 +160,7 @@ def memory_per_anchor(n: int = MEMORY_ANCHORS) -> float:
     before = tracemalloc.get_traced_memory()[0]
     store = MemoryStore(n)
     for v, rid in inputs:  # fresh view objects, as the tracker's digests are
-        store.put(SCOPE, Anchor(v[:8] + v[8:], rid, 7, now, now + 3600))
+        store.put(SCOPE, Anchor(v[:8] + v[8:], rid, 7, now, now + 3600, properties=properties, mac=mac))
     gc.collect()
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
@@ -191,6 +192,8 @@ def main() -> None:
         rt_find, rt_put, delta = redis_round_trips(server.url, now)
         sql_find, sql_put = sqlite_statements(Path(tmp) / "statements.db", now)
     per_anchor = memory_per_anchor()
+    with_properties = memory_per_anchor(properties=digest("properties"))
+    with_mac = memory_per_anchor(properties=digest("properties"), mac=digest("mac"))
 
     base_sync, base_async = results["memory"]
     print(
@@ -210,7 +213,10 @@ def main() -> None:
             f" {async_s * 1e6:>9.1f} {async_s / base_async:>6.1f}x   {trips}"
         )
     print(f"\nredis-server command deltas for 200 finds + 200 puts: {delta}")
-    print(f"MemoryStore: {per_anchor:.0f} bytes per anchor (tracemalloc, {MEMORY_ANCHORS:,} anchors)")
+    print(
+        f"MemoryStore: {per_anchor:.0f} bytes per anchor (tracemalloc, {MEMORY_ANCHORS:,} anchors);"
+        f" {with_properties:.0f} with a properties digest, {with_mac:.0f} with one and a MAC"
+    )
     print(f"\ntotal {time.perf_counter() - started:.1f} s")
 
 

@@ -64,10 +64,9 @@ class MemoryStore:
     Anchors do not survive a restart and are not shared between processes;
     use `SQLiteStore` or `RedisStore` for that.
 
-    Memory: about 222 bytes per anchor with 16-byte views and 30-character
-    response ids (``tracemalloc`` over 100,000 anchors, see
-    ``benchmarks/bench_stores.py``; 197-222 depending on how full the hash
-    tables are), so the default bound costs about 22 MB.
+    Memory: about 232 bytes per anchor with 16-byte views and 30-character
+    response ids and a parent (``tracemalloc`` over 100,000 anchors, see
+    ``benchmarks/bench_stores.py``), so the default bound costs about 23 MB.
     Longer response ids cost their extra length, and a properties digest
     (requests with tools, …) and a MAC (a secret key) 16 bytes each; an
     anchor chained from another also holds its parent's id.

@@ -151,3 +151,24 @@ def test_an_item_whose_type_is_not_a_string_is_fingerprinted() -> None:
     fps, _, has_model = fingerprint_items([{"type": []}, {"type": ["function_call"]}])
     assert fps[0] != fps[1]
     assert not has_model
+
+
+def test_memo_prefix_hashes_equal_the_pure_ones_whatever_came_before() -> None:
+    """Reusing the last history's prefix hashes never changes a result: extensions, edits, other roots."""
+    memo = Memo()
+    fps = [bytes([i]) * 16 for i in range(12)]
+    edited = [*fps[:5], b"\xee" * 16, *fps[6:]]
+    root_a, root_b = b"a" * 16, b"b" * 16
+    sequence = [
+        (root_a, fps[:3]),
+        (root_a, fps[:8]),  # extends: continued
+        (root_a, fps[:8]),  # same
+        (root_a, edited),  # an edit inside the last one
+        (root_a, fps),
+        (root_b, fps),  # another scope
+        (root_a, fps[:2]),  # shorter
+        (root_a, []),
+        (root_a, fps),
+    ]
+    for root, items in sequence:
+        assert memo.prefix_hashes(root, items) == prefix_hashes(root, items)
