@@ -8,12 +8,15 @@ those inside functions and under ``TYPE_CHECKING``), so a lazy import cannot hid
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+import anchortrack
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,3 +204,15 @@ def test_help_loads_no_web_stack(argv: list[str]) -> None:
 
     assert 0 == done.returncode, done.stderr
     assert "usage: anchortrack" in done.stdout
+
+
+def test_one_docstring_style_without_sphinx_roles() -> None:
+    """The library and the server write references as plain backticks, never Sphinx roles."""
+    package = Path(anchortrack.__file__).resolve().parent
+    offenders = [
+        f"{path.relative_to(package)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r":(class|func|meth|mod|attr|data|exc):`", line)
+    ]
+    assert [] == offenders

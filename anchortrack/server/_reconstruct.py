@@ -1,7 +1,7 @@
 """
 Response reconstruction: a Chat Completions reply → Responses output (pure).
 
-Finish reasons map to the response's status (:data:`FINISH_REASONS`)::
+Finish reasons map to the response's status (`FINISH_REASONS`)::
 
     stop, tool_calls                          → completed
     length, model_context_window_exceeded     → incomplete (max_output_tokens)
@@ -11,15 +11,15 @@ Finish reasons map to the response's status (:data:`FINISH_REASONS`)::
     anything else                             → failed ("unexpected finish reason")
 
 Tool calls are restored to their requested type through the
-:class:`~anchortrack.server._translate.ToolIdentityMap` (``function_call``,
+`~anchortrack.server._translate.ToolIdentityMap` (``function_call``,
 ``custom_tool_call`` with its ``input``, ``shell_call``, ``local_shell_call``,
 ``apply_patch_call``), falling back to a plain ``function_call`` when the
 arguments do not parse.  ``reasoning_content`` (or ``reasoning``) becomes a
 reasoning item.  Output order: reasoning, tool calls, then the assistant
 message (when there is text or no tool calls).
 
-:class:`StreamAssembler` turns streamed chunks into Responses events as they
-arrive and, at the end, into the same reply :func:`reconstruct` gives for the
+`StreamAssembler` turns streamed chunks into Responses events as they
+arrive and, at the end, into the same reply `reconstruct` gives for the
 equivalent non-streamed completion.
 """
 
@@ -421,8 +421,8 @@ class StreamAssembler:
     assistant text streams as it arrives unless the request offered tools
     (then it follows the calls once the reply is complete, so every
     ``output_index`` is the item's final position).  Calls restored to other
-    types are announced whole at the end.  :meth:`finish` gives the closing
-    events and the reply, equal to :func:`reconstruct` of the completion the
+    types are announced whole at the end.  `finish` gives the closing
+    events and the reply, equal to `reconstruct` of the completion the
     chunks add up to.  Every occurrence of *secret* is replaced by
     ``[redacted]``, in the deltas too (a delta's last few characters wait
     for the next one when they could be the start of the secret).

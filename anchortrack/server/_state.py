@@ -102,7 +102,7 @@ class AsyncModel(Protocol):
 
     When a server has one, it answers every create request instead of the
     scripted model.  Both methods raise
-    :class:`~anchortrack.server._errors.APIError` for a call that failed
+    `~anchortrack.server._errors.APIError` for a call that failed
     before a response existed.
     """
 
@@ -116,7 +116,7 @@ class AsyncModel(Protocol):
 
         Returns once the backend accepted the request: an iterator of output
         item events (``response.output_item.added`` …, no sequence numbers,
-        no lifecycle events) ending with the final :class:`ModelReply`.
+        no lifecycle events) ending with the final `ModelReply`.
         """
         ...
 

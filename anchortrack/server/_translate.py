@@ -1,7 +1,7 @@
 """
 Request building for an upstream provider: Responses → Chat Completions (pure).
 
-:func:`build_chat_request` turns a validated request and its resolved context
+`build_chat_request` turns a validated request and its resolved context
 into the body of ``POST /chat/completions``, sending only what Chat
 Completions accepts:
 
@@ -19,7 +19,7 @@ Completions accepts:
 
 Tools: ``function`` tools go as they are; ``custom``, ``shell``,
 ``local_shell`` and ``apply_patch`` tools become function tools with a JSON
-schema wrapper, recorded in a :class:`ToolIdentityMap` that the reply is
+schema wrapper, recorded in a `ToolIdentityMap` that the reply is
 restored through.  ``text.format`` ``json_schema`` becomes a
 ``response_format``; when degraded to ``json_object`` the plan remembers that
 the output must be valid JSON.

@@ -1,10 +1,10 @@
 """
-:class:`Upstream`: a model backend that forwards to a Chat Completions provider.
+`Upstream`: a model backend that forwards to a Chat Completions provider.
 
 Each request's resolved context is sent as chat ``messages`` (see
-:mod:`anchortrack.server._translate`) to ``{base_url}/chat/completions`` and
+`anchortrack.server._translate`) to ``{base_url}/chat/completions`` and
 the reply is reconstructed into Responses output (see
-:mod:`anchortrack.server._reconstruct`).  It works with any server speaking
+`anchortrack.server._reconstruct`).  It works with any server speaking
 Chat Completions: Ollama, vLLM, llama.cpp's server, Groq, OpenAI…
 
 HTTP goes through the openai client's own async HTTP stack (``httpx2`` with
@@ -78,7 +78,7 @@ def upstream_name(base_url: str) -> str:
 
 class Upstream:
     """
-    The upstream provider backend (an :class:`~anchortrack.server._state.AsyncModel`).
+    The upstream provider backend (an `~anchortrack.server._state.AsyncModel`).
 
     Args:
         base_url: The provider's Chat Completions base URL, e.g.

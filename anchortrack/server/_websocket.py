@@ -10,7 +10,7 @@ WebSocket-mode guide and the openai SDK (``openai.lib.responses_websocket``):
 
 * **Lanes.** Creates with the same ``stream_id`` (one default lane without)
   run FIFO, one at a time; different lanes run concurrently.  A connection
-  accepts :data:`MAX_NAMED_STREAMS` distinct named lanes
+  accepts `MAX_NAMED_STREAMS` distinct named lanes
   (``websocket_stream_limit_reached``); a malformed id is
   ``invalid_stream_id``.
 * **Connection-local cache.** The latest chainable (``completed`` or
