@@ -87,8 +87,10 @@ def wrap(
             ``ANCHORTRACK_MODE`` environment variable wins over this.
         namespace: Keep these anchors apart from other clients' anchors.
         record_incomplete: Anchor on ``incomplete`` responses too.
-        store_timeout: Seconds an async store call may take before anchortrack
-            gives up on it and sends the request in full.
+        store_timeout: Seconds a store call may take (sync or async) before
+            anchortrack gives up on it and sends the request in full; also the
+            most the anchor write after a response may delay handing it back
+            (a write that misses it waits in a bounded backlog).
         scope_by_api_key: Keep anchors apart per API key (the default): a
             keyed digest of the client's API key, never the key itself, is
             part of the scope, so clients with different keys sharing a
