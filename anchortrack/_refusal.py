@@ -40,7 +40,7 @@ class Failure(enum.Enum):
     OTHER = "other"
 
 
-#: OpenAI's code, plus what chain-resolving proxies (GodeX) answer instead.
+#: OpenAI's code, plus what chain-resolving gateways answer instead.
 STALE_CODES = frozenset(
     {
         "previous_response_not_found",
