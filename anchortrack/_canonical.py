@@ -151,12 +151,31 @@ IGNORED_KEYS: dict[str, frozenset[str]] = {
 }
 
 
-def _dumps(data: object) -> str:
-    return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+#: ``json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``,
+#: without building an encoder each time.
+_dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+#: ``json.dumps(text, ensure_ascii=False)`` for a string.
+_dump_string = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class ItemError(TypeError):
     """An input item anchortrack cannot canonicalize."""
+
+
+#: Model classes whose ``model_dump`` is pydantic's own: their serializer, called directly.
+_fast_dumps: dict[type, Any] = {}
+
+
+def _plain_pydantic_dump(kind: type) -> bool:
+    """Whether *kind*'s ``model_dump`` is pydantic's ``BaseModel.model_dump``, not an override."""
+    for base in kind.__mro__:
+        if "model_dump" in base.__dict__:
+            return (
+                base.__name__ == "BaseModel"
+                and base.__module__ == "pydantic.main"
+                and hasattr(kind, "__pydantic_serializer__")
+            )
+    return False
 
 
 def to_plain(item: object) -> object:
@@ -166,10 +185,16 @@ def to_plain(item: object) -> object:
     Raises:
         ItemError: *item* is neither a mapping, a string nor an SDK model.
     """
-    if isinstance(item, (Mapping, str)):
+    kind = type(item)
+    if kind is dict or isinstance(item, (Mapping, str)):
         return item
+    fast = _fast_dumps.get(kind)
+    if fast is not None:
+        return fast.to_python(item, mode="json", exclude_unset=True)
     dump = getattr(item, "model_dump", None)
     if dump is not None:
+        if kind not in _fast_dumps and _plain_pydantic_dump(kind):
+            _fast_dumps[kind] = kind.__pydantic_serializer__  # type: ignore[attr-defined]
         return dump(mode="json", exclude_unset=True)
     raise ItemError(f"unsupported input item of type {type(item).__name__}")
 
@@ -360,9 +385,9 @@ def _emit(value: object) -> str:
     if isinstance(value, _Number):
         return value.token
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return _dump_string(value)
     if isinstance(value, dict):
-        body = ",".join(json.dumps(k, ensure_ascii=False) + ":" + _emit(v) for k, v in sorted(value.items()))
+        body = ",".join(_dump_string(k) + ":" + _emit(v) for k, v in sorted(value.items()))
         return "{" + body + "}"
     if isinstance(value, list):
         return "[" + ",".join(_emit(v) for v in value) + "]"

@@ -278,14 +278,9 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
         yield _reported(ctx.mode, plan)
         return (yield Send(request.body, None))
     hashes = history.hashes
-    ticket = Ticket(
-        scope=ctx.scope_key,
-        base=hashes[-1] if hashes else ctx.root,
-        count=n,
-        hashes=hashes,
-        skip_reason=None if request.store else Reason.STORE_FALSE,
-        properties=request.properties,
-    )
+    base = hashes[-1] if hashes else ctx.root
+    skip_reason = None if request.store else Reason.STORE_FALSE
+    ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, None, request.properties)
     plan = yield from plan_history(ctx, history, properties=request.properties)
     yield Planned(plan, ctx.timer() - started)
     yield _reported(ctx.mode, plan)
@@ -295,7 +290,16 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
         return (yield Send(request.body, ticket))
     anchor = plan.anchor
     try:
-        chained_ticket = attrs.evolve(ticket, expires_at=anchor.expires_at, parent=anchor.response_id)
+        chained_ticket = Ticket(
+            ctx.scope_key,
+            base,
+            n,
+            hashes,
+            skip_reason,
+            anchor.expires_at,
+            request.properties,
+            anchor.response_id,
+        )
         body = chained_body(request, plan.skip, anchor.response_id)
         return (yield Send(body, chained_ticket, anchor_id=anchor.response_id))
     except Exception as error:  # noqa: BLE001 - refused_flow raises again what is not a refusal

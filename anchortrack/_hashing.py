@@ -183,7 +183,7 @@ class Memo:
         self.max_item_bytes = max_item_bytes
         self.nbytes = 0
         self._entries: dict[bytes, Known] = {}
-        self._objects: dict[int, tuple[object, Known, int]] = {}
+        self._objects: dict[int, tuple[object, Known, int, type]] = {}
         self._last: tuple[bytes, tuple[bytes, ...], tuple[bytes, ...]] = (b"", (), ())
 
     def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
@@ -218,16 +218,33 @@ class Memo:
             self._entries[key] = value
             self._shrink()
 
-    def lookup_object(self, item: dict[str, Any]) -> Known | None:
+    def lookup_object(self, item: object) -> Known | None:
         """Return the remembered fingerprint of *item* if its value is provably unchanged."""
         entry = self._objects.get(id(item))
-        if entry is not None and _exact_strings(item, 0) and entry[0] == item:
-            return entry[1]
-        return None
+        if entry is None:
+            return None
+        copy, known, _, kind = entry
+        if type(item) is not kind:
+            return None
+        if kind is dict:
+            return known if _exact_strings(item, 0) and copy == item else None
+        return known if _same_model(item, copy) else None  # type: ignore[arg-type]
 
-    def remember_object(self, item: dict[str, Any], value: Known) -> bool:
-        """Remember *item* by a copy of its containers; False if it is not small and all-string."""
-        frozen = _freeze(item, self.max_item_bytes)
+    def remember_object(self, item: object, value: Known, frozen: tuple[Any, int] | None = None) -> bool:
+        """
+        Remember *item* by a copy of its containers; False if it cannot be.
+
+        A dict must be small and hold only strings (and None); an SDK model
+        only strings (and None) in its fields and extra fields. *frozen* is
+        that copy and its size, when the caller made it already.
+        """
+        kind = type(item)
+        if frozen is None:
+            frozen = (
+                _freeze(item, self.max_item_bytes)
+                if kind is dict
+                else _freeze_model(item, self.max_item_bytes)
+            )
         if frozen is None:
             return False
         copy, size = frozen
@@ -235,7 +252,7 @@ class Memo:
         old = self._objects.pop(id(item), None)
         if old is not None:
             self.nbytes -= old[2]
-        self._objects[id(item)] = (copy, value, size)
+        self._objects[id(item)] = (copy, value, size, kind)
         self.nbytes += size
         self._shrink()
         return True
@@ -263,7 +280,7 @@ class Memo:
         if self.nbytes > self.max_bytes:
             target = self.max_bytes * 7 // 8
             dropped: list[int] = []
-            for object_id, (_, _, size) in objects.items():
+            for object_id, (_, _, size, _) in objects.items():
                 if self.nbytes <= target:
                     break
                 self.nbytes -= size
@@ -346,6 +363,79 @@ def _freeze(value: object, budget: int, depth: int = 0) -> tuple[object, int] | 
     return None
 
 
+def _flat_strings(fields: dict[Any, Any]) -> bool:
+    """True if every value is an exact ``str`` or None."""
+    for value in fields.values():  # noqa: SIM110 - a loop: all() over a generator costs twice as much here
+        if type(value) is not str and value is not None:
+            return False
+    return True
+
+
+def _string_keys(keys: Iterable[object]) -> bool:
+    for key in keys:  # noqa: SIM110 - as above
+        if type(key) is not str:
+            return False
+    return True
+
+
+#: A remembered SDK model: its fields, the names set, its extra fields (or None).
+_ModelCopy = tuple[dict[str, Any], frozenset[str], dict[str, Any] | None]
+
+
+def _freeze_model(model: object, budget: int) -> tuple[_ModelCopy, int] | None:
+    """
+    Copy an SDK model's fields, names set and extra fields; count the bytes held.
+
+    Only an exact class of the openai package whose fields and extra fields
+    are all exact strings or None (a tool call, say); None otherwise.
+    """
+    if not _trusted_model(type(model)):
+        return None
+    fields = getattr(model, "__dict__", None)
+    names = getattr(model, "__pydantic_fields_set__", None)
+    extra = getattr(model, "__pydantic_extra__", None)
+    if type(fields) is not dict or type(names) is not set:
+        return None
+    if not (_flat_strings(fields) and _string_keys(fields) and _string_keys(names)):
+        return None
+    if extra is not None:
+        if type(extra) is not dict or not (_flat_strings(extra) and _string_keys(extra)):
+            return None
+        extra = dict(extra)
+    size = _getsizeof(fields) * 2 + _getsizeof(names)
+    for value in fields.values():
+        size += _getsizeof(value)
+    if extra:
+        size += _getsizeof(extra) + sum(_getsizeof(v) for v in extra.values())
+    if size > budget:
+        return None
+    return (dict(fields), frozenset(names), extra), size
+
+
+def _same_model(model: Any, copy: _ModelCopy) -> bool:
+    """
+    Whether an SDK model still holds exactly what *copy* remembered.
+
+    Its fields and extra fields are checked to be exact strings or None
+    before they are compared, so the comparisons call no user code; the
+    remembered side is the left operand, so lookups probe the model's own
+    tables as the SDK's serializer does. The names set decides what an
+    ``exclude_unset`` dump includes, so it is compared too.
+    """
+    fields, names, extra = copy
+    now = model.__dict__
+    if type(now) is not dict or not _flat_strings(now):
+        return False
+    now_extra = model.__pydantic_extra__
+    if now_extra is None or extra is None:
+        if now_extra is not extra:
+            return False
+    elif type(now_extra) is not dict or not _flat_strings(now_extra) or extra != now_extra:
+        return False
+    now_names = model.__pydantic_fields_set__
+    return type(now_names) is set and fields == now and names == now_names
+
+
 _OPENAI_PACKAGE = "openai."
 _trusted_models: dict[type, bool] = {}
 
@@ -393,6 +483,29 @@ def _fingerprint_one(item: object, kinds: list[Kind] | None = None) -> tuple[Kno
     return (_blake2b(data, digest_size=DIGEST_SIZE).digest(), len(data), is_model), plain
 
 
+def _remembered(item: object, memo: Memo) -> Known:
+    """Fingerprint *item* through the memo's digests, remembering it for next time."""
+    if type(item) is not dict:
+        # A tool call, say: remembered by identity alone, so a new one costs
+        # no serialization besides its canonical form.
+        frozen = _freeze_model(item, memo.max_item_bytes)
+        if frozen is not None:
+            fresh = _fingerprint_one(item)[0]
+            memo.remember_object(item, fresh, frozen)
+            return fresh
+    key = _memo_key(item)
+    if key is None:
+        return _fingerprint_one(item)[0]
+    known = memo.get(key)
+    if known is not None:
+        return known
+    fresh = _fingerprint_one(item)[0]
+    memo.put(key, fresh)
+    # First sighting of this value: loops pass this very object again.
+    memo.remember_object(item, fresh)
+    return fresh
+
+
 def fingerprint_items(
     items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None
 ) -> tuple[list[bytes], list[int], bool]:
@@ -415,27 +528,31 @@ def fingerprint_items(
     fps: list[bytes] = []
     sizes: list[int] = []
     has_model = False
-    if kinds is not None:
-        memo = None
-    for item in items:
-        known = None
-        if memo is not None:
-            is_dict = type(item) is dict
-            if is_dict:
-                known = memo.lookup_object(item)  # type: ignore[arg-type]
-            if known is None:
-                key = _memo_key(item)
-                if key is not None:
-                    known = memo.get(key)
-                    if known is None:
-                        known = _fingerprint_one(item)[0]
-                        memo.put(key, known)
-                        if is_dict:
-                            # First sighting of this value: loops pass this very object again.
-                            memo.remember_object(item, known)  # type: ignore[arg-type]
-        if known is None:
+    if kinds is not None or memo is None:
+        for item in items:
             known = _fingerprint_one(item, kinds)[0]
-        fps.append(known[0])
-        sizes.append(known[1])
+            fps.append(known[0])
+            sizes.append(known[1])
+            has_model = has_model or known[2]
+        return fps, sizes, has_model
+    objects_get = memo._objects.get
+    add_fp, add_size = fps.append, sizes.append
+    for item in items:
+        # The loop's common case, inline: an object seen before, provably unchanged.
+        entry = objects_get(id(item))
+        if entry is not None:
+            kind = entry[3]
+            copy = entry[0]
+            if type(item) is kind and (
+                (_exact_strings(item, 0) and copy == item) if kind is dict else _same_model(item, copy)  # type: ignore[arg-type]
+            ):
+                known = entry[1]
+                add_fp(known[0])
+                add_size(known[1])
+                has_model = has_model or known[2]
+                continue
+        known = _remembered(item, memo)
+        add_fp(known[0])
+        add_size(known[1])
         has_model = has_model or known[2]
     return fps, sizes, has_model

@@ -42,13 +42,33 @@ def render_to_record(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> d
     return {"msg": f"{event} {pairs}" if pairs else event, "extra": {**fields, "event": event}}
 
 
+class _Fallback(structlog.stdlib.BoundLogger):
+    """A stdlib-backed logger that drops debug and info events at once when they would not show."""
+
+    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self._logger.isEnabledFor(logging.DEBUG):
+            return None
+        return super().debug(event, *args, **kw)
+
+    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self._logger.isEnabledFor(logging.INFO):
+            return None
+        return super().info(event, *args, **kw)
+
+
 #: Used while the application has not configured structlog: events below the
-#: stdlib logger's level are dropped before any rendering.
-_fallback = structlog.wrap_logger(
+#: stdlib logger's level are dropped before any rendering (one bound logger,
+#: made once: a lazy proxy would bind a new one for every event).
+_fallback = _Fallback(
     _stdlib_logger,
-    wrapper_class=structlog.stdlib.BoundLogger,
     processors=[structlog.stdlib.filter_by_level, render_to_record],
+    context={},
 )
+
+
+def debug_enabled() -> bool:
+    """Whether a debug event could show (always, once the application configured structlog)."""
+    return structlog.is_configured() or _stdlib_logger.isEnabledFor(logging.DEBUG)
 
 
 def get_logger() -> Any:

@@ -34,6 +34,8 @@ class Mode(str, enum.Enum):
 
 _call_mode: ContextVar[Mode | None] = ContextVar("anchortrack_mode", default=None)
 _warned_env: set[str] = set()
+#: Values of the variable seen, and the modes they name (it is read on every call).
+_env_modes: dict[str, Mode] = {}
 
 
 def coerce(value: Mode | str) -> Mode:
@@ -61,8 +63,11 @@ def env_mode() -> tuple[str | None, Mode | None]:
     env = os.environ.get(MODE_ENV)
     if not env:
         return None, None
+    known = _env_modes.get(env)
+    if known is not None:
+        return env, known
     try:
-        return env, coerce(env.strip())
+        mode = coerce(env.strip())
     except ValueError:
         if env not in _warned_env:
             _warned_env.add(env)
@@ -70,6 +75,9 @@ def env_mode() -> tuple[str | None, Mode | None]:
                 "anchortrack.mode_invalid", variable=MODE_ENV, value=env, using=Mode.OFF.value
             )
         return env, Mode.OFF
+    if len(_env_modes) < 16:
+        _env_modes[env] = mode
+    return env, mode
 
 
 def resolve(client_mode: Mode | None) -> Mode:

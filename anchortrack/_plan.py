@@ -14,6 +14,7 @@ import enum
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -138,6 +139,26 @@ class Plan:
         return self.total - self.skip
 
 
+_ABSENT = object()
+
+
+def _attribute(obj: object, name: str) -> Any:
+    """
+    ``getattr(obj, name, None)``, without an exception for a field a model lacks.
+
+    ``store`` is no field of the SDK's ``Response``: the server's value lands
+    among the model's extra fields, and asking the model for a name it lacks
+    costs a raised and caught ``AttributeError``.
+    """
+    fields = getattr(obj, "__dict__", None)
+    if fields is not None and name in fields:
+        return fields[name]
+    extra = getattr(obj, "__pydantic_extra__", _ABSENT)
+    if extra is _ABSENT:
+        return getattr(obj, name, None)
+    return extra.get(name) if isinstance(extra, dict) else None
+
+
 def unrecordable(
     response: object, *, record_incomplete: bool, connection_local: bool = False
 ) -> Reason | None:
@@ -149,7 +170,7 @@ def unrecordable(
     anchor (the latest response of a WebSocket lane, which that socket keeps
     in memory) may have been created with ``store: false``.
     """
-    if getattr(response, "store", None) is False and not connection_local:
+    if _attribute(response, "store") is False and not connection_local:
         return Reason.STORE_FALSE
     status = getattr(response, "status", None)
     if not (status == "completed" or (status == "incomplete" and record_incomplete)):
@@ -217,10 +238,9 @@ def sizes_total(sizes: Sequence[int]) -> int:
 def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
     """Return *plan* with its byte estimates, from the canonical *sizes* of the history."""
     stateless = sizes_total(sizes)
-    return attrs.evolve(
-        plan,
-        bytes_stateless=stateless,
-        bytes_planned=sizes_total(sizes[plan.skip :]) if plan.anchor else stateless,
+    planned = sizes_total(sizes[plan.skip :]) if plan.anchor else stateless
+    return Plan(
+        plan.reason, plan.total, plan.skip, plan.anchor, plan.diverged_at, stateless, planned, plan.rejected
     )
 
 
@@ -298,12 +318,13 @@ class RecentViews:
         self._size = 0
         self._lock = threading.Lock()
 
-    def add(self, hashes: Sequence[bytes]) -> None:
-        """Remember a recorded view by its prefix hashes ``[h(1), …, h(m)]``."""
-        if not hashes or len(hashes) > self._max_hashes:
+    def add(self, hashes: Sequence[bytes], more: Sequence[bytes] = ()) -> None:
+        """Remember a recorded view by its prefix hashes ``[h(1), …, h(m)]`` (*hashes* then *more*)."""
+        size = len(hashes) + len(more)
+        if not size or size > self._max_hashes:
             return
-        key = hashes[-1]
-        value = tuple(hashes)
+        value = (*hashes, *more)
+        key = value[-1]
         with self._lock:
             old = self._views.pop(key, None)
             if old is not None:

@@ -42,7 +42,7 @@ from ._flow import (
 )
 from ._guard import Guard, State
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
-from ._log import get_logger, short
+from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
 from ._refusal import Failure, classify
@@ -237,6 +237,8 @@ class Tracker:
         self._cycle = [0, 0]  # written, dropped since the backlog was last empty
         self._zdr: set[str] = set()
         self._roots: dict[Scope, tuple[str, bytes]] = {}
+        self._last_root: tuple[Scope | None, tuple[str, bytes]] = (None, ("", b""))
+        self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -273,22 +275,39 @@ class Tracker:
         it is left out: separate such tenants with a namespace). Hand it to
         ``anchortrack.explain`` or ``plan_request`` to look at the same anchors.
         """
-        digest = None
         api_key = getattr(client, "api_key", None)
-        if (
+        by_key = (
             self.scope_by_api_key
             and isinstance(api_key, str)
             and api_key
             and getattr(client, "_api_key_provider", None) is None
-        ):
-            digest = api_key_digest(api_key, self.store.secret_key)
-        return Scope(
-            base_url=str(client.base_url),
-            organization=getattr(client, "organization", None),
-            project=getattr(client, "project", None),
-            namespace=self.namespace,
-            api_key_digest=digest,
         )
+        secret = self.store.secret_key
+        # Every call asks: the same settings give the same scope, so it is made
+        # once. The key is named by its (cached) string hash, never held.
+        settings = (
+            client.base_url,
+            getattr(client, "organization", None),
+            getattr(client, "project", None),
+            self.namespace,
+            (len(api_key), hash(api_key)) if by_key else None,  # type: ignore[arg-type]
+            secret,
+        )
+        cached = self._scopes.get(id(client))
+        if cached is not None and cached[0] == settings:
+            return cached[1]
+        scope = Scope(
+            base_url=str(settings[0]),
+            organization=settings[1],
+            project=settings[2],
+            namespace=self.namespace,
+            api_key_digest=api_key_digest(api_key, secret) if by_key else None,  # type: ignore[arg-type]
+        )
+        with self._lock:
+            if len(self._scopes) >= 64:
+                self._scopes.clear()
+            self._scopes[id(client)] = (settings, scope)
+        return scope
 
     # -- the fail-open entry ------------------------------------------------
 
@@ -364,6 +383,9 @@ class Tracker:
         return context, request
 
     def _root(self, scope: Scope) -> tuple[str, bytes]:
+        last = self._last_root
+        if last[0] is scope:
+            return last[1]
         cached = self._roots.get(scope)
         if cached is None:
             secret = self.store.secret_key
@@ -372,6 +394,7 @@ class Tracker:
                 if len(self._roots) > 64:
                     self._roots.clear()
                 self._roots[scope] = cached
+        self._last_root = (scope, cached)
         return cached
 
     def _fault(self, error: Exception) -> None:
@@ -509,6 +532,8 @@ class Tracker:
                 transport=state.transport,
             )
         elif isinstance(effect, Log):
+            if effect.level == "debug" and not debug_enabled():
+                return
             fields = (
                 effect.fields if state.transport == HTTP else {**effect.fields, "transport": state.transport}
             )
@@ -579,14 +604,15 @@ class Tracker:
         if self.local_anchors is not None:
             self.local_anchors.put(ticket.scope, anchor)
         if ticket.hashes is not None:
-            self.recent.add([*ticket.hashes, *hashes])
-        get_logger().debug(
-            "anchortrack.response_recorded",
-            response_id=response_id,
-            view=short(anchor.view),
-            items=anchor.count,
-            outputs=len(items),
-        )
+            self.recent.add(ticket.hashes, hashes)
+        if debug_enabled():
+            get_logger().debug(
+                "anchortrack.response_recorded",
+                response_id=response_id,
+                view=short(anchor.view),
+                items=anchor.count,
+                outputs=len(items),
+            )
 
     def _abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
@@ -842,7 +868,7 @@ class Tracker:
             mac_key=mac_key(self.store.secret_key),
         )
         if ticket.hashes is not None:
-            self.recent.add([*ticket.hashes, *hashes])
+            self.recent.add(ticket.hashes, hashes)
         self.stats.recorded_locally()
         get_logger().debug(
             "anchortrack.response_recorded",
