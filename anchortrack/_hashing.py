@@ -166,19 +166,25 @@ class Memo:
       again, and only then is ``copy == item`` (a C comparison that, with
       exact strings only, calls no user code and cannot alias ``1``/``1.0``/
       ``True``) taken as proof that its value is unchanged.
+    * An SDK model of an exact ``openai`` class whose fields are all strings
+      or None (a tool call, say) is remembered the same way: a copy of its
+      fields, of the set of names set and of its extra fields, checked
+      exactly on every use (see `_same_model`). It costs no serialization.
     * By value: any other exact dict is keyed by a digest of its
       `marshal` serialization, which refuses every non-exact type and names
-      the value exactly; an SDK model (an exact ``openai`` class) by a digest
-      of its JSON serialization.
+      the value exactly; any other SDK model by a digest of its JSON
+      serialization.
 
     Bounded by bytes: every entry is counted (the copy, the strings it
-    shares, the digest) against *max_bytes*; the oldest entries go first.
-    Items with more than *max_item_bytes* are only ever remembered by
-    digest, so the memo never keeps a large text alive after the caller
-    dropped it.
+    shares, the digest) against *max_bytes* (24 MiB: about 10,000 items
+    of a tool loop with 1.5 KB outputs, so a long history is never
+    fingerprinted afresh); the oldest entries go first. Items with more than
+    *max_item_bytes* are only ever remembered by digest, so the memo never
+    keeps a large text alive after the caller dropped it, and what it keeps
+    of smaller ones is bounded by *max_bytes*.
     """
 
-    def __init__(self, max_bytes: int = 4 << 20, max_item_bytes: int = 64 << 10) -> None:
+    def __init__(self, max_bytes: int = 24 << 20, max_item_bytes: int = 64 << 10) -> None:
         self.max_bytes = max_bytes
         self.max_item_bytes = max_item_bytes
         self.nbytes = 0
@@ -364,9 +370,9 @@ def _freeze(value: object, budget: int, depth: int = 0) -> tuple[object, int] | 
 
 
 def _flat_strings(fields: dict[Any, Any]) -> bool:
-    """True if every value is an exact ``str`` or None."""
-    for value in fields.values():  # noqa: SIM110 - a loop: all() over a generator costs twice as much here
-        if type(value) is not str and value is not None:
+    """True if every key is an exact ``str`` and every value an exact ``str`` or None."""
+    for key, value in fields.items():
+        if type(key) is not str or (type(value) is not str and value is not None):
             return False
     return True
 
@@ -396,10 +402,10 @@ def _freeze_model(model: object, budget: int) -> tuple[_ModelCopy, int] | None:
     extra = getattr(model, "__pydantic_extra__", None)
     if type(fields) is not dict or type(names) is not set:
         return None
-    if not (_flat_strings(fields) and _string_keys(fields) and _string_keys(names)):
+    if not (_flat_strings(fields) and _string_keys(names)):
         return None
     if extra is not None:
-        if type(extra) is not dict or not (_flat_strings(extra) and _string_keys(extra)):
+        if type(extra) is not dict or not _flat_strings(extra):
             return None
         extra = dict(extra)
     size = _getsizeof(fields) * 2 + _getsizeof(names)
@@ -416,11 +422,11 @@ def _same_model(model: Any, copy: _ModelCopy) -> bool:
     """
     Whether an SDK model still holds exactly what *copy* remembered.
 
-    Its fields and extra fields are checked to be exact strings or None
-    before they are compared, so the comparisons call no user code; the
-    remembered side is the left operand, so lookups probe the model's own
-    tables as the SDK's serializer does. The names set decides what an
-    ``exclude_unset`` dump includes, so it is compared too.
+    Its fields and extra fields (names and values) are checked to be exact
+    strings or None before they are compared, so the comparisons call no
+    user code. The set of names set decides what an ``exclude_unset`` dump
+    includes, so it is compared too (the remembered side on the left: its
+    exact names are looked up in the model's set, as the serializer does).
     """
     fields, names, extra = copy
     now = model.__dict__

@@ -161,6 +161,95 @@ def test_large_items_are_remembered_by_digest_only() -> None:
     assert [fingerprint(big)] == _fps([big], memo) != first
 
 
+def _tool_call() -> Any:
+    from openai.types.responses import ResponseFunctionToolCall
+
+    return ResponseFunctionToolCall.model_validate(
+        {
+            "id": "fc_1",
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "lookup",
+            "arguments": '{"q": "card 4111"}',
+            "status": "completed",
+        }
+    )
+
+
+def _edits() -> list[tuple[str, Any]]:
+    """In-place edits of an SDK tool call, each of which changes what the SDK would send."""
+
+    def arguments(m: Any) -> None:
+        m.arguments = '{"q": "card 4112"}'
+
+    def masked(m: Any) -> None:
+        m.arguments = MaskedStr('{"q": "card 4112"}')
+
+    def unset_name(m: Any) -> None:
+        m.__pydantic_fields_set__.discard("name")
+
+    def extra(m: Any) -> None:
+        m.__pydantic_extra__["note"] = "added"
+
+    def masked_key(m: Any) -> None:
+        value = m.__dict__.pop("name")
+        m.__dict__[MaskedStr("name")] = value + "2"
+
+    def number(m: Any) -> None:
+        m.__dict__["name"] = SameInt(2)
+
+    def other_class(m: Any) -> None:
+        class Sub(type(m)):  # type: ignore[misc]
+            pass
+
+        m.__class__ = Sub
+
+    return [(f.__name__, f) for f in (arguments, masked, unset_name, extra, masked_key, number, other_class)]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic warns about the int in a str field
+@pytest.mark.parametrize(("name", "edit"), _edits(), ids=[name for name, _ in _edits()])
+def test_an_sdk_tool_call_edited_in_place_is_fingerprinted_afresh(name: str, edit: Any) -> None:
+    """A tool call remembered by identity: any in-place edit, lying types included, is seen."""
+    memo = Memo()
+    model = _tool_call()
+    first = _fps([model], memo)
+    assert memo._objects[id(model)][3] is type(model)  # remembered by identity, no serialization
+    assert first == _fps([model], memo) == [fingerprint(model)]
+
+    edit(model)
+    try:
+        expected = [fingerprint(model)]
+    except Exception:  # noqa: BLE001 - no canonical form: the memo must not produce one either
+        with pytest.raises(Exception):  # noqa: B017, PT011
+            _fps([model], memo)
+        return
+    if name != "other_class":  # the same data under another class: the same fingerprint
+        assert expected != first
+    assert _fps([model], memo) == expected
+
+
+def test_an_sdk_model_with_nested_parts_is_remembered_by_value() -> None:
+    """A message (content parts) is not remembered by identity; its value digest still spares a fingerprint."""
+    from openai.types.responses import ResponseOutputMessage
+
+    message = ResponseOutputMessage.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+        }
+    )
+    memo = Memo()
+    first = _fps([message], memo)
+    assert id(message) not in memo._objects
+    assert len(memo._entries) == 1
+    message.content[0].text = "bye"
+    assert _fps([message], memo) == [fingerprint(message)] != first
+
+
 # -- hypothesis: the memo agrees with a fresh fingerprint, whatever the item holds -------------------
 
 SCALARS = (
