@@ -423,8 +423,8 @@ class MemoryStore:
     Anchors do not survive a restart and are not shared between processes;
     use `SQLiteStore` or `RedisStore` for that.
 
-    Memory: about 190 bytes per anchor with 16-byte views and 30-character
-    ``resp_`` + hex response ids, about 198 when each anchor is chained
+    Memory: about 191 bytes per anchor with 16-byte views and 30-character
+    ``resp_`` + hex response ids, about 199 when each anchor is chained
     from the one before (``tracemalloc`` over 100,000 anchors, see
     ``benchmarks/bench_stores.py``; it varies by some 25 bytes with how
     full the view ``dict`` is), so the default bound costs about 20 MB.
