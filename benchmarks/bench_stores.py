@@ -13,9 +13,16 @@ a redis-server this script starts on a free loopback port):
    async, and as a ratio to MemoryStore.
 3. MemoryStore's memory per anchor: ``tracemalloc`` over 100,000 anchors
    with 16-byte views and 30-character response ids; plain, with a 16-byte
-   properties digest, and with that and a 16-byte MAC (a secret key).
+   properties digest, with that and a 16-byte MAC (a secret key), and plain
+   but each chained from the one before (a parent, as in a tool loop).
+4. MemoryStore's ``find`` as the planner uses it in a tool loop: 400 prefix
+   views, 200 of them recorded (one anchor per earlier response, each
+   chained from the one before), then reads longest first until the first
+   usable anchor. Side by side with the store before ``find`` became lazy
+   (every found anchor decoded and marked as used at once), loaded from the
+   git history when this is a git checkout.
 
-Needs ``redis-server`` on PATH and the ``redis`` extra. Takes about 15 s.
+Needs ``redis-server`` on PATH and the ``redis`` extra. Takes about 60 s.
 
     python benchmarks/bench_stores.py
 """
@@ -25,10 +32,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +58,8 @@ VIEWS_PER_FIND = 100
 HITS_PER_FIND = 5
 PRELOAD = 2_000
 MEMORY_ANCHORS = 100_000
+FIND_VIEWS = 400
+FIND_HELD = 200
 
 
 def digest(label: str) -> bytes:
@@ -152,20 +163,80 @@ def sqlite_statements(path: Path, now: float) -> tuple[float, float]:
     return per_find, per_put
 
 
-def memory_per_anchor(n: int = MEMORY_ANCHORS, properties: bytes = b"", mac: bytes | None = None) -> float:
+def memory_per_anchor(
+    n: int = MEMORY_ANCHORS, properties: bytes = b"", mac: bytes | None = None, *, parent: bool = False
+) -> float:
+    """Bytes per anchor; with *parent*, each anchor is chained from the one recorded before it."""
     now = time.time()
     inputs = [(digest(f"m-{i}"), f"resp_{i:025d}") for i in range(n)]
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     store = MemoryStore(n)
+    previous = None
     for v, rid in inputs:  # fresh view objects, as the tracker's digests are
-        store.put(SCOPE, Anchor(v[:8] + v[8:], rid, 7, now, now + 3600, properties=properties, mac=mac))
+        store.put(
+            SCOPE,
+            Anchor(v[:8] + v[8:], rid, 7, now, now + 3600, properties=properties, mac=mac, parent=previous),
+        )
+        previous = rid if parent else None
     gc.collect()
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     assert len(store) == n
     return used / n
+
+
+#: The last commit with the eager `MemoryStore.find` (every found anchor decoded and marked as used at once).
+BEFORE_LAZY_FIND = "683fc83f96d16848124db75bba4b55c5c3376e32"
+
+
+def memory_store_before() -> type[MemoryStore] | None:
+    """`MemoryStore` as of `BEFORE_LAZY_FIND`, loaded from git history (None without it)."""
+    try:
+        source = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{BEFORE_LAZY_FIND}:anchortrack/stores/memory.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    module = types.ModuleType("anchortrack.stores._memory_before")
+    module.__package__ = "anchortrack.stores"  # its relative imports take today's _base and _checks
+    exec(compile(source, f"memory.py@{BEFORE_LAZY_FIND[:7]}", "exec"), module.__dict__)
+    store_class: type[MemoryStore] = module.MemoryStore
+    return store_class
+
+
+def find_in_a_loop(store: MemoryStore, rounds: int = 200, repeats: int = 7) -> float:
+    """Best mean seconds of one find of FIND_VIEWS prefix views plus the planner's reads."""
+    now = time.time()
+    hashes = [digest(f"prefix-{i}") for i in range(1, FIND_VIEWS + 2)]  # h(1) .. h(n), n = FIND_VIEWS + 1
+    candidates = list(reversed(hashes[:-1]))  # what the planner asks for, longest first
+    previous = None
+    for k in range(FIND_HELD):  # a response every second item, each chained from the one before
+        rid = f"resp_{k:048x}"
+        count = (k + 1) * FIND_VIEWS // FIND_HELD
+        store.put(SCOPE, Anchor(hashes[count - 1], rid, count, now, now + 3600, parent=previous))
+        previous = rid
+
+    def plan() -> Anchor:
+        found = store.find(SCOPE, candidates)
+        for i in range(len(hashes) - 1, 0, -1):  # as `anchortrack._plan.choose` reads it
+            anchor = found.get(hashes[i - 1])
+            if anchor is not None and anchor.count == i:
+                return anchor
+        raise AssertionError("no anchor found")
+
+    assert plan().count == FIND_VIEWS
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(rounds):
+            plan()
+        best = min(best, (time.perf_counter() - started) / rounds)
+    return best
 
 
 def main() -> None:
@@ -194,6 +265,13 @@ def main() -> None:
     per_anchor = memory_per_anchor()
     with_properties = memory_per_anchor(properties=digest("properties"))
     with_mac = memory_per_anchor(properties=digest("properties"), mac=digest("mac"))
+    with_parent = memory_per_anchor(parent=True)
+    before = memory_store_before()
+    lazy_s = eager_s = float("inf")
+    for _ in range(3):  # interleaved, so both see the same machine
+        if before is not None:
+            eager_s = min(eager_s, find_in_a_loop(before()))
+        lazy_s = min(lazy_s, find_in_a_loop(MemoryStore()))
 
     base_sync, base_async = results["memory"]
     print(
@@ -215,7 +293,17 @@ def main() -> None:
     print(f"\nredis-server command deltas for 200 finds + 200 puts: {delta}")
     print(
         f"MemoryStore: {per_anchor:.0f} bytes per anchor (tracemalloc, {MEMORY_ANCHORS:,} anchors);"
-        f" {with_properties:.0f} with a properties digest, {with_mac:.0f} with one and a MAC"
+        f" {with_properties:.0f} with a properties digest, {with_mac:.0f} with one and a MAC,"
+        f" {with_parent:.0f} chained from the one before"
+    )
+    print(
+        f"MemoryStore.find of {FIND_VIEWS} views ({FIND_HELD} recorded) plus the planner's reads:"
+        f" {lazy_s * 1e6:.1f} µs; "
+        + (
+            f"{eager_s * 1e6:.1f} µs with the eager find of {BEFORE_LAZY_FIND[:7]} ({eager_s / lazy_s:.1f}x)"
+            if before is not None
+            else "(the eager find's commit is not in this checkout's history)"
+        )
     )
     print(f"\ntotal {time.perf_counter() - started:.1f} s")
 

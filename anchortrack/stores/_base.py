@@ -19,7 +19,7 @@ retry later" is written once for all backends.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -90,7 +90,7 @@ class AnchorStore(Protocol):
     #: Optional secret that turns view digests into keyed digests.
     secret_key: bytes | None
 
-    def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+    def find(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         """Return the live anchors recorded for any of *views*, in one lookup."""
         ...
 
@@ -118,7 +118,7 @@ class AnchorStore(Protocol):
         """
         ...
 
-    async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+    async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         """Async twin of `find`."""
         ...
 

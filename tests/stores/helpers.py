@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from anchortrack.stores import Anchor, AnchorStore
 
@@ -49,7 +49,7 @@ class Api:
         self.store = store
         self.mode = mode
 
-    async def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+    async def find(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         if self.mode == "sync":
             return self.store.find(scope, views)
         return await self.store.afind(scope, views)
