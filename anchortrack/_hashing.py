@@ -436,9 +436,9 @@ def _same_model(model: Any, copy: _ModelCopy) -> bool:
     if now_extra is None or extra is None:
         if now_extra is not extra:
             return False
-    elif type(now_extra) is not dict:
-        return False
-    elif (now_extra or extra) and (not _flat_strings(now_extra) or extra != now_extra):
+    elif type(now_extra) is not dict or (
+        (now_extra or extra) and (not _flat_strings(now_extra) or extra != now_extra)
+    ):
         return False
     now_names = model.__pydantic_fields_set__
     return type(now_names) is set and fields == now and names == now_names

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import ChainMap, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -502,7 +502,8 @@ class Tracker:
                 hits = backlog.find(effect.scope, effect.views, self.clock())
             if not hits:
                 return answer
-            return hits if isinstance(answer, Unavailable) else {**hits, **answer}
+            # The store's answer wins; neither side is decoded until the plan reads it.
+            return hits if isinstance(answer, Unavailable) else ChainMap(answer, hits)  # type: ignore[arg-type]
         if isinstance(answer, Anchor):
             return answer
         if local is not None:
@@ -988,7 +989,7 @@ def _overlaid(
             if isinstance(found, Unavailable):
                 return local or UNAVAILABLE
             # The overlay wins only where the store has nothing.
-            return {**local, **found}
+            return ChainMap(found, local) if local else found
 
         return "find", (effect.scope, effect.views), merged
     if isinstance(effect, Get):

@@ -56,7 +56,7 @@ def wrapped_loop(client: openai.OpenAI, calls: int = CALLS) -> None:
 
 
 def hand_loop(client: openai.OpenAI, calls: int = CALLS, *, keep: bool = False) -> None:
-    """The floor: tracks ``previous_response_id`` itself, sends only new items (*keep*: keeps the history too)."""
+    """The floor: tracks ``previous_response_id``, sends only new items (*keep*: keeps the history too)."""
     new: list[Any] = [{"role": "user", "content": ask(calls)}]
     history: list[Any] = []
     previous: str | None = None

@@ -220,7 +220,7 @@ def test_an_sdk_tool_call_edited_in_place_is_fingerprinted_afresh(name: str, edi
     edit(model)
     try:
         expected = [fingerprint(model)]
-    except Exception:  # noqa: BLE001 - no canonical form: the memo must not produce one either
+    except Exception:
         with pytest.raises(Exception):  # noqa: B017, PT011
             _fps([model], memo)
         return
@@ -230,7 +230,7 @@ def test_an_sdk_tool_call_edited_in_place_is_fingerprinted_afresh(name: str, edi
 
 
 def test_an_sdk_model_with_nested_parts_is_remembered_by_value() -> None:
-    """A message (content parts) is not remembered by identity; its value digest still spares a fingerprint."""
+    """A message (content parts) is not remembered by identity; its value digest spares a fingerprint."""
     from openai.types.responses import ResponseOutputMessage
 
     message = ResponseOutputMessage.model_validate(
