@@ -95,7 +95,17 @@ def load_sqlite(store: SQLiteStore, n: int) -> None:
         for i in range(start, min(n, start + BATCH * 10)):
             a = filler(i, now)
             rows.append(
-                (OTHER_SCOPE, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac)
+                (
+                    OTHER_SCOPE,
+                    a.view,
+                    a.response_id,
+                    a.count,
+                    a.created_at,
+                    a.expires_at,
+                    a.properties,
+                    a.mac,
+                    a.parent,
+                )
             )
         with conn:
             conn.executemany(_UPSERT, rows)

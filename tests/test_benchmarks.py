@@ -1,0 +1,65 @@
+"""
+The benchmarks' building blocks still run against today's code, at toy sizes.
+
+A benchmark is run by hand, not by CI, so nothing else notices when a store's schema or a
+record's layout moves under it; these tests do. They assert what each block promises (rows
+loaded, a plan that chains, sizes in a sane range), never a timing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from anchortrack.stores import MemoryStore, SQLiteStore
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def benchmarks() -> Iterator[dict[str, ModuleType]]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_overhead
+        import bench_scale
+        import bench_stores
+
+        yield {"overhead": bench_overhead, "scale": bench_scale, "stores": bench_stores}
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_scale_loads_sqlite_through_the_store_schema_and_plans_against_it(
+    benchmarks: dict[str, ModuleType], tmp_path: Path
+) -> None:
+    scale = benchmarks["scale"]
+    store = SQLiteStore(tmp_path / "scale.db")
+    scale.load_sqlite(store, 300)
+    with sqlite3.connect(tmp_path / "scale.db") as conn:
+        query = "SELECT count(*) FROM anchors WHERE scope = ?"
+        (rows,) = conn.execute(query, (scale.OTHER_SCOPE,)).fetchone()
+    assert rows == 300
+    median, p99 = scale.plan_latencies(store, 40, plans=3)  # asserts that the plan chains
+    assert 0 < median <= p99
+    store.close()
+
+
+def test_stores_memory_and_lazy_find_blocks_run(benchmarks: dict[str, ModuleType]) -> None:
+    stores = benchmarks["stores"]
+    plain = stores.memory_per_anchor(2_000)
+    chained = stores.memory_per_anchor(2_000, parent=True)
+    assert 50 < plain < 1_000
+    assert 50 < chained < 1_000
+    assert stores.find_in_a_loop(MemoryStore(), rounds=2, repeats=1) > 0
+
+
+def test_overhead_plan_times_chain_at_every_size(benchmarks: dict[str, ModuleType]) -> None:
+    times = benchmarks["overhead"].plan_times(100, repeats=2)  # plan_once asserts the warm plan chains
+    assert set(times) == {"cold", "same", "copies", "dumps"}
+    assert all(t > 0 for t in times.values())
