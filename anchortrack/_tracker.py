@@ -606,14 +606,7 @@ class Tracker:
             self.local_anchors.put(ticket.scope, anchor)
         if ticket.hashes is not None:
             self.recent.add(ticket.hashes, hashes)
-        if debug_enabled():
-            get_logger().debug(
-                "anchortrack.response_recorded",
-                response_id=response_id,
-                view=short(anchor.view),
-                items=anchor.count,
-                outputs=len(items),
-            )
+        _recorded_event(response_id, anchor, len(items))
 
     def _abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
@@ -871,15 +864,7 @@ class Tracker:
         if ticket.hashes is not None:
             self.recent.add(ticket.hashes, hashes)
         self.stats.recorded_locally()
-        get_logger().debug(
-            "anchortrack.response_recorded",
-            response_id=response_id,
-            view=short(anchor.view),
-            items=anchor.count,
-            outputs=len(items),
-            transport=WEBSOCKET,
-            connection_local=True,
-        )
+        _recorded_event(response_id, anchor, len(items), transport=WEBSOCKET, connection_local=True)
         return anchor
 
     def _socket_settle(self, sent: SocketPlan, refused: str | None = None) -> None:
@@ -1066,6 +1051,19 @@ def _recoverable(error: BaseException, anchor_id: str) -> bool:
     caller's, in its stream.
     """
     return classify(error, anchor_id) is not Failure.OTHER
+
+
+def _recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any) -> None:
+    """The debug event for a recorded anchor (not even built unless it would show)."""
+    if debug_enabled():
+        get_logger().debug(
+            "anchortrack.response_recorded",
+            response_id=response_id,
+            view=short(anchor.view),
+            items=anchor.count,
+            outputs=outputs,
+            **extra,
+        )
 
 
 def _never_blocks(store: object) -> bool:

@@ -85,28 +85,13 @@ def load_redis(store: RedisStore, url: str, n: int) -> None:
 
 def load_sqlite(store: SQLiteStore, n: int) -> None:
     """Insert *n* filler anchors with the store's own upsert, in large transactions."""
-    from anchortrack.stores.sqlite import _UPSERT
+    from anchortrack.stores.sqlite import _UPSERT, _row
 
     store.find(OTHER_SCOPE, [b"x" * 16])  # creates the schema
     now = time.time()
     conn = sqlite3.connect(store.path)
     for start in range(0, n, BATCH * 10):
-        rows = []
-        for i in range(start, min(n, start + BATCH * 10)):
-            a = filler(i, now)
-            rows.append(
-                (
-                    OTHER_SCOPE,
-                    a.view,
-                    a.response_id,
-                    a.count,
-                    a.created_at,
-                    a.expires_at,
-                    a.properties,
-                    a.mac,
-                    a.parent,
-                )
-            )
+        rows = [_row(OTHER_SCOPE, filler(i, now)) for i in range(start, min(n, start + BATCH * 10))]
         with conn:
             conn.executemany(_UPSERT, rows)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -39,6 +39,13 @@ _UPSERT = (
     " expires_at = excluded.expires_at, properties = excluded.properties, mac = excluded.mac,"
     " parent = excluded.parent"
 )
+
+
+def _row(scope: str, a: Anchor) -> tuple[object, ...]:
+    """The `_UPSERT` parameters for *a* in *scope*."""
+    return (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac, a.parent)
+
+
 #: The response and its descendants (UNION, not UNION ALL: a cycle ends).
 _EVICT = (
     "WITH RECURSIVE dead (id) AS (SELECT ?1"
@@ -159,20 +166,7 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(_DROP_OTHER_VIEWS, (scope, a.response_id, a.view))
-                conn.execute(
-                    _UPSERT,
-                    (
-                        scope,
-                        a.view,
-                        a.response_id,
-                        a.count,
-                        a.created_at,
-                        a.expires_at,
-                        a.properties,
-                        a.mac,
-                        a.parent,
-                    ),
-                )
+                conn.execute(_UPSERT, _row(scope, a))
                 sweep = self._writes_to_sweep <= 0
                 if sweep:
                     conn.execute(_SWEEP, (self._clock(),))
