@@ -190,7 +190,7 @@ class Memo:
         self.nbytes = 0
         self._entries: dict[bytes, Known] = {}
         self._objects: dict[int, tuple[object, Known, int, type]] = {}
-        self._last: tuple[bytes, tuple[bytes, ...], tuple[bytes, ...]] = (b"", (), ())
+        self._last: tuple[bytes, Sequence[bytes], list[bytes]] = (b"", [], [])
 
     def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
         """
@@ -203,14 +203,20 @@ class Memo:
         """
         last_root, last_fps, last_hashes = self._last  # one read: safe across threads
         k = len(last_fps)
-        if k and root == last_root and len(fingerprints) >= k and tuple(fingerprints[:k]) == last_fps:
+        n = len(fingerprints)
+        # The memo hands out the same digest objects for items it remembers, so
+        # the comparison is mostly pointer equality; every copy of a long list
+        # touches each digest, so the lists are kept, not copied.
+        if k and root == last_root and n >= k and (fingerprints if n == k else fingerprints[:k]) == last_fps:
             hashes = [*last_hashes, *prefix_hashes(last_hashes[-1], fingerprints[k:])]
         else:
             hashes = prefix_hashes(root, fingerprints)
         if len(hashes) <= _LAST_MAX_ITEMS:  # bounded: about 100 bytes an item
-            self._last = (root, tuple(fingerprints), tuple(hashes))
+            # Neither list is changed after this call (read_history owns both).
+            kept = fingerprints if type(fingerprints) is list else list(fingerprints)
+            self._last = (root, kept, hashes)
         else:
-            self._last = (b"", (), ())
+            self._last = (b"", [], [])
         return hashes
 
     def get(self, key: bytes) -> Known | None:
@@ -267,7 +273,7 @@ class Memo:
         """Forget everything."""
         self._entries.clear()
         self._objects.clear()
-        self._last = (b"", (), ())
+        self._last = (b"", [], [])
         self.nbytes = 0
 
     def _shrink(self) -> None:

@@ -246,7 +246,8 @@ def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
 
 def candidates(hashes: Sequence[bytes]) -> list[bytes]:
     """Return the prefix hashes that could be anchors, longest first (``i < n``)."""
-    return list(reversed(hashes[:-1]))
+    longest_first = hashes[-2::-1]  # one copy
+    return longest_first if isinstance(longest_first, list) else list(longest_first)
 
 
 def choose(
