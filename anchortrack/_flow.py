@@ -220,7 +220,7 @@ def read_history(ctx: CallContext, items: Sequence[object], *, kinds: list[Kind]
         ItemError: an item has no Responses API shape.
     """
     memo = ctx.memo if kinds is None else None
-    fps, sizes, has_model = fingerprint_items(items, memo, kinds=kinds)
+    fps, sizes, has_model = fingerprint_items(items, memo, kinds=kinds, run=memo is not None)
     hashes = memo.prefix_hashes(ctx.root, fps) if memo is not None else prefix_hashes(ctx.root, fps)
     return History(fps, sizes, has_model, hashes)
 

@@ -15,7 +15,8 @@ import hashlib
 import marshal
 import sys
 from collections.abc import Iterable, Sequence
-from itertools import islice
+from itertools import compress, count, islice
+from operator import not_
 from typing import Any
 
 import attrs
@@ -149,6 +150,13 @@ MODEL_ITEM_TYPES = frozenset(
 
 #: (fingerprint, canonical size, is model output)
 Known = tuple[bytes, int, bool]
+#: How the memo remembers one object: (copy, known, counted bytes, kind). The kind is the item's
+#: exact type (the copy is its containers' copy, or the string itself), or None when the object is
+#: remembered by the digest of its value (the copy is that digest).
+Entry = tuple[object, Known, int, "type | None"]
+#: The last history fingerprinted through `Memo`: an entry per leading item, their fingerprints
+#: and sizes, and the index of the first model output among them (-1: none).
+_Run = tuple[list[Entry], list[bytes], list[int], int]
 
 
 class Memo:
@@ -189,8 +197,10 @@ class Memo:
         self.max_item_bytes = max_item_bytes
         self.nbytes = 0
         self._entries: dict[bytes, Known] = {}
-        self._objects: dict[int, tuple[object, Known, int, type]] = {}
+        self._objects: dict[int, Entry] = {}
         self._last: tuple[bytes, Sequence[bytes], list[bytes]] = (b"", [], [])
+        #: The last history's entries, fingerprints, sizes and first model output's index (see `_run_of`).
+        self._run: _Run = ([], [], [], -1)
 
     def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
         """
@@ -242,13 +252,16 @@ class Memo:
             return known if _exact_strings(item, 0) and copy == item else None
         return known if _same_model(item, copy) else None  # type: ignore[arg-type]
 
-    def remember_object(self, item: object, value: Known, frozen: tuple[Any, int] | None = None) -> bool:
+    def remember_object(
+        self, item: object, value: Known, frozen: tuple[Any, int] | None = None
+    ) -> Entry | None:
         """
         Remember *item* by a copy of its containers; False if it cannot be.
 
         A dict must be small and hold only strings (and None); an SDK model
         only strings (and None) in its fields and extra fields. *frozen* is
-        that copy and its size, when the caller made it already.
+        that copy and its size, when the caller made it already. Returns the
+        entry (None when *item* cannot be remembered so).
         """
         kind = type(item)
         if frozen is None:
@@ -258,22 +271,24 @@ class Memo:
                 else _freeze_model(item, self.max_item_bytes)
             )
         if frozen is None:
-            return False
+            return None
         copy, size = frozen
         size += _ENTRY_BYTES
         old = self._objects.pop(id(item), None)
         if old is not None:
             self.nbytes -= old[2]
-        self._objects[id(item)] = (copy, value, size, kind)
+        entry: Entry = (copy, value, size, kind)
+        self._objects[id(item)] = entry
         self.nbytes += size
         self._shrink()
-        return True
+        return entry
 
     def clear(self) -> None:
         """Forget everything."""
         self._entries.clear()
         self._objects.clear()
         self._last = (b"", [], [])
+        self._run = ([], [], [], -1)
         self.nbytes = 0
 
     def _shrink(self) -> None:
@@ -497,31 +512,49 @@ def _fingerprint_one(item: object, kinds: list[Kind] | None = None) -> tuple[Kno
     return (_blake2b(data, digest_size=DIGEST_SIZE).digest(), len(data), is_model), plain
 
 
-def _remembered(item: object, memo: Memo) -> Known:
-    """Fingerprint *item* through the memo's digests, remembering it for next time."""
+def _remembered(item: object, memo: Memo) -> tuple[Known, Entry | None]:
+    """
+    Fingerprint *item* through the memo, remembering it for next time.
+
+    Returns its fingerprint and how it is remembered (None when it is not).
+    """
     if type(item) is not dict:
         # A tool call, say: remembered by identity alone, so a new one costs
         # no serialization besides its canonical form.
         frozen = _freeze_model(item, memo.max_item_bytes)
         if frozen is not None:
             fresh = _fingerprint_one(item)[0]
-            memo.remember_object(item, fresh, frozen)
-            return fresh
+            return fresh, memo.remember_object(item, fresh, frozen)
     key = _memo_key(item)
     if key is None:
-        return _fingerprint_one(item)[0]
+        fresh = _fingerprint_one(item)[0]
+        return fresh, ((item, fresh, 0, str) if type(item) is str else None)
     known = memo.get(key)
     if known is not None:
-        return known
+        return known, (key, known, 0, None)
     fresh = _fingerprint_one(item)[0]
     memo.put(key, fresh)
     # First sighting of this value: loops pass this very object again.
-    memo.remember_object(item, fresh)
-    return fresh
+    entry = memo.remember_object(item, fresh)
+    return fresh, (entry if entry is not None else (key, fresh, 0, None))
+
+
+def _unchanged(item: object, entry: Entry) -> bool:
+    """Whether *item* provably still is what *entry* remembered (see `Memo`)."""
+    copy, _, _, kind = entry
+    if kind is None:
+        return _memo_key(item) == copy
+    if type(item) is not kind:
+        return False
+    if kind is dict:
+        return _exact_strings(item, 0) and copy == item
+    if kind is str:
+        return item == copy  # two exact strings
+    return _same_model(item, copy)  # type: ignore[arg-type]
 
 
 def fingerprint_items(
-    items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None
+    items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None, run: bool = False
 ) -> tuple[list[bytes], list[int], bool]:
     """
     Fingerprint a history in one pass.
@@ -531,6 +564,9 @@ def fingerprint_items(
         memo: Fingerprints remembered from earlier calls.
         kinds: If given, the type and role of each item are appended to it
             (from the same canonical form; the memo is not used then).
+        run: *items* is a whole history: prove the leading items the memo's
+            last history shares with it in one pass, and make this history
+            the memo's last one.
 
     Returns:
         The fingerprints, the canonical byte sizes, and whether any item is
@@ -549,24 +585,42 @@ def fingerprint_items(
             sizes.append(known[1])
             has_model = has_model or known[2]
         return fps, sizes, has_model
+    first_model = -1
+    entries: list[Entry] = []
+    extending = run  # the run covers the leading items remembered in a way `_unchanged` can prove
+    done = 0
+    if run:
+        # A loop's history is its last one plus new items: prove the remembered
+        # leading items in one pass (stopping at the first that changed), and
+        # take their fingerprints and sizes as they were.
+        last_entries, last_fps, last_sizes, last_first_model = memo._run
+        limit = min(len(items), len(last_entries))
+        if limit:
+            done = next(compress(count(), map(not_, map(_unchanged, items, last_entries))), limit)
+        if done:
+            fps, sizes, entries = last_fps[:done], last_sizes[:done], last_entries[:done]
+            if 0 <= last_first_model < done:
+                first_model, has_model = last_first_model, True
     objects_get = memo._objects.get
     add_fp, add_size = fps.append, sizes.append
-    for item in items:
+    for index, item in enumerate(items[done:] if done else items, done):
         # The loop's common case, inline: an object seen before, provably unchanged.
         entry = objects_get(id(item))
-        if entry is not None:
-            kind = entry[3]
-            copy = entry[0]
-            if type(item) is kind and (
-                (_exact_strings(item, 0) and copy == item) if kind is dict else _same_model(item, copy)  # type: ignore[arg-type]
-            ):
-                known = entry[1]
-                add_fp(known[0])
-                add_size(known[1])
-                has_model = has_model or known[2]
-                continue
-        known = _remembered(item, memo)
+        if entry is not None and _unchanged(item, entry):
+            known = entry[1]
+        else:
+            known, entry = _remembered(item, memo)
         add_fp(known[0])
         add_size(known[1])
-        has_model = has_model or known[2]
+        if known[2] and first_model < 0:
+            first_model, has_model = index, True
+        if extending:
+            if entry is None:
+                extending = False
+            else:
+                entries.append(entry)
+    if run:
+        memo._run = (
+            (entries, fps, sizes, first_model) if len(entries) <= _LAST_MAX_ITEMS else ([], [], [], -1)
+        )
     return fps, sizes, has_model

@@ -27,8 +27,9 @@ from anchortrack._hashing import Memo, fingerprint, fingerprint_items
 from anchortrack.stores import MemoryStore
 
 
-def _fps(items: list[Any], memo: Memo) -> list[bytes]:
-    return fingerprint_items(items, memo)[0]
+def _fps(items: list[Any], memo: Memo, *, run: bool = True) -> list[bytes]:
+    """Fingerprints through the memo, as a loop's planner asks for them (a whole history)."""
+    return fingerprint_items(items, memo, run=run)[0]
 
 
 class MaskedStr(str):
@@ -349,6 +350,67 @@ def test_memo_over_a_growing_history(
             return
         assert expected == _fps(items, memo)
         assert memo.nbytes <= memo.max_bytes
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("edit"), st.integers(0, 7), ITEMS),
+        st.tuples(st.just("append"), ITEMS),
+        st.tuples(st.just("insert"), st.integers(0, 7), ITEMS),
+        st.tuples(st.just("delete"), st.integers(0, 7)),
+        st.tuples(st.just("copy"), st.integers(0, 7)),
+        st.tuples(st.just("call"), st.integers(0, 7), st.text(max_size=4)),
+        st.tuples(st.just("mask"), st.integers(0, 7), st.text(max_size=4)),
+    ),
+    max_size=12,
+)
+
+
+def _call(n: int) -> Any:
+    from openai.types.responses import ResponseFunctionToolCall
+
+    return ResponseFunctionToolCall.model_validate(
+        {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}", "id": f"fc_{n}"}
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=st.lists(ITEMS, max_size=5), ops=OPS, run=st.booleans())
+def test_a_loop_whose_history_changes_anyhow_always_gets_fresh_fingerprints(
+    start: list[dict[Any, Any]], ops: list[tuple[Any, ...]], run: bool
+) -> None:
+    """
+    Items appended, inserted, deleted, copied, edited in place (subclass scalars too), tool calls
+    added and their arguments changed: the memo's answer for the whole history is always the fresh one.
+    """
+    memo = Memo(max_bytes=8192)
+    items: list[Any] = [dict(i) for i in start if len(_plain(i)) == len(i)]
+    for step, op in enumerate(ops):
+        kind, *args = op
+        at = args[0] % (len(items) + 1) if args and isinstance(args[0], int) else 0
+        if kind == "append":
+            items.append(dict(args[0]))
+        elif kind == "insert":
+            items.insert(at, dict(args[1]))
+        elif kind == "call":
+            items.insert(at, _call(step))
+        elif items and kind in ("edit", "delete", "copy", "mask"):
+            at %= len(items)
+            target = items[at]
+            if kind == "delete":
+                del items[at]
+            elif kind == "copy":
+                items[at] = dict(target) if isinstance(target, dict) else target.model_copy()
+            elif kind == "mask" and not isinstance(target, dict):
+                target.arguments = MaskedStr(args[1])
+            elif kind == "edit" and isinstance(target, dict):
+                target.clear()
+                target.update(args[1])
+        items = [i for i in items if not isinstance(i, dict) or len(_plain(i)) == len(i)]
+        expected = [_fresh(i) if isinstance(i, dict) else fingerprint(i) for i in items]
+        if None in expected:
+            return
+        assert expected == _fps(items, memo, run=run)
 
 
 # -- memory held by a wrapped client after the caller drops its histories -----------------------------
