@@ -169,6 +169,7 @@ class CallContext:
         timer: A monotonic clock, to time the planning.
         mac_key: The key anchors are sealed with, if the store has a secret
             key: anchors read without a valid MAC are treated as absent.
+        quiet: Debug events would not show: the flow does not yield them.
     """
 
     scope_key: str
@@ -180,6 +181,7 @@ class CallContext:
     recent: RecentViews | None = None
     timer: Callable[[], float] = time.perf_counter
     mac_key: bytes | None = None
+    quiet: bool = False
 
     def authentic(self, anchor: Anchor) -> bool:
         """Whether *anchor*, read from this context's scope, carries a valid MAC."""
@@ -283,7 +285,8 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
     ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, None, request.properties)
     plan = yield from plan_history(ctx, history, properties=request.properties)
     yield Planned(plan, ctx.timer() - started)
-    yield _reported(ctx.mode, plan)
+    if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
+        yield _reported(ctx.mode, plan)
     if plan.rejected:
         yield _rejected(ctx, plan)
     if ctx.mode is Mode.SHADOW or plan.anchor is None:

@@ -313,7 +313,10 @@ class RecentViews:
     """
 
     def __init__(self, max_views: int = 128, max_hashes: int = 262_144) -> None:
-        self._views: OrderedDict[bytes, tuple[bytes, ...]] = OrderedDict()
+        # A view is kept as the two sequences it was given (never changed after):
+        # copying a long history's hashes on every record would cost more than
+        # the rare explanation that reads them.
+        self._views: OrderedDict[bytes, tuple[Sequence[bytes], Sequence[bytes]]] = OrderedDict()
         self._max_views = max_views
         self._max_hashes = max_hashes
         self._size = 0
@@ -324,17 +327,16 @@ class RecentViews:
         size = len(hashes) + len(more)
         if not size or size > self._max_hashes:
             return
-        value = (*hashes, *more)
-        key = value[-1]
+        key = more[-1] if more else hashes[-1]
         with self._lock:
             old = self._views.pop(key, None)
             if old is not None:
-                self._size -= len(old)
-            self._views[key] = value
-            self._size += len(value)
+                self._size -= len(old[0]) + len(old[1])
+            self._views[key] = (hashes, more)
+            self._size += size
             while len(self._views) > self._max_views or self._size > self._max_hashes:
-                _, dropped = self._views.popitem(last=False)
-                self._size -= len(dropped)
+                _, (first, rest) = self._views.popitem(last=False)
+                self._size -= len(first) + len(rest)
 
     def diverged_at(self, hashes: Sequence[bytes]) -> int | None:
         """
@@ -345,8 +347,8 @@ class RecentViews:
         with self._lock:
             views = list(self._views.values())
         best = 0
-        for view in views:
-            best = max(best, _common_prefix(view, hashes))
+        for first, rest in views:
+            best = max(best, _common_prefix([*first, *rest], hashes))
         return best if best > 0 else None
 
 

@@ -379,6 +379,7 @@ class Tracker:
             memo=self._memo,
             recent=self.recent,
             mac_key=mac_key(self.store.secret_key),
+            quiet=not debug_enabled(),
         )
         return context, request
 
