@@ -409,6 +409,13 @@ def _string_keys(keys: Iterable[object]) -> bool:
 _ModelCopy = tuple[dict[str, Any], frozenset[str], dict[str, Any] | None]
 
 
+#: The remembered sets of fields set, shared between models (never changed).
+_NAME_SETS: dict[frozenset[str], frozenset[str]] = {}
+_MAX_NAME_SETS = 1024
+#: The remembered empty extra fields, shared (never changed).
+_NO_EXTRA: dict[str, Any] = {}
+
+
 def _freeze_model(model: object, budget: int) -> tuple[_ModelCopy, int] | None:
     """
     Copy an SDK model's fields, names set and extra fields; count the bytes held.
@@ -428,7 +435,7 @@ def _freeze_model(model: object, budget: int) -> tuple[_ModelCopy, int] | None:
     if extra is not None:
         if type(extra) is not dict or not _flat_strings(extra):
             return None
-        extra = dict(extra)
+        extra = dict(extra) if extra else _NO_EXTRA
     size = _getsizeof(fields) * 2 + _getsizeof(names)
     for value in fields.values():
         size += _getsizeof(value)
@@ -436,7 +443,12 @@ def _freeze_model(model: object, budget: int) -> tuple[_ModelCopy, int] | None:
         size += _getsizeof(extra) + sum(_getsizeof(v) for v in extra.values())
     if size > budget:
         return None
-    return (dict(fields), frozenset(names), extra), size
+    frozen_names = frozenset(names)
+    # Models of one kind mostly share one set of names: one copy of it, kept warm.
+    shared = _NAME_SETS.get(frozen_names)
+    if shared is None and len(_NAME_SETS) < _MAX_NAME_SETS:
+        shared = _NAME_SETS[frozen_names] = frozen_names
+    return (dict(fields), shared if shared is not None else frozen_names, extra), size
 
 
 def _same_model(model: Any, copy: _ModelCopy) -> bool:
