@@ -182,6 +182,11 @@ class Memo:
       `marshal` serialization, which refuses every non-exact type and names
       the value exactly; any other SDK model by a digest of its JSON
       serialization.
+    * A loop's history is its last one plus new items: the memo keeps how it
+      remembered each item of the last history (`fingerprint_items` with
+      ``run=True``), proves the next history's leading items against those
+      entries in one pass that stops at the first changed item (each proof
+      as above), and takes their fingerprints as they were.
 
     Bounded by bytes: every entry is counted (the copy, the strings it
     shares, the digest) against *max_bytes* (24 MiB: about 10,000 items
