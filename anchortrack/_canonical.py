@@ -162,7 +162,7 @@ class ItemError(TypeError):
     """An input item anchortrack cannot canonicalize."""
 
 
-#: Model classes whose ``model_dump`` is pydantic's own: their serializer, called directly.
+#: Model classes seen: their serializer, called directly when ``model_dump`` is pydantic's own (else None).
 _fast_dumps: dict[type, Any] = {}
 
 
@@ -189,12 +189,12 @@ def to_plain(item: object) -> object:
     if kind is dict or isinstance(item, (Mapping, str)):
         return item
     fast = _fast_dumps.get(kind)
+    if fast is None and kind not in _fast_dumps and hasattr(item, "model_dump"):
+        fast = _fast_dumps[kind] = kind.__pydantic_serializer__ if _plain_pydantic_dump(kind) else None  # type: ignore[attr-defined]
     if fast is not None:
         return fast.to_python(item, mode="json", exclude_unset=True)
     dump = getattr(item, "model_dump", None)
     if dump is not None:
-        if kind not in _fast_dumps and _plain_pydantic_dump(kind):
-            _fast_dumps[kind] = kind.__pydantic_serializer__  # type: ignore[attr-defined]
         return dump(mode="json", exclude_unset=True)
     raise ItemError(f"unsupported input item of type {type(item).__name__}")
 

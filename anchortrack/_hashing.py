@@ -245,18 +245,6 @@ class Memo:
             self._entries[key] = value
             self._shrink()
 
-    def lookup_object(self, item: object) -> Known | None:
-        """Return the remembered fingerprint of *item* if its value is provably unchanged."""
-        entry = self._objects.get(id(item))
-        if entry is None:
-            return None
-        copy, known, _, kind = entry
-        if type(item) is not kind:
-            return None
-        if kind is dict:
-            return known if _exact_strings(item, 0) and copy == item else None
-        return known if _same_model(item, copy) else None  # type: ignore[arg-type]
-
     def remember_object(
         self, item: object, value: Known, frozen: tuple[Any, int] | None = None
     ) -> Entry | None:

@@ -534,8 +534,6 @@ class Tracker:
                 transport=state.transport,
             )
         elif isinstance(effect, Log):
-            if effect.level == "debug" and not debug_enabled():
-                return
             fields = (
                 effect.fields if state.transport == HTTP else {**effect.fields, "transport": state.transport}
             )
@@ -586,6 +584,22 @@ class Tracker:
             )
             return
         assert isinstance(response_id, str)
+        anchor, outputs = self._anchor_of(ticket, response_id, response, output, parent=ticket.parent)
+        self._pending.append((ticket.scope, anchor))
+        if self.local_anchors is not None:
+            self.local_anchors.put(ticket.scope, anchor)
+        _recorded_event(response_id, anchor, outputs)
+
+    def _anchor_of(
+        self,
+        ticket: Ticket,
+        response_id: str,
+        response: object,
+        output: Sequence[Any] | None,
+        *,
+        parent: str | None,
+    ) -> tuple[Anchor, int]:
+        """The anchor *response* becomes after *ticket*'s request, and how many output items it has."""
         items = list(output if output is not None else getattr(response, "output", None) or ())
         fps, _, _ = fingerprint_items(items, self._memo)
         hashes = prefix_hashes(ticket.base, fps)
@@ -600,14 +614,11 @@ class Tracker:
             properties=ticket.properties,
             scope=ticket.scope,
             mac_key=mac_key(self.store.secret_key),
-            parent=ticket.parent,
+            parent=parent,
         )
-        self._pending.append((ticket.scope, anchor))
-        if self.local_anchors is not None:
-            self.local_anchors.put(ticket.scope, anchor)
         if ticket.hashes is not None:
             self.recent.add(ticket.hashes, hashes)
-        _recorded_event(response_id, anchor, len(items))
+        return anchor, len(items)
 
     def _abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
@@ -847,25 +858,9 @@ class Tracker:
             )
             return None
         assert isinstance(response_id, str)
-        items = list(output if output is not None else getattr(response, "output", None) or ())
-        fps, _, _ = fingerprint_items(items, self._memo)
-        hashes = prefix_hashes(ticket.base, fps)
-        anchor = new_anchor(
-            response_id,
-            base=ticket.base,
-            count=ticket.count,
-            hashes=hashes,
-            now=self.clock(),
-            ttl=self.store.ttl,
-            chain_expires_at=ticket.expires_at,
-            properties=ticket.properties,
-            scope=ticket.scope,
-            mac_key=mac_key(self.store.secret_key),
-        )
-        if ticket.hashes is not None:
-            self.recent.add(ticket.hashes, hashes)
+        anchor, outputs = self._anchor_of(ticket, response_id, response, output, parent=None)
         self.stats.recorded_locally()
-        _recorded_event(response_id, anchor, len(items), transport=WEBSOCKET, connection_local=True)
+        _recorded_event(response_id, anchor, outputs, transport=WEBSOCKET, connection_local=True)
         return anchor
 
     def _socket_settle(self, sent: SocketPlan, refused: str | None = None) -> None:

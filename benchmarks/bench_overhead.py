@@ -25,16 +25,21 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import openai
-from _server import server_process
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import anchortrack
 from anchortrack import Scope
 from anchortrack._flow import Find, Send, call_flow
 from anchortrack.stores import AnchorStore, MemoryStore
+from tests._server import server_process
 
 
 CALLS = 25

@@ -5,15 +5,8 @@ the caller dropped: its bytes are counted and bounded, and large texts are remem
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import socket
-import subprocess
-import sys
-import time
 import tracemalloc
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +18,7 @@ from hypothesis import strategies as st
 import anchortrack
 from anchortrack._hashing import Memo, fingerprint, fingerprint_items
 from anchortrack.stores import MemoryStore
+from tests._server import server_process
 
 
 def _fps(items: list[Any], memo: Memo, *, run: bool = True) -> list[bytes]:
@@ -416,40 +410,11 @@ def test_a_loop_whose_history_changes_anyhow_always_gets_fresh_fingerprints(
 # -- memory held by a wrapped client after the caller drops its histories -----------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module", name="remote_base_url")
 def _remote_server() -> Iterator[str]:
     """The local Responses server in its own process, so its memory is not this process's."""
-    port = _free_port()
-    code = (
-        "import sys, time; from anchortrack.server import ResponsesServer\n"
-        "with ResponsesServer(port=int(sys.argv[1])):\n"
-        "    time.sleep(600)\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code, str(port)])
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/responses/resp_none", timeout=1)
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the local server did not start") from None
-                time.sleep(0.05)
+    with server_process() as base:
         yield base
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
 
 
 IMAGE_BYTES = 1_000_000
