@@ -218,32 +218,36 @@ def _ignored_keys(kind: object, out: Mapping[str, Any]) -> frozenset[str]:
     return _NOTHING
 
 
-def canonical_and_plain(item: object) -> tuple[dict[str, Any], bool]:
+def canonical_and_plain(item: object, source: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
     """
     Return the canonical form of *item*, and whether *item* is a plain JSON dict.
 
     A plain dict holds only exact dicts, lists, strings, numbers, booleans
-    and None (no subclasses, no SDK models).
+    and None (no subclasses, no SDK models). *source* is ``to_plain(item)``
+    when the caller has it already.
 
     Raises:
         ItemError: the item has a shape no Responses API item has.
     """
-    if type(item) is str:
-        return _string_message(item), False
-    if isinstance(item, str):
-        return _string_message(str.__str__(item)), False
-    source = to_plain(item)
-    if not isinstance(source, Mapping):  # pragma: no cover - to_plain guarantees it
-        raise ItemError("input item is not an object")
+    if source is None:
+        if type(item) is str:
+            return _string_message(item), False
+        if isinstance(item, str):
+            return _string_message(str.__str__(item)), False
+        source = to_plain(item)  # type: ignore[assignment]
+        if not isinstance(source, Mapping):  # pragma: no cover - to_plain guarantees it
+            raise ItemError("input item is not an object")
     plain = [type(item) is dict]
     out: dict[str, Any] = {}
     for key, value in source.items():
         if value is None:
             continue
-        key = _key(key)
+        if type(key) is not str:
+            key = _key(key)
         if key in _SDK_ONLY_KEYS:
             continue
-        out[key] = _strip(value, plain)
+        # An exact string is its own JSON data: the common value, kept inline.
+        out[key] = value if type(value) is str else _strip(value, plain)
     kind = out.get("type")
     if kind is None:
         if "role" in out:

@@ -282,16 +282,16 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
     hashes = history.hashes
     base = hashes[-1] if hashes else ctx.root
     skip_reason = None if request.store else Reason.STORE_FALSE
-    ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, None, request.properties)
     plan = yield from plan_history(ctx, history, properties=request.properties)
     yield Planned(plan, ctx.timer() - started)
     if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
         yield _reported(ctx.mode, plan)
     if plan.rejected:
         yield _rejected(ctx, plan)
-    if ctx.mode is Mode.SHADOW or plan.anchor is None:
-        return (yield Send(request.body, ticket))
     anchor = plan.anchor
+    if ctx.mode is Mode.SHADOW or anchor is None:
+        ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, None, request.properties)
+        return (yield Send(request.body, ticket))
     try:
         chained_ticket = Ticket(
             ctx.scope_key,
@@ -306,6 +306,7 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
         body = chained_body(request, plan.skip, anchor.response_id)
         return (yield Send(body, chained_ticket, anchor_id=anchor.response_id))
     except Exception as error:  # noqa: BLE001 - refused_flow raises again what is not a refusal
+        ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, None, request.properties)
         return (yield from refused_flow(ctx, request, anchor, ticket, error))
 
 

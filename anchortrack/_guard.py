@@ -194,7 +194,9 @@ class Guard:
         never block); else it runs on the worker thread and the caller waits
         at most the timeout, or *budget* seconds if that is shorter.
         """
-        attempt = self.breaker.enter(operation)
+        breaker = self.breaker
+        # A closed breaker admits every call and a success changes nothing: asked inline.
+        attempt = _GO if breaker.state is State.CLOSED else breaker.enter(operation)
         if attempt is None:
             return UNAVAILABLE
         try:
@@ -203,9 +205,10 @@ class Guard:
             self._failed(attempt, operation, error)
             return UNAVAILABLE
         except BaseException:
-            self.breaker.abandon(attempt)
+            breaker.abandon(attempt)
             raise
-        self._succeeded(attempt, operation)
+        if attempt is not _GO or breaker.state is not State.CLOSED:
+            self._succeeded(attempt, operation)
         return result
 
     async def arun(

@@ -21,7 +21,13 @@ from typing import Any
 
 import attrs
 
-from ._canonical import CANONICAL_VERSION, canonical_and_plain, canonical_bytes, dump_canonical
+from ._canonical import (
+    CANONICAL_VERSION,
+    _plain_pydantic_dump,
+    canonical_and_plain,
+    canonical_bytes,
+    dump_canonical,
+)
 from ._seal import fit_key
 
 
@@ -355,11 +361,17 @@ def _freeze(value: object, budget: int, depth: int = 0) -> tuple[object, int] | 
     if value is None:
         return None, 0
     if kind is dict:
-        out = {}
+        out: dict[str, object] = {}
         total = _getsizeof(value)
         for key, item in value.items():  # type: ignore[attr-defined]
             if type(key) is not str:
                 return None
+            if type(item) is str:  # the common value, inline
+                out[key] = item
+                total += _getsizeof(item) + _getsizeof(key)
+                if total > budget:
+                    return None
+                continue
             frozen = _freeze(item, budget - total, depth + 1)
             if frozen is None:
                 return None
@@ -470,6 +482,64 @@ def _same_model(model: Any, copy: _ModelCopy) -> bool:
     return type(now_names) is set and fields == now and names == now_names
 
 
+#: Model classes seen: the field names their serializer writes by name, in order, and the names
+#: that do not dump as themselves (an alias, an excluded field); None when the serializer may
+#: write anything else (a custom serializer, computed fields, an overridden ``model_dump``).
+_dump_layouts: dict[type, tuple[tuple[str, ...], frozenset[str]] | None] = {}
+
+
+def _dump_layout(kind: type) -> tuple[tuple[str, ...], frozenset[str]] | None:
+    if kind in _dump_layouts:
+        return _dump_layouts[kind]
+    layout = None
+    decorators = getattr(kind, "__pydantic_decorators__", None)
+    fields = getattr(kind, "__pydantic_fields__", None)
+    if (
+        _plain_pydantic_dump(kind)
+        and decorators is not None
+        and isinstance(fields, dict)
+        and not decorators.field_serializers
+        and not decorators.model_serializers
+        and not getattr(kind, "__pydantic_computed_fields__", None)
+    ):
+        special = frozenset(
+            name
+            for name, field in fields.items()
+            if field.alias is not None or field.serialization_alias is not None or field.exclude
+        )
+        layout = (tuple(fields), special)
+    _dump_layouts[kind] = layout
+    return layout
+
+
+def _model_source(kind: type, copy: _ModelCopy) -> dict[str, Any] | None:
+    """
+    What ``model_dump(mode="json", exclude_unset=True)`` gives for a remembered SDK model, or None.
+
+    For a model of exact strings and None (see `_freeze_model`) the dump is
+    the fields that were set, in declaration order, then every extra field:
+    the serializer adds nothing and changes no string. Taken only for a class
+    whose serializer is pydantic's own, with no custom serializer and no
+    computed field, and none of whose set fields dumps under another name.
+    """
+    layout = _dump_layout(kind)
+    if layout is None:
+        return None
+    order, special = layout
+    fields, names, extra = copy
+    if not names.isdisjoint(special):
+        return None
+    source = {}
+    for name in order:
+        if name in names:
+            if name not in fields:  # a field deleted from the model: the serializer decides
+                return None
+            source[name] = fields[name]
+    if extra:
+        source.update(extra)
+    return source
+
+
 _OPENAI_PACKAGE = "openai."
 _trusted_models: dict[type, bool] = {}
 
@@ -504,8 +574,10 @@ def _memo_key(item: object) -> bytes | None:
 Kind = tuple[str, str | None]
 
 
-def _fingerprint_one(item: object, kinds: list[Kind] | None = None) -> tuple[Known, bool]:
-    canon, plain = canonical_and_plain(item)
+def _fingerprint_one(
+    item: object, kinds: list[Kind] | None = None, source: dict[str, Any] | None = None
+) -> tuple[Known, bool]:
+    canon, plain = canonical_and_plain(item, source)
     kind = canon.get("type")
     role = canon.get("role")
     is_model = isinstance(kind, str) and (
@@ -522,13 +594,22 @@ def _remembered(item: object, memo: Memo) -> tuple[Known, Entry | None]:
     Fingerprint *item* through the memo, remembering it for next time.
 
     Returns its fingerprint and how it is remembered (None when it is not).
+    An item that can be remembered by a copy (a tool call, a tool output)
+    costs its canonical form and that copy, and no digest of its value: the
+    next call proves it against the copy.
     """
-    if type(item) is not dict:
-        # A tool call, say: remembered by identity alone, so a new one costs
-        # no serialization besides its canonical form.
+    kind = type(item)
+    if kind is dict:
+        frozen = _freeze(item, memo.max_item_bytes)
+        if frozen is not None:
+            fresh = _fingerprint_one(item, source=item)[0]  # type: ignore[arg-type]
+            return fresh, memo.remember_object(item, fresh, frozen)
+    else:
         frozen = _freeze_model(item, memo.max_item_bytes)
         if frozen is not None:
-            fresh = _fingerprint_one(item)[0]
+            # The wire form of the model, read from the copy (no serializer run).
+            source = _model_source(kind, frozen[0])
+            fresh = _fingerprint_one(item, source=source)[0]
             return fresh, memo.remember_object(item, fresh, frozen)
     key = _memo_key(item)
     if key is None:

@@ -52,6 +52,8 @@ CARRIED_PROPERTIES: tuple[str, ...] = (
 TEXT_FORMAT = "text_format"
 
 _DOMAIN = b"anchortrack/properties/1\x00"
+#: Every name `properties_digest` reads.
+_NAMES = frozenset((*CARRIED_PROPERTIES, TEXT_FORMAT))
 
 
 def given(value: object) -> bool:
@@ -73,6 +75,8 @@ def properties_digest(params: Mapping[str, Any]) -> bytes:
     Raises:
         TypeError: A value has no JSON form.
     """
+    if params.keys().isdisjoint(_NAMES):  # the common call sets none of them
+        return b""
     present = {name: params[name] for name in CARRIED_PROPERTIES if given(params.get(name))}
     text_format = params.get(TEXT_FORMAT)
     if given(text_format):

@@ -231,6 +231,8 @@ class Tracker:
         self._memo = Memo()
         self._pending: deque[tuple[str, Anchor]] = deque()
         self.backlog = Backlog()
+        #: The backlog's entries, read on every call to skip the work when it is empty.
+        self._backlog_entries = self.backlog._entries
         self.local_anchors: MemoryStore | None = (
             None if _never_blocks(self.store) else MemoryStore(_LOCAL_ANCHORS, clock=lambda: self.clock())
         )
@@ -406,15 +408,19 @@ class Tracker:
     # -- performing effects: run and arun differ only in awaiting ------------
 
     def _run(self, state: _CallState, request: Request, send: SendFn) -> Any:
-        self._flush()
+        if self._pending or self._backlog_entries:
+            self._flush()
         guard, store = self._guard, self.store
+        inline = _never_blocks(store)
 
         def perform(effect: Any) -> Any:
             operation = _STORE_OPERATIONS.get(type(effect))
             if operation is not None:
                 name, args = operation(effect)
                 method = getattr(store, name)
-                answer = guard.run(name, lambda: method(*args), inline=_never_blocks(store))
+                answer = guard.run(name, lambda: method(*args), inline=inline)
+                if self.local_anchors is None and not self._backlog_entries:
+                    return answer  # nothing of this tracker's own to add
                 return self._with_local(effect, answer)
             if type(effect) is Send:
                 state.sent = True
@@ -432,7 +438,8 @@ class Tracker:
                     raise
                 state.response = response
                 state.answered = True
-                self._flush()
+                if self._pending or self._backlog_entries:
+                    self._flush()
                 return response
             return self._note(state, effect)
 
@@ -516,15 +523,16 @@ class Tracker:
 
     def _note(self, state: _CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
-        if isinstance(effect, Planned):
+        if type(effect) is Planned:
             plan = state.plan = effect.plan
+            chained = plan.anchor is not None
             # A chained request is counted once the server accepted or refused it.
-            state.unsettled = plan.chained and state.context.mode is Mode.CHAINED
+            state.unsettled = chained and state.context.mode is Mode.CHAINED
             self.stats.planned(
                 mode=state.context.mode.value,
-                chained=plan.chained,
+                chained=chained,
                 reason=plan.reason.value,
-                items_sent=plan.sent,
+                items_sent=plan.total - plan.skip,
                 items_total=plan.total,
                 bytes_planned=plan.bytes_planned,
                 bytes_stateless=plan.bytes_stateless,

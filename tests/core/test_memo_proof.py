@@ -470,3 +470,85 @@ def test_a_wrapped_client_does_not_keep_dropped_images_alive(remote_base_url: st
     assert chained >= 30  # the second call of every conversation chained
     assert wrapped_held < unwrapped_held + 2 * IMAGE_BYTES
     assert wrapped_held < 5 * IMAGE_BYTES
+
+
+# -- a remembered SDK model's wire form is read from its copy, never guessed -------------------------
+
+
+def _response_model_classes() -> list[type[Any]]:
+    """Every pydantic model class of ``openai.types.responses``."""
+    import pydantic
+    from openai.types import responses
+
+    found = {
+        value
+        for value in vars(responses).values()
+        if isinstance(value, type) and issubclass(value, pydantic.BaseModel)
+    }
+    return sorted(found, key=lambda cls: cls.__name__)
+
+
+MODEL_CLASSES = _response_model_classes()
+
+
+@st.composite
+def flat_models(draw: st.DrawFn) -> Any:
+    """An SDK model of any Responses class: some of its fields set to strings or None, maybe extras."""
+    cls = draw(st.sampled_from(MODEL_CLASSES))
+    names = draw(st.lists(st.sampled_from(sorted(cls.model_fields)), unique=True, max_size=6))
+    values = {name: draw(st.none() | st.text(max_size=4)) for name in names}
+    extra = draw(st.dictionaries(st.sampled_from(["note", "x_trace", "async"]), st.text(max_size=3), max_size=2))
+    return cls.model_construct(**values, **extra)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # strings in fields of other types
+@settings(max_examples=400, deadline=None)
+@given(model=flat_models())
+def test_a_models_wire_form_read_from_its_copy_is_the_serializers(model: Any) -> None:
+    """Read from a remembered copy or dumped by the serializer, a model's wire form is the same."""
+    from anchortrack._canonical import to_plain
+    from anchortrack._hashing import _freeze_model, _model_source
+
+    frozen = _freeze_model(model, 1 << 16)  # None when a default is no string (then no copy is read)
+    source = _model_source(type(model), frozen[0]) if frozen is not None else None
+    if source is not None:
+        assert source == to_plain(model)
+    assert _fps([model], Memo()) == [fingerprint(model)]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # a string in a bool field
+def test_a_model_whose_set_field_dumps_under_an_alias_is_dumped_by_its_serializer() -> None:
+    """``async_`` dumps under its alias when asked: the copy is not trusted to say how, the serializer is."""
+    from anchortrack._hashing import _freeze_model, _model_source
+
+    model = _tool_call()
+    frozen = _freeze_model(model, 1 << 16)
+    assert frozen is not None
+    assert _model_source(type(model), frozen[0]) is not None
+    model.async_ = "yes"  # type: ignore[attr-defined]
+    model.__pydantic_fields_set__.add("async_")
+    frozen = _freeze_model(model, 1 << 16)
+    assert frozen is not None
+    assert _model_source(type(model), frozen[0]) is None
+    assert _fps([model], Memo()) == [fingerprint(model)]
+
+
+def test_a_model_class_with_its_own_serializer_is_dumped_by_it() -> None:
+    """A class of the openai package with a custom serializer never has its wire form read from a copy."""
+    import pydantic
+    from openai.types.responses import ResponseFunctionToolCall
+
+    from anchortrack._canonical import canonical_bytes
+    from anchortrack._hashing import _dump_layout
+
+    class Shouting(ResponseFunctionToolCall):
+        @pydantic.field_serializer("name")
+        def _upper(self, value: str) -> str:
+            return value.upper()
+
+    Shouting.__module__ = ResponseFunctionToolCall.__module__  # passes for a class of the SDK
+    assert _dump_layout(ResponseFunctionToolCall) is not None
+    assert _dump_layout(Shouting) is None
+    model = Shouting.model_validate(_tool_call().model_dump())
+    assert _fps([model], Memo()) == [fingerprint(model)]
+    assert b'"name":"LOOKUP"' in canonical_bytes(model)
