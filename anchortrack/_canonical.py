@@ -371,6 +371,11 @@ _TOKEN_DECODER = json.JSONDecoder(
 )
 
 
+#: ``json.dumps(data, ensure_ascii=False, sort_keys=True)``: Python's default spacing.
+_dumps_spaced = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
+_PLAIN_DECODER = json.JSONDecoder()
+
+
 def json_tokens(text: str) -> str | None:
     """
     Return *text* re-serialized with sorted keys and no whitespace, numbers by token.
@@ -379,6 +384,15 @@ def json_tokens(text: str) -> str | None:
     nests too deep: such a string can only be compared verbatim.
     """
     try:
+        value = _PLAIN_DECODER.decode(text)
+        # The common texts, in C: already sorted and compact, or as json.dumps
+        # spaces them. Writing the parsed value back gives the text again only
+        # if every number is written as its token was, no key repeats, and
+        # every string is escaped as json.dumps escapes it: then the compact
+        # form is what the token-by-token pass below would emit.
+        compact = _dumps(value)
+        if compact == text or _dumps_spaced(value) == text:
+            return compact
         value = _TOKEN_DECODER.decode(text)
         return _emit(value)
     except (ValueError, RecursionError):

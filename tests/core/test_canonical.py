@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -932,3 +934,44 @@ def test_a_lying_type_string_cannot_pick_another_rule() -> None:
 
     assert canonical_item(item)["type"] == "brand_new"
     assert canonical_item(item)["id"] == "x_1"
+
+
+# -- JSON texts compared by token: the C shortcut agrees with the token-by-token pass ----------------
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=15,
+)
+
+
+def _slow_tokens(text: str) -> str | None:
+    """`json_tokens` without its shortcut: the token-by-token pass alone."""
+    from anchortrack import _canonical
+
+    try:
+        return _canonical._emit(_canonical._TOKEN_DECODER.decode(text))
+    except (ValueError, RecursionError):
+        return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    value=_JSON_VALUES,
+    sort_keys=st.booleans(),
+    ensure_ascii=st.booleans(),
+    separators=st.sampled_from([None, (",", ":"), (", ", ": "), (",", ": "), (" , ", " : ")]),
+    tweak=st.sampled_from(["", "number", "duplicate", "escape"]),
+)
+def test_json_tokens_shortcut_agrees_with_the_token_pass(
+    value: Any, sort_keys: bool, ensure_ascii: bool, separators: Any, tweak: str
+) -> None:
+    """However a JSON text is spaced, sorted, escaped or numbered, the shortcut answers as the token pass."""
+    text = json.dumps(value, sort_keys=sort_keys, ensure_ascii=ensure_ascii, separators=separators)
+    if tweak == "number":
+        text = text.replace("1", "1.0").replace("0.0", "0.00")
+    elif tweak == "duplicate" and text.startswith("{") and text != "{}":
+        text = "{" + text[1:-1] + "," + text[1:-1] + "}"
+    elif tweak == "escape":
+        text = text.replace("a", "\\u0061")
+    assert json_tokens(text) == _slow_tokens(text)

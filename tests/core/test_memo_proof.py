@@ -497,7 +497,8 @@ def flat_models(draw: st.DrawFn) -> Any:
     cls = draw(st.sampled_from(MODEL_CLASSES))
     names = draw(st.lists(st.sampled_from(sorted(cls.model_fields)), unique=True, max_size=6))
     values = {name: draw(st.none() | st.text(max_size=4)) for name in names}
-    extra = draw(st.dictionaries(st.sampled_from(["note", "x_trace", "async"]), st.text(max_size=3), max_size=2))
+    extra_names = st.sampled_from(["note", "x_trace", "async"])
+    extra = draw(st.dictionaries(extra_names, st.text(max_size=3), max_size=2))
     return cls.model_construct(**values, **extra)
 
 
