@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from ._canonical import ItemError
-from ._hashing import Kind, Memo, extend, fingerprint_items, prefix_hashes
+from ._hashing import Kind, Memo, extend, fingerprint_history, fingerprint_items, prefix_hashes
 from ._mode import Mode
 from ._plan import Plan, Reason, RecentViews, candidates, choose, with_sizes
 from ._refusal import Failure, classify
@@ -170,6 +170,9 @@ class CallContext:
         mac_key: The key anchors are sealed with, if the store has a secret
             key: anchors read without a valid MAC are treated as absent.
         quiet: Debug events would not show: the flow does not yield them.
+        local_store: The store answers in this process (a lookup costs no
+            round trip): a history that extends the last one first asks for
+            the views at or after where it stopped (see `plan_history`).
     """
 
     scope_key: str
@@ -182,6 +185,7 @@ class CallContext:
     timer: Callable[[], float] = time.perf_counter
     mac_key: bytes | None = None
     quiet: bool = False
+    local_store: bool = False
 
     def authentic(self, anchor: Anchor) -> bool:
         """Whether *anchor*, read from this context's scope, carries a valid MAC."""
@@ -201,12 +205,15 @@ class History:
         sizes: The canonical JSON size of each item.
         has_model: Whether any item is model output.
         hashes: ``[h(1), …, h(n)]`` from the context's root.
+        proven: How many leading items are the memo's last history, proven
+            unchanged (0 without a memo).
     """
 
     fingerprints: list[bytes]
     sizes: list[int]
     has_model: bool
     hashes: list[bytes]
+    proven: int = 0
 
 
 def read_history(ctx: CallContext, items: Sequence[object], *, kinds: list[Kind] | None = None) -> History:
@@ -222,9 +229,11 @@ def read_history(ctx: CallContext, items: Sequence[object], *, kinds: list[Kind]
         ItemError: an item has no Responses API shape.
     """
     memo = ctx.memo if kinds is None else None
-    fps, sizes, has_model = fingerprint_items(items, memo, kinds=kinds, run=memo is not None)
-    hashes = memo.prefix_hashes(ctx.root, fps) if memo is not None else prefix_hashes(ctx.root, fps)
-    return History(fps, sizes, has_model, hashes)
+    if memo is None:
+        fps, sizes, has_model = fingerprint_items(items, kinds=kinds)
+        return History(fps, sizes, has_model, prefix_hashes(ctx.root, fps))
+    fps, sizes, has_model, proven = fingerprint_history(items, memo)
+    return History(fps, sizes, has_model, memo.prefix_hashes(ctx.root, fps), proven)
 
 
 def plan_history(
@@ -237,28 +246,51 @@ def plan_history(
     answer plans a stateless request (``store_unavailable``). Only anchors
     made with the same carried-over *properties* are chosen, and, with a MAC
     key, only anchors whose MAC verifies.
+
+    With a store in this process (``ctx.local_store``), a history whose first
+    items are the memo's last history (`History.proven`) is looked up in two
+    steps: first the views at or after the end of those items, where a loop
+    chains from (a handful, however long the history), and only if none of
+    them is usable, every view. The longest usable anchor is among the first
+    views if it is anywhere at or after them, so the plan is the one a single
+    lookup of every view gives.
     """
     hashes = history.hashes
     n = len(hashes)
     if ctx.zdr_disabled:
-        plan = Plan(Reason.ZDR, total=n)
-    else:
-        found: object = {}
-        if n >= 2:
-            found = yield Find(ctx.scope_key, candidates(hashes))
-        if isinstance(found, Unavailable):
-            plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
-        else:
-            assert isinstance(found, Mapping)
+        return with_sizes(Plan(Reason.ZDR, total=n), history.sizes)
+    authentic = ctx.authentic if ctx.mac_key is not None else None
+    start = history.proven if ctx.local_store else 0
+    if 1 < start < n:
+        found = yield Find(ctx.scope_key, hashes[n - 2 : start - 2 : -1])
+        if not isinstance(found, Unavailable):
             plan = choose(
                 hashes,
                 found,
                 ctx.now,
-                has_model_items=history.has_model,
-                recent=ctx.recent,
+                has_model_items=True,
                 properties=properties,
-                authentic=ctx.authentic if ctx.mac_key is not None else None,
+                authentic=authentic,
+                shortest=start,
             )
+            if plan.anchor is not None:
+                return with_sizes(plan, history.sizes)
+    found = {}
+    if n >= 2:
+        found = yield Find(ctx.scope_key, candidates(hashes))
+    if isinstance(found, Unavailable):
+        plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
+    else:
+        assert isinstance(found, Mapping)
+        plan = choose(
+            hashes,
+            found,
+            ctx.now,
+            has_model_items=history.has_model,
+            recent=ctx.recent,
+            properties=properties,
+            authentic=authentic,
+        )
     return with_sizes(plan, history.sizes)
 
 

@@ -661,6 +661,23 @@ def fingerprint_items(
     Raises:
         ItemError: an item has no Responses API shape.
     """
+    fps, sizes, has_model, _ = _fingerprint(items, memo, kinds, run)
+    return fps, sizes, has_model
+
+
+def fingerprint_history(items: Sequence[object], memo: Memo) -> tuple[list[bytes], list[int], bool, int]:
+    """
+    `fingerprint_items` of a whole history (``run=True``), and how many leading items the run proved.
+
+    Those items are the memo's last history, unchanged: the views a loop
+    chains from end at or after them.
+    """
+    return _fingerprint(items, memo, None, True)
+
+
+def _fingerprint(
+    items: Sequence[object], memo: Memo | None, kinds: list[Kind] | None, run: bool
+) -> tuple[list[bytes], list[int], bool, int]:
     fps: list[bytes] = []
     sizes: list[int] = []
     has_model = False
@@ -670,7 +687,7 @@ def fingerprint_items(
             fps.append(known[0])
             sizes.append(known[1])
             has_model = has_model or known[2]
-        return fps, sizes, has_model
+        return fps, sizes, has_model, 0
     first_model = -1
     entries: list[Entry] = []
     extending = run  # the run covers the leading items remembered in a way `_unchanged` can prove
@@ -709,4 +726,4 @@ def fingerprint_items(
         memo._run = (
             (entries, fps, sizes, first_model) if len(entries) <= _LAST_MAX_ITEMS else ([], [], [], -1)
         )
-    return fps, sizes, has_model
+    return fps, sizes, has_model, done

@@ -259,6 +259,7 @@ def choose(
     recent: RecentViews | None = None,
     properties: bytes = b"",
     authentic: Callable[[Anchor], bool] | None = None,
+    shortest: int = 1,
 ) -> Plan:
     """
     Pick the longest usable anchor for a history whose prefix hashes are *hashes*.
@@ -277,12 +278,13 @@ def choose(
         recent: Views this process recorded, to locate a divergence.
         properties: The request's carried-over properties digest.
         authentic: Checks an anchor's MAC; None accepts every anchor.
+        shortest: Look at views of at least this many items only.
     """
     n = len(hashes)
     rejected: list[str] = []
     changed = False
     if found:
-        for i in range(n - 1, 0, -1):
+        for i in range(n - 1, max(shortest, 1) - 1, -1):
             anchor = found.get(hashes[i - 1])
             if anchor is None or not anchor.is_live(now):
                 continue

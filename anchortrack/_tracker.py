@@ -382,6 +382,7 @@ class Tracker:
             recent=self.recent,
             mac_key=mac_key(self.store.secret_key),
             quiet=not debug_enabled(),
+            local_store=self.local_anchors is None,  # the store never blocks
         )
         return context, request
 

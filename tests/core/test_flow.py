@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from anchortrack import Mode, Reason
 from anchortrack._flow import (
@@ -290,3 +293,98 @@ def test_the_context_clock_decides_expiry() -> None:
 
     assert "previous_response_id" not in send.body
     assert Reason.PREFIX_DIVERGED == later.plan().reason
+
+
+# -- a store in this process: a history that extends the last one looks up its tail first ------------
+
+
+def _plan_with(
+    store: DictStore, memo: Any, history: list[Any], *, local_store: bool
+) -> tuple[Any, list[int]]:
+    """Plan *history* as a tracker would; return the plan and how many views each Find asked for."""
+    context = _context(store, memo=memo, local_store=local_store, quiet=True)
+    step = Stepper(context, {"model": "m", "input": history})
+    effect, asked = step.start(), []
+    while isinstance(effect, Find):
+        asked.append(len(effect.views))
+        effect = step.send(store.find(effect.scope, effect.views))
+    assert isinstance(effect, Send)
+    return step.plan(), asked
+
+
+def test_a_loop_looks_up_the_views_after_its_last_history_only() -> None:
+    """The next call of a loop asks the store for a handful of views, however long its history."""
+    from anchortrack._hashing import Memo
+
+    store, memo = DictStore(), Memo()
+    history: list[Any] = [user("go")]
+    for i in range(30):
+        plan, asked = _plan_with(store, memo, history, local_store=True)
+        if i >= 2:
+            assert plan.chained
+            assert asked == [2]  # the last response's view and the one after it, not 2 * i
+        outputs = [assistant(f"turn {i}")]
+        turn(store, history, outputs)
+        history = [*history, *outputs, user(f"more {i}")]
+
+
+def test_when_the_tail_holds_no_usable_anchor_every_view_is_looked_up() -> None:
+    """The anchor after the last history was evicted: the second lookup finds the older one."""
+    from anchortrack._hashing import Memo
+
+    store, memo = DictStore(), Memo()
+    first = [user("one")]
+    turn(store, first, [assistant("ONE")])
+    second = [*first, assistant("ONE"), user("two")]
+    second_id = turn(store, second, [assistant("TWO")])
+    _plan_with(store, memo, second, local_store=True)  # the memo's last history
+    store.evict(SCOPE.key, second_id)
+    third = [*second, assistant("TWO"), user("three")]
+
+    plan, asked = _plan_with(store, memo, third, local_store=True)
+    assert plan.chained
+    assert plan.skip == 2
+    assert asked == [2, 4]
+
+
+@st.composite
+def _stores_and_histories(draw: st.DrawFn) -> tuple[DictStore, list[Any], list[Any]]:
+    """Anchors at random prefixes of a history (some with other properties, expired or evicted)."""
+    length = draw(st.integers(2, 12))
+    history: list[Any] = [user("u0")]
+    for i in range(1, length):
+        history.append(assistant(f"a{i}") if draw(st.booleans()) else user(f"u{i}"))
+    store = DictStore()
+    for end in sorted(draw(st.sets(st.integers(1, length - 1), max_size=5))):
+        outputs = [history[end]] if end < len(history) else []
+        resp_id = turn(store, history[:end], outputs)
+        fate = draw(st.sampled_from(["kept", "evicted", "other properties"]))
+        if fate == "evicted":
+            store.evict(SCOPE.key, resp_id)
+        elif fate == "other properties":
+            anchor = store.ids[SCOPE.key, resp_id]
+            store.put(SCOPE.key, attrs.evolve(anchor, properties=b"p" * 16))
+    last = history[: draw(st.integers(0, length))]
+    return store, last, history
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_stores_and_histories())
+def test_the_two_step_lookup_plans_what_one_lookup_of_every_view_plans(
+    case: tuple[DictStore, list[Any], list[Any]],
+) -> None:
+    """Whatever the store holds and wherever the last history ended, the plan is the same."""
+    from anchortrack._hashing import Memo
+
+    store, last, history = case
+    plans, lookups = [], []
+    for local_store in (True, False):
+        memo = Memo()
+        if last:
+            _plan_with(store, memo, last, local_store=local_store)
+        plan, asked = _plan_with(store, memo, history, local_store=local_store)
+        plans.append(plan)
+        lookups.append(len(asked))
+    assert plans[0] == plans[1]
+    if 1 < len(last) < len(history) and plans[0].chained and plans[0].skip >= len(last):
+        assert lookups[0] == 1  # the anchor was among the views after the last history

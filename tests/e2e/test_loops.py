@@ -11,6 +11,7 @@ import pytest
 
 import anchortrack
 from anchortrack.server import ResponsesServer, WireTap
+from anchortrack.stores import MemoryStore
 
 from ..helpers import assert_server_saw, sent
 
@@ -179,3 +180,35 @@ async def test_async_loop_chains(server: ResponsesServer, aclient: openai.AsyncO
         previous = resp.id
         history += [*resp.output, {"role": "user", "content": f"t{turn}"}]
     assert isinstance(aclient, openai.AsyncOpenAI)
+
+
+def test_a_long_tool_loop_looks_up_a_handful_of_views_per_call(
+    server: ResponsesServer, raw_client: openai.OpenAI, wire: WireTap
+) -> None:
+    """With the in-process store, each call asks for the views after the last history, not for all of them."""
+
+    class CountingStore(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked: list[int] = []
+
+        def find(self, scope: str, views: Any) -> Any:
+            self.asked.append(len(views))
+            return super().find(scope, views)
+
+    store = CountingStore()
+    client = anchortrack.wrap(raw_client, store=store)
+    history: list[Any] = [{"role": "user", "content": 'Go.\n!call fetch {"page": 1}\n!rounds 39'}]
+    for _ in range(40):
+        resp = client.responses.create(model="scripted", input=history)
+        assert_server_saw(server, resp.id, history)
+        history += resp.output
+        history += [
+            {"type": "function_call_output", "call_id": item.call_id, "output": "x" * 100}
+            for item in resp.output
+            if item.type == "function_call"
+        ]
+
+    assert 39 == anchortrack.tracker(client).stats.count("chained")
+    assert max(store.asked[2:]) <= 2  # 79 views by the last call, had they all been asked for
+    assert len(store.asked) == 39  # one lookup per call (the first has nothing to look up)

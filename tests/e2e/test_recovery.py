@@ -153,7 +153,7 @@ def test_a_fault_inside_anchortrack_degrades_to_the_callers_own_request(
     def broken(items: object, *args: object, **kwargs: object) -> object:
         raise RuntimeError("planner bug")
 
-    monkeypatch.setattr(anchortrack._flow, "fingerprint_items", broken)
+    monkeypatch.setattr(anchortrack._flow, "fingerprint_history", broken)
     with capture_logs() as logs:
         resp = client.responses.create(model="scripted", input=history)
 
