@@ -27,10 +27,11 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import bench_overhead
+        import bench_proof
         import bench_scale
         import bench_stores
 
-        yield {"overhead": bench_overhead, "scale": bench_scale, "stores": bench_stores}
+        yield {"overhead": bench_overhead, "proof": bench_proof, "scale": bench_scale, "stores": bench_stores}
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
 
@@ -63,3 +64,12 @@ def test_overhead_plan_times_chain_at_every_size(benchmarks: dict[str, ModuleTyp
     times = benchmarks["overhead"].plan_times(100, repeats=2)  # plan_once asserts the warm plan chains
     assert set(times) == {"cold", "same", "copies", "dumps"}
     assert all(t > 0 for t in times.values())
+
+
+def test_proof_is_timed_on_histories_it_proves_whole(benchmarks: dict[str, ModuleType]) -> None:
+    from anchortrack.server import ResponsesServer
+
+    with ResponsesServer() as server:
+        m = benchmarks["proof"].measure(server.base_url, calls=6, rounds=1)  # asserts every proof is whole
+    assert set(m) == {"cold_call", "warm_call", "cold_item", "warm_item", "hand_call"}
+    assert all(value > 0 for value in m.values())
