@@ -268,7 +268,7 @@ def plan_history(
                 hashes,
                 found,
                 ctx.now,
-                has_model_items=True,
+                has_model_items=True,  # only a plan with an anchor is taken from this step
                 properties=properties,
                 authentic=authentic,
                 shortest=start,

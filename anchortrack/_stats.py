@@ -221,7 +221,7 @@ class Stats:
         (a chained request, once the server accepted or refused it).
         """
         shadow = mode == "shadow"
-        decision = CHAINED if chained else decision_for(chained=chained, reason=reason)
+        decision = decision_for(chained=chained, reason=reason)
         with self._lock:
             self.anchors_rejected += rejected
             if count:

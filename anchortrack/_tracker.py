@@ -409,8 +409,7 @@ class Tracker:
     # -- performing effects: run and arun differ only in awaiting ------------
 
     def _run(self, state: _CallState, request: Request, send: SendFn) -> Any:
-        if self._pending or self._backlog_entries:
-            self._flush()
+        self._flush()
         guard, store = self._guard, self.store
         inline = _never_blocks(store)
 
@@ -420,8 +419,6 @@ class Tracker:
                 name, args = operation(effect)
                 method = getattr(store, name)
                 answer = guard.run(name, lambda: method(*args), inline=inline)
-                if self.local_anchors is None and not self._backlog_entries:
-                    return answer  # nothing of this tracker's own to add
                 return self._with_local(effect, answer)
             if type(effect) is Send:
                 state.sent = True
@@ -439,8 +436,7 @@ class Tracker:
                     raise
                 state.response = response
                 state.answered = True
-                if self._pending or self._backlog_entries:
-                    self._flush()
+                self._flush()
                 return response
             return self._note(state, effect)
 
@@ -493,6 +489,8 @@ class Tracker:
         its own anchors when the store is down, slow, or came back empty.
         """
         local = self.local_anchors
+        if local is None and not self._backlog_entries:
+            return answer  # nothing of this tracker's own to add (the common case: a MemoryStore)
         if isinstance(effect, Evict):
             if len(self.backlog):
                 self.backlog.evict(effect.scope, effect.response_id)
@@ -646,7 +644,7 @@ class Tracker:
         the store refuses, waits in the backlog.
         """
         pending, backlog = self._pending, self.backlog
-        if not pending and not len(backlog):
+        if not pending and not self._backlog_entries:
             return
         guard, store = self._guard, self.store
         inline = _never_blocks(store)
@@ -682,7 +680,7 @@ class Tracker:
     async def _aflush(self) -> None:
         """Write queued anchors to the store (async): the twin of `_flush`."""
         pending, backlog = self._pending, self.backlog
-        if not pending and not len(backlog):
+        if not pending and not self._backlog_entries:
             return
         guard, store = self._guard, self.store
         ends = time.monotonic() + guard.timeout

@@ -13,6 +13,8 @@ from openai.types.responses import ResponseOutputMessage
 from anchortrack import Scope
 from anchortrack._hashing import SCHEME, Memo, fingerprint, fingerprint_items, prefix_hashes
 
+from ..helpers import assistant
+
 
 def _fps(items: list[Any], memo: Memo) -> list[bytes]:
     return fingerprint_items(items, memo)[0]
@@ -106,15 +108,7 @@ def test_a_reused_object_id_is_checked_by_value() -> None:
 def test_sdk_models_are_keyed_by_value() -> None:
     """Mutating an SDK model in place changes its fingerprint through the memo too."""
     memo = Memo()
-    model = ResponseOutputMessage.model_validate(
-        {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": "secret", "annotations": []}],
-        }
-    )
+    model = ResponseOutputMessage.model_validate(assistant("secret"))
     before = _fps([model], memo)
     model.content[0].text = "[redacted]"  # type: ignore[union-attr]
 

@@ -20,6 +20,8 @@ from anchortrack._hashing import Memo, fingerprint, fingerprint_items
 from anchortrack.stores import MemoryStore
 from tests._server import server_process
 
+from ..helpers import assistant
+
 
 def _fps(items: list[Any], memo: Memo, *, run: bool = True) -> list[bytes]:
     """Fingerprints through the memo, as a loop's planner asks for them (a whole history)."""
@@ -228,15 +230,7 @@ def test_an_sdk_model_with_nested_parts_is_remembered_by_value() -> None:
     """A message (content parts) is not remembered by identity; its value digest spares a fingerprint."""
     from openai.types.responses import ResponseOutputMessage
 
-    message = ResponseOutputMessage.model_validate(
-        {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": "hi", "annotations": []}],
-        }
-    )
+    message = ResponseOutputMessage.model_validate(assistant("hi"))
     memo = Memo()
     first = _fps([message], memo)
     assert id(message) not in memo._objects
