@@ -219,6 +219,11 @@ def test_the_summary_and_the_stats_tell_one_story(
     assert "prefix_diverged at 1 (call 8): item 1 differs from the closest view recorded so far" in out
     assert "stale_anchor (call 10): the server no longer had the anchor" in out
     assert "why this saves less than the README's benchmark: savings grow with the conversation" in out
+    # The README quotes the share this run sends (to the nearest 10%).
+    share = int(re.findall(r"sent of ~[\d,]+ stateless \((\d+)%\)", out)[0])
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    quoted = int(re.findall(r"Its 6-turn run sends about (\d+)% of the stateless bytes", readme)[0])
+    assert abs(share - quoted) <= 5
 
 
 def test_explain_after_demo_needs_no_flags(
