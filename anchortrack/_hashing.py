@@ -639,6 +639,15 @@ def _unchanged(item: object, entry: Entry) -> bool:
     return _same_model(item, copy)  # type: ignore[arg-type]
 
 
+def proven_count(items: Sequence[object], entries: Sequence[Entry]) -> int:
+    """
+    How many leading items of *items* provably still are what *entries* remembered.
+
+    One C-level pass that stops at the first changed item; each proof is `_unchanged`.
+    """
+    return next(compress(count(), map(not_, map(_unchanged, items, entries))), min(len(items), len(entries)))
+
+
 def fingerprint_items(
     items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None, run: bool = False
 ) -> tuple[list[bytes], list[int], bool]:
@@ -697,9 +706,7 @@ def _fingerprint(
         # leading items in one pass (stopping at the first that changed), and
         # take their fingerprints and sizes as they were.
         last_entries, last_fps, last_sizes, last_first_model = memo._run
-        limit = min(len(items), len(last_entries))
-        if limit:
-            done = next(compress(count(), map(not_, map(_unchanged, items, last_entries))), limit)
+        done = proven_count(items, last_entries)
         if done:
             fps, sizes, entries = last_fps[:done], last_sizes[:done], last_entries[:done]
             if 0 <= last_first_model < done:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from itertools import compress, count
-from operator import not_
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_overhead import LONG_CALLS, OUTPUT, ask, hand_loop
 
 import anchortrack
-from anchortrack._hashing import _unchanged
+from anchortrack._hashing import proven_count
 from tests._server import server_process
-
-
-def proven(history: list[Any], entries: list[Any]) -> int:
-    """How many leading items of *history* the memo's last history proves (the planner's one pass)."""
-    return next(compress(count(), map(not_, map(_unchanged, history, entries))), len(entries))
 
 
 def proof_times(client: openai.OpenAI, calls: int) -> tuple[list[float], list[float], int]:
@@ -49,7 +42,7 @@ def proof_times(client: openai.OpenAI, calls: int) -> tuple[list[float], list[fl
         entries = tracker._memo._run[0]
         for times in (cold, warm):
             started = time.perf_counter()
-            done = proven(history, entries)
+            done = proven_count(history, entries)  # the planner's own pass
             times.append(time.perf_counter() - started)
             assert done == len(entries) == len(history)  # the whole last history is proven
         items += len(entries)

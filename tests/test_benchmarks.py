@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import openai
 import pytest
 
 from anchortrack.stores import MemoryStore, SQLiteStore
@@ -26,12 +27,19 @@ ROOT = Path(__file__).resolve().parents[1]
 def benchmarks() -> Iterator[dict[str, ModuleType]]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
+        import bench_floor
         import bench_overhead
         import bench_proof
         import bench_scale
         import bench_stores
 
-        yield {"overhead": bench_overhead, "proof": bench_proof, "scale": bench_scale, "stores": bench_stores}
+        yield {
+            "floor": bench_floor,
+            "overhead": bench_overhead,
+            "proof": bench_proof,
+            "scale": bench_scale,
+            "stores": bench_stores,
+        }
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
 
@@ -73,3 +81,15 @@ def test_proof_is_timed_on_histories_it_proves_whole(benchmarks: dict[str, Modul
         m = benchmarks["proof"].measure(server.base_url, calls=6, rounds=1)  # asserts every proof is whole
     assert set(m) == {"cold_call", "warm_call", "cold_item", "warm_item", "hand_call"}
     assert all(value > 0 for value in m.values())
+
+
+def test_floor_loop_chains_and_reports_every_ratio(benchmarks: dict[str, ModuleType]) -> None:
+    from anchortrack.server import ResponsesServer
+
+    with ResponsesServer() as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="bench", max_retries=0)
+        assert benchmarks["floor"].floor_loop(client, 6) == 5  # every call after the first chains
+        m = benchmarks["floor"].measure(server.base_url, calls=4, repeats=1)
+    assert set(m) == {"floor", "wrapped", "machinery", "chained"}
+    assert m["chained"] == 3 / 4
+    assert all(m[key] > 0 for key in ("floor", "wrapped", "machinery"))
