@@ -189,10 +189,10 @@ class Memo:
       the value exactly; any other SDK model by a digest of its JSON
       serialization.
     * A loop's history is its last one plus new items: the memo keeps how it
-      remembered each item of the last history (`fingerprint_items` with
-      ``run=True``), proves the next history's leading items against those
-      entries in one pass that stops at the first changed item (each proof
-      as above), and takes their fingerprints as they were.
+      remembered each item of the last history (`fingerprint_history`),
+      proves the next history's leading items against those entries in one
+      pass that stops at the first changed item (each proof as above), and
+      takes their fingerprints as they were.
 
     Bounded by bytes: every entry is counted (the copy, the strings it
     shares, the digest) against *max_bytes* (24 MiB: about 10,000 items
@@ -210,7 +210,7 @@ class Memo:
         self._entries: dict[bytes, Known] = {}
         self._objects: dict[int, Entry] = {}
         self._last: tuple[bytes, Sequence[bytes], list[bytes]] = (b"", [], [])
-        #: The last history's entries, fingerprints, sizes and first model output's index (see `_run_of`).
+        #: The last history's entries, fingerprints, sizes and first model output's index.
         self._run: _Run = ([], [], [], -1)
 
     def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
@@ -255,7 +255,7 @@ class Memo:
         self, item: object, value: Known, frozen: tuple[Any, int] | None = None
     ) -> Entry | None:
         """
-        Remember *item* by a copy of its containers; False if it cannot be.
+        Remember *item* by a copy of its containers.
 
         A dict must be small and hold only strings (and None); an SDK model
         only strings (and None) in its fields and extra fields. *frozen* is
@@ -649,7 +649,7 @@ def proven_count(items: Sequence[object], entries: Sequence[Entry]) -> int:
 
 
 def fingerprint_items(
-    items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None, run: bool = False
+    items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None
 ) -> tuple[list[bytes], list[int], bool]:
     """
     Fingerprint a history in one pass.
@@ -659,9 +659,6 @@ def fingerprint_items(
         memo: Fingerprints remembered from earlier calls.
         kinds: If given, the type and role of each item are appended to it
             (from the same canonical form; the memo is not used then).
-        run: *items* is a whole history: prove the leading items the memo's
-            last history shares with it in one pass, and make this history
-            the memo's last one.
 
     Returns:
         The fingerprints, the canonical byte sizes, and whether any item is
@@ -670,16 +667,18 @@ def fingerprint_items(
     Raises:
         ItemError: an item has no Responses API shape.
     """
-    fps, sizes, has_model, _ = _fingerprint(items, memo, kinds, run)
+    fps, sizes, has_model, _ = _fingerprint(items, memo, kinds, False)
     return fps, sizes, has_model
 
 
 def fingerprint_history(items: Sequence[object], memo: Memo) -> tuple[list[bytes], list[int], bool, int]:
     """
-    `fingerprint_items` of a whole history (``run=True``), and how many leading items the run proved.
+    `fingerprint_items` of a whole history, and how many leading items were the memo's last history.
 
-    Those items are the memo's last history, unchanged: the views a loop
-    chains from end at or after them.
+    The memo's last history's leading items are proven in one pass
+    (`proven_count`) and their fingerprints taken as they were; this history
+    becomes the memo's last one. The proven items are the last history,
+    unchanged: the views a loop chains from end at or after them.
     """
     return _fingerprint(items, memo, None, True)
 

@@ -524,14 +524,13 @@ class Tracker:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
         if type(effect) is Planned:
             plan = state.plan = effect.plan
-            chained = plan.anchor is not None
             # A chained request is counted once the server accepted or refused it.
-            state.unsettled = chained and state.context.mode is Mode.CHAINED
+            state.unsettled = plan.chained and state.context.mode is Mode.CHAINED
             self.stats.planned(
                 mode=state.context.mode.value,
-                chained=chained,
+                chained=plan.chained,
                 reason=plan.reason.value,
-                items_sent=plan.total - plan.skip,
+                items_sent=plan.sent,
                 items_total=plan.total,
                 bytes_planned=plan.bytes_planned,
                 bytes_stateless=plan.bytes_stateless,

@@ -29,7 +29,7 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_overhead import CALLS, LONG_CALLS, OUTPUT, ask, hand_loop, wrapped_loop
+from bench_overhead import CALLS, LONG_CALLS, ask, hand_loop, tool_outputs, wrapped_loop
 
 import anchortrack
 from anchortrack._hashing import Memo, fingerprint_history, fingerprint_items, prefix_hashes
@@ -60,11 +60,7 @@ def floor_loop(client: openai.OpenAI, calls: int = CALLS) -> int:
         anchors[prefix_hashes(hashes[-1], output_fps)[-1]] = resp.id
         history += output
         seen = len(history)
-        history += [
-            {"type": "function_call_output", "call_id": item.call_id, "output": OUTPUT}
-            for item in output
-            if item.type == "function_call"
-        ]
+        history += tool_outputs(output)
     return chained
 
 

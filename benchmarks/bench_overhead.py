@@ -27,6 +27,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +52,21 @@ def ask(calls: int) -> str:
     return 'Collect all the records.\n!call fetch {"page": 1}\n!rounds ' + str(calls - 1)
 
 
+def tool_outputs(output: Sequence[Any]) -> list[dict[str, str]]:
+    """The ~1.5 KB tool outputs that answer a response's function calls."""
+    return [
+        {"type": "function_call_output", "call_id": item.call_id, "output": OUTPUT}
+        for item in output
+        if item.type == "function_call"
+    ]
+
+
 def wrapped_loop(client: openai.OpenAI, calls: int = CALLS) -> None:
     history: list[Any] = [{"role": "user", "content": ask(calls)}]
     for _ in range(calls):
         resp = client.responses.create(model="scripted", input=history)
         history += resp.output
-        calls = [i for i in resp.output if i.type == "function_call"]
-        history += [{"type": "function_call_output", "call_id": c.call_id, "output": OUTPUT} for c in calls]
+        history += tool_outputs(resp.output)
 
 
 def hand_loop(client: openai.OpenAI, calls: int = CALLS, *, keep: bool = False) -> None:
@@ -71,11 +80,10 @@ def hand_loop(client: openai.OpenAI, calls: int = CALLS, *, keep: bool = False) 
         else:
             resp = client.responses.create(model="scripted", input=new, previous_response_id=previous)
         previous = resp.id
-        calls = [i for i in resp.output if i.type == "function_call"]
         if keep:
             history += new
             history += resp.output
-        new = [{"type": "function_call_output", "call_id": c.call_id, "output": OUTPUT} for c in calls]
+        new = tool_outputs(resp.output)
 
 
 def kept_loop(client: openai.OpenAI, calls: int = CALLS) -> None:

@@ -23,7 +23,7 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_overhead import LONG_CALLS, OUTPUT, ask, hand_loop
+from bench_overhead import LONG_CALLS, ask, hand_loop, tool_outputs
 
 import anchortrack
 from anchortrack._hashing import proven_count
@@ -47,11 +47,7 @@ def proof_times(client: openai.OpenAI, calls: int) -> tuple[list[float], list[fl
             assert done == len(entries) == len(history)  # the whole last history is proven
         items += len(entries)
         history += resp.output
-        history += [
-            {"type": "function_call_output", "call_id": item.call_id, "output": OUTPUT}
-            for item in resp.output
-            if item.type == "function_call"
-        ]
+        history += tool_outputs(resp.output)
     return cold, warm, items
 
 

@@ -1,31 +1,25 @@
 """
 The local Responses server in a subprocess, for tests and benchmarks (its CPU and memory are not theirs).
 
-Depends on the standard library and anchortrack only.
+Depends on the standard library, anchortrack and the tests' own port helper only.
 """
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from ._redis import free_port
 
 
 @contextlib.contextmanager
 def server_process() -> Iterator[str]:
     """Yield the base URL of a local server running in its own process."""
-    port = _free_port()
+    port = free_port()
     code = (
         "import sys, time; from anchortrack.server import ResponsesServer\n"
         "with ResponsesServer(port=int(sys.argv[1])):\n"

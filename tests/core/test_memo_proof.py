@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anchortrack
-from anchortrack._hashing import Memo, fingerprint, fingerprint_items
+from anchortrack._hashing import Memo, fingerprint, fingerprint_history, fingerprint_items
 from anchortrack.stores import MemoryStore
 from tests._server import server_process
 
@@ -24,8 +24,8 @@ from ..helpers import assistant
 
 
 def _fps(items: list[Any], memo: Memo, *, run: bool = True) -> list[bytes]:
-    """Fingerprints through the memo, as a loop's planner asks for them (a whole history)."""
-    return fingerprint_items(items, memo, run=run)[0]
+    """Fingerprints through the memo: as a loop's planner asks for them (a whole history), or not (*run*)."""
+    return (fingerprint_history(items, memo) if run else fingerprint_items(items, memo))[0]
 
 
 class MaskedStr(str):

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._redis import free_port
 from ..helpers import canon
 from ._upstream import MODEL, FakeModel
 
@@ -35,12 +36,6 @@ def agentic_binary() -> str | None:
         return shutil.which("agentic-server")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class AgenticAPI:
     """One ``agentic-server`` process on a loopback port, in front of *upstream*."""
 
@@ -48,7 +43,7 @@ class AgenticAPI:
         self.binary = binary
         self.upstream = upstream
         self.home = home
-        self.port = _free_port()
+        self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log = home / "agentic-server.log"
 
