@@ -1,0 +1,58 @@
+"""
+Locks that a forked child can take.
+
+A lock held by another thread when the process forks stays held forever in the
+child: that thread does not exist there to release it. Prefork servers (gunicorn,
+uWSGI) and ``multiprocessing`` with the fork start method fork while the parent's
+threads use the wrapped client, so every lock anchortrack takes on a call's path is a
+`ForkSafeLock`: the child starts with a fresh, unheld one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from types import TracebackType
+
+
+_locks: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
+
+
+class ForkSafeLock:
+    """A `threading.Lock` that is replaced by a fresh, unheld one in a forked child."""
+
+    __slots__ = ("__weakref__", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        _locks.add(self)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Take the lock (as `threading.Lock.acquire`)."""
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        """Release the lock."""
+        self._lock.release()
+
+    def locked(self) -> bool:
+        """Whether the lock is held."""
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._lock.release()
+
+
+def _reset_in_child() -> None:
+    for lock in list(_locks):
+        lock._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_reset_in_child)
