@@ -51,7 +51,7 @@ from ._seal import mac_key
 from ._socket import LaneOverlay, SocketPlan
 from ._stats import HTTP, WEBSOCKET, Stats
 from ._stream import AsyncTrackedStream, TrackedStream
-from .stores._base import Anchor, AnchorStore
+from .stores._base import Anchor, AnchorStore, runs_inline
 from .stores.memory import MemoryStore
 
 
@@ -1070,4 +1070,4 @@ def _recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any
 
 def _never_blocks(store: object) -> bool:
     """Whether *store* declares that its sync methods never block (run them inline)."""
-    return getattr(store, "never_blocks", False) is True
+    return runs_inline(store)

@@ -148,3 +148,27 @@ def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
     if isinstance(secret_key, str):
         secret_key = secret_key.encode()
     return secret_key or None
+
+
+
+#: The methods a store is called through; a class that replaces one of them vouches for it anew.
+STORE_METHODS = ("find", "get", "put", "evict", "afind", "aget", "aput", "aevict")
+
+
+def runs_inline(store: object) -> bool:
+    """
+    Whether the tracker may call *store* inline, with no deadline.
+
+    Only when the class that declares ``never_blocks = True`` (as
+    `MemoryStore` does) also defines or inherits every store method the
+    object uses: a subclass that overrides ``find`` (say, to add I/O) does
+    not inherit the promise, unless it declares ``never_blocks = True``
+    itself. A method set on the instance counts as an override.
+    """
+    mro = type(store).__mro__
+    declaring = next((cls for cls in mro if "never_blocks" in vars(cls)), None)
+    if declaring is None or vars(declaring)["never_blocks"] is not True:
+        return False
+    below = mro[: mro.index(declaring)]
+    own = getattr(store, "__dict__", {})
+    return not any(name in own or any(name in vars(cls) for cls in below) for name in STORE_METHODS)

@@ -83,7 +83,7 @@ class MemoryStore:
 
     No method blocks on I/O, so the tracker runs them inline, without a
     deadline thread (``never_blocks``); a subclass that overrides a store
-    method does not inherit that (`anchortrack.stores.runs_inline`).
+    method does not inherit that (`anchortrack.stores._base.runs_inline`).
 
     Args:
         max_anchors: How many anchors to keep; beyond it the least recently

@@ -188,6 +188,8 @@ def test_a_long_tool_loop_looks_up_a_handful_of_views_per_call(
     """With the in-process store, each call asks for the views after the last history, not for all of them."""
 
     class CountingStore(MemoryStore):
+        never_blocks = True  # its find never blocks either: still the in-process store's path
+
         def __init__(self) -> None:
             super().__init__()
             self.asked: list[int] = []
