@@ -11,13 +11,13 @@ answers in; `RecentViews` is the one piece of (locked, in-memory) state.
 from __future__ import annotations
 
 import enum
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from ._fork import ForkSafeLock
 from ._seal import seal
 from .stores._base import Anchor
 
@@ -322,7 +322,7 @@ class RecentViews:
         self._max_views = max_views
         self._max_hashes = max_hashes
         self._size = 0
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def add(self, hashes: Sequence[bytes], more: Sequence[bytes] = ()) -> None:
         """Remember a recorded view by its prefix hashes ``[h(1), …, h(m)]`` (*hashes* then *more*)."""

@@ -40,6 +40,7 @@ from ._flow import (
     drive,
     refused_flow,
 )
+from ._fork import ForkSafeLock
 from ._guard import Guard, State
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import debug_enabled, get_logger, short
@@ -92,8 +93,8 @@ class _CallState:
 
 #: The process-wide default store (see `default_store`).
 _default: AnchorStore | None = None
-_default_lock = threading.Lock()
-#: How many anchors the default store keeps (about 22 MB; least recently used dropped first).
+_default_lock = ForkSafeLock()
+#: How many anchors the default store keeps (least recently used dropped first).
 DEFAULT_STORE_ANCHORS = 100_000
 #: How `store=` may be spelled: the message of the error for anything else.
 STORE_ACCEPTED = (
