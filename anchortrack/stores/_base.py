@@ -150,7 +150,6 @@ def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
     return secret_key or None
 
 
-
 #: The methods a store is called through; a class that replaces one of them vouches for it anew.
 STORE_METHODS = ("find", "get", "put", "evict", "afind", "aget", "aput", "aevict")
 

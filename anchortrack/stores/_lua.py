@@ -1,6 +1,6 @@
 """
-Lua scripts that give `RedisStore` one round trip per record, lookup by id
-and eviction, atomically.
+Lua scripts that give `RedisStore` one round trip per lookup, record, lookup
+by id and eviction, atomically.
 
 Values are those of `_redis_format.encode_value`
 (``2|count|created|expires|properties|mac|id``, or with a parent
@@ -56,6 +56,33 @@ if ARGV[7] ~= '' then
   if left < 0 or now + left < tonumber(ARGV[3]) then redis.call('PEXPIREAT', ckey, ARGV[3]) end
 end
 return 1
+"""
+)
+
+#: KEYS: view keys. ARGV: view key prefix, reverse key prefix.
+#: Returns the values of the view keys (false where there is none), as
+#: ``MGET`` would. Redis evicting with an ``allkeys-*`` policy may drop an
+#: anchor's reverse key and keep its view key; `EVICT` could then not reach
+#: the anchor by its response id, so a value whose reverse key is missing
+#: gets it back (the view, until the view key's own expiry). A reverse key
+#: that names another view is left as it is. (``pcall``: a Redis out of
+#: memory with ``noeviction`` refuses the write, and the lookup still answers.)
+#: (``GET`` per key rather than one ``MGET``: Lua's ``unpack`` would limit
+#: it to a few thousand keys.)
+FIND = (
+    _RID_OF
+    + """
+local found, skip = {}, #ARGV[1] + 1
+for i, key in ipairs(KEYS) do
+  local v = redis.call('GET', key)
+  found[i] = v
+  local rid = rid_of(v)
+  if rid and redis.call('EXISTS', ARGV[2] .. rid) == 0 then
+    local left = redis.call('PTTL', key)
+    if left > 0 then redis.pcall('SET', ARGV[2] .. rid, string.sub(key, skip), 'PX', left) end
+  end
+end
+return found
 """
 )
 

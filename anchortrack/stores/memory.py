@@ -242,4 +242,3 @@ class MemoryStore:
             if anchor.is_live(now):
                 return
             self._drop(scope, view)
-

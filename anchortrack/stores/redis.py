@@ -10,8 +10,11 @@ Key schema (see `KeySchema`), with the scope in a hash tag::
 
 Both keys of an anchor carry the anchor's absolute expiry (``PXAT``); a
 children set lives as long as its longest-lived member.
-Round trips: ``find`` is one ``MGET``; ``put``, ``get`` and ``evict`` are
-one ``EVALSHA`` each (see `anchortrack.stores._lua`).
+Round trips: ``find``, ``put``, ``get`` and ``evict`` are one ``EVALSHA``
+each (see `anchortrack.stores._lua`). Redis evicting with an ``allkeys-*``
+policy may drop either key of an anchor: ``find`` restores a missing reverse
+key of an anchor it returns, so that ``evict`` can still reach it by its
+response id.
 """
 
 from __future__ import annotations
@@ -175,12 +178,12 @@ class RedisStore:
     # -- sync ---------------------------------------------------------------
 
     def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
-        """Return the live anchors recorded in *scope* for any of *views* (one MGET)."""
+        """Return the live anchors recorded in *scope* for any of *views* (one EVALSHA)."""
         wanted = unique_views(views)
-        keys = self.key_schema.view_keys(scope, wanted)
+        keys, args = self._find_call(scope, wanted)
         if not wanted:
             return {}
-        return self._found(wanted, self._sync("find").client.mget(keys))
+        return self._found(wanted, self._sync("find").find(keys, args))
 
     def get(self, scope: str, response_id: str) -> Anchor | None:
         """Return the live anchor recorded in *scope* for *response_id* (one EVALSHA)."""
@@ -216,10 +219,10 @@ class RedisStore:
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Async twin of `find`."""
         wanted = unique_views(views)
-        keys = self.key_schema.view_keys(scope, wanted)
+        keys, args = self._find_call(scope, wanted)
         if not wanted:
             return {}
-        return self._found(wanted, await self._async("afind").client.mget(keys))
+        return self._found(wanted, await self._async("afind").find(keys, args))
 
     async def aget(self, scope: str, response_id: str) -> Anchor | None:
         """Async twin of `get`."""
@@ -298,6 +301,10 @@ class RedisStore:
             return None
         return anchor if anchor.is_live(self._clock()) else None
 
+    def _find_call(self, scope: str, views: list[bytes]) -> _Call:
+        schema = self.key_schema
+        return schema.view_keys(scope, views), [schema.view_prefix(scope), schema.response_prefix(scope)]
+
     def _put_call(self, scope: str, anchor: Anchor) -> _Call:
         a = check_anchor(anchor)
         schema = self.key_schema
@@ -334,6 +341,7 @@ class _SyncSide:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self.find = client.register_script(_lua.FIND)
         self.put = client.register_script(_lua.PUT)
         self.get = client.register_script(_lua.GET)
         self.evict = client.register_script(_lua.EVICT)
@@ -344,6 +352,7 @@ class _AsyncSide:
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.client = client
+        self.find = client.register_script(_lua.FIND)
         self.put = client.register_script(_lua.PUT)
         self.get = client.register_script(_lua.GET)
         self.evict = client.register_script(_lua.EVICT)

@@ -169,7 +169,7 @@ def test_keys_really_expire(redis_server: RedisServer, raw: redis.Redis, prefix:
 
 
 def test_one_round_trip_per_operation(redis_server: RedisServer, prefix: str) -> None:
-    """find is one MGET; put, get and evict are one EVALSHA each."""
+    """find, put, get and evict are one EVALSHA each."""
     store = RedisStore.from_url(redis_server.url, prefix=prefix, connection_class=CountingConnection)
     now = time.time()
     store.put(SCOPE, make_anchor("warm", now))  # loads the scripts once
