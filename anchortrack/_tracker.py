@@ -128,17 +128,16 @@ def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> Anchor
         TypeError: *store* is neither (the message names what was given and
             what is accepted).
         ImportError: a Redis URL without the ``redis`` package.
-        OSError: a SQLite path that cannot be created.
+        OSError: a SQLite path whose directory does not exist, or that cannot be created.
     """
     if isinstance(store, str):
-        from .stores._open import open_store
+        from .stores._open import closest_spec, open_store
 
         try:
             return open_store(store)
         except ValueError:
-            hint = ""
-            if store and ":" not in store:
-                hint = f" (for a SQLite file, write store='sqlite:{store}')"
+            close = closest_spec(store)
+            hint = f" (did you mean store={close!r}?)" if close is not None else ""
             raise TypeError(
                 f"{caller}: store={store!r} is not a store spec{hint}; store= takes {STORE_ACCEPTED}"
             ) from None

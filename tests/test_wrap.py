@@ -26,7 +26,7 @@ ACCEPTED = "store= takes an AnchorStore instance (MemoryStore(), SQLiteStore(pat
     [
         (
             "anchors.db",
-            "store='anchors.db' is not a store spec (for a SQLite file, write store='sqlite:anchors.db')",
+            "store='anchors.db' is not a store spec (did you mean store='sqlite:anchors.db'?)",
         ),
         ("memroy", "store='memroy' is not a store spec"),
         ("postgres://db/anchors", "store='postgres://db/anchors' is not a store spec;"),
@@ -54,7 +54,7 @@ def test_a_store_that_is_not_one_fails_at_wrap_time(
 def test_store_specs_open_the_store(raw_client: openai.OpenAI, tmp_path: Path) -> None:
     """The command line's spellings work: 'memory' is a new private store, 'sqlite:PATH' a file."""
     memory = anchortrack.wrap(raw_client, store="memory")
-    db = tmp_path / "a" / "anchors.db"
+    db = tmp_path / "anchors.db"
     client = anchortrack.wrap(raw_client, store=f"sqlite:{db}")
 
     history, _ = ask(client, [], "one")

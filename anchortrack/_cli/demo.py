@@ -218,9 +218,11 @@ def main(args: argparse.Namespace) -> int:
         else:
             screen.para(starting)
     from ..stores import open_store
-    from .record import default_store_spec
+    from .record import cache_dir, default_store_spec
 
     spec = args.store or default_store_spec()
+    if not args.store:
+        cache_dir().mkdir(parents=True, exist_ok=True)  # the demo's own directory for its default store
     try:
         store = open_store(spec)
     except (ValueError, ImportError, OSError) as error:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,35 +20,84 @@ if TYPE_CHECKING:
 #: URL schemes `open_store` hands to `RedisStore.from_url`.
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
+_SCHEMES = ("sqlite", "redis", "rediss", "unix")
+
 
 def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
     """
     Open the anchor store spelled *spec*, with its default settings.
 
     Args:
-        spec: ``memory``; ``sqlite:PATH`` (``~`` is expanded and missing
-            parent directories are created); or a Redis URL (``redis://…``,
-            ``rediss://…``, ``unix://…``), which needs the ``redis`` extra.
+        spec: ``memory``; ``sqlite:PATH`` (``~`` is expanded; the file is
+            created if missing, its directory must exist); or a Redis URL
+            (``redis://…``, ``rediss://…``, ``unix://…``), which needs the
+            ``redis`` extra. Nothing else: a near miss (``Memory``,
+            ``sqlite://anchors.db``) is refused, naming the spelling meant.
 
     Returns:
         A new store; the caller closes it (``close`` or ``aclose``).
 
     Raises:
         ValueError: *spec* names no store.
+        FileNotFoundError: The directory of a SQLite file does not exist.
+        IsADirectoryError: A SQLite path names a directory.
         ImportError: A Redis URL without the ``redis`` package.
     """
     if spec == "memory":
         return MemoryStore()
-    if spec.startswith("sqlite:"):
+    if spec.startswith("sqlite:") and not spec.startswith("sqlite://") and spec == spec.strip():
         name = spec.removeprefix("sqlite:")
         if not name:
             raise ValueError("sqlite: needs a path, e.g. sqlite:/tmp/anchors.db")
         path = Path(name).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(f"store {spec!r}: {path} is a directory; name a file in it")
+        if not path.parent.is_dir():
+            raise FileNotFoundError(
+                f"store {spec!r}: no directory {path.parent} (the store creates its file, not directories)"
+            )
         return SQLiteStore(path)
-    if spec.startswith(REDIS_SCHEMES):
+    if spec.startswith(REDIS_SCHEMES) and spec == spec.strip():
         return redis_store_class().from_url(spec)
-    raise ValueError(f"unknown store {spec!r}: expected memory, sqlite:PATH or redis://HOST[:PORT][/DB]")
+    close = closest_spec(spec)
+    hint = f"; did you mean {close!r}?" if close is not None else ""
+    raise ValueError(
+        f"unknown store {spec!r}: expected memory, sqlite:PATH or redis://HOST[:PORT][/DB]{hint}"
+    )
+
+
+def closest_spec(spec: str) -> str | None:
+    """
+    The documented spelling a refused *spec* most likely meant, or None if none is close.
+
+    Case and surrounding spaces (``Memory``, ``memory ``), URL habits
+    (``sqlite://anchors.db`` means ``sqlite:anchors.db``; ``redis:host``),
+    near-miss words (``memroy``, ``sqlite3``) and a bare file name
+    (``anchors.db`` means ``sqlite:anchors.db``).
+    """
+    text = spec.strip()
+    if not text:
+        return None
+    if text.lower() == ":memory:" or _near(text.lower(), ["memory"]):
+        return "memory"
+    scheme, colon, rest = text.partition(":")
+    if not colon:
+        return f"sqlite:{text}"  # a bare name: a file
+    meant = _near(scheme.lower(), _SCHEMES) or ("sqlite" if scheme.lower().startswith("sqlite") else None)
+    if meant is None:
+        return None
+    if meant == "sqlite":
+        path = rest[2:] if rest.startswith("//") else rest
+        return f"sqlite:{path}" if path else None
+    if meant == "unix":
+        return "unix:///" + rest.lstrip("/")
+    return f"{meant}://{rest.lstrip('/')}"
+
+
+def _near(word: str, words: tuple[str, ...] | list[str]) -> str | None:
+    """The one of *words* that *word* is a near miss of (or equal to), if any."""
+    close = difflib.get_close_matches(word, words, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def redis_store_class() -> type[RedisStore]:
