@@ -32,32 +32,29 @@ class _Scope:
         #: Response id -> the view it is recorded under.
         self.views: dict[str, bytes] = {}
         #: Parent response id -> the ids of the held anchors chained from it: one id, or a list of
-        #: several (most responses have one child; a list each would add a fifth to the store).
+        #: several (most responses have at most one child, and a list per parent costs memory).
         self.children: dict[str, str | list[str]] = {}
 
     def link(self, anchor: Anchor) -> None:
         """Index *anchor*."""
-        self.views[anchor.response_id] = anchor.view
-        if anchor.parent is not None:
-            kids = self.children.get(anchor.parent)
-            if kids is None:
-                self.children[anchor.parent] = anchor.response_id
-            elif isinstance(kids, str):
-                self.children[anchor.parent] = [kids, anchor.response_id]
+        rid, parent = anchor.response_id, anchor.parent
+        self.views[rid] = anchor.view
+        if parent is not None:
+            kids = self.children.get(parent)
+            if isinstance(kids, list):
+                kids.append(rid)
             else:
-                kids.append(anchor.response_id)
+                self.children[parent] = rid if kids is None else [kids, rid]
 
     def unlink(self, anchor: Anchor) -> None:
         """Forget *anchor*, which is indexed."""
-        del self.views[anchor.response_id]
-        if anchor.parent is not None:
-            kids = self.children[anchor.parent]
-            if isinstance(kids, str):
-                del self.children[anchor.parent]
-            else:
-                kids.remove(anchor.response_id)
-                if len(kids) == 1:
-                    self.children[anchor.parent] = kids[0]
+        rid, parent = anchor.response_id, anchor.parent
+        del self.views[rid]
+        if parent is not None:
+            kids = self.children.pop(parent)
+            if isinstance(kids, list):
+                kids.remove(rid)
+                self.children[parent] = kids[0] if len(kids) == 1 else kids
 
     def descendants(self, response_id: str) -> set[str]:
         """*response_id* and the ids of every held anchor chained below it."""
