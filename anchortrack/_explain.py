@@ -21,7 +21,7 @@ from ._canonical import ItemError, canonical_item
 from ._flow import UNAVAILABLE, CallContext, Find, History, drive, plan_history, read_history
 from ._hashing import Kind, Scope
 from ._log import short
-from ._plan import REASON_TEXT, Plan, Reason, RecentViews, with_sizes
+from ._plan import REASON_TEXT, Plan, Reason, RecentViews, answers, with_sizes
 from ._properties import properties_digest
 from ._request import read_request
 from ._seal import mac_key
@@ -271,7 +271,7 @@ def _views(history: History, found: Mapping[bytes, Anchor], context: CallContext
         anchor = found.get(h)
         if anchor is None or anchor.count != i or not anchor.is_live(context.now):
             continue
-        if context.authentic(anchor):
+        if answers(anchor, view=h) and context.authentic(anchor):
             views[i] = anchor
     return views
 
