@@ -499,7 +499,7 @@ def flat_models(draw: st.DrawFn) -> Any:
 @settings(max_examples=400, deadline=None)
 @given(model=flat_models())
 def test_a_models_fingerprint_through_the_memo_is_the_serializers(model: Any) -> None:
-    """Any Responses model, strings and None in its fields (some of other types): the memo gives the fresh value."""
+    """Any Responses model, strings and None in its fields (some of other types): fresh through the memo."""
     memo = Memo()
     assert _fps([model], memo) == [fingerprint(model)] == _fps([model], memo)
 
