@@ -208,9 +208,9 @@ def explain(
     Raises:
         TypeError: A body's ``input`` is neither a string nor a list.
     """
-    items, previous_id, managed, store_false, properties = _read(history_or_body)
+    items, previous_id, managed, store_false, properties = _read(history_or_body, scope.base_url)
     if params is not None and not isinstance(history_or_body, Mapping):
-        properties = properties_digest(params)
+        properties = properties_digest(params, scope.base_url)
     n = len(items)
     secret = store.secret_key
     context = CallContext(
@@ -252,10 +252,10 @@ def explain(
     return Explanation(rows, plan, scope, previous_id, store_false, closest, detail)
 
 
-def _read(source: object) -> tuple[list[Any], str | None, bool, bool, bytes]:
+def _read(source: object, base_url: str) -> tuple[list[Any], str | None, bool, bool, bytes]:
     """Return the items, the caller's previous_response_id, caller-managed, store=false, properties."""
     if isinstance(source, Mapping):
-        r = read_request(source)
+        r = read_request(source, base_url)
         return r.items, r.previous_response_id, r.caller_managed, not r.store, r.properties
     if isinstance(source, str):
         return [source], None, False, False, b""

@@ -15,22 +15,6 @@ from anchortrack.server import ResponsesServer, WireTap
 from ..helpers import assert_server_saw, sent
 
 
-def _tool_loop(client: openai.OpenAI, ask: str, calls: int, **params: Any) -> tuple[list[Any], list[str]]:
-    """A tool loop of *calls* requests; returns the last history and whether each request chained."""
-    history: list[Any] = [{"role": "user", "content": ask}]
-    chained: list[str] = []
-    for _ in range(calls):
-        resp = client.responses.create(model="scripted", input=history, **params)
-        history += resp.output
-        history += [
-            {"type": "function_call_output", "call_id": item.call_id, "output": "done"}
-            for item in resp.output
-            if item.type == "function_call"
-        ]
-    chained = [row["decision"] for row in anchortrack.tracker(client).stats.snapshot()["requests"]]
-    return history, chained
-
-
 def test_a_lone_surrogate_escape_in_arguments_keeps_chaining(
     server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
@@ -50,3 +34,24 @@ def test_a_lone_surrogate_escape_in_arguments_keeps_chaining(
     stats = anchortrack.tracker(client).stats
     assert 3 == stats.count("chained")
     assert 0 == stats.count(reason="internal_error")
+
+
+def test_reasoning_sent_back_with_an_empty_content_list_keeps_chaining(
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap
+) -> None:
+    """OpenAI returns reasoning with ``content: []``, frameworks send it back without (or the reverse)."""
+    history: list[Any] = [{"role": "user", "content": "think about it\n!reason"}]
+    for turn in range(3):
+        resp = client.responses.create(model="scripted", input=history)
+        if turn:
+            assert "previous_response_id" in sent(wire)
+        assert_server_saw(server, resp.id, history)
+        for item in resp.output:
+            data = item.to_dict(mode="json")
+            if data["type"] == "reasoning":
+                assert "content" not in data
+                data["content"] = []  # the other form of the same item
+            history.append(data)
+        history.append({"role": "user", "content": f"and then? {turn}\n!reason"})
+
+    assert 2 == anchortrack.tracker(client).stats.count("chained")
