@@ -121,26 +121,13 @@ def prefix_hashes(root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
 
 
 #: Item types that only the model produces (besides assistant messages).
-MODEL_ITEM_TYPES = frozenset(
-    (
-        "function_call",
-        "custom_tool_call",
-        "reasoning",
-        "compaction",
-        "file_search_call",
-        "web_search_call",
-        "computer_call",
-        "code_interpreter_call",
-        "image_generation_call",
-        "local_shell_call",
-        "shell_call",
-        "apply_patch_call",
-        "mcp_call",
-        "mcp_list_tools",
-        "mcp_approval_request",
-        "tool_search_call",
-    )
-)
+# fmt: off
+MODEL_ITEM_TYPES = frozenset((
+    "function_call", "custom_tool_call", "reasoning", "compaction", "file_search_call", "web_search_call",
+    "computer_call", "code_interpreter_call", "image_generation_call", "local_shell_call", "shell_call",
+    "apply_patch_call", "mcp_call", "mcp_list_tools", "mcp_approval_request", "tool_search_call",
+))
+# fmt: on
 
 #: (fingerprint, canonical size, is model output)
 Known = tuple[bytes, int, bool]
