@@ -204,7 +204,6 @@ def _edits() -> list[tuple[str, Any]]:
     return [(f.__name__, f) for f in (arguments, masked, unset_name, extra, masked_key, number, other_class)]
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic warns about the int in a str field
 @pytest.mark.parametrize(("name", "edit"), _edits(), ids=[name for name, _ in _edits()])
 def test_an_sdk_tool_call_edited_in_place_is_fingerprinted_afresh(name: str, edit: Any) -> None:
     """A remembered tool call: any in-place edit, lying types included, is seen."""
@@ -495,7 +494,6 @@ def flat_models(draw: st.DrawFn) -> Any:
     return cls.model_construct(**values, **extra)
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")  # strings in fields of other types
 @settings(max_examples=400, deadline=None)
 @given(model=flat_models())
 def test_a_models_fingerprint_through_the_memo_is_the_serializers(model: Any) -> None:
