@@ -59,7 +59,7 @@ def plan_request(
         return store.find(effect.scope, effect.views)
 
     history_read = read_history(context, list(history))
-    properties = properties_digest(params or {})
+    properties = properties_digest(params or {}, scope.base_url)
     plan: Plan = drive(plan_history(context, history_read, properties=properties), find)
     return plan
 
@@ -96,7 +96,7 @@ def record_response(
         hashes=prefix_hashes(root, [*fps, *outputs]),
         now=time.time(),
         ttl=store.ttl,
-        properties=properties_digest(params or {}),
+        properties=properties_digest(params or {}, scope.base_url),
         scope=key,
         mac_key=mac_key(secret),
         parent=_parent_of(response),

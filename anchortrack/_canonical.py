@@ -8,8 +8,18 @@ fingerprints can be compared by value.
 
 Rules for every shape (each one is tested in ``tests/core/test_canonical.py``):
 
-* ``{"k": null}`` ≡ ``{}`` at any depth (``null`` means "not given"); dict key
-  order never matters (JSON objects are unordered).
+* ``{"k": null}`` ≡ ``{}`` at any depth of the API's own fields (``null``
+  means "not given"); dict key order never matters (JSON objects are
+  unordered).
+* Free-form JSON the API passes through verbatim is kept verbatim, nulls and
+  number types included (``{"default": null}`` ≠ ``{}``, ``1`` ≠ ``1.0`` ≠
+  ``true``): a tool's ``input_schema`` and ``annotations`` in
+  ``mcp_list_tools``, a function tool's ``parameters`` in ``additional_tools``
+  and ``tool_search_output``, ``text.format.schema`` in
+  ``configuration_update``, and ``tool_search_call.arguments`` (`FREE_FORM`:
+  the spec's open ``type: object`` fields inside items).
+* A lone surrogate (a JSON-legal ``\\ud800`` escape) is text of its own: it
+  never raises and never equals other text.
 * An SDK pydantic model ≡ its ``model_dump(mode="json", exclude_unset=True)``
   dict (the same wire JSON); ``parsed`` / ``parsed_arguments`` are SDK-only
   fields, never sent.
@@ -60,10 +70,11 @@ string input ``"t"``          (nothing)         one user ``message`` with ``inpu
 ``apply_patch_call``          ``id``            linked by ``call_id``; status kept (required)
 ``apply_patch_call_output``   ``id``            linked by ``call_id``; status is the result
 ``mcp_approval_response``     ``id``            names its request by ``approval_request_id``
-``reasoning`` (encrypted)     ``id``,           ``encrypted_content`` carries the reasoning
-                              ``status``
-``reasoning`` (no             ``status``        the server resolves it by its id: id kept
-encrypted_content)
+``reasoning`` (encrypted)     ``id``,           ``encrypted_content`` carries the reasoning;
+                              ``status``        ``content: []`` ≡ absent (OpenAI returns
+                                                the empty list, frameworks drop it)
+``reasoning`` (no             ``status``        the server resolves it by its id: id kept;
+encrypted_content)                              ``content: []`` ≡ absent
 ``compaction``                ``id``            ``encrypted_content`` is the content
 ``mcp_approval_request``      (nothing)         answered by a response naming its id
 ``local_shell_call``          (nothing)         its output names it by id
@@ -71,18 +82,23 @@ encrypted_content)
                                                 ``output`` verbatim
 ``mcp_call``                  (nothing)         server-run tool; ``arguments`` and ``output``
                                                 verbatim; status is the tool's outcome
-``mcp_list_tools``            (nothing)         server-run listing
+``mcp_list_tools``            (nothing)         server-run listing; each tool's
+                                                ``input_schema``/``annotations`` verbatim
 ``web_search_call``           (nothing)         server-run; results live under the id
 ``file_search_call``          (nothing)         server-run; results may live under the id
 ``code_interpreter_call``     (nothing)         server-run; the container state is the id's
 ``image_generation_call``     (nothing)         follow-up edits reference the image by id
-``tool_search_call``          (nothing)         ``call_id`` is optional: the id may link
-``tool_search_output``        (nothing)         ``call_id`` is optional: the id may link
+``tool_search_call``          (nothing)         ``call_id`` is optional: the id may link;
+                                                ``arguments`` verbatim
+``tool_search_output``        (nothing)         ``call_id`` is optional: the id may link;
+                                                tools' ``parameters`` verbatim
 ``program``                   (nothing)         the spec requires the id on input
 ``program_output``            (nothing)         the spec requires the id on input
-``additional_tools``          (nothing)         not proven bookkeeping
+``additional_tools``          (nothing)         not proven bookkeeping; tools'
+                                                ``parameters`` verbatim
 ``compaction_trigger``        (nothing)         not proven bookkeeping
-``configuration_update``      (nothing)         not proven bookkeeping (SDK only)
+``configuration_update``      (nothing)         not proven bookkeeping (SDK only);
+                                                ``text.format.schema`` verbatim
 any other ``type``            (nothing)         unknown: its full value, id included
 no ``type``, no ``role``      (nothing)         unknown shape: its full value
 ============================  ================  ==============================================
@@ -101,7 +117,7 @@ from typing import Any
 
 
 #: Bump when the canonical bytes of any item change.
-CANONICAL_VERSION = 2
+CANONICAL_VERSION = 3
 
 _INPUT_ROLES = frozenset({"user", "system", "developer"})
 #: Keys the SDK adds to parsed models; never part of the wire form.
@@ -150,6 +166,18 @@ IGNORED_KEYS: dict[str, frozenset[str]] = {
     # "reasoning" depends on encrypted_content: see _ignored_keys.
 }
 
+#: Item type → paths to the free-form JSON values inside it ("*": every element of a list): values
+#: the API passes through verbatim (a tool's JSON schema, a tool search's arguments), where
+#: ``null`` is data, not "not given". Derived from the spec: the open ``type: object`` fields.
+_TOOL_PARAMETERS = (("tools", "*", "parameters"), ("tools", "*", "tools", "*", "parameters"))
+FREE_FORM: dict[str, tuple[tuple[str, ...], ...]] = {
+    "mcp_list_tools": (("tools", "*", "input_schema"), ("tools", "*", "annotations")),
+    "tool_search_call": (("arguments",),),
+    "tool_search_output": _TOOL_PARAMETERS,
+    "additional_tools": _TOOL_PARAMETERS,
+    "configuration_update": (("text", "format", "schema"),),
+}
+
 
 #: ``json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``,
 #: without building an encoder each time.
@@ -178,6 +206,27 @@ def _plain_pydantic_dump(kind: type) -> bool:
     return False
 
 
+def _dump(model: Any) -> Any:
+    """
+    *model*'s ``model_dump(mode="json", exclude_unset=True)``, without warnings.
+
+    The server may return a value the installed SDK types otherwise (a web
+    search source of type ``"api"`` where the SDK expects ``"url"``): the SDK
+    keeps it and sends it back as it is, and so does its dump; pydantic's
+    serializer warnings about it are not ours to raise.
+    """
+    kind = type(model)
+    fast = _fast_dumps.get(kind)
+    if fast is None and kind not in _fast_dumps:
+        fast = _fast_dumps[kind] = kind.__pydantic_serializer__ if _plain_pydantic_dump(kind) else None
+    if fast is not None:
+        return fast.to_python(model, mode="json", exclude_unset=True, warnings=False)
+    try:
+        return model.model_dump(mode="json", exclude_unset=True, warnings=False)
+    except TypeError:  # an override of model_dump without the `warnings` argument
+        return model.model_dump(mode="json", exclude_unset=True)
+
+
 def to_plain(item: object) -> object:
     """
     Return *item* as plain JSON data (SDK models dumped as the SDK sends them).
@@ -185,17 +234,10 @@ def to_plain(item: object) -> object:
     Raises:
         ItemError: *item* is neither a mapping, a string nor an SDK model.
     """
-    kind = type(item)
-    if kind is dict or isinstance(item, (Mapping, str)):
+    if type(item) is dict or isinstance(item, (Mapping, str)):
         return item
-    fast = _fast_dumps.get(kind)
-    if fast is None and kind not in _fast_dumps and hasattr(item, "model_dump"):
-        fast = _fast_dumps[kind] = kind.__pydantic_serializer__ if _plain_pydantic_dump(kind) else None  # type: ignore[attr-defined]
-    if fast is not None:
-        return fast.to_python(item, mode="json", exclude_unset=True)
-    dump = getattr(item, "model_dump", None)
-    if dump is not None:
-        return dump(mode="json", exclude_unset=True)
+    if hasattr(item, "model_dump"):
+        return _dump(item)
     raise ItemError(f"unsupported input item of type {type(item).__name__}")
 
 
@@ -206,38 +248,13 @@ def canonical_item(item: object) -> dict[str, Any]:
     Raises:
         ItemError: the item has a shape no Responses API item has.
     """
-    return canonical_and_plain(item)[0]
-
-
-def _ignored_keys(kind: object, out: Mapping[str, Any]) -> frozenset[str]:
-    if kind == "reasoning":
-        encrypted = out.get("encrypted_content")
-        return _ID_STATUS if isinstance(encrypted, str) and encrypted else _STATUS
-    if isinstance(kind, str):
-        return IGNORED_KEYS.get(kind, _NOTHING)
-    return _NOTHING
-
-
-def canonical_and_plain(item: object, source: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
-    """
-    Return the canonical form of *item*, and whether *item* is a plain JSON dict.
-
-    A plain dict holds only exact dicts, lists, strings, numbers, booleans
-    and None (no subclasses, no SDK models). *source* is ``to_plain(item)``
-    when the caller has it already.
-
-    Raises:
-        ItemError: the item has a shape no Responses API item has.
-    """
-    if source is None:
-        if type(item) is str:
-            return _string_message(item), False
-        if isinstance(item, str):
-            return _string_message(str.__str__(item)), False
-        source = to_plain(item)  # type: ignore[assignment]
-        if not isinstance(source, Mapping):  # pragma: no cover - to_plain guarantees it
-            raise ItemError("input item is not an object")
-    plain = [type(item) is dict]
+    if type(item) is str:
+        return _string_message(item)
+    if isinstance(item, str):
+        return _string_message(str.__str__(item))
+    source = to_plain(item)
+    if not isinstance(source, Mapping):  # pragma: no cover - to_plain guarantees it
+        raise ItemError("input item is not an object")
     out: dict[str, Any] = {}
     for key, value in source.items():
         if value is None:
@@ -247,7 +264,7 @@ def canonical_and_plain(item: object, source: Mapping[str, Any] | None = None) -
         if key in _SDK_ONLY_KEYS:
             continue
         # An exact string is its own JSON data: the common value, kept inline.
-        out[key] = value if type(value) is str else _strip(value, plain)
+        out[key] = value if type(value) is str else _strip(value)
     kind = out.get("type")
     if kind is None:
         if "role" in out:
@@ -269,7 +286,38 @@ def canonical_and_plain(item: object, source: Mapping[str, Any] | None = None) -
             normal = json_tokens(raw)
             if normal is not None:
                 out["arguments"] = {"json": normal}
-    return out, plain[0]
+    elif kind == "reasoning" and out.get("content") == []:
+        del out["content"]
+    for path in FREE_FORM.get(kind, ()) if isinstance(kind, str) else ():
+        _keep_verbatim(source, out, path)
+    return out
+
+
+def _ignored_keys(kind: object, out: Mapping[str, Any]) -> frozenset[str]:
+    if kind == "reasoning":
+        encrypted = out.get("encrypted_content")
+        return _ID_STATUS if isinstance(encrypted, str) and encrypted else _STATUS
+    if isinstance(kind, str):
+        return IGNORED_KEYS.get(kind, _NOTHING)
+    return _NOTHING
+
+
+def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
+    """Put the free-form JSON value at *path* of *source* into *out* as it is, nulls kept."""
+    step, rest = path[0], path[1:]
+    if step == "*":
+        if isinstance(source, (list, tuple)) and isinstance(out, list):
+            for inner_source, inner_out in zip(source, out, strict=False):
+                _keep_verbatim(inner_source, inner_out, rest)
+        return
+    if not isinstance(source, Mapping) or not isinstance(out, dict):
+        return
+    for key, value in source.items():
+        if value is not None and _key(key) == step:
+            if rest:
+                _keep_verbatim(value, out.get(step), rest)
+            else:
+                out[step] = _strip(value, keep_null=True)
 
 
 def _string_message(text: str) -> dict[str, Any]:
@@ -278,12 +326,19 @@ def _string_message(text: str) -> dict[str, Any]:
 
 def canonical_bytes(item: object) -> bytes:
     """Return the canonical UTF-8 JSON bytes of one item."""
-    return _dumps(canonical_item(item)).encode()
+    return dump_canonical(canonical_item(item))
 
 
 def dump_canonical(canonical: dict[str, Any]) -> bytes:
-    """Return the bytes of an item already in canonical form."""
-    return _dumps(canonical).encode()
+    """
+    Return the bytes of an item already in canonical form.
+
+    A lone surrogate (a JSON-legal ``"\\ud800"`` escape in a tool call's
+    ``arguments``, say) has no UTF-8 form: it is written as its three
+    surrogate-escaped bytes, which no valid UTF-8 text contains, so it never
+    raises and never equals other text.
+    """
+    return _dumps(canonical).encode("utf-8", "surrogatepass")
 
 
 def _canonical_part(part: object) -> object:
@@ -308,38 +363,31 @@ def _key(key: object) -> str:
     raise ItemError(f"unsupported key of type {type(key).__name__} inside an input item")
 
 
-def _strip(value: object, plain: list[bool]) -> object:
+def _strip(value: object, *, keep_null: bool = False) -> object:
     """
-    Return *value* as exact JSON data, dropping ``None`` values from mappings.
+    Return *value* as exact JSON data, dropping ``None`` values from mappings unless *keep_null*.
 
     Subclasses of the JSON types become their base type's data (their own
-    methods are never called); nested SDK models become their JSON data.
-    Either clears ``plain[0]``. Any other value raises `ItemError`.
+    methods are never called); nested SDK models become their JSON data. Any
+    other value raises `ItemError`.
     """
     kind = type(value)
-    if kind is str or kind is int or kind is bool or kind is float:
+    if kind is str or kind is int or kind is bool or kind is float or value is None:
         return value
-    if kind is dict:
-        return {_key(k): _strip(v, plain) for k, v in value.items() if v is not None}  # type: ignore[attr-defined]
-    if kind is list:
-        return [_strip(v, plain) for v in value]  # type: ignore[attr-defined]
-    if value is None:
-        return value
-    plain[0] = False
+    if kind is dict or isinstance(value, Mapping):
+        # The SDK iterates ``items()`` to build the wire JSON: so do we.
+        items = value.items()  # type: ignore[attr-defined]
+        return {_key(k): _strip(v, keep_null=keep_null) for k, v in items if keep_null or v is not None}
+    if kind is list or isinstance(value, (list, tuple)):
+        return [_strip(v, keep_null=keep_null) for v in value]  # type: ignore[attr-defined]
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
-    if isinstance(value, Mapping):
-        # The SDK iterates ``items()`` to build the wire JSON: so do we.
-        return {_key(k): _strip(v, plain) for k, v in value.items() if v is not None}
-    if isinstance(value, (list, tuple)):
-        return [_strip(v, plain) for v in value]
-    dump = getattr(value, "model_dump", None)
-    if dump is not None:
-        return _strip(dump(mode="json", exclude_unset=True), plain)
+    if hasattr(value, "model_dump"):
+        return _strip(_dump(value), keep_null=keep_null)
     raise ItemError(f"unsupported value of type {kind.__name__} inside an input item")
 
 

@@ -21,7 +21,7 @@ from ._canonical import ItemError, canonical_item
 from ._flow import UNAVAILABLE, CallContext, Find, History, drive, plan_history, read_history
 from ._hashing import Kind, Scope
 from ._log import short
-from ._plan import REASON_TEXT, Plan, Reason, RecentViews, with_sizes
+from ._plan import REASON_TEXT, Plan, Reason, RecentViews, answers, with_sizes
 from ._properties import properties_digest
 from ._request import read_request
 from ._seal import mac_key
@@ -208,9 +208,9 @@ def explain(
     Raises:
         TypeError: A body's ``input`` is neither a string nor a list.
     """
-    items, previous_id, managed, store_false, properties = _read(history_or_body)
+    items, previous_id, managed, store_false, properties = _read(history_or_body, scope.base_url)
     if params is not None and not isinstance(history_or_body, Mapping):
-        properties = properties_digest(params)
+        properties = properties_digest(params, scope.base_url)
     n = len(items)
     secret = store.secret_key
     context = CallContext(
@@ -252,10 +252,10 @@ def explain(
     return Explanation(rows, plan, scope, previous_id, store_false, closest, detail)
 
 
-def _read(source: object) -> tuple[list[Any], str | None, bool, bool, bytes]:
+def _read(source: object, base_url: str) -> tuple[list[Any], str | None, bool, bool, bytes]:
     """Return the items, the caller's previous_response_id, caller-managed, store=false, properties."""
     if isinstance(source, Mapping):
-        r = read_request(source)
+        r = read_request(source, base_url)
         return r.items, r.previous_response_id, r.caller_managed, not r.store, r.properties
     if isinstance(source, str):
         return [source], None, False, False, b""
@@ -271,7 +271,7 @@ def _views(history: History, found: Mapping[bytes, Anchor], context: CallContext
         anchor = found.get(h)
         if anchor is None or anchor.count != i or not anchor.is_live(context.now):
             continue
-        if context.authentic(anchor):
+        if answers(anchor, view=h) and context.authentic(anchor):
             views[i] = anchor
     return views
 

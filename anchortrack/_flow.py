@@ -25,7 +25,7 @@ import attrs
 from ._canonical import ItemError
 from ._hashing import Kind, Memo, extend, fingerprint_history, fingerprint_items, prefix_hashes
 from ._mode import Mode
-from ._plan import Plan, Reason, RecentViews, candidates, choose, with_sizes
+from ._plan import Plan, Reason, RecentViews, answers, candidates, choose, with_sizes
 from ._refusal import Failure, classify
 from ._request import Request, chained_body
 from ._seal import authentic as _authentic
@@ -383,7 +383,9 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
     parent_id = request.previous_response_id
     if parent_id is not None and not request.conversation and not ctx.zdr_disabled:
         parent = yield Get(ctx.scope_key, parent_id)
-        if isinstance(parent, Anchor) and not ctx.authentic(parent):
+        if isinstance(parent, Anchor) and not (
+            answers(parent, response_id=parent_id) and ctx.authentic(parent)
+        ):
             rejected = (parent.response_id,)
             parent = None
         if isinstance(parent, Anchor):

@@ -230,6 +230,21 @@ def new_anchor(
     return seal(anchor, scope, mac_key)
 
 
+def answers(anchor: Anchor, *, view: bytes | None = None, response_id: str | None = None) -> bool:
+    """
+    Whether *anchor* is the one a store was asked for: its own view and response id are the requested ones.
+
+    A store hands back whatever it keeps under the key looked up. Its MAC
+    (`anchortrack._seal`) proves only that the anchor is one this deployment
+    recorded; a writer who copied another conversation's anchor under this
+    key would pass it. So the planner compares the anchor's claims with the
+    key first, and the MAC then covers exactly what the key names.
+    """
+    if view is not None and anchor.view != view:
+        return False
+    return response_id is None or anchor.response_id == response_id
+
+
 def sizes_total(sizes: Sequence[int]) -> int:
     """Estimated JSON bytes of a list of items of the given canonical sizes."""
     return sum(sizes) + max(len(sizes) - 1, 0) + 2
@@ -266,8 +281,10 @@ def choose(
 
     Usable: its view is that prefix (same digest, same count), it is live,
     it was made with the same carried-over *properties*, and it passes
-    *authentic* (its MAC). Anchors that fail *authentic* are treated as
-    absent and listed in ``Plan.rejected``.
+    *authentic* (its MAC). An anchor the store returned under a view that is
+    not its own (`answers`) or that fails *authentic* is treated as absent
+    and listed in ``Plan.rejected``: a MAC proves what the anchor claims, so
+    the claim must be the view that was asked for.
 
     Args:
         hashes: ``[h(1), …, h(n)]`` of the caller's history.
@@ -285,10 +302,11 @@ def choose(
     changed = False
     if found:
         for i in range(n - 1, max(shortest, 1) - 1, -1):
-            anchor = found.get(hashes[i - 1])
+            view = hashes[i - 1]
+            anchor = found.get(view)
             if anchor is None or not anchor.is_live(now):
                 continue
-            if authentic is not None and not authentic(anchor):
+            if not answers(anchor, view=view) or (authentic is not None and not authentic(anchor)):
                 rejected.append(anchor.response_id)
                 continue
             if anchor.count != i:

@@ -13,6 +13,16 @@ made it set them, and a request chains only from an anchor whose digest equals
 its own: loops that keep their tools and settings keep chaining, and a request
 whose properties changed goes out in full (``properties_changed``).
 
+That holds for servers that carry properties over or that anchortrack does
+not know. Where the server is known to apply them per request — OpenAI
+(``api.openai.com``), Azure OpenAI (``*.openai.azure.com``,
+``*.cognitiveservices.azure.com``, ``*.services.ai.azure.com``), or a base
+URL the user declared in ``ANCHORTRACK_PER_REQUEST_PROPERTIES`` (base URLs
+separated by spaces or commas; ``anchortrack serve`` is one such server, but
+on a local address it cannot be told apart from others, so it is declared) —
+the digest is empty for every request, so a conversation keeps chaining when
+its ``tools`` change (a deferred tool loaded, an agent handoff).
+
 Chosen: what defines the model's task besides the items and the instructions,
 and what a server stores on the response it could inherit from — the tools and
 how to use them (``tools``, ``tool_choice``, ``parallel_tool_calls``,
@@ -32,8 +42,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 
 #: The properties whose digest must match for a request to chain.
@@ -61,12 +73,50 @@ def given(value: object) -> bool:
     return value is not None and type(value).__name__ not in ("Omit", "NotGiven")
 
 
-def properties_digest(params: Mapping[str, Any]) -> bytes:
-    """
-    Digest the carried-over properties among *params* (``create`` arguments).
+#: Base URLs (separated by spaces or commas) of servers the user declares apply properties per request.
+PER_REQUEST_ENV = "ANCHORTRACK_PER_REQUEST_PROPERTIES"
+#: Hosts known to apply every request property to that request only.
+_PER_REQUEST_HOSTS = frozenset({"api.openai.com"})
+_PER_REQUEST_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
 
-    Absent, None and the SDK's "not given" sentinels count as absent, and a
-    request that sets none of them digests to ``b""``. Values compare as the
+
+def applies_per_request(base_url: str | None) -> bool:
+    """
+    Whether the server at *base_url* applies the carried properties per request (never over a chain).
+
+    True for OpenAI's and Azure OpenAI's hosts and for base URLs declared in
+    ``ANCHORTRACK_PER_REQUEST_PROPERTIES`` (a declared URL covers the URLs
+    under it); False for every other server, unknown ones included.
+    """
+    if not base_url:
+        return False
+    url = str(base_url).rstrip("/")
+    declared = _declared(os.environ.get(PER_REQUEST_ENV, ""))
+    return _known(url) or any(url == d or url.startswith(d + "/") for d in declared)
+
+
+@functools.lru_cache(maxsize=8)
+def _declared(value: str) -> frozenset[str]:
+    return frozenset(url.rstrip("/") for url in value.replace(",", " ").split())
+
+
+@functools.lru_cache(maxsize=64)
+def _known(url: str) -> bool:
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return False
+    return host in _PER_REQUEST_HOSTS or host.endswith(_PER_REQUEST_HOST_SUFFIXES)
+
+
+def properties_digest(params: Mapping[str, Any], base_url: str | None = None) -> bytes:
+    """
+    Digest the carried-over properties among *params* (``create`` arguments) sent to *base_url*.
+
+    ``b""`` when the server at *base_url* applies them per request
+    (`applies_per_request`): then no change of them stops a chain.
+    Otherwise absent, None and the SDK's "not given" sentinels count as
+    absent, and a request that sets none of them digests to ``b""``. Values compare as the
     JSON the SDK would send (keys sorted; pydantic models dumped as the SDK
     dumps them); absent and an explicit default (``tool_choice="auto"``) are
     different, since a server could carry a value over in place of the one
@@ -75,7 +125,7 @@ def properties_digest(params: Mapping[str, Any]) -> bytes:
     Raises:
         TypeError: A value has no JSON form.
     """
-    if params.keys().isdisjoint(_NAMES):  # the common call sets none of them
+    if params.keys().isdisjoint(_NAMES) or applies_per_request(base_url):  # the common call sets none
         return b""
     present = {name: params[name] for name in CARRIED_PROPERTIES if given(params.get(name))}
     text_format = params.get(TEXT_FORMAT)

@@ -56,9 +56,9 @@ class Request:
         return self.previous_response_id is not None or self.conversation or self.overridden
 
 
-def read_request(params: Mapping[str, Any]) -> Request:
+def read_request(params: Mapping[str, Any], base_url: str | None = None) -> Request:
     """
-    Read the state-relevant parts of ``create`` keyword arguments.
+    Read the state-relevant parts of ``create`` keyword arguments sent to *base_url*.
 
     Raises:
         TypeError: ``input`` is neither a string nor an iterable of items,
@@ -101,7 +101,7 @@ def read_request(params: Mapping[str, Any]) -> Request:
         conversation=_given(effective.get("conversation")),
         store=effective.get("store") is not False,
         overridden=overridden,
-        properties=properties_digest(effective),
+        properties=properties_digest(effective, base_url),
     )
 
 

@@ -370,7 +370,7 @@ class Tracker:
             self.stats.passed_through(mode=mode.value, reason=Reason.MODE_OFF.value)
             get_logger().debug("anchortrack.request_passed_through", reason=Reason.MODE_OFF.value)
             return None
-        request = read_request(params)
+        request = read_request(params, scope.base_url)
         key, root = self._root(scope)
         context = CallContext(
             scope_key=key,

@@ -29,6 +29,44 @@ def _msg(role: str, text: str, kind: str) -> dict[str, object]:
     return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
 
 
+_TOOL: dict[str, Any] = {"name": "t", "input_schema": {"type": "object", "properties": {}}}
+
+
+def _schema_with(value: object) -> dict[str, Any]:
+    """A JSON schema whose one property has the default *value* (``...``: no default)."""
+    prop: dict[str, Any] = {"type": ["string", "null"]}
+    if value is not ...:
+        prop["default"] = value
+    return {"type": "object", "properties": {"x": prop}}
+
+
+def _free_form_pairs(value: object, other: object) -> list[Any]:
+    """Every place a free-form JSON value sits, holding a schema with default *value* vs *other*."""
+
+    def items(v: object) -> list[tuple[str, dict[str, Any]]]:
+        schema = _schema_with(v)
+        tool = {"type": "function", "name": "f", "parameters": schema, "strict": False}
+        args = {"query": "x"} if v is ... else {"query": "x", "limit": v}
+        return [
+            ("mcp-list-tools-input-schema", {"type": "mcp_list_tools", "id": "l", "server_label": "s",
+                                              "tools": [{"name": "t", "input_schema": schema}]}),
+            ("mcp-list-tools-annotations", {"type": "mcp_list_tools", "id": "l", "server_label": "s",
+                                             "tools": [{"name": "t", "input_schema": {},
+                                                        "annotations": schema}]}),
+            ("additional-tools", {"type": "additional_tools", "tools": [tool]}),
+            ("tool-search-output", {"type": "tool_search_output", "call_id": "c", "tools": [tool]}),
+            ("tool-search-call-arguments", {"type": "tool_search_call", "call_id": "c", "arguments": args}),
+            ("configuration-update-schema", {"type": "configuration_update", "id": "cu",
+                                             "text": {"format": {"type": "json_schema", "name": "n",
+                                                                 "schema": schema}}}),
+        ]  # fmt: skip
+
+    return [
+        pytest.param(a, b, id=f"{name}-{value!r}-vs-{other!r}")
+        for (name, a), (_, b) in zip(items(value), items(other), strict=True)
+    ]
+
+
 EQUIVALENT = [
     pytest.param("hi", _msg("user", "hi", "input_text"), id="string-input-is-user-message"),
     pytest.param({"role": "user", "content": "hi"}, _msg("user", "hi", "input_text"), id="user-shorthand"),
@@ -102,6 +140,26 @@ EQUIVALENT = [
         {"role": "assistant", "content": "t"},
         id="sdk-only-parsed-field",
     ),
+    pytest.param(
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [], "encrypted_content": "E"},
+        {"type": "reasoning", "summary": [], "encrypted_content": "E"},
+        id="reasoning-empty-content-list",
+    ),
+    pytest.param(
+        {
+            "type": "mcp_list_tools",
+            "id": "l",
+            "server_label": "s",
+            "tools": [_TOOL, {**_TOOL, "annotations": None}],
+        },
+        {
+            "type": "mcp_list_tools",
+            "id": "l",
+            "server_label": "s",
+            "tools": [_TOOL, {**_TOOL, "description": None}],
+        },
+        id="null-api-field-around-free-form-json",
+    ),
 ]
 
 NOT_EQUIVALENT = [
@@ -148,6 +206,16 @@ NOT_EQUIVALENT = [
         id="item-reference-id-is-content",
     ),
     pytest.param({"id": "msg_1"}, {"id": "msg_2"}, id="typeless-item-reference-id-is-content"),
+    # Free-form JSON (a tool's schema, a tool search's arguments) is passed through verbatim: null is data.
+    *_free_form_pairs(None, ...),
+    *_free_form_pairs(1, 1.0),
+    *_free_form_pairs(1, True),
+    *_free_form_pairs(None, "null"),
+    pytest.param(
+        {"role": "user", "content": "x\ud800"},
+        {"role": "user", "content": "x\ufffd"},
+        id="lone-surrogate-text",
+    ),
 ]
 
 
@@ -803,6 +871,8 @@ SAME_ARGUMENTS = [
     ('"\\u00e9"', '"é"'),
     ('{"a": NaN}', '{"a":NaN}'),
     ('{"a": {"y": [], "x": {}}}', '{"a":{"x":{},"y":[]}}'),
+    ('{"q": "\\ud800"}', '{"q":"\\ud800"}'),  # a lone surrogate escape: JSON-legal
+    ('"\\ud83d\\ude00"', '"\U0001f600"'),
 ]
 DIFFERENT_ARGUMENTS = [
     ("1.0", "1.00"),
@@ -819,6 +889,10 @@ DIFFERENT_ARGUMENTS = [
     ('{"a": 1, "a": 2}', '{"a":1,"a":2}'),
     ("{a: 1}", "{a:1}"),
     ('{"a": 1} x', '{"a":1} x'),
+    ('"\\ud800"', '"\\ud801"'),
+    ('"\\ud800"', '"\\ufffd"'),
+    ('"\\ud800"', '"\\\\ud800"'),
+    ('"\\ud83d"', '"\\ud83d\\ude00"'),
 ]
 
 

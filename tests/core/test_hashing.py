@@ -25,14 +25,14 @@ def test_golden_digests_are_stable() -> None:
     scope = Scope("https://api.openai.com/v1")
     history = ["hi", {"role": "assistant", "content": "yo"}]
 
-    assert SCHEME == "anchortrack/2.1"
+    assert SCHEME == "anchortrack/3.1"
     assert fingerprint("hi").hex() == "5a55692bcb5b934c8ea7e157a2fb9488"
     assert scope.key == "169b4acc8b78eb44"
-    assert scope.root(None).hex() == "ac8ff8a7d4e4790541fe71cc55a64abf"
-    assert scope.root(b"k").hex() == "21808f8b09300ad7b07cb745cc043618"
+    assert scope.root(None).hex() == "f8567350942819da759ea5743c5a91e7"
+    assert scope.root(b"k").hex() == "c2e792859e0b11430024fc3eb38c9cc2"
     assert (
         prefix_hashes(scope.root(None), [fingerprint(i) for i in history])[-1].hex()
-    ) == "c662bf06b11a121bee3c0e1f598f86e0"
+    ) == "f35e98de973f56f494b9a3edd25347e0"
 
 
 def test_scope_parts_and_secret_change_the_root() -> None:

@@ -116,13 +116,13 @@ def test_equal_copies_hit_the_value_memo_and_subclass_copies_do_not() -> None:
     memo = Memo()
     item = {"type": "function_call_output", "call_id": "c1", "output": "x" * 100, "n": 1}
     _fps([item], memo)
-    entries = len(memo._entries)
+    entries = len(memo._known)
 
     assert [fingerprint(item)] == _fps([dict(item)], memo)
-    assert entries == len(memo._entries)
+    assert entries == len(memo._known)
     masked = {**item, "output": MaskedStr("y" * 100)}
     assert [fingerprint({**item, "output": "y" * 100})] == _fps([masked], memo)
-    assert entries == len(memo._entries)
+    assert entries == len(memo._known)
 
 
 def test_the_memo_is_bounded_by_bytes() -> None:
@@ -142,7 +142,7 @@ def test_the_memo_is_bounded_by_bytes() -> None:
         tracemalloc.stop()
 
     assert held < 2 * memo.max_bytes
-    assert memo._objects  # it still remembers by identity (the newest items)
+    assert memo._known  # it still remembers (the newest items)
 
 
 def test_large_items_are_remembered_by_digest_only() -> None:
@@ -151,7 +151,7 @@ def test_large_items_are_remembered_by_digest_only() -> None:
     big = {"role": "user", "content": [{"type": "input_image", "image_url": "data:," + "A" * 300_000}]}
     first = _fps([big], memo)
 
-    assert not memo._objects
+    assert all(len(value) == 16 for _, value in memo._known)  # a digest, never the text
     assert memo.nbytes < 1024
     assert first == _fps([big], memo)
     big["content"][0]["image_url"] += "B"
@@ -204,14 +204,13 @@ def _edits() -> list[tuple[str, Any]]:
     return [(f.__name__, f) for f in (arguments, masked, unset_name, extra, masked_key, number, other_class)]
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic warns about the int in a str field
 @pytest.mark.parametrize(("name", "edit"), _edits(), ids=[name for name, _ in _edits()])
 def test_an_sdk_tool_call_edited_in_place_is_fingerprinted_afresh(name: str, edit: Any) -> None:
-    """A tool call remembered by identity: any in-place edit, lying types included, is seen."""
+    """A remembered tool call: any in-place edit, lying types included, is seen."""
     memo = Memo()
     model = _tool_call()
     first = _fps([model], memo)
-    assert memo._objects[id(model)][3] is type(model)  # remembered by identity, no serialization
+    assert len(memo._known) == 1
     assert first == _fps([model], memo) == [fingerprint(model)]
 
     edit(model)
@@ -227,14 +226,13 @@ def test_an_sdk_tool_call_edited_in_place_is_fingerprinted_afresh(name: str, edi
 
 
 def test_an_sdk_model_with_nested_parts_is_remembered_by_value() -> None:
-    """A message (content parts) is not remembered by identity; its value digest spares a fingerprint."""
+    """A message with content parts is remembered by its value; an edit of a part is seen."""
     from openai.types.responses import ResponseOutputMessage
 
     message = ResponseOutputMessage.model_validate(assistant("hi"))
     memo = Memo()
     first = _fps([message], memo)
-    assert id(message) not in memo._objects
-    assert len(memo._entries) == 1
+    assert len(memo._known) == 1
     message.content[0].text = "bye"
     assert _fps([message], memo) == [fingerprint(message)] != first
 
@@ -466,7 +464,7 @@ def test_a_wrapped_client_does_not_keep_dropped_images_alive(remote_base_url: st
     assert wrapped_held < 5 * IMAGE_BYTES
 
 
-# -- a remembered SDK model's wire form is read from its copy, never guessed -------------------------
+# -- a remembered SDK model's fingerprint is the one its own serializer gives ---------------------------
 
 
 def _response_model_classes() -> list[type[Any]]:
@@ -496,51 +494,37 @@ def flat_models(draw: st.DrawFn) -> Any:
     return cls.model_construct(**values, **extra)
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")  # strings in fields of other types
 @settings(max_examples=400, deadline=None)
 @given(model=flat_models())
-def test_a_models_wire_form_read_from_its_copy_is_the_serializers(model: Any) -> None:
-    """Read from a remembered copy or dumped by the serializer, a model's wire form is the same."""
-    from anchortrack._canonical import to_plain
-    from anchortrack._hashing import _freeze_model, _model_source
-
-    frozen = _freeze_model(model, 1 << 16)  # None when a default is no string (then no copy is read)
-    source = _model_source(type(model), frozen[0]) if frozen is not None else None
-    if source is not None:
-        assert source == to_plain(model)
-    assert _fps([model], Memo()) == [fingerprint(model)]
+def test_a_models_fingerprint_through_the_memo_is_the_serializers(model: Any) -> None:
+    """Any Responses model, strings and None in its fields (some of other types): fresh through the memo."""
+    memo = Memo()
+    assert _fps([model], memo) == [fingerprint(model)] == _fps([model], memo)
 
 
 def test_a_model_whose_set_field_dumps_under_an_alias_is_dumped_by_its_serializer() -> None:
-    """A set field with an alias: the copy is not trusted to say how it dumps, the serializer is."""
+    """A set field with an alias: the memo's fingerprint follows what the serializer writes."""
     import pydantic
     from openai.types.responses import ResponseFunctionToolCall
-
-    from anchortrack._hashing import _freeze_model, _model_source
 
     class Aliased(ResponseFunctionToolCall):
         tag: str | None = pydantic.Field(default=None, alias="tag-name")
 
     Aliased.__module__ = ResponseFunctionToolCall.__module__  # passes for a class of the SDK
     model = Aliased.model_validate(_tool_call().model_dump(exclude_unset=True))
-    frozen = _freeze_model(model, 1 << 16)
-    assert frozen is not None
-    assert _model_source(Aliased, frozen[0]) is not None  # the aliased field is not set
+    memo = Memo()
+    first = _fps([model], memo)
     model.tag = "blue"
-    frozen = _freeze_model(model, 1 << 16)
-    assert frozen is not None
-    assert _model_source(Aliased, frozen[0]) is None
-    assert _fps([model], Memo()) == [fingerprint(model)]
+    assert _fps([model], memo) == [fingerprint(model)] != first
     assert b"blue" in fingerprint.__globals__["canonical_bytes"](model)
 
 
 def test_a_model_class_with_its_own_serializer_is_dumped_by_it() -> None:
-    """A class of the openai package with a custom serializer never has its wire form read from a copy."""
+    """A class of the openai package with a custom serializer: fingerprinted by what it writes."""
     import pydantic
     from openai.types.responses import ResponseFunctionToolCall
 
     from anchortrack._canonical import canonical_bytes
-    from anchortrack._hashing import _dump_layout
 
     class Shouting(ResponseFunctionToolCall):
         @pydantic.field_serializer("name")
@@ -548,8 +532,6 @@ def test_a_model_class_with_its_own_serializer_is_dumped_by_it() -> None:
             return value.upper()
 
     Shouting.__module__ = ResponseFunctionToolCall.__module__  # passes for a class of the SDK
-    assert _dump_layout(ResponseFunctionToolCall) is not None
-    assert _dump_layout(Shouting) is None
     model = Shouting.model_validate(_tool_call().model_dump())
     assert _fps([model], Memo()) == [fingerprint(model)]
     assert b'"name":"LOOKUP"' in canonical_bytes(model)
