@@ -13,6 +13,11 @@ Routes (all errors in OpenAI's ``{"error": {...}}`` shape):
 * With ``test_hooks=True`` only, under ``/_test``: see `create_app`.
 
 Every response carries an ``x-request-id`` header, like OpenAI's.
+
+Every stored response belongs to the API key that created it (the
+``Authorization: Bearer`` key, kept as a digest): another key gets OpenAI's
+answer for an unknown response.  With ``api_keys`` given, only those keys are
+served under ``/v1`` (401 otherwise, in OpenAI's shape).
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from anchortrack.server import _errors
 from anchortrack.server._errors import APIError
 from anchortrack.server._events import encode_sse, stream_events
+from anchortrack.server._records import api_key, owner_digest, request_owner
 from anchortrack.server._relay import respond_with_backend
 from anchortrack.server._request import decode_json
 from anchortrack.server._state import PendingResponse, ServerState, stale_in_stream_event
@@ -43,13 +50,23 @@ logger = logging.getLogger("anchortrack.server")
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-class _RequestIdMiddleware:
-    """Adds ``x-request-id: req_…`` to every response."""
+class _Gate:
+    """Refuses unknown API keys under ``/v1`` (when keys are required); adds ``x-request-id``."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, owners: frozenset[str] | None) -> None:
         self.app = app
+        self.owners = owners
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        if self.owners is not None and scope["path"].startswith("/v1"):
+            key = api_key(Headers(scope=scope))
+            if key is None or owner_digest(key) not in self.owners:
+                error = _errors.missing_api_key() if key is None else _errors.invalid_api_key(key)
+                await _refuse(scope, send, error)
+                return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -61,6 +78,21 @@ class _RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+async def _refuse(scope: Scope, send: Send, error: APIError) -> None:
+    """Answer *error* before the app sees the request (a WebSocket handshake gets it as HTTP)."""
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if scope["type"] == "websocket":
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await send({"type": "websocket.http.response.start", "status": error.status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _error_response(error: APIError) -> JSONResponse:
@@ -80,6 +112,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error_response(APIError(exc.status_code, message))
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """The client went away (or was cut off by a read timeout) before its body arrived: nobody to answer."""
+    return Response(status_code=400)
+
+
 async def _server_error(request: Request, exc: Exception) -> Response:
     logger.error("anchortrack.server.request_failed", exc_info=exc)
     return _error_response(_errors.server_error(f"The server had an error: {type(exc).__name__}."))
@@ -95,13 +132,18 @@ def _query_int(request: Request, name: str, default: int) -> int:
         raise _errors.invalid_type(name, "an integer", value) from None
 
 
-def create_app(state: ServerState | None = None, *, test_hooks: bool = False) -> Starlette:
+def create_app(
+    state: ServerState | None = None, *, test_hooks: bool = False, api_keys: Iterable[str] | None = None
+) -> Starlette:
     """
     Build the ASGI app serving the Responses API over *state*.
 
     Args:
         state: The server state (a fresh memory-backed one by default);
             available afterwards as ``app.state.responses``.
+        api_keys: Serve only requests with one of these bearer keys (401
+            otherwise); ``None`` serves any key, or none.  Either way a
+            response is visible only to the key that created it.
         test_hooks: Also serve the test hooks, for out-of-process tests:
 
             * ``POST /_test/responses/{id}/expire`` — make a stored response
@@ -132,10 +174,11 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
     async def create_response(request: Request) -> Response:
         body = decode_json(await request.body())
         server_state.record_request(body)
+        owner = request_owner(request.headers)
         if server_state.backend is not None:  # an upstream provider answers instead
-            return await respond_with_backend(server_state, server_state.backend, body)
+            return await respond_with_backend(server_state, server_state.backend, body, owner)
         try:
-            pending = server_state.prepare(body)
+            pending = server_state.prepare(body, owner=owner)
         except APIError as error:
             if (
                 server_state.stale_in_stream
@@ -161,7 +204,7 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
 
     async def retrieve_response(request: Request) -> Response:
         response_id = request.path_params["response_id"]
-        response = server_state.get_response(response_id)
+        response = server_state.get_response(response_id, request_owner(request.headers))
         if request.query_params.get("stream", "").lower() != "true":
             return JSONResponse(response)
         starting_after = _query_int(request, "starting_after", -1)
@@ -175,17 +218,19 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
         return Response(b"".join(chunks), media_type="text/event-stream", headers=_SSE_HEADERS)
 
     async def delete_response(request: Request) -> Response:
-        return JSONResponse(server_state.delete_response(request.path_params["response_id"]))
+        owner = request_owner(request.headers)
+        return JSONResponse(server_state.delete_response(request.path_params["response_id"], owner))
 
     async def cancel_response(request: Request) -> Response:
         response_id = request.path_params["response_id"]
-        server_state.get_response(response_id)
+        server_state.get_response(response_id, request_owner(request.headers))
         raise APIError(400, "Only responses created with background=true can be cancelled.")
 
     async def list_input_items(request: Request) -> Response:
         return JSONResponse(
             server_state.input_items(
                 request.path_params["response_id"],
+                request_owner(request.headers),
                 after=request.query_params.get("after"),
                 limit=_query_int(request, "limit", 20),
                 order=request.query_params.get("order", "desc"),
@@ -208,12 +253,14 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
         exception_handlers={
             APIError: _api_error,
             HTTPException: _http_error,
+            ClientDisconnect: _client_gone,
             Exception: _server_error,
         },
     )
     app.state.responses = server_state
     app.state.websockets = websockets
-    app.add_middleware(_RequestIdMiddleware)
+    owners = None if api_keys is None else frozenset(owner_digest(key) for key in api_keys if key)
+    app.add_middleware(_Gate, owners=owners)
     return app
 
 

@@ -20,9 +20,10 @@ be tested without sleeping.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -38,6 +39,31 @@ EXPIRED = -math.inf
 
 Clock = Callable[[], float]
 Item = dict[str, Any]
+
+
+def owner_digest(api_key: str | None) -> str:
+    """
+    Whom a response belongs to: a digest of the API key that made it (``""`` without a key).
+
+    Stores keep the digest, never the key; it is stable across restarts so a
+    SQLite store keeps each key's responses apart.
+    """
+    if not api_key:
+        return ""
+    return hashlib.sha256(
+        b"anchortrack-serve-owner\0" + api_key.encode("utf-8", "surrogatepass")
+    ).hexdigest()[:32]
+
+
+def api_key(headers: Mapping[str, str]) -> str | None:
+    """The key of an ``Authorization: Bearer KEY`` header, or None."""
+    scheme, _, key = headers.get("authorization", "").partition(" ")
+    return (key.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def request_owner(headers: Mapping[str, str]) -> str:
+    """Whom a request's responses belong to: the digest of its API key."""
+    return owner_digest(api_key(headers))
 
 
 class _Unset(enum.Enum):
@@ -64,6 +90,8 @@ class StoredResponse:
         created_at: Store-clock time of the first save (set by the store).
         expires_at: Store-clock time after which the record is gone (set by
             the store).
+        owner: Digest of the API key that created it (see `owner_digest`);
+            ``""`` for a request without a key.  Only that key sees it.
     """
 
     id: str
@@ -73,6 +101,7 @@ class StoredResponse:
     response: dict[str, Any]
     created_at: float = 0.0
     expires_at: float = field(default=math.inf)
+    owner: str = ""
 
     @property
     def output(self) -> list[Item]:
@@ -94,6 +123,7 @@ class ChainLink:
     status: str
     input_items: list[Item]
     output: list[Item]
+    owner: str = ""
 
 
 class StoreConflictError(Exception):
@@ -169,6 +199,7 @@ class Row:
     input_json: str
     output_json: str
     response_json: str
+    owner: str = ""
 
 
 def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> Row:
@@ -182,6 +213,7 @@ def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> 
         input_json=json.dumps(record.input_items, separators=(",", ":")),
         output_json=json.dumps(record.output, separators=(",", ":")),
         response_json=json.dumps(record.response, separators=(",", ":")),
+        owner=record.owner,
     )
 
 
@@ -195,6 +227,7 @@ def decode_row(row: Row) -> StoredResponse:
         response=json.loads(row.response_json),
         created_at=row.created_at,
         expires_at=row.expires_at,
+        owner=row.owner,
     )
 
 
@@ -206,6 +239,7 @@ def row_link(row: Row) -> ChainLink:
         status=row.status,
         input_items=json.loads(row.input_json),
         output=json.loads(row.output_json),
+        owner=row.owner,
     )
 
 

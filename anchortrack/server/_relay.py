@@ -39,9 +39,9 @@ _TERMINAL = {
 }
 
 
-async def respond_with_backend(state: ServerState, backend: AsyncModel, body: object) -> Response:
-    """Answer one create request through *backend*."""
-    turn = state.resolve(body)
+async def respond_with_backend(state: ServerState, backend: AsyncModel, body: object, owner: str) -> Response:
+    """Answer one create request of *owner* (an API key digest) through *backend*."""
+    turn = state.resolve(body, owner=owner)
     if not turn.request.stream:
         reply = await backend.reply(turn)
         pending = state.finish(turn, reply)

@@ -325,23 +325,44 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
+def _is_text(value: str) -> bool:
+    """False for a string holding a lone surrogate (JSON can escape one; it is not text)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_value(value: Any) -> None:
+    """Refuse a decoded body nested deeper than MAX_JSON_DEPTH or holding a string that is not text."""
+    stack = [(value, 1)]
     while stack:
         node, level = stack.pop()
+        if isinstance(node, str) and not _is_text(node):
+            raise invalid_json()
         if isinstance(node, (dict, list)):
-            deepest = max(deepest, level)
+            if level > MAX_JSON_DEPTH:
+                raise APIError(400, f"Invalid body: JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+            if isinstance(node, dict):
+                stack.extend((key, level) for key in node)
             children = node.values() if isinstance(node, dict) else node
             stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 def decode_json(raw: bytes) -> Any:
-    """Decode a request body: strict JSON (no NaN/Infinity), nested at most MAX_JSON_DEPTH deep."""
+    """
+    Decode a request body: strict JSON (no NaN/Infinity, no lone surrogates), nested at most
+    MAX_JSON_DEPTH deep.
+
+    Checked before anything else happens, so a body the server could not store or answer is a
+    400 and never a stored response followed by a 500.
+    """
     try:
         value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):
         raise invalid_json() from None
-    if _depth(value) > MAX_JSON_DEPTH:
-        raise APIError(400, f"Invalid body: JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+    _check_value(value)
     return value

@@ -8,7 +8,7 @@ it holds across threads and across processes sharing the file.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 import os
 import sqlite3
@@ -28,12 +28,15 @@ from anchortrack.server._records import (
     StoredResponse,
     _Unset,
     decode_row,
+    row_link,
     row_to_save,
 )
 
 
-#: Version of the SQLite schema, kept in ``PRAGMA user_version``.
-SCHEMA_VERSION = 1
+#: Version of the SQLite schema, kept in ``PRAGMA user_version``.  Version 2
+#: added ``owner``; a version-1 file is migrated in place, its responses
+#: belonging to requests without an API key.
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -44,13 +47,16 @@ CREATE TABLE IF NOT EXISTS responses (
     expires_at REAL NOT NULL,
     input_json TEXT NOT NULL,
     output_json TEXT NOT NULL,
-    response_json TEXT NOT NULL
+    response_json TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS responses_previous_response_id ON responses (previous_response_id);
 CREATE INDEX IF NOT EXISTS responses_expires_at ON responses (expires_at);
 """
 
-_COLUMNS = "id, previous_response_id, status, created_at, expires_at, input_json, output_json, response_json"
+_COLUMNS = (
+    "id, previous_response_id, status, created_at, expires_at, input_json, output_json, response_json, owner"
+)
 
 
 class SQLiteResponseStore:
@@ -101,6 +107,8 @@ class SQLiteResponseStore:
                         f"{self.path}: schema version {version} is newer than the "
                         f"supported version {SCHEMA_VERSION}"
                     )
+                if version == 1:
+                    self._conn.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         self._conn.execute(statement)
@@ -130,21 +138,8 @@ class SQLiteResponseStore:
     def link(self, response_id: str) -> ChainLink | None:
         """The live record's chain data, without decoding the response object."""
         with self._lock:
-            values = self._conn.execute(
-                "SELECT previous_response_id, status, input_json, output_json FROM responses "
-                "WHERE id = ? AND expires_at > ?",
-                (response_id, self._clock()),
-            ).fetchone()
-        if values is None:
-            return None
-        parent, status, input_json, output_json = values
-        return ChainLink(
-            id=response_id,
-            previous_response_id=parent,
-            status=status,
-            input_items=json.loads(input_json),
-            output=json.loads(output_json),
-        )
+            row = self._live(response_id, self._clock())
+        return None if row is None else row_link(row)
 
     def save(
         self,
@@ -168,17 +163,8 @@ class SQLiteResponseStore:
                 )
                 self._conn.execute(
                     f"INSERT OR REPLACE INTO responses ({_COLUMNS}) "  # noqa: S608
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        row.id,
-                        row.previous_response_id,
-                        row.status,
-                        row.created_at,
-                        row.expires_at,
-                        row.input_json,
-                        row.output_json,
-                        row.response_json,
-                    ),
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    dataclasses.astuple(row),
                 )
                 if now - self._last_purge >= PURGE_INTERVAL:
                     self._conn.execute("DELETE FROM responses WHERE expires_at <= ?", (now,))

@@ -64,7 +64,7 @@ from anchortrack.server import _errors
 from anchortrack.server._chain import CHAINABLE_STATUSES
 from anchortrack.server._errors import APIError
 from anchortrack.server._events import stream_events
-from anchortrack.server._records import ChainLink
+from anchortrack.server._records import ChainLink, request_owner
 from anchortrack.server._request import decode_json
 from anchortrack.server._state import PendingResponse, ServerState
 
@@ -241,6 +241,7 @@ class _Connection:
     def __init__(self, websocket: WebSocket, connection_id: str) -> None:
         self.id = connection_id
         self.websocket = websocket
+        self.owner = request_owner(websocket.headers)
         self.cache = ConnectionCache()
         self.queues: dict[Lane, asyncio.Queue[CreateEvent]] = {}
         self.workers: dict[Lane, asyncio.Task[None]] = {}
@@ -421,6 +422,8 @@ class WebSocketHub:
         queue.put_nowait(event)
 
     def _record(self, frame: ReceivedFrame) -> None:
+        if not self.state.record:
+            return
         with self._lock:
             self._received.append(frame)
 
@@ -438,7 +441,7 @@ class WebSocketHub:
                 return cached
             if self.state.zdr:
                 return None
-            return self.state.store.link(response_id)
+            return self.state.link(response_id, conn.owner)
 
         return link
 
@@ -455,7 +458,9 @@ class WebSocketHub:
                     "send this request over HTTP (POST /v1/responses).",
                     code="unsupported_websocket_upstream",
                 )
-            pending = self.state.prepare(event.body, link=self._link(conn), generate=event.generate)
+            pending = self.state.prepare(
+                event.body, owner=conn.owner, link=self._link(conn), generate=event.generate
+            )
         except APIError as error:
             if parent is not None:
                 with self._lock:
@@ -464,7 +469,7 @@ class WebSocketHub:
             return
         stored = pending.request.store and not self.state.zdr
         to_save = pending
-        if stored and parent_cached and self.state.store.link(str(parent)) is None:
+        if stored and parent_cached and self.state.link(str(parent), conn.owner) is None:
             # The parent lives only in this socket's cache: store the whole context.
             flat = dataclasses.replace(
                 pending.request, previous_response_id=None, input_items=list(pending.context)

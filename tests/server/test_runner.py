@@ -15,9 +15,10 @@ from anchortrack.server import (
     StoredResponse,
     create_app,
 )
+from anchortrack.server._records import owner_digest
 
 from ..helpers import FakeClock, user_message
-from .helpers import as_items, make_client
+from .helpers import API_KEY, as_items, make_client
 
 
 def server_threads() -> list[threading.Thread]:
@@ -176,6 +177,7 @@ def test_cycles_built_through_the_store_are_refused(
                 status="completed",
                 input_items=[],
                 response={"output": []},
+                owner=owner_digest(API_KEY),
             )
         )
 
