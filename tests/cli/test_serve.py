@@ -95,10 +95,11 @@ class TestServe:
 
     def test_the_help_defaults_are_the_servers(self) -> None:
         """serve's --help defaults repeat the server's constants (so --help need not import the server)."""
-        from anchortrack import server
         from anchortrack._cli import serve
+        from anchortrack.server._chain import DEFAULT_MAX_DEPTH
+        from anchortrack.server._records import DEFAULT_RETENTION
 
-        assert (server.DEFAULT_MAX_DEPTH, server.DEFAULT_RETENTION) == (
+        assert (DEFAULT_MAX_DEPTH, DEFAULT_RETENTION) == (
             serve.DEFAULT_MAX_DEPTH,
             serve.DEFAULT_RETENTION,
         )

@@ -8,14 +8,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from anchortrack.server import (
-    MemoryResponseStore,
-    ResponsesServer,
-    ServerState,
-    StoredResponse,
-    create_app,
-)
-from anchortrack.server._records import owner_digest
+from anchortrack.server import ResponsesServer, ServerState, create_app
+from anchortrack.server._memory import MemoryResponseStore
+from anchortrack.server._records import StoredResponse, owner_digest
 
 from ..helpers import FakeClock, user_message
 from .helpers import API_KEY, as_items, make_client

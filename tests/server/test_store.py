@@ -9,16 +9,10 @@ from typing import Any
 
 import pytest
 
-from anchortrack.server import (
-    ChainLink,
-    MemoryResponseStore,
-    ResponseStore,
-    SQLiteResponseStore,
-    StoreConflictError,
-    StoredResponse,
-    open_store,
-)
-from anchortrack.server._sqlite import SCHEMA_VERSION
+from anchortrack.server._memory import MemoryResponseStore
+from anchortrack.server._records import ChainLink, ResponseStore, StoreConflictError, StoredResponse
+from anchortrack.server._sqlite import SCHEMA_VERSION, SQLiteResponseStore
+from anchortrack.server._state import open_store
 
 from ..helpers import FakeClock
 
