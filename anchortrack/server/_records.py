@@ -6,7 +6,8 @@ The backends (`MemoryResponseStore` in ``_memory``, `SQLiteResponseStore` in
 ``_sqlite``) implement `ResponseStore`: ``get``, ``save`` (with the save
 policy), ``delete``, plus ``link`` (the cheap read chain resolution uses) and
 what OpenAI semantics add: a retention period after which a response is gone,
-and ``expire`` so tests can make one look old.
+and ``expire`` so tests can make one look old.  Both are a `RowStore`, which
+holds all of that once; a backend only reads, writes and counts rows.
 
 Records are kept as JSON text (a `Row`) in both backends, so a caller can
 never change a stored response by mutating what it saved or read, and both
@@ -23,8 +24,10 @@ import enum
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 
@@ -243,17 +246,15 @@ def row_link(row: Row) -> ChainLink:
     )
 
 
-def check_save_policy(
-    existing: StoredResponse | None,
+def _check_save_policy(
+    existing: Row | None,
     record: StoredResponse,
     *,
     overwrite: bool,
     expected_previous_response_id: str | Literal[_Unset.UNSET] | None,
 ) -> None:
     """
-    The save policy, shared by every backend.
-
-    *existing* is the live record with the same id, if any.
+    The save policy: *existing* is the live row with the same id, if any.
 
     Raises:
         StoreConflictError: On a parent mismatch or an overwrite not asked for.
@@ -270,28 +271,112 @@ def check_save_policy(
         raise StoreConflictError(record.id, "Response already exists.")
 
 
-def row_to_save(
-    old: Row | None,
-    record: StoredResponse,
-    *,
-    now: float,
-    retention: float,
-    overwrite: bool,
-    expected_previous_response_id: str | Literal[_Unset.UNSET] | None,
-) -> Row:
+class RowStore:
     """
-    Apply the save policy against the live row *old* and encode *record* (every backend's save).
+    A `ResponseStore` over rows: the contract, the save policy and retention, written once.
 
-    A replaced response keeps its creation time, and so its expiry.
-
-    Raises:
-        StoreConflictError: On a parent mismatch or an overwrite not asked for.
+    A backend supplies five row primitives (`_live`, `_put`, `_drop`,
+    `_drop_expired`, `_count`), always called with the store's lock held, and
+    may widen `_transaction` (SQLite makes a save's read-check-write one
+    database transaction, so the policy holds across processes too).
     """
-    check_save_policy(
-        None if old is None else decode_row(old),
-        record,
-        overwrite=overwrite,
-        expected_previous_response_id=expected_previous_response_id,
-    )
-    created = now if old is None else old.created_at
-    return encode_row(record, created, created + retention)
+
+    def __init__(self, retention: float, clock: Clock) -> None:
+        self.retention = retention
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_purge = -math.inf
+
+    # -- what a backend supplies (the lock is held) ----------------------------------
+
+    def _live(self, response_id: str, now: float) -> Row | None:
+        """The row of *response_id* if it has not expired by *now*."""
+        raise NotImplementedError
+
+    def _put(self, row: Row) -> None:
+        """Insert or replace *row*."""
+        raise NotImplementedError
+
+    def _drop(self, response_id: str) -> bool:
+        """Remove a row; whether one was there."""
+        raise NotImplementedError
+
+    def _drop_expired(self, now: float) -> int:
+        """Remove the rows expired by *now*; how many."""
+        raise NotImplementedError
+
+    def _count(self, now: float) -> int:
+        """How many rows are live at *now*."""
+        raise NotImplementedError
+
+    def _transaction(self) -> AbstractContextManager[object]:
+        """What a read-check-write runs under: the lock."""
+        return self._lock
+
+    # -- the contract ------------------------------------------------------------------
+
+    def get(self, response_id: str) -> StoredResponse | None:
+        """Return the live record for *response_id*, or ``None``."""
+        with self._lock:
+            row = self._live(response_id, self._clock())
+        return None if row is None else decode_row(row)
+
+    def link(self, response_id: str) -> ChainLink | None:
+        """The live record's chain data, without decoding the response object."""
+        with self._lock:
+            row = self._live(response_id, self._clock())
+        return None if row is None else row_link(row)
+
+    def save(
+        self,
+        record: StoredResponse,
+        *,
+        overwrite: bool = False,
+        expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
+    ) -> StoredResponse:
+        """
+        Store *record* under the save policy; see `ResponseStore`.
+
+        A replaced response keeps its creation time, and so its expiry.
+        Expired rows are purged here, at most once per `PURGE_INTERVAL`.
+        """
+        with self._transaction():
+            now = self._clock()
+            old = self._live(record.id, now)
+            _check_save_policy(
+                old, record, overwrite=overwrite, expected_previous_response_id=expected_previous_response_id
+            )
+            created = now if old is None else old.created_at
+            row = encode_row(record, created, created + self.retention)
+            self._put(row)
+            if now - self._last_purge >= PURGE_INTERVAL:
+                self._drop_expired(now)
+                self._last_purge = now
+        return decode_row(row)
+
+    def delete(self, response_id: str) -> bool:
+        """Remove a record; return whether one was there."""
+        with self._lock:
+            return self._drop(response_id)
+
+    def expire(self, response_id: str) -> bool:
+        """Make a live record look expired; return whether one was live."""
+        with self._transaction():
+            row = self._live(response_id, self._clock())
+            if row is not None:
+                self._put(replace(row, expires_at=EXPIRED))
+            return row is not None
+
+    def purge_expired(self) -> int:
+        """Delete expired records; return how many."""
+        with self._lock:
+            self._last_purge = self._clock()
+            return self._drop_expired(self._last_purge)
+
+    def count(self) -> int:
+        """How many live records the store holds."""
+        with self._lock:
+            return self._count(self._clock())
+
+    def close(self) -> None:
+        """Release resources; idempotent (nothing to release here)."""
