@@ -26,6 +26,7 @@ from anchortrack.server._errors import (
     missing_parameter,
     unknown_parameter,
 )
+from anchortrack.server._items import OUTPUTS, item_type
 
 
 Item = dict[str, Any]
@@ -72,15 +73,6 @@ KNOWN_PARAMETERS: frozenset[str] = frozenset(
 
 _ROLES = ("user", "assistant", "system", "developer")
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
-
-# Required string fields of the item types whose shape the server relies on.
-_REQUIRED_STRINGS: dict[str, tuple[str, ...]] = {
-    "function_call": ("call_id", "name", "arguments"),
-    "function_call_output": ("call_id",),
-    "custom_tool_call": ("call_id", "name", "input"),
-    "custom_tool_call_output": ("call_id",),
-    "item_reference": ("id",),
-}
 
 
 @dataclass(frozen=True)
@@ -184,12 +176,12 @@ def _check_item(item: object, where: str) -> Item:
                 if not isinstance(part, dict):
                     raise invalid_type(f"{where}.content[{index}]", "an object", part)
         return item
-    for name in _REQUIRED_STRINGS.get(kind, ()):
+    for name in item_type(kind).required:
         if item.get(name) is None:
             raise missing_parameter(f"{where}.{name}")
         if not isinstance(item[name], str):
             raise invalid_type(f"{where}.{name}", "a string", item[name])
-    if kind in ("function_call_output", "custom_tool_call_output"):
+    if item_type(OUTPUTS.get(kind)).paired:  # the output of a call the context checks pair
         if item.get("output") is None:
             raise missing_parameter(f"{where}.output")
         if not isinstance(item["output"], (str, list)):

@@ -27,6 +27,7 @@ from anchortrack.server._chain import (
     resolve_chain,
     resolve_context,
 )
+from anchortrack.server._items import item_type
 from anchortrack.server._memory import MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, canonical_json, new_id
 from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, ResponseStore, StoredResponse
@@ -35,13 +36,6 @@ from anchortrack.server._sqlite import SQLiteResponseStore
 
 
 Item = dict[str, Any]
-
-_ID_PREFIXES = {
-    "message": "msg",
-    "function_call": "fc",
-    "function_call_output": "fco",
-    "reasoning": "rs",
-}
 
 
 def open_store(spec: str, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> ResponseStore:
@@ -577,7 +571,7 @@ def _listed(response_id: str, items: list[Item]) -> list[Item]:
         if isinstance(item.get("id"), str):
             listed.append(item)
             continue
-        prefix = _ID_PREFIXES.get(str(item.get("type", "message")), "item")
+        prefix = item_type(item.get("type", "message")).prefix
         digest = hashlib.sha256(f"{response_id}:{index}".encode()).hexdigest()[:48]
         listed.append({"id": f"{prefix}_{digest}", **item})
     return listed
