@@ -26,7 +26,8 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
@@ -38,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from anchortrack.server import _errors
 from anchortrack.server._errors import APIError
-from anchortrack.server._events import encode_sse, stream_events
+from anchortrack.server._events import SSE_HEADERS, encode_sse, stream_events
 from anchortrack.server._records import api_key, owner_digest, request_owner
 from anchortrack.server._relay import respond_with_backend
 from anchortrack.server._request import decode_json
@@ -47,7 +48,7 @@ from anchortrack.server._state import PendingResponse, ServerState, stale_in_str
 
 logger = logging.getLogger("anchortrack.server")
 
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class _Gate:
@@ -188,14 +189,14 @@ def create_app(
             ):
                 event = stale_in_stream_event(str(body.get("previous_response_id")))
                 data = f"data: {json.dumps(event)}\n\n".encode()  # no "event:" line, like llama-stack
-                return Response(data, media_type="text/event-stream", headers=_SSE_HEADERS)
+                return Response(data, media_type="text/event-stream", headers=SSE_HEADERS)
             raise
         if pending.request.stream:
             server_state.save_in_progress(pending)
             return StreamingResponse(
                 _event_stream(server_state, pending),
                 media_type="text/event-stream",
-                headers=_SSE_HEADERS,
+                headers=SSE_HEADERS,
             )
         if pending.delay > 0:
             await asyncio.sleep(pending.delay)
@@ -215,7 +216,7 @@ def create_app(
                 400, f"Response '{response_id}' is still in progress and cannot be replayed yet."
             ) from None
         chunks = [encode_sse(event) for event in events if event["sequence_number"] > starting_after]
-        return Response(b"".join(chunks), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return Response(b"".join(chunks), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def delete_response(request: Request) -> Response:
         owner = request_owner(request.headers)
@@ -301,47 +302,36 @@ async def _event_stream(state: ServerState, pending: PendingResponse) -> AsyncIt
 
 
 def _test_routes(state: ServerState) -> list[Route]:
-    async def expire(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        try:
-            state.expire(response_id)
-        except KeyError:
-            raise _errors.response_not_found(response_id) from None
-        return JSONResponse({"id": response_id, "expired": True})
+    def by_id(act: Callable[[str], object], answer: Callable[[str, object], dict[str, Any]]) -> Endpoint:
+        """A hook acting on the response in the path: 404 when *act* raises KeyError."""
 
-    async def drop(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        try:
-            state.drop(response_id)
-        except KeyError:
-            raise _errors.response_not_found(response_id) from None
-        return JSONResponse({"id": response_id, "dropped": True})
+        async def endpoint(request: Request) -> Response:
+            response_id = request.path_params["response_id"]
+            try:
+                result = act(response_id)
+            except KeyError:
+                raise _errors.response_not_found(response_id) from None
+            return JSONResponse(answer(response_id, result))
 
-    async def context(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        try:
-            items = state.resolved_context(response_id)
-        except KeyError:
-            raise _errors.response_not_found(response_id) from None
-        return JSONResponse({"object": "list", "data": items})
+        return endpoint
 
-    async def zdr(request: Request) -> Response:
-        if request.method == "POST":
-            body = decode_json(await request.body())
-            enabled = body.get("enabled") if isinstance(body, dict) else None
-            if not isinstance(enabled, bool):
-                raise _errors.invalid_type("enabled", "a boolean", enabled)
-            state.zdr = enabled
-        return JSONResponse({"enabled": state.zdr})
+    def switch(name: str) -> Endpoint:
+        """A hook reading (GET) or setting (POST ``{"enabled": bool}``) the boolean state attribute *name*."""
 
-    async def stale_in_stream(request: Request) -> Response:
-        if request.method == "POST":
-            body = decode_json(await request.body())
-            enabled = body.get("enabled") if isinstance(body, dict) else None
-            if not isinstance(enabled, bool):
-                raise _errors.invalid_type("enabled", "a boolean", enabled)
-            state.stale_in_stream = enabled
-        return JSONResponse({"enabled": state.stale_in_stream})
+        async def endpoint(request: Request) -> Response:
+            if request.method == "POST":
+                body = decode_json(await request.body())
+                enabled = body.get("enabled") if isinstance(body, dict) else None
+                if not isinstance(enabled, bool):
+                    raise _errors.invalid_type("enabled", "a boolean", enabled)
+                setattr(state, name, enabled)
+            return JSONResponse({"enabled": getattr(state, name)})
+
+        return endpoint
+
+    expire = by_id(state.expire, lambda response_id, _: {"id": response_id, "expired": True})
+    drop = by_id(state.drop, lambda response_id, _: {"id": response_id, "dropped": True})
+    context = by_id(state.resolved_context, lambda _, items: {"object": "list", "data": items})
 
     async def requests(request: Request) -> Response:
         if request.method == "DELETE":
@@ -352,7 +342,7 @@ def _test_routes(state: ServerState) -> list[Route]:
         Route("/_test/responses/{response_id}/expire", expire, methods=["POST"]),
         Route("/_test/responses/{response_id}", drop, methods=["DELETE"]),
         Route("/_test/responses/{response_id}/context", context, methods=["GET"]),
-        Route("/_test/zdr", zdr, methods=["GET", "POST"]),
-        Route("/_test/stale_in_stream", stale_in_stream, methods=["GET", "POST"]),
+        Route("/_test/zdr", switch("zdr"), methods=["GET", "POST"]),
+        Route("/_test/stale_in_stream", switch("stale_in_stream"), methods=["GET", "POST"]),
         Route("/_test/requests", requests, methods=["GET", "DELETE"]),
     ]

@@ -158,6 +158,6 @@ def invalid_api_key(api_key: str) -> APIError:
     return APIError(401, f"Incorrect API key provided: {masked}.", code="invalid_api_key")
 
 
-def server_error(message: str) -> APIError:
-    """An internal failure (never expected; reported instead of a bare 500)."""
-    return APIError(500, message, type="server_error")
+def server_error(message: str, status: int = 500, code: str | None = None) -> APIError:
+    """A failure on the server's side: an internal one (500), or a model backend's (5xx, with a code)."""
+    return APIError(status, message, type="server_error", code=code)

@@ -37,6 +37,10 @@ _WORDS = re.compile(r"\S+\s*|\s+")
 _ARGUMENT_CHUNK = 8
 
 
+#: Headers of every Server-Sent Events answer (no caching, no proxy buffering).
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
 def text_chunks(text: str) -> list[str]:
     """Split *text* into the deltas streamed for it (words with their spaces)."""
     return _WORDS.findall(text) or [""]

@@ -23,15 +23,14 @@ from typing import Any
 import anyio
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from anchortrack.server._errors import APIError
-from anchortrack.server._events import encode_sse, in_progress_snapshot
+from anchortrack.server._errors import APIError, server_error
+from anchortrack.server._events import SSE_HEADERS, encode_sse, in_progress_snapshot
 from anchortrack.server._model import ModelReply
 from anchortrack.server._state import AsyncModel, ServerState, Turn
 
 
 logger = logging.getLogger("anchortrack.server")
 
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _TERMINAL = {
     "completed": "response.completed",
     "incomplete": "response.incomplete",
@@ -57,7 +56,7 @@ async def respond_with_backend(state: ServerState, backend: AsyncModel, body: ob
     return StreamingResponse(
         _relay(state, turn, placeholder.response, source),
         media_type="text/event-stream",
-        headers=_SSE_HEADERS,
+        headers=SSE_HEADERS,
     )
 
 
@@ -103,7 +102,7 @@ async def _relay(
                     break
                 yield sse(piece)
             if reply is None:
-                raise APIError(502, "The model backend ended without a reply.", type="server_error")
+                raise server_error("The model backend ended without a reply.", 502)
         except APIError as error:
             finished = True
             _forget(state, turn)
