@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
-from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, Row, RowStore, row_link
+from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, ResponseStore, Row, row_link
 
 
-class MemoryResponseStore(RowStore):
+class MemoryResponseStore(ResponseStore):
     """
     Responses kept in memory, for tests and single-process servers.
 

@@ -6,8 +6,8 @@ The backends (`MemoryResponseStore` in ``_memory``, `SQLiteResponseStore` in
 ``_sqlite``) implement `ResponseStore`: ``get``, ``save`` (with the save
 policy), ``delete``, plus ``link`` (the cheap read chain resolution uses) and
 what OpenAI semantics add: a retention period after which a response is gone,
-and ``expire`` so tests can make one look old.  Both are a `RowStore`, which
-holds all of that once; a backend only reads, writes and counts rows.
+and ``expire`` so tests can make one look old.  `ResponseStore` holds all of
+that once; a backend only reads, writes and counts rows.
 
 Records are kept as JSON text (a `Row`) in both backends, so a caller can
 never change a stored response by mutating what it saved or read, and both
@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 
 DEFAULT_RETENTION: float = 30 * 24 * 3600.0
@@ -137,59 +137,6 @@ class StoreConflictError(Exception):
         self.response_id = response_id
 
 
-@runtime_checkable
-class ResponseStore(Protocol):
-    """The storage contract the server relies on; thread-safe."""
-
-    retention: float
-
-    def get(self, response_id: str) -> StoredResponse | None:
-        """Return the live record for *response_id*, or ``None`` if absent or expired."""
-        ...
-
-    def link(self, response_id: str) -> ChainLink | None:
-        """The live record's chain data (cheaper than `get`; read-only), or ``None``."""
-        ...
-
-    def save(
-        self,
-        record: StoredResponse,
-        *,
-        overwrite: bool = False,
-        expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
-    ) -> StoredResponse:
-        """
-        Store *record* and return it with ``created_at``/``expires_at`` set.
-
-        Raises:
-            StoreConflictError: A live record with this id exists and
-                *overwrite* is false; or *expected_previous_response_id* is
-                given and differs from the record's (or the existing record's)
-                parent.
-        """
-        ...
-
-    def delete(self, response_id: str) -> bool:
-        """Remove a record; return whether one was there."""
-        ...
-
-    def expire(self, response_id: str) -> bool:
-        """Make a live record look expired; return whether one was live."""
-        ...
-
-    def purge_expired(self) -> int:
-        """Delete expired records; return how many."""
-        ...
-
-    def count(self) -> int:
-        """How many live records the store holds."""
-        ...
-
-    def close(self) -> None:
-        """Release resources; idempotent."""
-        ...
-
-
 @dataclass(frozen=True)
 class Row:
     """A record as both backends keep it: metadata plus JSON text."""
@@ -271,12 +218,14 @@ def _check_save_policy(
         raise StoreConflictError(record.id, "Response already exists.")
 
 
-class RowStore:
+class ResponseStore:
     """
-    A `ResponseStore` over rows: the contract, the save policy and retention, written once.
+    The storage contract the server relies on (thread-safe), written once over rows.
 
-    A backend supplies five row primitives (`_live`, `_put`, `_drop`,
-    `_drop_expired`, `_count`), always called with the store's lock held, and
+    `get`, `link`, `save` with the save policy, `delete`, and retention
+    (`expire`, `purge_expired`, `count`) are here; a backend supplies five
+    row primitives (`_live`, `_put`, `_drop`, `_drop_expired`, `_count`),
+    always called with the store's lock held, and
     may widen `_transaction` (SQLite makes a save's read-check-write one
     database transaction, so the policy holds across processes too).
     """
@@ -316,13 +265,13 @@ class RowStore:
     # -- the contract ------------------------------------------------------------------
 
     def get(self, response_id: str) -> StoredResponse | None:
-        """Return the live record for *response_id*, or ``None``."""
+        """Return the live record for *response_id*, or ``None`` if absent or expired."""
         with self._lock:
             row = self._live(response_id, self._clock())
         return None if row is None else decode_row(row)
 
     def link(self, response_id: str) -> ChainLink | None:
-        """The live record's chain data, without decoding the response object."""
+        """The live record's chain data (cheaper than `get`: no response object), or ``None``."""
         with self._lock:
             row = self._live(response_id, self._clock())
         return None if row is None else row_link(row)
@@ -335,10 +284,16 @@ class RowStore:
         expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
     ) -> StoredResponse:
         """
-        Store *record* under the save policy; see `ResponseStore`.
+        Store *record* and return it with ``created_at``/``expires_at`` set.
 
         A replaced response keeps its creation time, and so its expiry.
         Expired rows are purged here, at most once per `PURGE_INTERVAL`.
+
+        Raises:
+            StoreConflictError: A live record with this id exists and
+                *overwrite* is false; or *expected_previous_response_id* is
+                given and differs from the record's (or the existing record's)
+                parent.
         """
         with self._transaction():
             now = self._clock()

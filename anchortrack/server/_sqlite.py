@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from anchortrack.server._records import DEFAULT_RETENTION, Clock, Row, RowStore
+from anchortrack.server._records import DEFAULT_RETENTION, Clock, ResponseStore, Row
 
 
 #: Version of the SQLite schema, kept in ``PRAGMA user_version``.  Version 2
@@ -45,7 +45,7 @@ _COLUMNS = (
 )
 
 
-class SQLiteResponseStore(RowStore):
+class SQLiteResponseStore(ResponseStore):
     """
     Responses kept in a SQLite file (WAL mode), surviving restarts.
 
