@@ -277,28 +277,15 @@ async def _event_stream(state: ServerState, pending: PendingResponse) -> AsyncIt
         for event in events[2:-1]:
             yield encode_sse(event)
         finished = True
-        try:
-            state.save_final(pending, overwrite=True)
-        except Exception as exc:  # the status line is gone; report in-stream
-            logger.error("anchortrack.server.save_failed", exc_info=exc)
-            yield encode_sse(
-                {
-                    "type": "error",
-                    "code": "server_error",
-                    "message": "The server could not save the response.",
-                    "param": None,
-                    "sequence_number": events[-1]["sequence_number"],
-                }
-            )
+        if not state.save_final_or_log(pending):  # the status line is gone; report in-stream
+            sequence_number = events[-1]["sequence_number"]
+            error = {"code": "server_error", "message": _errors.SAVE_FAILED, "param": None}
+            yield encode_sse({"type": "error", **error, "sequence_number": sequence_number})
             return
         yield encode_sse(events[-1])
     finally:
-        if not finished:
-            # The client went away mid-stream: the response still completes.
-            try:
-                state.save_final(pending, overwrite=True)
-            except Exception as exc:
-                logger.error("anchortrack.server.save_failed", exc_info=exc)
+        if not finished:  # the client went away mid-stream: the response still completes
+            state.save_final_or_log(pending)
 
 
 def _test_routes(state: ServerState) -> list[Route]:

@@ -158,6 +158,10 @@ def invalid_api_key(api_key: str) -> APIError:
     return APIError(401, f"Incorrect API key provided: {masked}.", code="invalid_api_key")
 
 
+#: What a client is told when its response could not be saved after the status line went out.
+SAVE_FAILED = "The server could not save the response."
+
+
 def server_error(message: str, status: int = 500, code: str | None = None) -> APIError:
     """A failure on the server's side: an internal one (500), or a model backend's (5xx, with a code)."""
     return APIError(status, message, type="server_error", code=code)

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from anchortrack.server._errors import APIError, server_error
+from anchortrack.server._errors import SAVE_FAILED, APIError, server_error
 from anchortrack.server._events import SSE_HEADERS, encode_sse, in_progress_snapshot
 from anchortrack.server._model import ModelReply
 from anchortrack.server._state import AsyncModel, ServerState, Turn
@@ -110,18 +110,8 @@ async def _relay(
             return
         pending = state.finish(turn, reply)
         finished = True
-        try:
-            state.save_final(pending, overwrite=True)
-        except Exception as exc:  # the status line is gone; report in-stream
-            logger.error("anchortrack.server.save_failed", exc_info=exc)
-            yield sse(
-                {
-                    "type": "error",
-                    "code": "server_error",
-                    "message": "The server could not save the response.",
-                    "param": None,
-                }
-            )
+        if not state.save_final_or_log(pending):  # the status line is gone; report in-stream
+            yield sse({"type": "error", "code": "server_error", "message": SAVE_FAILED, "param": None})
             return
         yield sse({"type": _TERMINAL[pending.response["status"]], "response": pending.response})
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import math
 import threading
 import time
@@ -36,6 +37,8 @@ from anchortrack.server._sqlite import SQLiteResponseStore
 
 
 Item = dict[str, Any]
+
+logger = logging.getLogger("anchortrack.server")
 
 
 def open_store(spec: str, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> ResponseStore:
@@ -483,6 +486,20 @@ class ServerState:
                 item_id = item.get("id")
                 if isinstance(item_id, str):
                     self._items.setdefault(item_id, (pending.response["id"], item))
+
+    def save_final_or_log(self, pending: PendingResponse) -> bool:
+        """
+        Save the finished *pending* over its in-progress record, once its status line is gone.
+
+        A failure can no longer be an HTTP error: it is logged, and False
+        tells the caller to report it in the stream.
+        """
+        try:
+            self.save_final(pending, overwrite=True)
+        except Exception as exc:
+            logger.error("anchortrack.server.save_failed", exc_info=exc)
+            return False
+        return True
 
     def get_response(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """

@@ -495,11 +495,7 @@ class WebSocketHub:
                 self.state.save_in_progress(to_save)
             except Exception:
                 logger.error("anchortrack.server.save_failed", exc_info=True)
-                await conn.send(
-                    error_frame(
-                        _errors.server_error("The server could not save the response."), event.stream_id
-                    )
-                )
+                await conn.send(error_frame(_errors.server_error(_errors.SAVE_FAILED), event.stream_id))
                 return
         finished = False
         try:
@@ -517,23 +513,15 @@ class WebSocketHub:
                 if not await conn.send(item):
                     return
             finished = True
-            if to_save is not None:
-                try:
-                    self.state.save_final(to_save, overwrite=True)
-                except Exception:
-                    logger.error("anchortrack.server.save_failed", exc_info=True)
-                    error = _errors.server_error("The server could not save the response.")
-                    await conn.send(error_frame(error, event.stream_id, events[-1]["sequence_number"]))
-                    return
+            if to_save is not None and not self.state.save_final_or_log(to_save):
+                error = _errors.server_error(_errors.SAVE_FAILED)
+                await conn.send(error_frame(error, event.stream_id, events[-1]["sequence_number"]))
+                return
             self._update_cache(conn, lane, event, pending)
             await conn.send(events[-1])
         finally:
-            if not finished and to_save is not None:
-                # The socket went away mid-response: the response still completes.
-                try:
-                    self.state.save_final(to_save, overwrite=True)
-                except Exception:
-                    logger.error("anchortrack.server.save_failed", exc_info=True)
+            if not finished and to_save is not None:  # the socket went away: the response still completes
+                self.state.save_final_or_log(to_save)
 
     def _update_cache(
         self, conn: _Connection, lane: Lane, event: CreateEvent, pending: PendingResponse
