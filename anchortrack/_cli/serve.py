@@ -8,16 +8,23 @@ Starlette and uvicorn are imported by the handler, never at import time, so
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sqlite3
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+
+if TYPE_CHECKING:
+    from ..server import ServerState
 
 
 #: The server's defaults, repeated here so that ``--help`` imports nothing
 #: (tests check they match `anchortrack.server`).
 DEFAULT_MAX_DEPTH = 10_000
 DEFAULT_RETENTION = 30 * 24 * 3600.0
+#: Environment variable listing the keys to serve, comma-separated.
+API_KEYS_ENV = "ANCHORTRACK_SERVE_API_KEYS"
 
 
 def register(subparsers: Any) -> None:
@@ -56,10 +63,31 @@ def register(subparsers: Any) -> None:
         help="most stored responses one chain may hold (default: %(default)s)",
     )
     parser.add_argument(
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help=f"serve only this bearer key (repeatable; also ${API_KEYS_ENV}, comma-separated); "
+        "by default any key is served. Each key sees only its own responses.",
+    )
+    parser.add_argument(
         "--test-hooks",
         action="store_true",
         help="serve the /_test hooks (expire, drop, ZDR, resolved context, request log)",
     )
+    for name, default, what in (
+        ("header", 10.0, "for a request's headers before closing the connection"),
+        ("body", 30.0, "for a request's body (once its headers are in) before closing the connection"),
+        ("shutdown", 5.0, "on requests in flight at shutdown (SIGINT/SIGTERM) before cancelling them"),
+    ):
+        parser.add_argument(
+            f"--{name}-timeout",
+            type=positive_seconds,
+            default=default,
+            metavar="SECONDS",
+            help=f"seconds to wait {what} (default: %(default)s)",
+        )
     # -- upstream provider: a Chat Completions server answers instead of the scripted model
     parser.add_argument(
         "--upstream",
@@ -131,28 +159,20 @@ def serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..server._app import create_app
-        from ..server._runner import bind_listener
+        from ..server._runner import Timeouts, bind_listener, uvicorn_config
     except ImportError as exc:
         sys.stderr.write(
             f"anchortrack serve needs the server extra ({exc.name} is missing): "
             "pip install 'anchortrack[server]'\n"
         )
         return 2
-    from ..server import ServerState
-
     try:
-        backend = _upstream(args)
-        state = ServerState(
-            args.store,
-            retention=args.retention,
-            max_depth=args.max_depth,
-            record_contexts=args.test_hooks,
-            backend=backend,
-        )
+        state = build_state(args)
     except (ValueError, RuntimeError, OSError, sqlite3.Error) as exc:
         sys.stderr.write(f"anchortrack serve: {exc}\n")
         return 2
-    app = create_app(state, test_hooks=args.test_hooks)
+    keys = api_keys(args)
+    app = create_app(state, test_hooks=args.test_hooks, api_keys=keys)
     try:
         sock = bind_listener(args.host, args.port)
     except OSError as exc:
@@ -161,12 +181,15 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     port = int(sock.getsockname()[1])
     host = f"[{args.host}]" if ":" in args.host else args.host
-    upstream = f", upstream: {backend.name}" if backend is not None else ""
-    sys.stdout.write(
-        f"anchortrack: Responses API at http://{host}:{port}/v1 (store: {args.store}{upstream})\n"
-    )
+    details = f"store: {args.store}"
+    if state.backend is not None:
+        details += f", upstream: {getattr(state.backend, 'name', '?')}"
+    if keys:
+        details += f", {len(keys)} API keys"
+    sys.stdout.write(f"anchortrack: Responses API at http://{host}:{port}/v1 ({details})\n")
     sys.stdout.flush()
-    config = uvicorn.Config(app, log_level=args.log_level, lifespan="off", ws="websockets-sansio")
+    timeouts = Timeouts(header=args.header_timeout, body=args.body_timeout, shutdown=args.shutdown_timeout)
+    config = uvicorn_config(app, timeouts, log_level=args.log_level)
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -179,6 +202,31 @@ def serve(args: argparse.Namespace) -> int:
         sock.close()
         state.close()
     return 0
+
+
+def build_state(args: argparse.Namespace) -> ServerState:
+    """
+    The server state the flags ask for.
+
+    It records requests and contexts only with ``--test-hooks``: a serving
+    process keeps no request body (``store: false`` content included).
+    """
+    from ..server import ServerState
+
+    return ServerState(
+        args.store,
+        retention=args.retention,
+        max_depth=args.max_depth,
+        record=args.test_hooks,
+        backend=_upstream(args),
+    )
+
+
+def api_keys(args: argparse.Namespace) -> list[str] | None:
+    """The keys to serve (``--api-key`` and the environment list), or None: any key."""
+    listed = [key.strip() for key in os.environ.get(API_KEYS_ENV, "").split(",")]
+    keys = [key for key in [*args.api_keys, *listed] if key]
+    return keys or None
 
 
 def _upstream(args: argparse.Namespace) -> Any:

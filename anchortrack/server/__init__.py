@@ -49,19 +49,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from anchortrack.server._chain import DEFAULT_MAX_DEPTH
 from anchortrack.server._errors import APIError
-from anchortrack.server._memory import MemoryResponseStore
-from anchortrack.server._model import ModelReply, ScriptedModel, context_digest
-from anchortrack.server._records import (
-    DEFAULT_RETENTION,
-    ChainLink,
-    ResponseStore,
-    StoreConflictError,
-    StoredResponse,
-)
-from anchortrack.server._sqlite import SQLiteResponseStore
-from anchortrack.server._state import AsyncModel, ServerState, Turn, open_store
+from anchortrack.server._model import ModelReply, ScriptedModel
+from anchortrack.server._state import ServerState
 from anchortrack.server._wire import WireTap, http_client_classes
 
 
@@ -71,31 +61,19 @@ if TYPE_CHECKING:
     from anchortrack.server._upstream import Upstream
 
 __all__ = [
-    "DEFAULT_MAX_DEPTH",
-    "DEFAULT_RETENTION",
     "APIError",
-    "AsyncModel",
-    "ChainLink",
-    "MemoryResponseStore",
     "ModelReply",
-    "ResponseStore",
     "ResponsesServer",
-    "SQLiteResponseStore",
     "ScriptedModel",
     "ServerState",
-    "StoreConflictError",
-    "StoredResponse",
-    "Turn",
     "Upstream",
     "WireTap",
-    "context_digest",
     "create_app",
     "http_client_classes",
-    "open_store",
 ]
 
 #: The web stack the server extra installs.
-SERVER_EXTRA_MODULES = frozenset({"starlette", "uvicorn", "websockets"})
+_SERVER_EXTRA_MODULES = frozenset({"starlette", "uvicorn", "websockets"})
 
 _LAZY = {
     "create_app": "anchortrack.server._app",
@@ -114,7 +92,7 @@ def __getattr__(name: str) -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         missing = (error.name or "").split(".")[0]
-        if missing not in SERVER_EXTRA_MODULES:
+        if missing not in _SERVER_EXTRA_MODULES:
             raise
         raise ImportError(
             f"anchortrack.server.{name} needs the server extra ({missing} is missing): "

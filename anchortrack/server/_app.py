@@ -13,6 +13,11 @@ Routes (all errors in OpenAI's ``{"error": {...}}`` shape):
 * With ``test_hooks=True`` only, under ``/_test``: see `create_app`.
 
 Every response carries an ``x-request-id`` header, like OpenAI's.
+
+Every stored response belongs to the API key that created it (the
+``Authorization: Bearer`` key, kept as a digest): another key gets OpenAI's
+answer for an unknown response.  With ``api_keys`` given, only those keys are
+served under ``/v1`` (401 otherwise, in OpenAI's shape).
 """
 
 from __future__ import annotations
@@ -21,18 +26,21 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from anchortrack.server import _errors
 from anchortrack.server._errors import APIError
-from anchortrack.server._events import encode_sse, stream_events
+from anchortrack.server._events import SSE_HEADERS, encode_sse, stream_events
+from anchortrack.server._records import api_key, owner_digest, request_owner
 from anchortrack.server._relay import respond_with_backend
 from anchortrack.server._request import decode_json
 from anchortrack.server._state import PendingResponse, ServerState, stale_in_stream_event
@@ -40,16 +48,26 @@ from anchortrack.server._state import PendingResponse, ServerState, stale_in_str
 
 logger = logging.getLogger("anchortrack.server")
 
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-class _RequestIdMiddleware:
-    """Adds ``x-request-id: req_…`` to every response."""
+class _Gate:
+    """Refuses unknown API keys under ``/v1`` (when keys are required); adds ``x-request-id``."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, owners: frozenset[str] | None) -> None:
         self.app = app
+        self.owners = owners
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        if self.owners is not None and scope["path"].startswith("/v1"):
+            key = api_key(Headers(scope=scope))
+            if key is None or owner_digest(key) not in self.owners:
+                error = _errors.missing_api_key() if key is None else _errors.invalid_api_key(key)
+                await _refuse(scope, send, error)
+                return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -61,6 +79,21 @@ class _RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+async def _refuse(scope: Scope, send: Send, error: APIError) -> None:
+    """Answer *error* before the app sees the request (a WebSocket handshake gets it as HTTP)."""
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if scope["type"] == "websocket":
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await send({"type": "websocket.http.response.start", "status": error.status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _error_response(error: APIError) -> JSONResponse:
@@ -80,6 +113,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error_response(APIError(exc.status_code, message))
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """The client went away (or was cut off by a read timeout) before its body arrived: nobody to answer."""
+    return Response(status_code=400)
+
+
 async def _server_error(request: Request, exc: Exception) -> Response:
     logger.error("anchortrack.server.request_failed", exc_info=exc)
     return _error_response(_errors.server_error(f"The server had an error: {type(exc).__name__}."))
@@ -95,13 +133,18 @@ def _query_int(request: Request, name: str, default: int) -> int:
         raise _errors.invalid_type(name, "an integer", value) from None
 
 
-def create_app(state: ServerState | None = None, *, test_hooks: bool = False) -> Starlette:
+def create_app(
+    state: ServerState | None = None, *, test_hooks: bool = False, api_keys: Iterable[str] | None = None
+) -> Starlette:
     """
     Build the ASGI app serving the Responses API over *state*.
 
     Args:
         state: The server state (a fresh memory-backed one by default);
             available afterwards as ``app.state.responses``.
+        api_keys: Serve only requests with one of these bearer keys (401
+            otherwise); ``None`` serves any key, or none.  Either way a
+            response is visible only to the key that created it.
         test_hooks: Also serve the test hooks, for out-of-process tests:
 
             * ``POST /_test/responses/{id}/expire`` — make a stored response
@@ -132,10 +175,11 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
     async def create_response(request: Request) -> Response:
         body = decode_json(await request.body())
         server_state.record_request(body)
+        owner = request_owner(request.headers)
         if server_state.backend is not None:  # an upstream provider answers instead
-            return await respond_with_backend(server_state, server_state.backend, body)
+            return await respond_with_backend(server_state, server_state.backend, body, owner)
         try:
-            pending = server_state.prepare(body)
+            pending = server_state.prepare(body, owner=owner)
         except APIError as error:
             if (
                 server_state.stale_in_stream
@@ -145,14 +189,14 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
             ):
                 event = stale_in_stream_event(str(body.get("previous_response_id")))
                 data = f"data: {json.dumps(event)}\n\n".encode()  # no "event:" line, like llama-stack
-                return Response(data, media_type="text/event-stream", headers=_SSE_HEADERS)
+                return Response(data, media_type="text/event-stream", headers=SSE_HEADERS)
             raise
         if pending.request.stream:
             server_state.save_in_progress(pending)
             return StreamingResponse(
                 _event_stream(server_state, pending),
                 media_type="text/event-stream",
-                headers=_SSE_HEADERS,
+                headers=SSE_HEADERS,
             )
         if pending.delay > 0:
             await asyncio.sleep(pending.delay)
@@ -161,7 +205,7 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
 
     async def retrieve_response(request: Request) -> Response:
         response_id = request.path_params["response_id"]
-        response = server_state.get_response(response_id)
+        response = server_state.get_response(response_id, request_owner(request.headers))
         if request.query_params.get("stream", "").lower() != "true":
             return JSONResponse(response)
         starting_after = _query_int(request, "starting_after", -1)
@@ -172,20 +216,22 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
                 400, f"Response '{response_id}' is still in progress and cannot be replayed yet."
             ) from None
         chunks = [encode_sse(event) for event in events if event["sequence_number"] > starting_after]
-        return Response(b"".join(chunks), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return Response(b"".join(chunks), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def delete_response(request: Request) -> Response:
-        return JSONResponse(server_state.delete_response(request.path_params["response_id"]))
+        owner = request_owner(request.headers)
+        return JSONResponse(server_state.delete_response(request.path_params["response_id"], owner))
 
     async def cancel_response(request: Request) -> Response:
         response_id = request.path_params["response_id"]
-        server_state.get_response(response_id)
+        server_state.get_response(response_id, request_owner(request.headers))
         raise APIError(400, "Only responses created with background=true can be cancelled.")
 
     async def list_input_items(request: Request) -> Response:
         return JSONResponse(
             server_state.input_items(
                 request.path_params["response_id"],
+                request_owner(request.headers),
                 after=request.query_params.get("after"),
                 limit=_query_int(request, "limit", 20),
                 order=request.query_params.get("order", "desc"),
@@ -208,12 +254,14 @@ def create_app(state: ServerState | None = None, *, test_hooks: bool = False) ->
         exception_handlers={
             APIError: _api_error,
             HTTPException: _http_error,
+            ClientDisconnect: _client_gone,
             Exception: _server_error,
         },
     )
     app.state.responses = server_state
     app.state.websockets = websockets
-    app.add_middleware(_RequestIdMiddleware)
+    owners = None if api_keys is None else frozenset(owner_digest(key) for key in api_keys if key)
+    app.add_middleware(_Gate, owners=owners)
     return app
 
 
@@ -229,72 +277,48 @@ async def _event_stream(state: ServerState, pending: PendingResponse) -> AsyncIt
         for event in events[2:-1]:
             yield encode_sse(event)
         finished = True
-        try:
-            state.save_final(pending, overwrite=True)
-        except Exception as exc:  # the status line is gone; report in-stream
-            logger.error("anchortrack.server.save_failed", exc_info=exc)
-            yield encode_sse(
-                {
-                    "type": "error",
-                    "code": "server_error",
-                    "message": "The server could not save the response.",
-                    "param": None,
-                    "sequence_number": events[-1]["sequence_number"],
-                }
-            )
+        if not state.save_final_or_log(pending):  # the status line is gone; report in-stream
+            sequence_number = events[-1]["sequence_number"]
+            error = {"code": "server_error", "message": _errors.SAVE_FAILED, "param": None}
+            yield encode_sse({"type": "error", **error, "sequence_number": sequence_number})
             return
         yield encode_sse(events[-1])
     finally:
-        if not finished:
-            # The client went away mid-stream: the response still completes.
-            try:
-                state.save_final(pending, overwrite=True)
-            except Exception as exc:
-                logger.error("anchortrack.server.save_failed", exc_info=exc)
+        if not finished:  # the client went away mid-stream: the response still completes
+            state.save_final_or_log(pending)
 
 
 def _test_routes(state: ServerState) -> list[Route]:
-    async def expire(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        try:
-            state.expire(response_id)
-        except KeyError:
-            raise _errors.response_not_found(response_id) from None
-        return JSONResponse({"id": response_id, "expired": True})
+    def by_id(act: Callable[[str], object], answer: Callable[[str, object], dict[str, Any]]) -> Endpoint:
+        """A hook acting on the response in the path: 404 when *act* raises KeyError."""
 
-    async def drop(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        try:
-            state.drop(response_id)
-        except KeyError:
-            raise _errors.response_not_found(response_id) from None
-        return JSONResponse({"id": response_id, "dropped": True})
+        async def endpoint(request: Request) -> Response:
+            response_id = request.path_params["response_id"]
+            try:
+                result = act(response_id)
+            except KeyError:
+                raise _errors.response_not_found(response_id) from None
+            return JSONResponse(answer(response_id, result))
 
-    async def context(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        try:
-            items = state.resolved_context(response_id)
-        except KeyError:
-            raise _errors.response_not_found(response_id) from None
-        return JSONResponse({"object": "list", "data": items})
+        return endpoint
 
-    async def zdr(request: Request) -> Response:
-        if request.method == "POST":
-            body = decode_json(await request.body())
-            enabled = body.get("enabled") if isinstance(body, dict) else None
-            if not isinstance(enabled, bool):
-                raise _errors.invalid_type("enabled", "a boolean", enabled)
-            state.zdr = enabled
-        return JSONResponse({"enabled": state.zdr})
+    def switch(name: str) -> Endpoint:
+        """A hook reading (GET) or setting (POST ``{"enabled": bool}``) the boolean state attribute *name*."""
 
-    async def stale_in_stream(request: Request) -> Response:
-        if request.method == "POST":
-            body = decode_json(await request.body())
-            enabled = body.get("enabled") if isinstance(body, dict) else None
-            if not isinstance(enabled, bool):
-                raise _errors.invalid_type("enabled", "a boolean", enabled)
-            state.stale_in_stream = enabled
-        return JSONResponse({"enabled": state.stale_in_stream})
+        async def endpoint(request: Request) -> Response:
+            if request.method == "POST":
+                body = decode_json(await request.body())
+                enabled = body.get("enabled") if isinstance(body, dict) else None
+                if not isinstance(enabled, bool):
+                    raise _errors.invalid_type("enabled", "a boolean", enabled)
+                setattr(state, name, enabled)
+            return JSONResponse({"enabled": getattr(state, name)})
+
+        return endpoint
+
+    expire = by_id(state.expire, lambda response_id, _: {"id": response_id, "expired": True})
+    drop = by_id(state.drop, lambda response_id, _: {"id": response_id, "dropped": True})
+    context = by_id(state.resolved_context, lambda _, items: {"object": "list", "data": items})
 
     async def requests(request: Request) -> Response:
         if request.method == "DELETE":
@@ -305,7 +329,7 @@ def _test_routes(state: ServerState) -> list[Route]:
         Route("/_test/responses/{response_id}/expire", expire, methods=["POST"]),
         Route("/_test/responses/{response_id}", drop, methods=["DELETE"]),
         Route("/_test/responses/{response_id}/context", context, methods=["GET"]),
-        Route("/_test/zdr", zdr, methods=["GET", "POST"]),
-        Route("/_test/stale_in_stream", stale_in_stream, methods=["GET", "POST"]),
+        Route("/_test/zdr", switch("zdr"), methods=["GET", "POST"]),
+        Route("/_test/stale_in_stream", switch("stale_in_stream"), methods=["GET", "POST"]),
         Route("/_test/requests", requests, methods=["GET", "DELETE"]),
     ]

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anchortrack.server._errors import APIError, previous_response_not_found
+from anchortrack.server._items import ITEM_TYPES, OUTPUTS, item_type
 from anchortrack.server._records import ChainLink
 
 
@@ -31,13 +32,6 @@ DEFAULT_MAX_DEPTH = 10_000
 
 #: Statuses a parent may have.
 CHAINABLE_STATUSES = frozenset({"completed", "incomplete"})
-
-# call type → (output type, words for "call" in the messages)
-_CALL_KINDS: dict[str, tuple[str, str]] = {
-    "function_call": ("function_call_output", "function call"),
-    "custom_tool_call": ("custom_tool_call_output", "custom tool call"),
-}
-_OUTPUT_KINDS = {output: (call, words) for call, (output, words) in _CALL_KINDS.items()}
 
 
 def resolve_chain(
@@ -135,19 +129,19 @@ def check_context(context: Sequence[Item]) -> None:
         call_id = item.get("call_id")
         if not isinstance(kind, str) or not isinstance(call_id, str):
             continue
-        if kind in _CALL_KINDS:
+        if item_type(kind).paired:
             calls.setdefault((kind, call_id), call_id)
-        elif kind in _OUTPUT_KINDS:
-            outputs.append((kind, call_id))
+        elif item_type(OUTPUTS.get(kind)).paired:
+            outputs.append((OUTPUTS[kind], call_id))
     answered: set[tuple[str, str]] = set()
-    for kind, call_id in outputs:
-        call_kind, words = _OUTPUT_KINDS[kind]
+    for call_kind, call_id in outputs:
         if (call_kind, call_id) not in calls:
+            words = ITEM_TYPES[call_kind].paired
             raise _input_error(f"No tool call found for {words} output with call_id {call_id}.")
         answered.add((call_kind, call_id))
     for kind, call_id in calls:
         if (kind, call_id) not in answered:
-            raise _input_error(f"No tool output found for {_CALL_KINDS[kind][1]} {call_id}.")
+            raise _input_error(f"No tool output found for {ITEM_TYPES[kind].paired} {call_id}.")
 
 
 # -- id resolution, as OpenAI does it ------------------------------------------------------------

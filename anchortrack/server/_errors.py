@@ -143,6 +143,25 @@ def response_not_found(response_id: str) -> APIError:
     return APIError(404, f"Response with id '{response_id}' not found.")
 
 
-def server_error(message: str) -> APIError:
-    """An internal failure (never expected; reported instead of a bare 500)."""
-    return APIError(500, message, type="server_error")
+def missing_api_key() -> APIError:
+    """A request without ``Authorization: Bearer …`` where keys are required (OpenAI's wording)."""
+    return APIError(
+        401,
+        "You didn't provide an API key. You need to provide your API key in an Authorization "
+        "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+    )
+
+
+def invalid_api_key(api_key: str) -> APIError:
+    """A key the server does not know (OpenAI's wording; the key is masked)."""
+    masked = f"{api_key[:3]}{'*' * max(len(api_key) - 7, 3)}{api_key[-4:]}" if len(api_key) > 8 else "***"
+    return APIError(401, f"Incorrect API key provided: {masked}.", code="invalid_api_key")
+
+
+#: What a client is told when its response could not be saved after the status line went out.
+SAVE_FAILED = "The server could not save the response."
+
+
+def server_error(message: str, status: int = 500, code: str | None = None) -> APIError:
+    """A failure on the server's side: an internal one (500), or a model backend's (5xx, with a code)."""
+    return APIError(status, message, type="server_error", code=code)

@@ -37,6 +37,10 @@ _WORDS = re.compile(r"\S+\s*|\s+")
 _ARGUMENT_CHUNK = 8
 
 
+#: Headers of every Server-Sent Events answer (no caching, no proxy buffering).
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
 def text_chunks(text: str) -> list[str]:
     """Split *text* into the deltas streamed for it (words with their spaces)."""
     return _WORDS.findall(text) or [""]
@@ -75,7 +79,8 @@ def _added_form(item: Item) -> Item:
     return copy.deepcopy(item)
 
 
-def _item_events(item: Item, index: int) -> list[Event]:
+def item_events(item: Item, index: int) -> list[Event]:
+    """The events announcing *item* at *index*: added, its content or arguments, done."""
     item_id = item.get("id", "")
     kind = item.get("type")
     events: list[Event] = [
@@ -143,7 +148,7 @@ def stream_events(response: dict[str, Any]) -> list[Event]:
         {"type": "response.in_progress", "response": snapshot},
     ]
     for index, item in enumerate(response.get("output") or []):
-        events.extend(_item_events(item, index))
+        events.extend(item_events(item, index))
     events.append({"type": terminal, "response": response})
     return [{**event, "sequence_number": number} for number, event in enumerate(events)]
 

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from anchortrack.server._events import _item_events
+from anchortrack.server._events import item_events
+from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES
 from anchortrack.server._model import ModelReply, new_id
 from anchortrack.server._translate import ChatPlan
 
@@ -112,16 +113,6 @@ def map_finish_reason(reason: object) -> Outcome:
     return Outcome("failed", error=f"The upstream provider returned an unexpected finish reason: {reason!r}.")
 
 
-#: Id prefixes of restored call items.
-_CALL_PREFIXES = {
-    "function_call": "fc",
-    "custom_tool_call": "ctc",
-    "shell_call": "sh",
-    "local_shell_call": "lsh",
-    "apply_patch_call": "apc",
-}
-
-
 def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
@@ -196,9 +187,7 @@ def restored_type(plan: ChatPlan, provider_name: str) -> str:
     """The item type a call to *provider_name* is restored to (if its arguments parse)."""
     identity = plan.tools.for_provider(provider_name)
     kind = identity.requested_type if identity is not None else "function"
-    return {"custom": "custom_tool_call", "shell": "shell_call", "local_shell": "local_shell_call"}.get(
-        kind, "apply_patch_call" if kind == "apply_patch" else "function_call"
-    )
+    return CALL_OF_TOOL.get(kind, "function_call")
 
 
 def restore_tool_call(
@@ -219,7 +208,7 @@ def restore_tool_call(
         except ValueError:
             parsed = None
         item_type = restored_type(plan, provider_name)
-        item = _restored(kind, parsed, call_id, item_id or new_id(_CALL_PREFIXES[item_type]))
+        item = _restored(kind, parsed, call_id, item_id or new_id(ITEM_TYPES[item_type].prefix))
         if item is not None:
             if kind == "custom":
                 item["name"] = name
@@ -615,8 +604,8 @@ class StreamAssembler:
                 next_index += 1
             else:
                 closing.append((live.index, _delta_events(live, live.lag.flush()) + _closing(item, live)))
-        for _, item_events in sorted(closing, key=lambda pair: pair[0]):
-            events.extend(item_events)
+        for _, announced in sorted(closing, key=lambda pair: pair[0]):
+            events.extend(announced)
         return events, reply
 
 
@@ -640,7 +629,7 @@ def _delta_events(live: _Live, delta: str) -> list[Event]:
 
 
 def _added_and_done(item: Item, index: int) -> list[Event]:
-    events = _item_events(item, index)
+    events = item_events(item, index)
     if item.get("type") == "reasoning":
         text = "".join(part.get("text", "") for part in item.get("content") or [])
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}

@@ -6,7 +6,8 @@ The backends (`MemoryResponseStore` in ``_memory``, `SQLiteResponseStore` in
 ``_sqlite``) implement `ResponseStore`: ``get``, ``save`` (with the save
 policy), ``delete``, plus ``link`` (the cheap read chain resolution uses) and
 what OpenAI semantics add: a retention period after which a response is gone,
-and ``expire`` so tests can make one look old.
+and ``expire`` so tests can make one look old.  `ResponseStore` holds all of
+that once; a backend only reads, writes and counts rows.
 
 Records are kept as JSON text (a `Row`) in both backends, so a caller can
 never change a stored response by mutating what it saved or read, and both
@@ -20,11 +21,14 @@ be tested without sleeping.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+import threading
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 
 DEFAULT_RETENTION: float = 30 * 24 * 3600.0
@@ -38,6 +42,31 @@ EXPIRED = -math.inf
 
 Clock = Callable[[], float]
 Item = dict[str, Any]
+
+
+def owner_digest(api_key: str | None) -> str:
+    """
+    Whom a response belongs to: a digest of the API key that made it (``""`` without a key).
+
+    Stores keep the digest, never the key; it is stable across restarts so a
+    SQLite store keeps each key's responses apart.
+    """
+    if not api_key:
+        return ""
+    return hashlib.sha256(
+        b"anchortrack-serve-owner\0" + api_key.encode("utf-8", "surrogatepass")
+    ).hexdigest()[:32]
+
+
+def api_key(headers: Mapping[str, str]) -> str | None:
+    """The key of an ``Authorization: Bearer KEY`` header, or None."""
+    scheme, _, key = headers.get("authorization", "").partition(" ")
+    return (key.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def request_owner(headers: Mapping[str, str]) -> str:
+    """Whom a request's responses belong to: the digest of its API key."""
+    return owner_digest(api_key(headers))
 
 
 class _Unset(enum.Enum):
@@ -64,6 +93,8 @@ class StoredResponse:
         created_at: Store-clock time of the first save (set by the store).
         expires_at: Store-clock time after which the record is gone (set by
             the store).
+        owner: Digest of the API key that created it (see `owner_digest`);
+            ``""`` for a request without a key.  Only that key sees it.
     """
 
     id: str
@@ -73,6 +104,7 @@ class StoredResponse:
     response: dict[str, Any]
     created_at: float = 0.0
     expires_at: float = field(default=math.inf)
+    owner: str = ""
 
     @property
     def output(self) -> list[Item]:
@@ -94,6 +126,7 @@ class ChainLink:
     status: str
     input_items: list[Item]
     output: list[Item]
+    owner: str = ""
 
 
 class StoreConflictError(Exception):
@@ -102,59 +135,6 @@ class StoreConflictError(Exception):
     def __init__(self, response_id: str, message: str) -> None:
         super().__init__(message)
         self.response_id = response_id
-
-
-@runtime_checkable
-class ResponseStore(Protocol):
-    """The storage contract the server relies on; thread-safe."""
-
-    retention: float
-
-    def get(self, response_id: str) -> StoredResponse | None:
-        """Return the live record for *response_id*, or ``None`` if absent or expired."""
-        ...
-
-    def link(self, response_id: str) -> ChainLink | None:
-        """The live record's chain data (cheaper than `get`; read-only), or ``None``."""
-        ...
-
-    def save(
-        self,
-        record: StoredResponse,
-        *,
-        overwrite: bool = False,
-        expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
-    ) -> StoredResponse:
-        """
-        Store *record* and return it with ``created_at``/``expires_at`` set.
-
-        Raises:
-            StoreConflictError: A live record with this id exists and
-                *overwrite* is false; or *expected_previous_response_id* is
-                given and differs from the record's (or the existing record's)
-                parent.
-        """
-        ...
-
-    def delete(self, response_id: str) -> bool:
-        """Remove a record; return whether one was there."""
-        ...
-
-    def expire(self, response_id: str) -> bool:
-        """Make a live record look expired; return whether one was live."""
-        ...
-
-    def purge_expired(self) -> int:
-        """Delete expired records; return how many."""
-        ...
-
-    def count(self) -> int:
-        """How many live records the store holds."""
-        ...
-
-    def close(self) -> None:
-        """Release resources; idempotent."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -169,6 +149,7 @@ class Row:
     input_json: str
     output_json: str
     response_json: str
+    owner: str = ""
 
 
 def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> Row:
@@ -182,6 +163,7 @@ def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> 
         input_json=json.dumps(record.input_items, separators=(",", ":")),
         output_json=json.dumps(record.output, separators=(",", ":")),
         response_json=json.dumps(record.response, separators=(",", ":")),
+        owner=record.owner,
     )
 
 
@@ -195,6 +177,7 @@ def decode_row(row: Row) -> StoredResponse:
         response=json.loads(row.response_json),
         created_at=row.created_at,
         expires_at=row.expires_at,
+        owner=row.owner,
     )
 
 
@@ -206,20 +189,19 @@ def row_link(row: Row) -> ChainLink:
         status=row.status,
         input_items=json.loads(row.input_json),
         output=json.loads(row.output_json),
+        owner=row.owner,
     )
 
 
-def check_save_policy(
-    existing: StoredResponse | None,
+def _check_save_policy(
+    existing: Row | None,
     record: StoredResponse,
     *,
     overwrite: bool,
     expected_previous_response_id: str | Literal[_Unset.UNSET] | None,
 ) -> None:
     """
-    The save policy, shared by every backend.
-
-    *existing* is the live record with the same id, if any.
+    The save policy: *existing* is the live row with the same id, if any.
 
     Raises:
         StoreConflictError: On a parent mismatch or an overwrite not asked for.
@@ -236,28 +218,120 @@ def check_save_policy(
         raise StoreConflictError(record.id, "Response already exists.")
 
 
-def row_to_save(
-    old: Row | None,
-    record: StoredResponse,
-    *,
-    now: float,
-    retention: float,
-    overwrite: bool,
-    expected_previous_response_id: str | Literal[_Unset.UNSET] | None,
-) -> Row:
+class ResponseStore:
     """
-    Apply the save policy against the live row *old* and encode *record* (every backend's save).
+    The storage contract the server relies on (thread-safe), written once over rows.
 
-    A replaced response keeps its creation time, and so its expiry.
-
-    Raises:
-        StoreConflictError: On a parent mismatch or an overwrite not asked for.
+    `get`, `link`, `save` with the save policy, `delete`, and retention
+    (`expire`, `purge_expired`, `count`) are here; a backend supplies five
+    row primitives (`_live`, `_put`, `_drop`, `_drop_expired`, `_count`),
+    always called with the store's lock held, and
+    may widen `_transaction` (SQLite makes a save's read-check-write one
+    database transaction, so the policy holds across processes too).
     """
-    check_save_policy(
-        None if old is None else decode_row(old),
-        record,
-        overwrite=overwrite,
-        expected_previous_response_id=expected_previous_response_id,
-    )
-    created = now if old is None else old.created_at
-    return encode_row(record, created, created + retention)
+
+    def __init__(self, retention: float, clock: Clock) -> None:
+        self.retention = retention
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_purge = -math.inf
+
+    # -- what a backend supplies (the lock is held) ----------------------------------
+
+    def _live(self, response_id: str, now: float) -> Row | None:
+        """The row of *response_id* if it has not expired by *now*."""
+        raise NotImplementedError
+
+    def _put(self, row: Row) -> None:
+        """Insert or replace *row*."""
+        raise NotImplementedError
+
+    def _drop(self, response_id: str) -> bool:
+        """Remove a row; whether one was there."""
+        raise NotImplementedError
+
+    def _drop_expired(self, now: float) -> int:
+        """Remove the rows expired by *now*; how many."""
+        raise NotImplementedError
+
+    def _count(self, now: float) -> int:
+        """How many rows are live at *now*."""
+        raise NotImplementedError
+
+    def _transaction(self) -> AbstractContextManager[object]:
+        """What a read-check-write runs under: the lock."""
+        return self._lock
+
+    # -- the contract ------------------------------------------------------------------
+
+    def get(self, response_id: str) -> StoredResponse | None:
+        """Return the live record for *response_id*, or ``None`` if absent or expired."""
+        with self._lock:
+            row = self._live(response_id, self._clock())
+        return None if row is None else decode_row(row)
+
+    def link(self, response_id: str) -> ChainLink | None:
+        """The live record's chain data (cheaper than `get`: no response object), or ``None``."""
+        with self._lock:
+            row = self._live(response_id, self._clock())
+        return None if row is None else row_link(row)
+
+    def save(
+        self,
+        record: StoredResponse,
+        *,
+        overwrite: bool = False,
+        expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
+    ) -> StoredResponse:
+        """
+        Store *record* and return it with ``created_at``/``expires_at`` set.
+
+        A replaced response keeps its creation time, and so its expiry.
+        Expired rows are purged here, at most once per `PURGE_INTERVAL`.
+
+        Raises:
+            StoreConflictError: A live record with this id exists and
+                *overwrite* is false; or *expected_previous_response_id* is
+                given and differs from the record's (or the existing record's)
+                parent.
+        """
+        with self._transaction():
+            now = self._clock()
+            old = self._live(record.id, now)
+            _check_save_policy(
+                old, record, overwrite=overwrite, expected_previous_response_id=expected_previous_response_id
+            )
+            created = now if old is None else old.created_at
+            row = encode_row(record, created, created + self.retention)
+            self._put(row)
+            if now - self._last_purge >= PURGE_INTERVAL:
+                self._drop_expired(now)
+                self._last_purge = now
+        return decode_row(row)
+
+    def delete(self, response_id: str) -> bool:
+        """Remove a record; return whether one was there."""
+        with self._lock:
+            return self._drop(response_id)
+
+    def expire(self, response_id: str) -> bool:
+        """Make a live record look expired; return whether one was live."""
+        with self._transaction():
+            row = self._live(response_id, self._clock())
+            if row is not None:
+                self._put(replace(row, expires_at=EXPIRED))
+            return row is not None
+
+    def purge_expired(self) -> int:
+        """Delete expired records; return how many."""
+        with self._lock:
+            self._last_purge = self._clock()
+            return self._drop_expired(self._last_purge)
+
+    def count(self) -> int:
+        """How many live records the store holds."""
+        with self._lock:
+            return self._count(self._clock())
+
+    def close(self) -> None:
+        """Release resources; idempotent (nothing to release here)."""

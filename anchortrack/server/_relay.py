@@ -23,15 +23,14 @@ from typing import Any
 import anyio
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from anchortrack.server._errors import APIError
-from anchortrack.server._events import encode_sse, in_progress_snapshot
+from anchortrack.server._errors import SAVE_FAILED, APIError, server_error
+from anchortrack.server._events import SSE_HEADERS, encode_sse, in_progress_snapshot
 from anchortrack.server._model import ModelReply
 from anchortrack.server._state import AsyncModel, ServerState, Turn
 
 
 logger = logging.getLogger("anchortrack.server")
 
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _TERMINAL = {
     "completed": "response.completed",
     "incomplete": "response.incomplete",
@@ -39,9 +38,9 @@ _TERMINAL = {
 }
 
 
-async def respond_with_backend(state: ServerState, backend: AsyncModel, body: object) -> Response:
-    """Answer one create request through *backend*."""
-    turn = state.resolve(body)
+async def respond_with_backend(state: ServerState, backend: AsyncModel, body: object, owner: str) -> Response:
+    """Answer one create request of *owner* (an API key digest) through *backend*."""
+    turn = state.resolve(body, owner=owner)
     if not turn.request.stream:
         reply = await backend.reply(turn)
         pending = state.finish(turn, reply)
@@ -57,7 +56,7 @@ async def respond_with_backend(state: ServerState, backend: AsyncModel, body: ob
     return StreamingResponse(
         _relay(state, turn, placeholder.response, source),
         media_type="text/event-stream",
-        headers=_SSE_HEADERS,
+        headers=SSE_HEADERS,
     )
 
 
@@ -103,7 +102,7 @@ async def _relay(
                     break
                 yield sse(piece)
             if reply is None:
-                raise APIError(502, "The model backend ended without a reply.", type="server_error")
+                raise server_error("The model backend ended without a reply.", 502)
         except APIError as error:
             finished = True
             _forget(state, turn)
@@ -111,18 +110,8 @@ async def _relay(
             return
         pending = state.finish(turn, reply)
         finished = True
-        try:
-            state.save_final(pending, overwrite=True)
-        except Exception as exc:  # the status line is gone; report in-stream
-            logger.error("anchortrack.server.save_failed", exc_info=exc)
-            yield sse(
-                {
-                    "type": "error",
-                    "code": "server_error",
-                    "message": "The server could not save the response.",
-                    "param": None,
-                }
-            )
+        if not state.save_final_or_log(pending):  # the status line is gone; report in-stream
+            yield sse({"type": "error", "code": "server_error", "message": SAVE_FAILED, "param": None})
             return
         yield sse({"type": _TERMINAL[pending.response["status"]], "response": pending.response})
     finally:

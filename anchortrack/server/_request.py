@@ -26,6 +26,7 @@ from anchortrack.server._errors import (
     missing_parameter,
     unknown_parameter,
 )
+from anchortrack.server._items import OUTPUTS, item_type
 
 
 Item = dict[str, Any]
@@ -72,15 +73,6 @@ KNOWN_PARAMETERS: frozenset[str] = frozenset(
 
 _ROLES = ("user", "assistant", "system", "developer")
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
-
-# Required string fields of the item types whose shape the server relies on.
-_REQUIRED_STRINGS: dict[str, tuple[str, ...]] = {
-    "function_call": ("call_id", "name", "arguments"),
-    "function_call_output": ("call_id",),
-    "custom_tool_call": ("call_id", "name", "input"),
-    "custom_tool_call_output": ("call_id",),
-    "item_reference": ("id",),
-}
 
 
 @dataclass(frozen=True)
@@ -184,12 +176,12 @@ def _check_item(item: object, where: str) -> Item:
                 if not isinstance(part, dict):
                     raise invalid_type(f"{where}.content[{index}]", "an object", part)
         return item
-    for name in _REQUIRED_STRINGS.get(kind, ()):
+    for name in item_type(kind).required:
         if item.get(name) is None:
             raise missing_parameter(f"{where}.{name}")
         if not isinstance(item[name], str):
             raise invalid_type(f"{where}.{name}", "a string", item[name])
-    if kind in ("function_call_output", "custom_tool_call_output"):
+    if item_type(OUTPUTS.get(kind)).paired:  # the output of a call the context checks pair
         if item.get("output") is None:
             raise missing_parameter(f"{where}.output")
         if not isinstance(item["output"], (str, list)):
@@ -325,23 +317,44 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
+def _is_text(value: str) -> bool:
+    """False for a string holding a lone surrogate (JSON can escape one; it is not text)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_value(value: Any) -> None:
+    """Refuse a decoded body nested deeper than MAX_JSON_DEPTH or holding a string that is not text."""
+    stack = [(value, 1)]
     while stack:
         node, level = stack.pop()
+        if isinstance(node, str) and not _is_text(node):
+            raise invalid_json()
         if isinstance(node, (dict, list)):
-            deepest = max(deepest, level)
+            if level > MAX_JSON_DEPTH:
+                raise APIError(400, f"Invalid body: JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+            if isinstance(node, dict):
+                stack.extend((key, level) for key in node)
             children = node.values() if isinstance(node, dict) else node
             stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 def decode_json(raw: bytes) -> Any:
-    """Decode a request body: strict JSON (no NaN/Infinity), nested at most MAX_JSON_DEPTH deep."""
+    """
+    Decode a request body: strict JSON (no NaN/Infinity, no lone surrogates), nested at most
+    MAX_JSON_DEPTH deep.
+
+    Checked before anything else happens, so a body the server could not store or answer is a
+    400 and never a stored response followed by a 500.
+    """
     try:
         value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):
         raise invalid_json() from None
-    if _depth(value) > MAX_JSON_DEPTH:
-        raise APIError(400, f"Invalid body: JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+    _check_value(value)
     return value

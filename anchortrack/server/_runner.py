@@ -1,24 +1,125 @@
 """
-`ResponsesServer`: the app served by uvicorn in a background thread.
+`ResponsesServer`: the app served by uvicorn in a background thread; `uvicorn_config` for both it and
+``anchortrack serve``.
 
 The listening socket is bound before uvicorn starts, so ``port=0`` picks a
 free port that is known at once and can never be taken by someone else in
 between; `ResponsesServer.start` returns once uvicorn serves it.
+
+A client cannot hold the server: a request's headers must arrive within
+`Timeouts.header` seconds and its body within `Timeouts.body` (else the
+connection is closed), and a shutdown waits at most `Timeouts.shutdown`
+seconds for requests in flight before cancelling them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import socket
 import threading
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
+import h11
 import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from anchortrack.server._app import create_app
 from anchortrack.server._chain import DEFAULT_MAX_DEPTH
 from anchortrack.server._records import DEFAULT_RETENTION, Clock, ResponseStore
 from anchortrack.server._state import AsyncModel, Model, ServerState
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """
+    How long the server waits on a client, in seconds.
+
+    Attributes:
+        header: From the connection's start (or the previous response) to
+            the end of a request's headers.
+        body: From the end of the headers to the end of the body.
+        shutdown: For requests in flight once shutdown starts; then they are
+            cancelled.
+    """
+
+    header: float = 10.0
+    body: float = 30.0
+    shutdown: float = 5.0
+
+
+class _TimedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose request headers or body arrive too slowly."""
+
+    timeouts = Timeouts()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._reading: str | None = None
+        super().connection_made(transport)
+        self._watch()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._stop_timer()
+        super().handle_websocket_upgrade(event)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_timer()
+        super().connection_lost(exc)
+
+    def _watch(self) -> None:
+        """Arm the timer of what the connection waits for: headers, a body, or nothing (answering)."""
+        cycle: RequestResponseCycle | None = self.cycle  # None between requests, whatever uvicorn's type says
+        if self.transport.is_closing():
+            self._stop_timer()
+        elif cycle is None or cycle.response_complete:
+            self._start_timer("header", self.timeouts.header)
+        elif self.conn.their_state is h11.SEND_BODY:
+            self._start_timer("body", self.timeouts.body)
+        else:
+            self._stop_timer()
+
+    def _start_timer(self, reading: str, seconds: float) -> None:
+        if self._reading != reading:  # a slow trickle does not restart the clock
+            self._stop_timer()
+            self._reading = reading
+            self._read_timer = self.loop.call_later(seconds, self._timed_out)
+
+    def _stop_timer(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+        self._read_timer, self._reading = None, None
+
+    def _timed_out(self) -> None:
+        self._read_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def uvicorn_config(app: ASGIApp, timeouts: Timeouts, **options: Any) -> uvicorn.Config:
+    """The uvicorn configuration every server of this package runs with (*options* are uvicorn's)."""
+    protocol = type("TimedH11Protocol", (_TimedH11Protocol,), {"timeouts": timeouts})
+    return uvicorn.Config(
+        app,
+        lifespan="off",
+        ws="websockets-sansio",
+        http=protocol,
+        timeout_graceful_shutdown=max(1, math.ceil(timeouts.shutdown)),
+        **options,
+    )
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -64,6 +165,9 @@ class ResponsesServer:
         state: Serve this state instead of building one (then *store*,
             *retention*, *max_depth*, *model*, *clock* and *upstream* are
             ignored).
+        api_keys: Serve only these bearer keys (401 otherwise); by default
+            any key, or none.  A response is visible only to the key that
+            created it either way.
 
     Attributes:
         state: The `ServerState` the running app shares.
@@ -82,6 +186,7 @@ class ResponsesServer:
         clock: Clock | None = None,
         upstream: str | AsyncModel | None = None,
         state: ServerState | None = None,
+        api_keys: Iterable[str] | None = None,
     ) -> None:
         if isinstance(upstream, str):
             from anchortrack.server._upstream import Upstream
@@ -91,7 +196,7 @@ class ResponsesServer:
         self.state = state or ServerState(
             store, retention=retention, max_depth=max_depth, model=model, clock=clock, backend=upstream
         )
-        self.app = create_app(self.state, test_hooks=test_hooks)
+        self.app = create_app(self.state, test_hooks=test_hooks, api_keys=api_keys)
         self.host = host
         self._requested_port = port
         self._port: int | None = None
@@ -129,14 +234,7 @@ class ResponsesServer:
             raise RuntimeError("a ResponsesServer can be started only once")
         sock = bind_listener(self.host, self._requested_port)
         self._port = int(sock.getsockname()[1])
-        config = uvicorn.Config(
-            self.app,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            ws="websockets-sansio",
-            timeout_graceful_shutdown=5,
-        )
+        config = uvicorn_config(self.app, Timeouts(), log_config=None, access_log=False)
         server = uvicorn.Server(config)
         thread = threading.Thread(
             target=self._run,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import math
 import threading
 import time
@@ -24,10 +25,10 @@ from anchortrack.server._chain import (
     DEFAULT_MAX_DEPTH,
     chain_items,
     check_context,
-    is_reference,
     resolve_chain,
     resolve_context,
 )
+from anchortrack.server._items import item_type
 from anchortrack.server._memory import MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, canonical_json, new_id
 from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, ResponseStore, StoredResponse
@@ -37,12 +38,7 @@ from anchortrack.server._sqlite import SQLiteResponseStore
 
 Item = dict[str, Any]
 
-_ID_PREFIXES = {
-    "message": "msg",
-    "function_call": "fc",
-    "function_call_output": "fco",
-    "reasoning": "rs",
-}
+logger = logging.getLogger("anchortrack.server")
 
 
 def open_store(spec: str, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> ResponseStore:
@@ -87,6 +83,8 @@ class Turn:
         context: The resolved context: the chain's items, then the new input.
         response_id: The id the response will have.
         created_at: When the request arrived (the response's ``created_at``).
+        owner: Digest of the caller's API key (see `owner_digest`): the
+            response will belong to it.
     """
 
     request: CreateRequest
@@ -94,6 +92,7 @@ class Turn:
     context: list[Item]
     response_id: str
     created_at: float
+    owner: str = ""
 
 
 class AsyncModel(Protocol):
@@ -129,6 +128,12 @@ class PendingResponse:
     response: dict[str, Any]
     context: list[Item]
     delay: float
+    owner: str = ""
+
+    @property
+    def input_items(self) -> list[Item]:
+        """The request's own input items as resolved (what is stored, so a chain replays them alike)."""
+        return self.context[len(self.context) - len(self.request.input_items) :]
 
 
 def _tokens(value: object) -> int:
@@ -201,8 +206,11 @@ class ServerState:
         max_depth: Most stored responses one chain may hold.
         model: The backend; a `ScriptedModel` by default.
         clock: Time source for timestamps and (for a spelled store) retention.
-        record_contexts: Keep the context of every response for
-            `resolved_context` (memory grows with traffic).
+        record: Keep what tests look at — every request body received
+            (`requests`), every WebSocket client frame, the context of every
+            response (`resolved_context`).  Memory grows with traffic and
+            holds content sent with ``store: false``: ``anchortrack serve``
+            records only with ``--test-hooks``.
         backend: An asynchronous backend (e.g. an upstream provider) that
             answers instead of *model*.
 
@@ -225,7 +233,7 @@ class ServerState:
         max_depth: int = DEFAULT_MAX_DEPTH,
         model: Model | None = None,
         clock: Clock | None = None,
-        record_contexts: bool = True,
+        record: bool = True,
         backend: AsyncModel | None = None,
     ) -> None:
         self._clock: Clock = clock or time.time
@@ -238,7 +246,7 @@ class ServerState:
         self.backend = backend
         self.zdr = False
         self.stale_in_stream = False
-        self.record_contexts = record_contexts
+        self.record = record
         self._lock = threading.Lock()
         self._requests: list[Any] = []
         # response id → (parent id, its input items, its output items)
@@ -269,7 +277,7 @@ class ServerState:
         items their ids name (see `resolve_context`), every other item is
         exactly as received.  Instructions and
         the response's own output are not included.  Available for every
-        response created (stored or not) while `record_contexts` is on.
+        response created (stored or not) while `record` is on.
 
         Raises:
             KeyError: The server created no such response (or was not recording).
@@ -298,13 +306,24 @@ class ServerState:
         """
         return copy.deepcopy(resolve_context(items, self.stored_item))
 
-    def stored_item(self, item_id: str) -> Item | None:
-        """The item of a live stored response with this id (input or output), or None."""
+    def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
+        """The item of a live stored response of *owner* (any, for None) with this id, or None."""
         with self._lock:
             entry = self._items.get(item_id)
-        if entry is None or self.store.link(entry[0]) is None:
+        if entry is None or self.link(entry[0], owner) is None:
             return None
         return entry[1]
+
+    def link(self, response_id: str, owner: str | None = None) -> ChainLink | None:
+        """The chain data of a live stored response of *owner* (any, for None), or None."""
+        found = self.store.link(response_id)
+        return found if found is not None and owner in (None, found.owner) else None
+
+    def _get(self, response_id: str, owner: str | None) -> StoredResponse:
+        record = self.store.get(response_id)
+        if record is None or owner not in (None, record.owner):
+            raise _errors.response_not_found(response_id)
+        return record
 
     def expire(self, response_id: str) -> None:
         """
@@ -335,7 +354,9 @@ class ServerState:
     # -- the request logic --------------------------------------------------------
 
     def record_request(self, body: object) -> None:
-        """Remember a received body (called for every parsed POST, rejected or not)."""
+        """Remember a received body while `record` is on (called for every parsed POST, rejected or not)."""
+        if not self.record:
+            return
         snapshot = copy.deepcopy(body)
         with self._lock:
             self._requests.append(snapshot)
@@ -344,6 +365,7 @@ class ServerState:
         self,
         body: object,
         *,
+        owner: str | None = None,
         link: Callable[[str], ChainLink | None] | None = None,
         generate: bool = True,
     ) -> PendingResponse:
@@ -352,6 +374,10 @@ class ServerState:
 
         Args:
             body: The decoded request body.
+            owner: Digest of the caller's API key: only its stored responses
+                and items resolve, and the response belongs to it.  ``None``
+                (in-process callers) resolves every owner's and saves the
+                response as keyless.
             link: Resolve parents through this lookup instead of the store's
                 (the WebSocket endpoint puts its connection-local cache in
                 front of the store); the zero-data-retention refusal is then
@@ -362,19 +388,26 @@ class ServerState:
         Raises:
             APIError: For every refusal, in OpenAI's shape.
         """
-        turn = self.resolve(body, link=link)
+        turn = self.resolve(body, owner=owner, link=link)
         if generate:
             reply = self.model.respond(turn.context, instructions=turn.request.instructions)
         else:
             reply = ModelReply(status="completed")
         return self.finish(turn, reply)
 
-    def resolve(self, body: object, *, link: Callable[[str], ChainLink | None] | None = None) -> Turn:
+    def resolve(
+        self,
+        body: object,
+        *,
+        owner: str | None = None,
+        link: Callable[[str], ChainLink | None] | None = None,
+    ) -> Turn:
         """
         Validate *body*, resolve its chain and check its context.
 
         Args:
             body: The decoded request body.
+            owner: Digest of the caller's API key (see `prepare`).
             link: Resolve parents through this lookup instead of the store's
                 (see `prepare`).
 
@@ -387,16 +420,21 @@ class ServerState:
             if self.zdr and link is None:
                 raise _errors.zero_data_retention()
             chain = resolve_chain(
-                request.previous_response_id, link or self.store.link, max_depth=self.max_depth
+                request.previous_response_id,
+                link or (lambda response_id: self.link(response_id, owner)),
+                max_depth=self.max_depth,
             )
         stored = chain_items(chain)
-        context = resolve_context(stored + request.input_items, self.stored_item, resolved=len(stored))
+        context = resolve_context(
+            stored + request.input_items,
+            lambda item_id: self.stored_item(item_id, owner),
+            resolved=len(stored),
+        )
         check_context(context)
-        return Turn(request, chain, context, new_id("resp"), self._clock())
+        return Turn(request, chain, context, new_id("resp"), self._clock(), owner or "")
 
     def finish(self, turn: Turn, reply: ModelReply, *, record: bool = True) -> PendingResponse:
         """The response for *turn* answered by *reply*; *record* its context for tests."""
-        own_input = turn.context[len(turn.context) - len(turn.request.input_items) :]
         response = build_response(
             turn.request,
             reply,
@@ -404,26 +442,26 @@ class ServerState:
             created_at=turn.created_at,
             context=turn.context,
         )
-        if record and self.record_contexts:
+        pending = PendingResponse(turn.request, response, turn.context, reply.delay, turn.owner)
+        if record and self.record:
             with self._lock:
                 for link in turn.chain:
                     self._seen.setdefault(link.id, (link.previous_response_id, link.input_items, link.output))
                 self._seen[turn.response_id] = (
                     turn.request.previous_response_id,
-                    own_input,
+                    pending.input_items,
                     reply.output,
                 )
-        return PendingResponse(
-            request=turn.request, response=response, context=turn.context, delay=reply.delay
-        )
+        return pending
 
     def _record(self, pending: PendingResponse, response: dict[str, Any]) -> StoredResponse:
         return StoredResponse(
             id=response["id"],
             previous_response_id=pending.request.previous_response_id,
             status=response["status"],
-            input_items=pending.request.input_items,
+            input_items=pending.input_items,
             response=response,
+            owner=pending.owner,
         )
 
     def save_in_progress(self, pending: PendingResponse) -> None:
@@ -443,47 +481,56 @@ class ServerState:
             overwrite=overwrite,
             expected_previous_response_id=pending.request.previous_response_id,
         )
-        self._index_items(pending.response["id"], pending.request.input_items, pending.response["output"])
-
-    def _index_items(self, response_id: str, inputs: list[Item], outputs: list[Item]) -> None:
-        """Remember the items a stored response holds by id (input pointers are not items)."""
-        with self._lock:
-            for item in inputs:
-                item_id = item.get("id")
-                if isinstance(item_id, str) and not is_reference(item):
-                    by_id = item.get("type") == "reasoning" and not item.get("encrypted_content")
-                    if not by_id:
-                        self._items.setdefault(item_id, (response_id, item))
-            for item in outputs:
+        with self._lock:  # what ids resolve to (the inputs are resolved: no pointers among them)
+            for item in [*pending.input_items, *pending.response["output"]]:
                 item_id = item.get("id")
                 if isinstance(item_id, str):
-                    self._items.setdefault(item_id, (response_id, item))
+                    self._items.setdefault(item_id, (pending.response["id"], item))
 
-    def get_response(self, response_id: str) -> dict[str, Any]:
+    def save_final_or_log(self, pending: PendingResponse) -> bool:
         """
-        The stored response object.
+        Save the finished *pending* over its in-progress record, once its status line is gone.
+
+        A failure can no longer be an HTTP error: it is logged, and False
+        tells the caller to report it in the stream.
+        """
+        try:
+            self.save_final(pending, overwrite=True)
+        except Exception as exc:
+            logger.error("anchortrack.server.save_failed", exc_info=exc)
+            return False
+        return True
+
+    def get_response(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
+        """
+        The stored response object, when it belongs to *owner* (any, for None).
 
         Raises:
-            APIError: 404 when it is not stored (unknown, expired, deleted, unstored).
+            APIError: 404 when it is not stored (unknown, expired, deleted,
+                unstored, another key's).
         """
-        record = self.store.get(response_id)
-        if record is None:
-            raise _errors.response_not_found(response_id)
-        return record.response
+        return self._get(response_id, owner).response
 
-    def delete_response(self, response_id: str) -> dict[str, Any]:
+    def delete_response(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """
-        Delete a stored response; return OpenAI's deletion object.
+        Delete a stored response of *owner* (any, for None); return OpenAI's deletion object.
 
         Raises:
-            APIError: 404 when it is not stored.
+            APIError: 404 when it is not stored (or another key's).
         """
-        if self.store.get(response_id) is None or not self.store.delete(response_id):
+        self._get(response_id, owner)
+        if not self.store.delete(response_id):
             raise _errors.response_not_found(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     def input_items(
-        self, response_id: str, *, after: str | None = None, limit: int = 20, order: str = "desc"
+        self,
+        response_id: str,
+        owner: str | None = None,
+        *,
+        after: str | None = None,
+        limit: int = 20,
+        order: str = "desc",
     ) -> dict[str, Any]:
         """
         One page of the items used to generate a stored response.
@@ -494,8 +541,8 @@ class ServerState:
         ``id`` are listed with a stable synthetic one.
 
         Raises:
-            APIError: 404 when the response is not stored; 400 for a bad
-                ``limit`` or ``order``.
+            APIError: 404 when the response is not stored (or another
+                key's); 400 for a bad ``limit`` or ``order``.
         """
         if not 1 <= limit <= 100:
             raise _errors.invalid_value(
@@ -506,16 +553,14 @@ class ServerState:
                 "order",
                 f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
             )
-        record = self.store.get(response_id)
-        if record is None:
-            raise _errors.response_not_found(response_id)
+        record = self._get(response_id, owner)
         segments = [_listed(record.id, record.input_items)]
         seen = {record.id}
         parent = record.previous_response_id
         while parent is not None and parent not in seen and len(seen) <= self.max_depth:
             seen.add(parent)
             ancestor = self.store.get(parent)
-            if ancestor is None:
+            if ancestor is None or ancestor.owner != record.owner:
                 break
             segments.append(ancestor.output)
             segments.append(_listed(ancestor.id, ancestor.input_items))
@@ -543,7 +588,7 @@ def _listed(response_id: str, items: list[Item]) -> list[Item]:
         if isinstance(item.get("id"), str):
             listed.append(item)
             continue
-        prefix = _ID_PREFIXES.get(str(item.get("type", "message")), "item")
+        prefix = item_type(item.get("type", "message")).prefix
         digest = hashlib.sha256(f"{response_id}:{index}".encode()).hexdigest()[:48]
         listed.append({"id": f"{prefix}_{digest}", **item})
     return listed

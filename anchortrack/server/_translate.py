@@ -33,25 +33,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from anchortrack.server._errors import APIError, missing_parameter
+from anchortrack.server._items import CALLS, OUTPUTS
 from anchortrack.server._request import CreateRequest
 
 
 Item = dict[str, Any]
 Message = dict[str, Any]
 
-#: Item types that are calls the model made, and the types of their outputs.
-CALL_TYPES = frozenset(
-    {"function_call", "custom_tool_call", "shell_call", "local_shell_call", "apply_patch_call"}
-)
-OUTPUT_TYPES = frozenset(
-    {
-        "function_call_output",
-        "custom_tool_call_output",
-        "shell_call_output",
-        "local_shell_call_output",
-        "apply_patch_call_output",
-    }
-)
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
 
 #: The function schemas standing in for the tools Chat Completions lacks.
@@ -102,14 +90,6 @@ _WRAPPER_DESCRIPTIONS = {
     "shell": "Run shell commands.",
     "local_shell": "Run a command on the local machine.",
     "apply_patch": "Create, update or delete a file with a diff.",
-}
-#: Call item type → the tool type it belongs to.
-CALL_TOOL_TYPES = {
-    "function_call": "function",
-    "custom_tool_call": "custom",
-    "shell_call": "shell",
-    "local_shell_call": "local_shell",
-    "apply_patch_call": "apply_patch",
 }
 
 
@@ -313,7 +293,7 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
     items = [by_id.get(item["id"], {}) if item.get("type") == "item_reference" else item for item in context]
     outputs: dict[str, Item] = {}
     for item in items:
-        if item.get("type") in OUTPUT_TYPES:
+        if item.get("type") in OUTPUTS:
             call_id = _output_call_id(item)
             if call_id is not None:
                 outputs.setdefault(call_id, item)
@@ -360,12 +340,12 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "assistant":
             texts.append(_text_of(item.get("content")))
-        elif kind in CALL_TYPES and isinstance(item.get("call_id"), str):
+        elif kind in CALLS and isinstance(item.get("call_id"), str):
             calls.append(item)
         elif kind == "message":
             flush()
             messages.append(_message(item))
-        elif kind in OUTPUT_TYPES:
+        elif kind in OUTPUTS:
             flush()
         # reasoning items and items Chat Completions has no form for are not sent
     flush()

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
-from anchortrack.server._errors import APIError
+from anchortrack.server._errors import APIError, server_error
 from anchortrack.server._model import ModelReply
 from anchortrack.server._reconstruct import (
     REDACTED,
@@ -174,40 +174,36 @@ class Upstream:
     def _stream_error(self, data: str) -> APIError:
         message, _, code, _ = _provider_error(self.redact(data))
         logger.warning("anchortrack.server.upstream_stream_error", extra={"upstream": self.name})
-        return APIError(
-            502,
+        return server_error(
             f"The upstream provider {self.name} reported an error mid-stream: {message}",
-            type="server_error",
-            code=code or "upstream_error",
+            502,
+            code or "upstream_error",
         )
 
     def _malformed(self, reason: str) -> APIError:
         logger.warning("anchortrack.server.upstream_malformed", extra={"upstream": self.name})
-        return APIError(
-            502,
+        return server_error(
             f"The upstream provider {self.name} sent a reply that is not a Chat Completion: {reason}.",
-            type="server_error",
-            code="upstream_bad_response",
+            502,
+            "upstream_bad_response",
         )
 
     def _transport_error(self, error: Exception) -> APIError:
         if isinstance(error, httpx.TimeoutException):
             logger.warning("anchortrack.server.upstream_timeout", extra={"upstream": self.name})
-            return APIError(
-                504,
+            return server_error(
                 f"The upstream provider {self.name} did not answer within {self.timeout:g} seconds.",
-                type="server_error",
-                code="upstream_timeout",
+                504,
+                "upstream_timeout",
             )
         logger.warning(
             "anchortrack.server.upstream_unreachable",
             extra={"upstream": self.name, "error": type(error).__name__},
         )
-        return APIError(
-            502,
+        return server_error(
             f"The upstream provider {self.name} could not be reached ({type(error).__name__}).",
-            type="server_error",
-            code="upstream_unreachable",
+            502,
+            "upstream_unreachable",
         )
 
     def _refuses_json_schema(self, plan: ChatPlan, error: APIError) -> bool:

@@ -64,7 +64,7 @@ from anchortrack.server import _errors
 from anchortrack.server._chain import CHAINABLE_STATUSES
 from anchortrack.server._errors import APIError
 from anchortrack.server._events import stream_events
-from anchortrack.server._records import ChainLink
+from anchortrack.server._records import ChainLink, request_owner
 from anchortrack.server._request import decode_json
 from anchortrack.server._state import PendingResponse, ServerState
 
@@ -241,6 +241,7 @@ class _Connection:
     def __init__(self, websocket: WebSocket, connection_id: str) -> None:
         self.id = connection_id
         self.websocket = websocket
+        self.owner = request_owner(websocket.headers)
         self.cache = ConnectionCache()
         self.queues: dict[Lane, asyncio.Queue[CreateEvent]] = {}
         self.workers: dict[Lane, asyncio.Task[None]] = {}
@@ -421,6 +422,8 @@ class WebSocketHub:
         queue.put_nowait(event)
 
     def _record(self, frame: ReceivedFrame) -> None:
+        if not self.state.record:
+            return
         with self._lock:
             self._received.append(frame)
 
@@ -438,7 +441,7 @@ class WebSocketHub:
                 return cached
             if self.state.zdr:
                 return None
-            return self.state.store.link(response_id)
+            return self.state.link(response_id, conn.owner)
 
         return link
 
@@ -455,7 +458,9 @@ class WebSocketHub:
                     "send this request over HTTP (POST /v1/responses).",
                     code="unsupported_websocket_upstream",
                 )
-            pending = self.state.prepare(event.body, link=self._link(conn), generate=event.generate)
+            pending = self.state.prepare(
+                event.body, owner=conn.owner, link=self._link(conn), generate=event.generate
+            )
         except APIError as error:
             if parent is not None:
                 with self._lock:
@@ -464,7 +469,7 @@ class WebSocketHub:
             return
         stored = pending.request.store and not self.state.zdr
         to_save = pending
-        if stored and parent_cached and self.state.store.link(str(parent)) is None:
+        if stored and parent_cached and self.state.link(str(parent), conn.owner) is None:
             # The parent lives only in this socket's cache: store the whole context.
             flat = dataclasses.replace(
                 pending.request, previous_response_id=None, input_items=list(pending.context)
@@ -490,11 +495,7 @@ class WebSocketHub:
                 self.state.save_in_progress(to_save)
             except Exception:
                 logger.error("anchortrack.server.save_failed", exc_info=True)
-                await conn.send(
-                    error_frame(
-                        _errors.server_error("The server could not save the response."), event.stream_id
-                    )
-                )
+                await conn.send(error_frame(_errors.server_error(_errors.SAVE_FAILED), event.stream_id))
                 return
         finished = False
         try:
@@ -512,23 +513,15 @@ class WebSocketHub:
                 if not await conn.send(item):
                     return
             finished = True
-            if to_save is not None:
-                try:
-                    self.state.save_final(to_save, overwrite=True)
-                except Exception:
-                    logger.error("anchortrack.server.save_failed", exc_info=True)
-                    error = _errors.server_error("The server could not save the response.")
-                    await conn.send(error_frame(error, event.stream_id, events[-1]["sequence_number"]))
-                    return
+            if to_save is not None and not self.state.save_final_or_log(to_save):
+                error = _errors.server_error(_errors.SAVE_FAILED)
+                await conn.send(error_frame(error, event.stream_id, events[-1]["sequence_number"]))
+                return
             self._update_cache(conn, lane, event, pending)
             await conn.send(events[-1])
         finally:
-            if not finished and to_save is not None:
-                # The socket went away mid-response: the response still completes.
-                try:
-                    self.state.save_final(to_save, overwrite=True)
-                except Exception:
-                    logger.error("anchortrack.server.save_failed", exc_info=True)
+            if not finished and to_save is not None:  # the socket went away: the response still completes
+                self.state.save_final_or_log(to_save)
 
     def _update_cache(
         self, conn: _Connection, lane: Lane, event: CreateEvent, pending: PendingResponse

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,10 +95,11 @@ class TestServe:
 
     def test_the_help_defaults_are_the_servers(self) -> None:
         """serve's --help defaults repeat the server's constants (so --help need not import the server)."""
-        from anchortrack import server
         from anchortrack._cli import serve
+        from anchortrack.server._chain import DEFAULT_MAX_DEPTH
+        from anchortrack.server._records import DEFAULT_RETENTION
 
-        assert (server.DEFAULT_MAX_DEPTH, server.DEFAULT_RETENTION) == (
+        assert (DEFAULT_MAX_DEPTH, DEFAULT_RETENTION) == (
             serve.DEFAULT_MAX_DEPTH,
             serve.DEFAULT_RETENTION,
         )
@@ -150,6 +156,145 @@ class TestServe:
         assert base_url.startswith("http://127.0.0.1:")
         assert len(_data(context)) == 3
         assert code == 0
+
+    def test_serve_requires_the_listed_keys(self) -> None:
+        """`--api-key` and $ANCHORTRACK_SERVE_API_KEYS list the served keys; others get 401."""
+        env = {**_env(), "ANCHORTRACK_SERVE_API_KEYS": " sk-env-b , sk-env-c,"}
+        process = subprocess.Popen(
+            [sys.executable, "-c", _MAIN, "serve", "--port", "0", "--api-key", "sk-flag-a"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            base_url = process.stdout.readline().split(" at ")[1].split(" ")[0]
+            clients = {
+                key: openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+                for key in ("sk-flag-a", "sk-env-b", "sk-env-c", "sk-unknown-d")
+            }
+            first = clients["sk-flag-a"].responses.create(model="scripted", input="mine")
+            with pytest.raises(openai.AuthenticationError) as refused:
+                clients["sk-unknown-d"].responses.create(model="scripted", input="hi")
+            with pytest.raises(openai.NotFoundError):
+                clients["sk-env-b"].responses.retrieve(first.id)
+            served = clients["sk-env-c"].responses.create(model="scripted", input="hi")
+            for client in clients.values():
+                client.close()
+        finally:
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=30)
+
+        assert "invalid_api_key" == refused.value.code
+        assert "completed" == served.status
+        assert code == 0
+
+    @pytest.mark.parametrize("test_hooks", [False, True])
+    def test_request_bodies_are_kept_only_with_test_hooks(self, test_hooks: bool) -> None:
+        """Without hooks, `serve`'s state keeps no request body (HTTP, WebSocket, unstored, refused)."""
+        from websockets.sync.client import connect
+
+        from anchortrack._cli.serve import build_state
+        from anchortrack.server import ResponsesServer
+
+        parser = argparse.ArgumentParser()
+        register(parser.add_subparsers())
+        args = parser.parse_args(["serve", "--port", "0", *(["--test-hooks"] if test_hooks else [])])
+        state = build_state(args)
+        secret = "patient 4111 diagnosis"
+        bodies = [
+            {"model": "scripted", "input": secret, "store": False},
+            {"model": "scripted", "input": secret},
+            {"model": "scripted", "input": secret, "bogus": 1},
+            {"input": secret},
+        ]
+        with ResponsesServer(state=state) as srv:
+            with openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0) as client:
+                for body in bodies:
+                    with contextlib.suppress(openai.BadRequestError):
+                        client.post("/responses", body=body, cast_to=object)
+            with connect(f"ws://127.0.0.1:{srv.port}/v1/responses") as socket:
+                socket.send(json.dumps({"type": "response.create", **bodies[0]}))
+                socket.recv(timeout=30)
+            kept = (state.requests, srv.app.state.websockets.received)
+
+        assert (len(kept[0]), len(kept[1])) == ((4, 1) if test_hooks else (0, 0))
+        assert (secret in repr(kept)) is test_hooks
+
+
+_HEADERS = (
+    b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n"
+    b"Content-Type: application/json\r\nContent-Length: LENGTH\r\n\r\n"
+)
+
+
+class TestSlowClients:
+    """A client that stalls cannot hold `anchortrack serve` (a real process, raw sockets)."""
+
+    def test_sigterm_stops_the_server_while_a_body_is_half_sent(self) -> None:
+        """Headers and half a body, then SIGTERM: the process exits (0) within a bounded wait."""
+        with _serving() as (process, port), socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(_HEADERS.replace(b"LENGTH", b"100") + b'{"model": "scripted", "inp')
+            _assert_open(client)
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=30)
+
+        assert code == 0
+
+    @pytest.mark.parametrize(
+        ("option", "start"),
+        [
+            ("--header-timeout", b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n"),
+            ("--body-timeout", _HEADERS.replace(b"LENGTH", b"100")),
+        ],
+        ids=["headers", "body"],
+    )
+    def test_a_trickling_client_is_cut_off(self, option: str, start: bytes) -> None:
+        """A client trickling its headers (or body) a byte at a time is disconnected after the timeout."""
+        with _serving(option, "1") as (_, port), socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(start)
+            client.settimeout(0.2)
+            deadline = time.monotonic() + 60  # generous: the timeout is 1 s
+            closed = False
+            while not closed and time.monotonic() < deadline:
+                try:
+                    client.sendall(b"x")
+                    closed = client.recv(1024) == b""
+                except TimeoutError:
+                    continue
+                except OSError:  # reset by the server
+                    closed = True
+
+        assert closed
+
+
+@contextlib.contextmanager
+def _serving(*options: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _MAIN, "serve", "--port", "0", *options],
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        yield process, int(line.split(" at ")[1].split("/v1")[0].rsplit(":", 1)[1])
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=30)
+
+
+def _assert_open(client: socket.socket) -> None:
+    """The server holds the connection (it waits for the rest of the body)."""
+    client.settimeout(0.5)
+    with pytest.raises(TimeoutError):
+        client.recv(1)
 
 
 _MAIN = "import sys; from anchortrack._cli import main; sys.exit(main(sys.argv[1:]))"

@@ -92,8 +92,8 @@ class AnsweringState(ServerState):
         self.answered: list[tuple[dict[str, Any], str]] = []
         self._answered_lock = threading.Lock()
 
-    def prepare(self, body: object) -> Any:
-        pending = super().prepare(body)
+    def prepare(self, body: object, **options: Any) -> Any:
+        pending = super().prepare(body, **options)
         with self._answered_lock:
             self.answered.append((copy.deepcopy(body), pending.response["id"]))
         return pending

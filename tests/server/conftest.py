@@ -15,12 +15,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from anchortrack.server import (
-    MemoryResponseStore,
-    ResponsesServer,
-    ResponseStore,
-    SQLiteResponseStore,
-)
+from anchortrack.server import ResponsesServer
+from anchortrack.server._memory import MemoryResponseStore
+from anchortrack.server._records import ResponseStore
+from anchortrack.server._sqlite import SQLiteResponseStore
 
 from ..helpers import FakeClock
 from .helpers import make_client

@@ -13,6 +13,10 @@ import openai
 from anchortrack.server import ResponsesServer
 
 
+#: The key every helper and plain client sends (responses belong to the key that made them).
+API_KEY = "test"
+
+
 def raw_request(
     server: ResponsesServer,
     method: str,
@@ -20,11 +24,14 @@ def raw_request(
     body: bytes | None = None,
     *,
     content_type: str = "application/json",
+    api_key: str | None = API_KEY,
 ) -> tuple[int, Any, dict[str, str]]:
-    """Send one raw HTTP request; return (status, decoded JSON body or text, headers)."""
+    """Send one raw HTTP request as *api_key*; return (status, decoded JSON body or text, headers)."""
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
         headers = {"content-type": content_type} if body is not None else {}
+        if api_key is not None:
+            headers["authorization"] = f"Bearer {api_key}"
         connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
         data = response.read()
@@ -38,15 +45,17 @@ def raw_request(
     return response.status, decoded, header_map
 
 
-def post_json(server: ResponsesServer, body: Any, path: str = "/v1/responses") -> tuple[int, Any]:
-    """POST *body* as JSON; return (status, decoded body)."""
-    status, decoded, _ = raw_request(server, "POST", path, json.dumps(body).encode())
+def post_json(
+    server: ResponsesServer, body: Any, path: str = "/v1/responses", *, api_key: str | None = API_KEY
+) -> tuple[int, Any]:
+    """POST *body* as JSON as *api_key*; return (status, decoded body)."""
+    status, decoded, _ = raw_request(server, "POST", path, json.dumps(body).encode(), api_key=api_key)
     return status, decoded
 
 
 def make_client(server: ResponsesServer) -> openai.OpenAI:
     """A real sync openai client for *server* that never retries."""
-    return openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    return openai.OpenAI(base_url=server.base_url, api_key=API_KEY, max_retries=0)
 
 
 _SDK_ONLY = frozenset({"parsed", "parsed_arguments"})

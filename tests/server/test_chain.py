@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from anchortrack.server import APIError, ChainLink
+from anchortrack.server import APIError
 from anchortrack.server._chain import chain_items, check_context, resolve_chain
+from anchortrack.server._records import ChainLink
 
 
 def record(response_id: str, parent: str | None, *, status: str = "completed") -> ChainLink:

@@ -379,3 +379,38 @@ def test_error_bodies_are_json_with_request_ids(fake_server: ResponsesServer) ->
     assert headers["content-type"].startswith("application/json")
     assert headers["x-request-id"].startswith("req_")
     assert body["error"]["param"] == "model"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        rb'{"model": "m", "input": "\ud800"}',
+        rb'{"model": "m", "input": "ok", "instructions": "be \udfff brief"}',
+        rb'{"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "\ud83d"}]}]}',  # noqa: E501
+        rb'{"model": "m", "input": "ok", "metadata": {"\ud800": "key"}}',
+        rb'{"model": "m", "input": "ok", "stream": true, "instructions": "\udc00"}',
+    ],
+    ids=["input", "instructions", "content part", "object key", "streamed"],
+)
+def test_lone_surrogates_are_a_400_before_anything_is_stored(any_server: ResponsesServer, raw: bytes) -> None:
+    """A JSON-legal lone-surrogate escape is not text: a 400 in OpenAI's shape, and no response is stored."""
+    before = any_server.state.store.count()
+
+    status, body, _ = raw_request(any_server, "POST", "/v1/responses", raw)
+
+    assert 400 == status
+    assert {"message", "type", "param", "code"} == set(body["error"])
+    assert "invalid_request_error" == body["error"]["type"]
+    assert before == any_server.state.store.count()
+
+
+def test_a_surrogate_pair_is_text(fake_server: ResponsesServer) -> None:
+    """An escaped surrogate pair is one character, served like any other."""
+    status, body = post_json(fake_server, {"model": "m", "input": "\U0001f600"})
+    raw_status, raw_body, _ = raw_request(
+        fake_server, "POST", "/v1/responses", rb'{"model": "m", "input": "\ud83d\ude00"}'
+    )
+
+    assert (200, 200) == (status, raw_status)
+    assert "\U0001f600" in raw_body["output"][0]["content"][0]["text"]
+    assert body["output"][0]["content"][0]["text"] == raw_body["output"][0]["content"][0]["text"]

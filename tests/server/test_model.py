@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from anchortrack.server import ScriptedModel, context_digest
-from anchortrack.server._model import parse_script
+from anchortrack.server import ScriptedModel
+from anchortrack.server._model import context_digest, parse_script
 
 from ..helpers import user
 from .helpers import digest

@@ -129,3 +129,34 @@ def test_items_of_unstored_or_deleted_responses_do_not_resolve(fake_server: Resp
     assert 200 == post_json(fake_server, {"model": "scripted", "input": [{"id": stored_id}]})[0]
     fake_server.state.drop(stored["id"])
     assert 404 == post_json(fake_server, {"model": "scripted", "input": [{"id": stored_id}]})[0]
+
+
+@pytest.mark.parametrize("form", ["item_reference", "bare_reference", "reasoning_by_id"])
+def test_a_chain_resolves_as_the_same_history_sent_in_full(any_server: ResponsesServer, form: str) -> None:
+    """A response whose input held an id-resolved item chains to the context the full history gives.
+
+    Compared through what the scripted model saw (the context digest in its answer), not through
+    the test hooks: the chained request against the same history sent statelessly.
+    """
+    status, first = post_json(any_server, {"model": "scripted", "input": "think\n!reason"})
+    assert 200 == status
+    reasoning, message = first["output"]
+    pointer = {
+        "item_reference": {"type": "item_reference", "id": message["id"]},
+        "bare_reference": {"id": message["id"]},
+        "reasoning_by_id": {"type": "reasoning", "id": reasoning["id"], "summary": []},
+    }[form]
+    history = [user("think\n!reason"), pointer, user("next")]
+    status, second = post_json(any_server, {"model": "scripted", "input": history})
+    assert 200 == status
+
+    chained = {"model": "scripted", "input": [user("more")], "previous_response_id": second["id"]}
+    full = {"model": "scripted", "input": [*history, *second["output"], user("more")], "store": False}
+    status_chained, by_chain = post_json(any_server, chained)
+    status_full, by_full = post_json(any_server, full)
+
+    assert (200, 200) == (status_chained, status_full)
+    seen_chained = by_chain["output"][-1]["content"][0]["text"]
+    seen_full = by_full["output"][-1]["content"][0]["text"]
+    assert "ctx:" in seen_full
+    assert seen_full == seen_chained

@@ -8,16 +8,12 @@ from pathlib import Path
 import openai
 import pytest
 
-from anchortrack.server import (
-    MemoryResponseStore,
-    ResponsesServer,
-    ServerState,
-    StoredResponse,
-    create_app,
-)
+from anchortrack.server import ResponsesServer, ServerState, create_app
+from anchortrack.server._memory import MemoryResponseStore
+from anchortrack.server._records import StoredResponse, owner_digest
 
 from ..helpers import FakeClock, user_message
-from .helpers import as_items, make_client
+from .helpers import API_KEY, as_items, make_client
 
 
 def server_threads() -> list[threading.Thread]:
@@ -176,6 +172,7 @@ def test_cycles_built_through_the_store_are_refused(
                 status="completed",
                 input_items=[],
                 response={"output": []},
+                owner=owner_digest(API_KEY),
             )
         )
 

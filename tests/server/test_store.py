@@ -9,16 +9,10 @@ from typing import Any
 
 import pytest
 
-from anchortrack.server import (
-    ChainLink,
-    MemoryResponseStore,
-    ResponseStore,
-    SQLiteResponseStore,
-    StoreConflictError,
-    StoredResponse,
-    open_store,
-)
-from anchortrack.server._sqlite import SCHEMA_VERSION
+from anchortrack.server._memory import MemoryResponseStore
+from anchortrack.server._records import ChainLink, ResponseStore, StoreConflictError, StoredResponse
+from anchortrack.server._sqlite import SCHEMA_VERSION, SQLiteResponseStore
+from anchortrack.server._state import open_store
 
 from ..helpers import FakeClock
 
@@ -250,6 +244,37 @@ class TestSQLite:
             assert saved == reader.get("resp_1")
         finally:
             reader.close()
+
+    def test_a_version_1_file_is_migrated_its_responses_keyless(
+        self, tmp_path: Path, clock: FakeClock
+    ) -> None:
+        """A file written before responses had owners opens; its records belong to requests without a key."""
+        path = tmp_path / "responses.db"
+        connection = sqlite3.connect(path)
+        connection.execute(
+            "CREATE TABLE responses (id TEXT PRIMARY KEY, previous_response_id TEXT, status TEXT NOT NULL, "
+            "created_at REAL NOT NULL, expires_at REAL NOT NULL, input_json TEXT NOT NULL, "
+            "output_json TEXT NOT NULL, response_json TEXT NOT NULL)"
+        )
+        connection.execute(
+            "INSERT INTO responses VALUES "
+            "('resp_old', NULL, 'completed', 1.0, 1e300, '[]', '[]', '{\"id\": 1}')"
+        )
+        connection.execute("PRAGMA user_version = 1")
+        connection.commit()
+        connection.close()
+
+        store = SQLiteResponseStore(path, clock=clock)
+        try:
+            old = store.get("resp_old")
+            store.save(record("resp_new", owner="abc"))
+            new = store.get("resp_new")
+        finally:
+            store.close()
+
+        assert old is not None
+        assert new is not None
+        assert ("", {"id": 1}, "abc") == (old.owner, old.response, new.owner)
 
     def test_newer_schema_is_refused(self, tmp_path: Path) -> None:
         """A file written by a newer schema is not misread."""

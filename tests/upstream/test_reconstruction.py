@@ -298,7 +298,7 @@ def test_response_is_saved_before_its_id_reaches_the_client(
     created = bridge_client.responses.create(model="m1", input="a")
     assert bridge_client.responses.retrieve(created.id).status == "completed"
 
-    with openai.OpenAI(base_url=bridge.base_url, api_key="k", max_retries=0) as other:
+    with openai.OpenAI(base_url=bridge.base_url, api_key="client-key", max_retries=0) as other:
         for event in bridge_client.responses.create(model="m1", input="b", stream=True):
             if event.type == "response.completed":
                 stored = other.responses.retrieve(event.response.id).to_dict()
