@@ -8,7 +8,8 @@ Building the parser imports the standard library only: the client, the web
 stack (Starlette, uvicorn) and the server's request logic are imported by the
 handlers when they run, so ``anchortrack --help`` is fast and works without
 the ``server`` extra.
-Ctrl-C ends any command with exit code 130 and no traceback.
+Ctrl-C ends ``demo`` and ``explain`` with exit code 130 and no traceback;
+``serve`` handles it (and SIGTERM) itself as a clean shutdown, exit code 0.
 """
 
 from __future__ import annotations
