@@ -286,3 +286,17 @@ def test_scripts_test_bootstraps_a_venv_with_the_pip_it_ships(tmp_path: Path) ->
     assert (0, first.stdout) == (second.returncode, second.stdout), second.stderr
     assert "pip install" not in second.stderr
     assert "upgrading pip" not in second.stderr
+
+
+def test_the_benchmarks_import_nothing_from_the_tests() -> None:
+    """What both need (a redis-server, the local server in a process) lives in benchmarks/_support.py."""
+    offenders = [
+        f"{path.name}: {module}"
+        for path in sorted((ROOT / "benchmarks").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for module in ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names])
+        if module == "tests" or module.startswith("tests.")
+    ]
+
+    assert [] == offenders
