@@ -295,7 +295,9 @@ def test_the_benchmarks_import_nothing_from_the_tests() -> None:
         for path in sorted((ROOT / "benchmarks").glob("*.py"))
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, (ast.Import, ast.ImportFrom))
-        for module in ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names])
+        for module in (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+        )
         if module == "tests" or module.startswith("tests.")
     ]
 
