@@ -259,3 +259,23 @@ def test_readme_keeps_the_two_commands_and_links_only_to_files_that_exist() -> N
     for row in rows:
         for figure in re.findall(r"\d[\d,]*(?:\.\d+)?", row.split("|")[2]):
             assert re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d,]|\.\d)", page), (figure, row)
+
+
+@pytest.mark.slow
+def test_the_readme_quotes_what_the_25_turn_demo_sends(tmp_path: Path) -> None:
+    """README's "--turns 25 about N%" is the share of stateless input bytes that run's stats report."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANCHORTRACK_MODE"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-m", "anchortrack", "demo", "--turns", "25"],
+        capture_output=True, text=True, env=env, timeout=300, check=True,
+    )  # fmt: skip
+    out = " ".join(done.stdout.split())
+    sent, stateless = (
+        int(n.replace(",", "")) for n in re.findall(r"~([\d,]+) sent of ~([\d,]+) stateless", out)[0]
+    )
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    quoted = float(re.findall(r"`anchortrack demo --turns 25` about ([\d.]+)%", text)[0])
+
+    assert round(100 * sent / stateless) == quoted
