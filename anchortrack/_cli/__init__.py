@@ -29,25 +29,21 @@ INTERRUPTED = 130
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every subcommand."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("anchortrack")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        installed = "(not installed)"
     parser = argparse.ArgumentParser(
         prog="anchortrack",
         description="Provably valid previous_response_id chaining for the OpenAI Responses API.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    subparsers.required = True
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in (serve, demo, explain):
         command.register(subparsers)
     return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("anchortrack")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "(not installed)"
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -1,19 +1,13 @@
 """
 ``anchortrack explain FILE``: what the wrapped client would send for a history.
 
-The store is ``--store``; without it, only the last ``anchortrack demo``'s own
-request file is explained, against that demo's store (any other file would be
-looked up where its anchors never were). Anchors are scoped by base URL,
-organization, project, namespace and API key, so the command derives the scope
-the way an ``openai`` client does and says where each part came from: a flag,
-else the demo's ``demo.json`` (for the demo's store), else ``OPENAI_BASE_URL``,
-``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``, ``OPENAI_API_KEY`` (its keyed
-digest), else the client's defaults.
-
-When the history would not chain, exactly one conclusion says why, in the terms
-the user can act on: an empty store or another scope is not an edited history,
-and a bare list cannot carry the tools its anchors were made with. Every line
-fits 80 columns; every error is one line with exit code 2.
+The store is ``--store``, or the last demo's for the demo's own request file.
+The scope is derived as an ``openai`` client derives it (flags, else the demo's
+``demo.json`` for its store, else ``OPENAI_*`` variables, else defaults), and
+shown with where each part came from. One conclusion says why a history would
+not chain, in terms the user can act on (an empty store or another scope is not
+an edited history; a bare list cannot carry its anchors' tools). Every line
+fits 80 columns; every error is one line, exit code 2.
 """
 
 from __future__ import annotations
