@@ -521,7 +521,11 @@ class TestAUsersOwnFiles:
         code, out, err = self.explain("body.json", "--store", "redis://127.0.0.1:1")
 
         assert (2, "") == (code, out)
-        assert err == (
-            "anchortrack explain: the store redis://127.0.0.1:1 failed: ConnectionError: "
-            "Error 111 connecting to 127.0.0.1:1. Connection refused.\n"
-        )
+        line, rest = err.split("\n", 1)
+        assert "" == rest
+        # redis-py's message names the address and the system's reason (errno 111 on Linux)
+        assert re.fullmatch(
+            r"anchortrack explain: the store redis://127\.0\.0\.1:1 failed: ConnectionError: "
+            r"Error \d+ connecting to 127\.0\.0\.1:1\. Connection refused\.",
+            line,
+        ), line
