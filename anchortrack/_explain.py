@@ -11,6 +11,7 @@ It runs the planning pipeline the wrapped client runs (`read_history`, then
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -155,16 +156,13 @@ class Explanation:
             "items": [attrs.asdict(row) for row in self.items],
         }
 
-    def render(self) -> str:
-        """Return the explanation as a text table followed by the summary line."""
-        head = f"  {'#':>4}  {'type':<22} {'role':<10} {'fingerprint':<12}  held by"
-        lines = [head]
-        skip = self.plan.skip if self.plan.anchor is not None else 0
+    def table(self) -> list[str]:
+        """The items, one row each: the anchor marked, the items sent in ``input`` with ``+``."""
+        lines = [f"  {'#':>4}  {'type':<22} {'role':<10} {'fingerprint':<12}  held by"]
+        anchor = self.plan.anchor
         for row in self.items:
-            if self.plan.anchor is not None and row.index == skip:
-                lines.append(
-                    f"  ── anchor {self.plan.anchor.response_id} (its view is items 0-{skip - 1}) ──"
-                )
+            if anchor is not None and row.index == self.plan.skip:
+                lines.append(f"  ── anchor {anchor.response_id} ──")
             mark = "+" if row.in_delta else " "
             lines.append(
                 f"{mark} {row.index:>4}  {row.type:<22} {row.role or '-':<10} "
@@ -173,8 +171,12 @@ class Explanation:
         if not self.items:
             lines.append("  (no items)")
         lines.append("  + = sent in input")
-        lines.append(self.summary)
-        return "\n".join(lines)
+        return lines
+
+    def render(self) -> str:
+        """Return the explanation as text: the `table`, then the summary wrapped to 80 columns."""
+        summary = textwrap.fill(self.summary, 80, subsequent_indent="  ", break_long_words=False)
+        return "\n".join([*self.table(), summary])
 
 
 def explain(

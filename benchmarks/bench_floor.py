@@ -33,7 +33,7 @@ from bench_overhead import CALLS, LONG_CALLS, ask, hand_loop, tool_outputs, wrap
 
 import anchortrack
 from anchortrack._hashing import Memo, fingerprint_history, fingerprint_items, prefix_hashes
-from tests._server import server_process
+from benchmarks._support import server_process
 
 
 def floor_loop(client: openai.OpenAI, calls: int = CALLS) -> int:

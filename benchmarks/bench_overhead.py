@@ -40,7 +40,7 @@ import anchortrack
 from anchortrack import Scope
 from anchortrack._flow import Find, Send, call_flow
 from anchortrack.stores import AnchorStore, MemoryStore
-from tests._server import server_process
+from benchmarks._support import server_process
 
 
 CALLS = 25

@@ -27,7 +27,7 @@ from bench_overhead import LONG_CALLS, ask, hand_loop, tool_outputs
 
 import anchortrack
 from anchortrack._hashing import fingerprint_items
-from tests._server import server_process
+from benchmarks._support import server_process
 
 
 def proof_times(client: openai.OpenAI, calls: int) -> tuple[list[float], list[float], int]:

@@ -49,7 +49,7 @@ from bench_overhead import plan_once, typical_items  # noqa: E402
 import anchortrack  # noqa: E402
 from anchortrack import Scope  # noqa: E402
 from anchortrack.stores import Anchor, AnchorStore, RedisStore, SQLiteStore  # noqa: E402
-from tests._redis import RedisServer  # noqa: E402
+from benchmarks._support import RedisServer  # noqa: E402
 
 
 ANCHORS = 1_000_000

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from anchortrack.stores import Anchor, AnchorStore, MemoryStore, RedisStore, SQLiteStore  # noqa: E402
-from tests._redis import RedisServer  # noqa: E402
+from benchmarks._support import RedisServer  # noqa: E402
 
 
 SCOPE = "0123456789abcdef"

@@ -206,20 +206,46 @@ def test_benchmark_page_shows_what_bench_bytes_measures(docs_server: ResponsesSe
 
 README = ROOT / "README.md"
 QUICKSTART = (
-    "pip install -e '.[server]' && anchortrack demo      # the main job: a tool-calling agent against "
+    "pip install -e '.[server]' && anchortrack demo   # the main job: a tool-calling agent against "
     "the built-in local server, no API key\n"
-    "pip install -e . --group dev && scripts/test         # the whole test suite (pip ≥ 25.1; installs "
-    "Debian's redis-server if missing)\n"
+    "scripts/test                                     # the whole test suite; first installs the dev group "
+    "(upgrading an old pip) and Debian's redis-server if missing\n"
 )
 
 
+def quickstart_commands(text: str) -> list[str]:
+    """The commands of the README's quickstart block, without their comments."""
+    block = text.split("## Quickstart", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_ci_runs_the_quickstart_first_verbatim_in_a_venv_it_did_not_upgrade() -> None:
+    """
+    .ci/run's first commands are the README's two, as whole lines, after a fresh venv and no pip.
+
+    The second is the whole suite, so CI's full run is the README's literal test command, with the
+    pip that ``python3 -m venv`` ships.
+    """
+    commands = quickstart_commands(README.read_text(encoding="utf-8"))
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    code = [line for line in ci if line and not line.startswith("#")]
+
+    assert ["pip install -e '.[server]' && anchortrack demo", "scripts/test"] == commands
+    first = code.index(commands[0])
+    assert commands[1] == next(line for line in code[first + 1 :] if not line.startswith("cost "))
+    before = code[:first]
+    assert "python3 -m venv .ci/venv" in before
+    assert [] == [line for line in before if "pip install" in line or "ensurepip" in line]
+    assert 1 == ci.count("scripts/test")
+    script = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
+    assert script.rstrip().endswith('exec python -m pytest -p no:cacheprovider "$@"')
+
+
 def test_readme_keeps_the_two_commands_and_links_only_to_files_that_exist() -> None:
-    """The README's quickstart is unchanged, CI runs its test command, and its relative links resolve."""
+    """The README's quickstart is unchanged and its relative links resolve."""
     text = README.read_text(encoding="utf-8")
 
     assert QUICKSTART in text
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "pip install -e . --group dev && scripts/test" in ci
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     local = [link for link in links if "://" not in link]
     assert local, "the README links into the documentation"
@@ -233,3 +259,23 @@ def test_readme_keeps_the_two_commands_and_links_only_to_files_that_exist() -> N
     for row in rows:
         for figure in re.findall(r"\d[\d,]*(?:\.\d+)?", row.split("|")[2]):
             assert re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d,]|\.\d)", page), (figure, row)
+
+
+@pytest.mark.slow
+def test_the_readme_quotes_what_the_25_turn_demo_sends(tmp_path: Path) -> None:
+    """README's "--turns 25 about N%" is the share of stateless input bytes that run's stats report."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANCHORTRACK_MODE"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-m", "anchortrack", "demo", "--turns", "25"],
+        capture_output=True, text=True, env=env, timeout=300, check=True,
+    )  # fmt: skip
+    out = " ".join(done.stdout.split())
+    sent, stateless = (
+        int(n.replace(",", "")) for n in re.findall(r"~([\d,]+) sent of ~([\d,]+) stateless", out)[0]
+    )
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    quoted = float(re.findall(r"`anchortrack demo --turns 25` about ([\d.]+)%", text)[0])
+
+    assert round(100 * sent / stateless) == quoted

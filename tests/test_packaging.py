@@ -216,3 +216,89 @@ def test_one_docstring_style_without_sphinx_roles() -> None:
         if re.search(r":(class|func|meth|mod|attr|data|exc):`", line)
     ]
     assert [] == offenders
+
+
+TOY_PROJECT = """\
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "toy"
+version = "0"
+
+[dependency-groups]
+dev = ["pytest"]
+"""
+
+
+@pytest.mark.slow
+def test_scripts_test_bootstraps_a_venv_with_the_pip_it_ships(tmp_path: Path) -> None:
+    """
+    The README's test command works in a brand-new venv whose pip cannot install dependency groups.
+
+    ``scripts/test`` (the README's second quickstart command) is copied into a toy project whose
+    ``dev`` group is pytest: in a venv made by ``python -m venv`` (pip 23-24, older than the 25.1
+    that ``--group`` needs), it upgrades pip inside the venv, installs the group and runs pytest
+    (``--version`` here); a second run installs nothing.
+    """
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    (project / "toy").mkdir()
+    (project / "toy" / "__init__.py").touch()
+    (project / "pyproject.toml").write_text(TOY_PROJECT, encoding="utf-8")
+    script = project / "scripts" / "test"
+    script.write_bytes((ROOT / "scripts" / "test").read_bytes())
+    script.chmod(0o755)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+
+    def pip_version() -> tuple[int, ...]:
+        out = subprocess.run(
+            [python, "-c", "from importlib.metadata import version; print(version('pip'))"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return tuple(int(n) for n in re.findall(r"\d+", out)[:2])
+
+    if pip_version() >= (25, 1):  # a Python whose ensurepip is new enough: make it old again
+        subprocess.run([python, "-m", "pip", "install", "-q", "pip<25"], check=True, timeout=300)
+    assert pip_version() < (25, 1)
+    env = {
+        "PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "VIRTUAL_ENV": str(venv),
+        "HOME": str(tmp_path),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+
+    def run_it() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(script), "--version"], capture_output=True, text=True, env=env, timeout=600, check=False
+        )
+
+    first, second = run_it(), run_it()
+
+    assert 0 == first.returncode, first.stderr
+    assert re.match(r"pytest \d+", first.stdout), first.stdout
+    assert "scripts/test: upgrading pip inside this virtual environment" in first.stderr
+    assert "scripts/test: pip install -e . --group dev" in first.stderr
+    assert pip_version() >= (25, 1)
+    assert (0, first.stdout) == (second.returncode, second.stdout), second.stderr
+    assert "pip install" not in second.stderr
+    assert "upgrading pip" not in second.stderr
+
+
+def test_the_benchmarks_import_nothing_from_the_tests() -> None:
+    """What both need (a redis-server, the local server in a process) lives in benchmarks/_support.py."""
+    offenders = [
+        f"{path.name}: {module}"
+        for path in sorted((ROOT / "benchmarks").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for module in (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+        )
+        if module == "tests" or module.startswith("tests.")
+    ]
+
+    assert [] == offenders

@@ -8,7 +8,8 @@ Building the parser imports the standard library only: the client, the web
 stack (Starlette, uvicorn) and the server's request logic are imported by the
 handlers when they run, so ``anchortrack --help`` is fast and works without
 the ``server`` extra.
-Ctrl-C ends any command with exit code 130 and no traceback.
+Ctrl-C ends ``demo`` and ``explain`` with exit code 130 and no traceback;
+``serve`` handles it (and SIGTERM) itself as a clean shutdown, exit code 0.
 """
 
 from __future__ import annotations
@@ -28,25 +29,21 @@ INTERRUPTED = 130
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every subcommand."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("anchortrack")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        installed = "(not installed)"
     parser = argparse.ArgumentParser(
         prog="anchortrack",
         description="Provably valid previous_response_id chaining for the OpenAI Responses API.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    subparsers.required = True
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in (serve, demo, explain):
         command.register(subparsers)
     return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("anchortrack")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "(not installed)"
 
 
 def _interrupt(signum: int, frame: object) -> None:

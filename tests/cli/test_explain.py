@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
 import anchortrack
 from anchortrack._cli import main
+from anchortrack._cli.record import DemoRecord
+from anchortrack.server import ResponsesServer
 from anchortrack.stores import SQLiteStore
 
-from ..helpers import conversation, user
+from ..helpers import conversation, dumped, output, scope_of, user
 
 
 NAMESPACE = "explain-tests"
@@ -62,22 +69,23 @@ class TestExplainCommand:
 
         lines = out.splitlines()
         assert 0 == code
-        assert (
-            f"store sqlite:{db} · scope {str(sqlite_client.base_url).rstrip('/')} (namespace {NAMESPACE})"
-            == lines[0]
-        )
-        assert lines[1].startswith("scope ")
-        assert lines[1].endswith(
-            ": base URL from --base-url, no organization, no project, "
-            "namespace explain-tests from --namespace, API key digest from $OPENAI_API_KEY "
-            "(change with --base-url, --organization, --project, --namespace, --no-api-key-scope)"
-        )
-        assert "     #  type                   role       fingerprint   held by" == lines[2]
-        assert lines[3].startswith("     0  message                system     ")
-        assert f"  ── anchor {last} (its view is items 0-6) ──" == lines[10]
-        assert lines[11].startswith("+    7  message                user       ")
-        assert lines[11].endswith("  -")
-        assert lines[-1].startswith(f"chained: sends 1 of 8 items after {last}")
+        assert [
+            f"store sqlite:{db}",
+            f"scope {scope_of(sqlite_client).key} (change with --base-url, --organization, --project,",
+            "  --namespace, --api-key, --no-api-key-scope):",
+            f"  base URL      {str(sqlite_client.base_url).rstrip('/')} (from --base-url)",
+            "  organization  none",
+            "  project       none",
+            f"  namespace     {NAMESPACE} (from --namespace)",
+            "  API key       digest (from $OPENAI_API_KEY)",
+            "     #  type                   role       fingerprint   held by",
+        ] == lines[:9]
+        assert lines[9].startswith("     0  message                system     ")
+        assert f"  ── anchor {last} ──" == lines[16]
+        assert lines[17].startswith("+    7  message                user       ")
+        assert lines[17].endswith("  -")
+        assert "\n".join(lines[19:]).startswith(f"chained: sends 1 of 8 items after\n  {last}")
+        assert all(len(line) <= 80 for line in lines)
 
     def test_chained_json(
         self, capsys: pytest.CaptureFixture[str], sqlite_client: openai.OpenAI, db: Path, tmp_path: Path
@@ -124,11 +132,13 @@ class TestExplainCommand:
         assert (0, 0) == (code, jcode)
         assert "── anchor" not in out
         assert 8 == sum(1 for line in out.splitlines() if line.startswith("+ "))
-        assert out.splitlines()[-2:] == [
-            "stateless (prefix_diverged): no recorded response's view is a prefix of the history: an earlier "
-            "item was edited, removed or inserted (or the anchors are in another store or scope)",
-            "note: the store holds anchors in this scope, but none is a prefix of this history",
-        ]
+        assert out.endswith(
+            "stateless (prefix_diverged): no recorded response's view is a prefix of the\n"
+            "  history: an earlier item was edited, removed or inserted (or the anchors are\n"
+            "  in another store or scope)\n"
+            "note: the store holds anchors in this scope, but none is a prefix of this\n"
+            "  history\n"
+        )
         data = json.loads(jout)
         assert ("stateless", "prefix_diverged", None, None) == (
             data["decision"],
@@ -178,10 +188,13 @@ class TestExplainCommand:
         _, jout = _run(capsys, path, "--store", "memory", "--json")
 
         assert 0 == code
-        assert out.splitlines()[-1].startswith(
-            "note: the store holds no anchors at all: a memory store starts empty in every process"
+        assert out.endswith(
+            "stateless (prefix_diverged): the store holds no anchors at all, so nothing can\n"
+            "  chain: a memory store starts empty in every process, so only a client's own\n"
+            "  tracker sees its anchors (pass the sqlite:PATH or redis://… store the client\n"
+            "  records into)\n"
         )
-        assert "this does not mean the history was edited" in out
+        assert "edited" not in out
         assert {"this_scope": False, "any_scope": False} == json.loads(jout)["store_holds"]
 
     def test_anchors_in_another_scope_are_pointed_out(
@@ -194,9 +207,10 @@ class TestExplainCommand:
         code, out = _run(capsys, path, "--store", f"sqlite:{db}", "--base-url", str(sqlite_client.base_url))
 
         assert 0 == code
-        assert out.splitlines()[-1] == (
-            "note: the store holds anchors, but none in this scope: the recording client probably used "
-            "another base URL, organization, project, namespace or API key (see the scope line above)"
+        assert out.endswith(
+            "stateless (prefix_diverged): the store holds anchors, but none in this scope:\n"
+            "  the recording client probably used another base URL, organization, project,\n"
+            "  namespace or API key (see the scope above)\n"
         )
 
     def test_a_secret_key_keys_the_scope_it_looks_in(
@@ -219,8 +233,8 @@ class TestExplainCommand:
         _, jout = _run(capsys, path, *self._scope_args(client, db), "--json")
 
         assert 0 == code
-        assert out.splitlines()[-1] == (
-            "note: the store holds anchors in this scope, but none is a prefix of this history"
+        assert out.endswith(
+            "note: the store holds anchors in this scope, but none is a prefix of this\n  history\n"
         )
         assert {"this_scope": True, "any_scope": True} == json.loads(jout)["store_holds"]
 
@@ -300,3 +314,218 @@ class TestExplainCommand:
         assert 2 == code
         assert "no anchor store at" in capsys.readouterr().err
         assert not (tmp_path / "nope.db").exists()
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+
+
+class TestAUsersOwnFiles:
+    """
+    ``python -m anchortrack explain`` on files a user wrote, as a user runs it: a subprocess in the
+    directory of the files, with relative paths, after a tool loop recorded into ``sqlite:anchors.db``.
+
+    The outputs are asserted whole, with the run's random response ids, fingerprints, port and scope
+    key put back as names; every line fits 80 columns.
+    """
+
+    KEY = "sk-user"
+
+    @pytest.fixture(autouse=True)
+    def _loop(self, tmp_path: Path, server: ResponsesServer) -> None:
+        """The user's tool loop, recorded into anchors.db; its history saved as a list and as a body."""
+        self.dir = tmp_path
+        self.server = server
+        store = SQLiteStore(tmp_path / "anchors.db")
+        raw = openai.OpenAI(base_url=server.base_url, api_key=self.KEY, max_retries=0)
+        client = anchortrack.wrap(raw, store=store)
+        history: list[Any] = [user('weather?\n!call get_weather {"city": "Oslo"}')]
+        first = client.responses.create(model="scripted", input=history, tools=TOOLS)
+        history += [*dumped(first.output), output(first.output[0].call_id, "-3C")]
+        second = client.responses.create(model="scripted", input=history, tools=TOOLS)
+        history += [*dumped(second.output), user("thanks")]
+        self.ids = {first.id: "R1", second.id: "R2"}
+        self.scope = scope_of(client)
+        self.history = history
+        self._write("history.json", history)
+        self._write("body.json", {"model": "scripted", "input": history, "tools": TOOLS})
+        self._write("tools.json", TOOLS)
+        store.close()
+        raw.close()
+
+    def _write(self, name: str, data: object) -> None:
+        (self.dir / name).write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+    def explain(self, *args: str, api_key: str | None = KEY) -> tuple[int, str, str]:
+        """Run the command as a user would; return the exit code, stdout and stderr, masked."""
+        env = {
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "XDG_CACHE_HOME": str(self.dir / "cache"),
+            "HOME": str(self.dir),
+            **({"OPENAI_API_KEY": api_key} if api_key else {}),
+        }
+        args = tuple(self.server.base_url if arg == "URL" else arg for arg in args)
+        done = subprocess.run(
+            [sys.executable, "-m", "anchortrack", "explain", *args],
+            cwd=self.dir, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        for line in done.stdout.splitlines():
+            assert len(line) <= 80, line
+        return done.returncode, self._mask(done.stdout), self._mask(done.stderr)
+
+    def _mask(self, text: str) -> str:
+        for rid, name in self.ids.items():
+            text = text.replace(rid, name).replace(rid[:14] + "…", name)
+        text = text.replace(self.server.base_url.rstrip("/"), "URL").replace(self.scope.key, "KEY")
+        return re.sub(r"(?<=  )[0-9a-f]{12}(?=  )", "<fp>", text)
+
+    def scope_lines(self, source: str = "--base-url", key: str = "$OPENAI_API_KEY") -> str:
+        return (
+            "scope KEY (change with --base-url, --organization, --project,\n"
+            "  --namespace, --api-key, --no-api-key-scope):\n"
+            f"  base URL      URL (from {source})\n"
+            "  organization  none\n"
+            "  project       none\n"
+            "  namespace     none\n"
+            f"  API key       digest (from {key})\n"
+        )
+
+    CHAINED = (
+        "chained: sends 1 of 5 items after\n  R2 (its view is items 0-3):\n"
+        "  ~84 of ~606 input bytes (86% less)\n"
+    )
+    TABLE = (
+        "     #  type                   role       fingerprint   held by\n"
+        "{m}    0  message                user       <fp>  R1\n"
+        "{m}    1  function_call          -          <fp>  R1\n"
+        "{m}    2  function_call_output   -          <fp>  R2\n"
+        "{m}    3  message                assistant  <fp>  R2\n"
+    )
+
+    def test_a_bare_list_says_its_anchors_were_made_with_tools(self) -> None:
+        """
+        A tool loop's history saved as a bare list: every row is held, yet nothing chains, because a
+        list carries no tools; one line says so and how to pass them (no "none is a prefix" note).
+        """
+        code, out, err = self.explain("history.json", "--store", "sqlite:anchors.db", "--base-url", "URL")
+
+        assert (0, "") == (code, err)
+        assert out == (
+            "store sqlite:anchors.db\n"
+            + self.scope_lines()
+            + self.TABLE.format(m="+")
+            + "+    4  message                user       <fp>  -\n"
+            "  + = sent in input\n"
+            "stateless (properties_changed): the anchors that hold this history were made\n"
+            "  with tools or other settings (tools, tool_choice, text, reasoning,\n"
+            "  truncation), and a bare JSON list carries none: save the request body (a JSON\n"
+            "  object with 'input', 'tools', …), or pass --tools FILE\n"
+        )
+
+    @pytest.mark.parametrize("how", ["body", "--tools"])
+    def test_the_request_body_or_tools_file_chains(self, how: str) -> None:
+        """The same history as a request body with its tools, or as a list with --tools FILE, chains."""
+        files = ["body.json"] if how == "body" else ["history.json", "--tools", "tools.json"]
+
+        code, out, err = self.explain(*files, "--store", "sqlite:anchors.db", "--base-url", "URL")
+
+        assert (0, "") == (code, err)
+        assert out == (
+            "store sqlite:anchors.db\n"
+            + self.scope_lines()
+            + self.TABLE.format(m=" ")
+            + "  ── anchor R2 ──\n"
+            "+    4  message                user       <fp>  -\n"
+            "  + = sent in input\n" + self.CHAINED
+        )
+
+    def test_the_api_key_flag_is_the_scope_s(self) -> None:
+        """--api-key stands in for $OPENAI_API_KEY; another key is another scope, and it says so."""
+        _, mine, _ = self.explain("body.json", "--store", "sqlite:anchors.db", "--base-url", "URL",
+                                  "--api-key", self.KEY, api_key=None)  # fmt: skip
+        _, other, _ = self.explain("body.json", "--store", "sqlite:anchors.db", "--base-url", "URL",
+                                   "--api-key", "sk-other")  # fmt: skip
+
+        assert mine.startswith("store sqlite:anchors.db\n" + self.scope_lines(key="--api-key"))
+        assert mine.endswith(self.CHAINED)
+        assert other.endswith(
+            "stateless (prefix_diverged): the store holds anchors, but none in this scope:\n"
+            "  the recording client probably used another base URL, organization, project,\n"
+            "  namespace or API key (see the scope above)\n"
+        )
+
+    def test_an_edited_history_is_named_once(self) -> None:
+        """An edited first message: the summary says which item differs, the note that the scope is right."""
+        self._write("edited.json", [user("WEATHER?"), *self.history[1:]])
+
+        code, out, _ = self.explain("edited.json", "--store", "sqlite:anchors.db", "--base-url", "URL")
+
+        assert 0 == code
+        assert out.endswith(
+            "+    4  message                user       <fp>  -\n"
+            "  + = sent in input\n"
+            "stateless (prefix_diverged): no recorded response's view is a prefix of the\n"
+            "  history: an earlier item was edited, removed or inserted (or the anchors are\n"
+            "  in another store or scope)\n"
+            "note: the store holds anchors in this scope, but none is a prefix of this\n"
+            "  history\n"
+        )
+
+    def test_an_empty_store_does_not_blame_the_history(self) -> None:
+        """A store nothing was recorded into: one conclusion, and no word of an edited history."""
+        empty = SQLiteStore(self.dir / "empty.db")
+        empty.get(self.scope.key, "resp_1")  # the file and its schema, no anchor
+        empty.close()
+
+        code, out, _ = self.explain("body.json", "--store", "sqlite:empty.db", "--base-url", "URL")
+
+        assert 0 == code
+        assert "edited" not in out
+        assert out.endswith(
+            "  + = sent in input\n"
+            "stateless (prefix_diverged): the store holds no anchors at all, so nothing can\n"
+            "  chain: no client has recorded a response into it yet (is it the store the\n"
+            "  client used?)\n"
+        )
+
+    def test_without_store_only_the_demo_s_own_file_uses_the_demo_s_store(self) -> None:
+        """Not the user's file: it asks for --store. The demo's request file: the demo's store, said so."""
+        no_record = self.explain("history.json")
+        record = DemoRecord("sqlite:anchors.db", self.scope, "scripted", str(self.dir / "body.json"))
+        record.save(self.dir / "cache" / "anchortrack" / "demo.json")
+        other = self.explain("history.json")
+        demo = self.explain("body.json")
+
+        assert (2, "", "anchortrack explain: which store holds the anchors? pass --store SPEC, as the "
+                "client was wrapped with\n") == no_record  # fmt: skip
+        assert (2, "") == other[:2]
+        assert other[2] == (
+            "anchortrack explain: which store holds the anchors? pass --store SPEC, as the client was "
+            "wrapped with (the last demo's store is used only for its own request file, "
+            f"{self.dir}/body.json)\n"
+        )
+        assert demo[1].startswith(
+            "store sqlite:anchors.db (the last demo's: FILE is its request file)\n"
+            + self.scope_lines(source="demo.json", key="demo.json")
+        )
+        assert demo[1].endswith(self.CHAINED)
+
+    def test_an_unreachable_redis_is_one_line_and_exit_2(self) -> None:
+        """A store that cannot be reached: its error in one line, exit code 2, no traceback."""
+        code, out, err = self.explain("body.json", "--store", "redis://127.0.0.1:1")
+
+        assert (2, "") == (code, out)
+        line, rest = err.split("\n", 1)
+        assert "" == rest
+        # redis-py's message names the address and the system's reason (errno 111 on Linux)
+        assert re.fullmatch(
+            r"anchortrack explain: the store redis://127\.0\.0\.1:1 failed: ConnectionError: "
+            r"Error \d+ connecting to 127\.0\.0\.1:1\. Connection refused\.",
+            line,
+        ), line
