@@ -201,7 +201,7 @@ def _check_rewrap(
         "mode": mode is not None and mode is not tracker.mode,
         "namespace": namespace is not None and namespace != tracker.namespace,
         "record_incomplete": record_incomplete and not tracker.record_incomplete,
-        "store_timeout": store_timeout != 1.0 and store_timeout != tracker._guard.timeout,
+        "store_timeout": store_timeout != 1.0 and store_timeout != tracker.store_timeout,
         "scope_by_api_key": not scope_by_api_key and tracker.scope_by_api_key,
     }
     differing = [name for name, differs in asked.items() if differs]

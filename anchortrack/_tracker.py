@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import ChainMap, deque
+from collections import ChainMap
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from ._backlog import Backlog
+from ._failopen import FailOpen, is_store_effect
 from ._flow import (
     UNAVAILABLE,
     CallContext,
@@ -40,7 +40,7 @@ from ._flow import (
     drive,
     refused_flow,
 )
-from ._guard import Guard, State
+from ._fork import ForkSafeLock
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
@@ -57,20 +57,6 @@ from .stores.memory import MemoryStore
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
 AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
-
-#: The one dispatch table of store effects: the operation (the sync store
-#: method; the async one has an ``a`` prefix) and its arguments.
-_STORE_OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]] = {
-    Find: lambda effect: ("find", (effect.scope, effect.views)),
-    Get: lambda effect: ("get", (effect.scope, effect.response_id)),
-    Evict: lambda effect: ("evict", (effect.scope, effect.response_id)),
-}
-
-#: Most backlog entries one flush writes (the rest wait for the next call).
-_FLUSH_BATCH = 64
-
-#: How many of its latest anchors a tracker keeps in process, beside a shared store.
-_LOCAL_ANCHORS = 10_000
 
 
 class _CallState:
@@ -195,13 +181,12 @@ class Tracker:
             ``anchortrack.explain(..., recent=...)`` to locate where a
             diverged history first differs.
         backlog: Anchor writes the store did not take in time, written when
-            it answers again (`Backlog`; its ``limit`` is the bound, 10,000
-            by default).
-        local_anchors: With a store that may block (SQLite, Redis, your
-            own), the 10,000 anchors this tracker recorded last, in a
-            `MemoryStore`: planning looks there too, so a conversation keeps
+            it answers again (``len()`` of them); with a store that may block
+            (SQLite, Redis, your own) it also holds the anchors this tracker
+            wrote last. Planning looks there too, so a conversation keeps
             chaining from its own anchors while the store is down or slow, or
-            after it came back empty. None with a `MemoryStore`.
+            after it came back empty. Its ``limit`` is the bound (10,000 by
+            default).
     """
 
     def __init__(
@@ -227,21 +212,16 @@ class Tracker:
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
-        self._guard = Guard(self.stats, timeout=store_timeout, cooldown=store_cooldown)
-        self._memo = Memo()
-        self._pending: deque[tuple[str, Anchor]] = deque()
-        self.backlog = Backlog()
-        #: The backlog's entries, read on every call to skip the work when it is empty.
-        self._backlog_entries = self.backlog._entries
-        self.local_anchors: MemoryStore | None = (
-            None if _never_blocks(self.store) else MemoryStore(_LOCAL_ANCHORS, clock=lambda: self.clock())
+        self.failopen = FailOpen(
+            self.store, self.stats, timeout=store_timeout, cooldown=store_cooldown, clock=clock
         )
-        self._cycle = [0, 0]  # written, dropped since the backlog was last empty
+        self.backlog = self.failopen.backlog
+        self._memo = Memo()
         self._zdr: set[str] = set()
         self._roots: dict[Scope, tuple[str, bytes]] = {}
         self._last_root: tuple[Scope | None, tuple[str, bytes]] = (None, ("", b""))
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def __repr__(self) -> str:
         mode = describe(self.mode)
@@ -252,20 +232,20 @@ class Tracker:
     @property
     def store_cooldown(self) -> float:
         """Seconds the store is skipped after a failure before it is tried again."""
-        return self._guard.breaker.cooldown
+        return self.failopen.cooldown
 
     @store_cooldown.setter
     def store_cooldown(self, seconds: float) -> None:
-        self._guard.breaker.cooldown = seconds
+        self.failopen.cooldown = seconds
 
     @property
     def store_timeout(self) -> float:
         """Seconds a store operation may take before the call goes without it."""
-        return self._guard.timeout
+        return self.failopen.timeout
 
     @store_timeout.setter
     def store_timeout(self, seconds: float) -> None:
-        self._guard.timeout = seconds
+        self.failopen.timeout = seconds
 
     def scope_for(self, client: Any) -> Scope:
         """
@@ -382,7 +362,7 @@ class Tracker:
             recent=self.recent,
             mac_key=mac_key(self.store.secret_key),
             quiet=not debug_enabled(),
-            local_store=self.local_anchors is None,  # the store never blocks
+            local_store=self.failopen.inline,
         )
         return context, request
 
@@ -409,17 +389,12 @@ class Tracker:
     # -- performing effects: run and arun differ only in awaiting ------------
 
     def _run(self, state: _CallState, request: Request, send: SendFn) -> Any:
-        self._flush()
-        guard, store = self._guard, self.store
-        inline = _never_blocks(store)
+        failopen = self.failopen
+        failopen.flush()
 
         def perform(effect: Any) -> Any:
-            operation = _STORE_OPERATIONS.get(type(effect))
-            if operation is not None:
-                name, args = operation(effect)
-                method = getattr(store, name)
-                answer = guard.run(name, lambda: method(*args), inline=inline)
-                return self._with_local(effect, answer)
+            if is_store_effect(effect):
+                return failopen.perform(effect)
             if type(effect) is Send:
                 state.sent = True
                 try:
@@ -436,7 +411,7 @@ class Tracker:
                     raise
                 state.response = response
                 state.answered = True
-                self._flush()
+                failopen.flush()
                 return response
             return self._note(state, effect)
 
@@ -446,16 +421,12 @@ class Tracker:
             self._settle(state, None)
 
     async def _arun(self, state: _CallState, request: Request, send: AsyncSendFn) -> Any:
-        await self._aflush()
-        guard, store = self._guard, self.store
+        failopen = self.failopen
+        await failopen.aflush()
 
         async def perform(effect: Any) -> Any:
-            operation = _STORE_OPERATIONS.get(type(effect))
-            if operation is not None:
-                name, args = operation(effect)
-                method = getattr(store, "a" + name)
-                answer = await guard.arun(name, lambda: method(*args))
-                return self._with_local(effect, answer)
+            if is_store_effect(effect):
+                return await failopen.aperform(effect)
             if type(effect) is Send:
                 state.sent = True
                 try:
@@ -472,7 +443,7 @@ class Tracker:
                     raise
                 state.response = response
                 state.answered = True
-                await self._aflush()
+                await failopen.aflush()
                 return response
             return self._note(state, effect)
 
@@ -480,45 +451,6 @@ class Tracker:
             return await adrive(call_flow(state.context, request), perform)
         finally:
             self._settle(state, None)
-
-    def _with_local(self, effect: Any, answer: Any) -> Any:
-        """
-        Add the anchors this tracker recorded lately to a store effect's *answer*.
-
-        The same for sync and async calls. A conversation keeps chaining from
-        its own anchors when the store is down, slow, or came back empty.
-        """
-        local = self.local_anchors
-        if local is None and not self._backlog_entries:
-            return answer  # nothing of this tracker's own to add (the common case: a MemoryStore)
-        if isinstance(effect, Evict):
-            if len(self.backlog):
-                self.backlog.evict(effect.scope, effect.response_id)
-                self.stats.backlog_changed(size=len(self.backlog))
-            if local is not None:
-                local.evict(effect.scope, effect.response_id)
-            return answer
-        backlog = self.backlog if local is None else None  # else the local anchors hold it
-        if (local is None or not len(local)) and (backlog is None or not len(backlog)):
-            return answer
-        if isinstance(effect, Find):
-            if local is not None:
-                hits = local.find(effect.scope, effect.views)
-            else:
-                assert backlog is not None
-                hits = backlog.find(effect.scope, effect.views, self.clock())
-            if not hits:
-                return answer
-            # The store's answer wins; neither side is decoded until the plan reads it.
-            return hits if isinstance(answer, Unavailable) else ChainMap(answer, hits)  # type: ignore[arg-type]
-        if isinstance(answer, Anchor):
-            return answer
-        if local is not None:
-            hit = local.get(effect.scope, effect.response_id)
-        else:
-            assert backlog is not None
-            hit = backlog.get(effect.scope, effect.response_id, self.clock())
-        return hit if hit is not None else answer
 
     def _note(self, state: _CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
@@ -569,7 +501,7 @@ class Tracker:
         """
         Decide whether *response* becomes an anchor; queue it if so. Never raises.
 
-        The caller writes the queue: `_flush` or `_aflush`.
+        The caller writes it: `_flush` or `_aflush`.
         """
         try:
             self._record(ticket, response, output)
@@ -591,9 +523,7 @@ class Tracker:
             return
         assert isinstance(response_id, str)
         anchor, outputs = self._anchor_of(ticket, response_id, response, output, parent=ticket.parent)
-        self._pending.append((ticket.scope, anchor))
-        if self.local_anchors is not None:
-            self.local_anchors.put(ticket.scope, anchor)
+        self.failopen.record(ticket.scope, anchor)
         _recorded_event(response_id, anchor, outputs)
 
     def _anchor_of(
@@ -636,118 +566,12 @@ class Tracker:
     # -- writing anchors: at most one deadline after a response ---------------
 
     def _flush(self) -> None:
-        """
-        Write queued anchors to the store (sync), then some of the backlog.
-
-        Takes at most the store timeout in all: what does not fit, or what
-        the store refuses, waits in the backlog.
-        """
-        pending, backlog = self._pending, self.backlog
-        if not pending and not self._backlog_entries:
-            return
-        guard, store = self._guard, self.store
-        inline = _never_blocks(store)
-        ends = time.monotonic() + guard.timeout
-        while pending:
-            try:
-                scope, anchor = pending.popleft()
-            except IndexError:
-                break
-            budget = ends - time.monotonic()
-            written = budget > 0 and not isinstance(
-                guard.run("put", lambda: store.put(scope, anchor), inline=inline, budget=budget),  # noqa: B023
-                Unavailable,
-            )
-            if written:
-                self.stats.recorded_response()
-            else:
-                self._queue(scope, anchor)
-        if not len(backlog) or guard.breaker.state is not State.CLOSED:
-            return
-        batch, expired = backlog.take(_FLUSH_BATCH, self.clock())
-        done = 0
-        for scope, anchor in batch:
-            budget = ends - time.monotonic()
-            if budget <= 0 or isinstance(
-                guard.run("put", lambda: store.put(scope, anchor), inline=inline, budget=budget),  # noqa: B023
-                Unavailable,
-            ):
-                break
-            done += 1
-        self._drained(batch, done, expired)
+        """Write the anchors recorded, then some of the backlog (sync; see `FailOpen.flush`)."""
+        self.failopen.flush()
 
     async def _aflush(self) -> None:
-        """Write queued anchors to the store (async): the twin of `_flush`."""
-        pending, backlog = self._pending, self.backlog
-        if not pending and not self._backlog_entries:
-            return
-        guard, store = self._guard, self.store
-        ends = time.monotonic() + guard.timeout
-        while pending:
-            try:
-                scope, anchor = pending.popleft()
-            except IndexError:
-                break
-            budget = ends - time.monotonic()
-            written = budget > 0 and not isinstance(
-                await guard.arun("put", lambda: store.aput(scope, anchor), budget=budget),  # noqa: B023
-                Unavailable,
-            )
-            if written:
-                self.stats.recorded_response()
-            else:
-                self._queue(scope, anchor)
-        if not len(backlog) or guard.breaker.state is not State.CLOSED:
-            return
-        batch, expired = backlog.take(_FLUSH_BATCH, self.clock())
-        done = 0
-        for scope, anchor in batch:
-            budget = ends - time.monotonic()
-            if budget <= 0 or isinstance(
-                await guard.arun("put", lambda: store.aput(scope, anchor), budget=budget),  # noqa: B023
-                Unavailable,
-            ):
-                break
-            done += 1
-        self._drained(batch, done, expired)
-
-    def _queue(self, scope: str, anchor: Anchor) -> None:
-        """Keep an anchor the store did not take in time in the backlog."""
-        queued, overflowed = self.backlog.add(scope, anchor, self.clock())
-        dropped = {"overflow": overflowed, "expired": 0 if queued or overflowed else 1}
-        self._count_backlog(queued=int(queued), dropped=dropped)
-
-    def _drained(self, batch: list[tuple[str, Anchor]], done: int, expired: int) -> None:
-        """Account for one backlog batch: *done* written, the rest back in the backlog."""
-        now = self.clock()
-        for scope, anchor in batch[done:]:
-            self.backlog.add(scope, anchor, now)
-        self._count_backlog(written=done, dropped={"expired": expired})
-        if not len(self.backlog):
-            with self._lock:
-                (written, dropped), self._cycle = self._cycle, [0, 0]
-            if written or dropped:
-                get_logger().info("anchortrack.backlog_flushed", written=written, dropped=dropped)
-
-    def _count_backlog(self, *, queued: int = 0, written: int = 0, dropped: dict[str, int]) -> None:
-        """
-        Count backlog traffic. A response counts as recorded once its anchor
-        is written (at once, or later from the backlog), and as not recorded
-        (``store_unavailable``) if its anchor is dropped from the backlog.
-        """
-        lost = sum(dropped.values())
-        for _ in range(written):
-            self.stats.recorded_response()
-        for _ in range(lost):
-            self.stats.skipped_response(Reason.STORE_UNAVAILABLE.value)
-        with self._lock:
-            first_loss = lost > 0 and self._cycle[1] == 0
-            self._cycle[0] += written
-            self._cycle[1] += lost
-        self.stats.backlog_changed(size=len(self.backlog), queued=queued, written=written, dropped=dropped)
-        if first_loss:
-            reason = "overflow" if dropped.get("overflow") else "expired"
-            get_logger().warning("anchortrack.backlog_dropped", reason=reason, limit=self.backlog.limit)
+        """The twin of `_flush` (async)."""
+        await self.failopen.aflush()
 
     # -- the WebSocket transport (``client.responses.connect()``) -------------
     #
@@ -917,7 +741,7 @@ class Tracker:
         return _CallState(context, WEBSOCKET), request
 
     def _socket_perform(self, state: _CallState, overlay: LaneOverlay) -> Callable[[Any], Any]:
-        guard, store = self._guard, self.store
+        failopen = self.failopen
         stored_only_local = state.context.scope_key in self._zdr
 
         def perform(effect: Any) -> Any:
@@ -925,15 +749,13 @@ class Tracker:
             if isinstance(step, _Answered):
                 return step.value
             if step is not None:
-                name, args, combine = step
-                method = getattr(store, name)
-                return combine(guard.run(name, lambda: method(*args)))
+                return step(failopen.perform(effect))
             return _captured(self, state, effect)
 
         return perform
 
     def _asocket_perform(self, state: _CallState, overlay: LaneOverlay) -> Callable[[Any], Awaitable[Any]]:
-        guard, store = self._guard, self.store
+        failopen = self.failopen
         stored_only_local = state.context.scope_key in self._zdr
 
         async def perform(effect: Any) -> Any:
@@ -941,9 +763,7 @@ class Tracker:
             if isinstance(step, _Answered):
                 return step.value
             if step is not None:
-                name, args, combine = step
-                method = getattr(store, "a" + name)
-                return combine(await guard.arun(name, lambda: method(*args)))
+                return step(await failopen.aperform(effect))
             return _captured(self, state, effect)
 
         return perform
@@ -959,9 +779,7 @@ class _Answered:
     value: Any
 
 
-def _overlaid(
-    effect: Any, overlay: LaneOverlay, zdr: bool
-) -> _Answered | tuple[str, tuple[Any, ...], Callable[[Any], Any]] | None:
+def _overlaid(effect: Any, overlay: LaneOverlay, zdr: bool) -> _Answered | Callable[[Any], Any] | None:
     """
     How to answer a store effect on a socket: from the overlay, or the store's answer combined with it.
 
@@ -978,16 +796,16 @@ def _overlaid(
             # The overlay wins only where the store has nothing.
             return ChainMap(found, local) if local else found
 
-        return "find", (effect.scope, effect.views), merged
+        return merged
     if isinstance(effect, Get):
         anchor = overlay.get(effect.response_id)
         if anchor is not None:
             return _Answered(anchor)
-        return "get", (effect.scope, effect.response_id), _same
+        return _same
     if isinstance(effect, Evict):
         if overlay.evict(effect.response_id):
             return _Answered(None)
-        return "evict", (effect.scope, effect.response_id), _same
+        return _same
     return None
 
 
@@ -1066,8 +884,3 @@ def _recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any
             outputs=outputs,
             **extra,
         )
-
-
-def _never_blocks(store: object) -> bool:
-    """Whether *store* declares that its sync methods never block (run them inline)."""
-    return getattr(store, "never_blocks", False) is True
