@@ -26,7 +26,7 @@ from ._canonical import ItemError
 from ._hashing import Kind, Memo, extend, fingerprint_history, fingerprint_items, prefix_hashes
 from ._mode import Mode
 from ._plan import Plan, Reason, RecentViews, candidates, choose, with_sizes
-from ._refusal import Failure, classify
+from ._refusal import classify
 from ._request import Request, chained_body
 from ._seal import authentic as _authentic
 from .stores._base import Anchor
@@ -127,9 +127,9 @@ class Planned:
 
 @attrs.frozen
 class FellBack:
-    """A chained request was refused (*failure*); the call is resent in full."""
+    """A chained request was refused (*reason*: stale anchor or ZDR); the call is resent in full."""
 
-    failure: Failure
+    reason: Reason
     anchor: Anchor
 
 
@@ -354,13 +354,13 @@ def refused_flow(
     when the send raises; a transport that learns of the refusal later (a
     WebSocket error frame) runs it on its own.
     """
-    failure = classify(error, anchor.response_id)
-    if failure is Failure.OTHER:
+    refusal = classify(error, anchor.response_id)
+    if refusal is None:
         raise error
-    if failure is Failure.STALE_ANCHOR:
+    if refusal is Reason.STALE_ANCHOR:
         yield Evict(ctx.scope_key, anchor.response_id)
-    yield FellBack(failure, anchor)
-    if failure is Failure.ZDR:
+    yield FellBack(refusal, anchor)
+    if refusal is Reason.ZDR:
         yield DisableChaining(ctx.scope_key)
         yield Log(
             "warning",

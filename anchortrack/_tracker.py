@@ -44,8 +44,9 @@ from ._fork import ForkSafeLock
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
+from ._outcome import Outcome, outcome_of, passed_through
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
-from ._refusal import Failure, classify
+from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
 from ._socket import LaneOverlay, SocketPlan
@@ -62,14 +63,27 @@ AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
 class _CallState:
     """What the performer of one call's effects keeps: its context, its plan, its sends."""
 
-    __slots__ = ("answered", "context", "plan", "response", "sdk_error", "sent", "transport", "unsettled")
+    __slots__ = (
+        "answered",
+        "context",
+        "plan",
+        "published",
+        "refused",
+        "response",
+        "sdk_error",
+        "seconds",
+        "sent",
+        "transport",
+    )
 
     def __init__(self, context: CallContext, transport: str = HTTP) -> None:
         self.context = context
         self.transport = transport
         self.plan: Plan | None = None
-        #: A chained plan whose outcome (accepted or refused) is not counted yet.
-        self.unsettled = False
+        self.seconds: float | None = None
+        self.refused: Reason | None = None
+        #: The call's outcome was published (once, when its decision is final).
+        self.published = False
         self.sent = False
         self.answered = False
         self.response: Any = None
@@ -222,6 +236,7 @@ class Tracker:
         self._last_root: tuple[Scope | None, tuple[str, bytes]] = (None, ("", b""))
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
         self._lock = ForkSafeLock()
+        self._subscribers: tuple[Callable[[Outcome], object], ...] = ()
 
     def __repr__(self) -> str:
         mode = describe(self.mode)
@@ -291,6 +306,51 @@ class Tracker:
             self._scopes[id(client)] = (settings, scope)
         return scope
 
+    # -- outcomes -------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[Outcome], object]) -> Callable[[], None]:
+        """
+        Call *callback* with the `Outcome` of every call from now on; return the function that stops it.
+
+        It runs on the caller's thread (or task) as the call's decision is
+        final: before an HTTP call returns, so the caller's tracing span is
+        still current; when the server answers, for a WebSocket create. An
+        exception it raises is logged (``anchortrack.subscriber_failed``) and
+        never reaches the call.
+        """
+        with self._lock:
+            self._subscribers = (*self._subscribers, callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = tuple(c for c in self._subscribers if c is not callback)
+
+        return unsubscribe
+
+    def _publish(self, outcome: Outcome) -> None:
+        """Hand one call's outcome to `stats` and every subscriber."""
+        self.stats.observe(outcome)
+        for callback in self._subscribers:
+            _notify(callback, outcome)
+
+    def _settle(self, state: _CallState) -> None:
+        """Publish the call's outcome, once, if it was planned."""
+        plan = state.plan
+        if plan is None or state.published:
+            return
+        state.published = True
+        response_id = getattr(state.response, "id", None) if state.answered else None
+        self._publish(
+            outcome_of(
+                state.context.mode,
+                state.transport,
+                plan,
+                refused=state.refused,
+                seconds=state.seconds,
+                response_id=response_id if isinstance(response_id, str) else None,
+            )
+        )
+
     # -- the fail-open entry ------------------------------------------------
 
     def _call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
@@ -347,7 +407,7 @@ class Tracker:
         """
         mode = resolve(self.mode)
         if mode is Mode.OFF:
-            self.stats.passed_through(mode=mode.value, reason=Reason.MODE_OFF.value)
+            self._publish(passed_through(mode, Reason.MODE_OFF, HTTP))
             get_logger().debug("anchortrack.request_passed_through", reason=Reason.MODE_OFF.value)
             return None
         request = read_request(params)
@@ -383,7 +443,7 @@ class Tracker:
 
     def _fault(self, error: Exception) -> None:
         """Report a fault inside anchortrack; the call goes out exactly as given."""
-        self.stats.passed_through(mode=resolve(self.mode).value, reason=Reason.INTERNAL_ERROR.value)
+        self._publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, HTTP))
         get_logger().warning("anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless")
 
     # -- performing effects: run and arun differ only in awaiting ------------
@@ -418,7 +478,7 @@ class Tracker:
         try:
             return drive(call_flow(state.context, request), perform)
         finally:
-            self._settle(state, None)
+            self._settle(state)
 
     async def _arun(self, state: _CallState, request: Request, send: AsyncSendFn) -> Any:
         failopen = self.failopen
@@ -450,50 +510,23 @@ class Tracker:
         try:
             return await adrive(call_flow(state.context, request), perform)
         finally:
-            self._settle(state, None)
+            self._settle(state)
 
     def _note(self, state: _CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
         if type(effect) is Planned:
-            plan = state.plan = effect.plan
-            # A chained request is counted once the server accepted or refused it.
-            state.unsettled = plan.chained and state.context.mode is Mode.CHAINED
-            self.stats.planned(
-                mode=state.context.mode.value,
-                chained=plan.chained,
-                reason=plan.reason.value,
-                items_sent=plan.sent,
-                items_total=plan.total,
-                bytes_planned=plan.bytes_planned,
-                bytes_stateless=plan.bytes_stateless,
-                seconds=effect.seconds,
-                count=not state.unsettled,
-                rejected=len(plan.rejected),
-                transport=state.transport,
-            )
+            state.plan, state.seconds = effect.plan, effect.seconds
         elif isinstance(effect, Log):
             fields = (
                 effect.fields if state.transport == HTTP else {**effect.fields, "transport": state.transport}
             )
             getattr(get_logger(), effect.level)(effect.event, **fields)
         elif isinstance(effect, FellBack):
-            planned = state.plan
-            self.stats.fell_back(
-                effect.failure.value,
-                items_resent=planned.total if planned is not None else 0,
-                bytes_resent=planned.bytes_stateless if planned is not None else 0,
-            )
-            self._settle(state, effect.failure.value)
+            state.refused = effect.reason
         elif isinstance(effect, DisableChaining):
             self._zdr.add(effect.scope_key)
         else:
             raise TypeError(f"unknown effect {effect!r}")
-
-    def _settle(self, state: _CallState, refused: str | None) -> None:
-        """Count a chained call's outcome, once: ``chained``, or ``resent`` after a refusal."""
-        if state.unsettled:
-            state.unsettled = False
-            self.stats.settled(mode=state.context.mode.value, refused=refused, transport=state.transport)
 
     # -- recording ----------------------------------------------------------
 
@@ -591,7 +624,7 @@ class Tracker:
                 return SocketPlan(fields)
             state, request = begun
             drive(call_flow(state.context, request), self._socket_perform(state, overlay))
-            return _socket_plan(state, request, overlay)
+            return self._socket_plan(state, request, overlay)
         except Exception as error:  # noqa: BLE001 - fail open
             self._socket_fault(error, counted=True)
             return SocketPlan(fields)
@@ -606,7 +639,7 @@ class Tracker:
                 return SocketPlan(fields)
             state, request = begun
             await adrive(call_flow(state.context, request), self._asocket_perform(state, overlay))
-            return _socket_plan(state, request, overlay)
+            return self._socket_plan(state, request, overlay)
         except Exception as error:  # noqa: BLE001 - fail open
             self._socket_fault(error, counted=True)
             return SocketPlan(fields)
@@ -628,6 +661,7 @@ class Tracker:
             if raised is not error:
                 self._socket_fault(raised, counted=False)
             return None
+        self._settle(state)
         return _resent(state, sent)
 
     async def _arecover_socket(
@@ -644,6 +678,7 @@ class Tracker:
             if raised is not error:
                 self._socket_fault(raised, counted=False)
             return None
+        self._settle(state)
         return _resent(state, sent)
 
     def _record_socket(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
@@ -693,10 +728,30 @@ class Tracker:
         _recorded_event(response_id, anchor, outputs, transport=WEBSOCKET, connection_local=True)
         return anchor
 
+    def _socket_plan(self, state: _CallState, request: Request, overlay: LaneOverlay) -> SocketPlan:
+        """What to send for a planned create; a request that does not chain has its outcome already."""
+        sent = _socket_plan(state, request, overlay)
+        if not sent.unsettled:
+            self._settle(state)
+        return sent
+
     def _socket_settle(self, sent: SocketPlan, refused: str | None = None) -> None:
-        """Count a chained socket create once its outcome is known (`SocketPlan.unsettled`)."""
-        if sent.unsettled and sent.context is not None:
-            self.stats.settled(mode=sent.context.mode.value, refused=refused, transport=WEBSOCKET)
+        """
+        Publish a chained socket create's outcome once it is known (`SocketPlan.unsettled`).
+
+        *refused*: the create went out in full instead (its anchor left with a closed socket).
+        """
+        if sent.unsettled and sent.context is not None and sent.plan is not None:
+            self._publish(
+                outcome_of(
+                    sent.context.mode,
+                    WEBSOCKET,
+                    sent.plan,
+                    refused=Reason(refused) if refused is not None else None,
+                    attempted=False,
+                    seconds=sent.seconds,
+                )
+            )
 
     def _socket_dropped(self, in_flight: Sequence[SocketPlan], local_anchors: int) -> None:
         """Report what a socket that closed or reconnected took with it."""
@@ -714,9 +769,7 @@ class Tracker:
     def _socket_fault(self, error: Exception, *, counted: bool) -> None:
         """A fault inside anchortrack on the socket path: the event goes out, or comes in, as given."""
         if counted:
-            self.stats.passed_through(
-                mode=resolve(self.mode).value, reason=Reason.INTERNAL_ERROR.value, transport=WEBSOCKET
-            )
+            self._publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, WEBSOCKET))
         get_logger().warning(
             "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", transport=WEBSOCKET
         )
@@ -726,7 +779,7 @@ class Tracker:
     ) -> tuple[_CallState, Request] | None:
         mode = resolve(self.mode)
         if mode is Mode.OFF:
-            self.stats.passed_through(mode=mode.value, reason=Reason.MODE_OFF.value, transport=WEBSOCKET)
+            self._publish(passed_through(mode, Reason.MODE_OFF, WEBSOCKET))
             get_logger().debug(
                 "anchortrack.request_passed_through", reason=Reason.MODE_OFF.value, transport=WEBSOCKET
             )
@@ -835,7 +888,8 @@ def _socket_plan(state: _CallState, request: Request, overlay: LaneOverlay) -> S
         plan=plan,
         anchor=anchor,
         local=anchor is not None and overlay.is_local(anchor),
-        unsettled=state.unsettled,
+        unsettled=anchor is not None,
+        seconds=state.seconds,
     )
 
 
@@ -845,8 +899,8 @@ def _recovery(sent: SocketPlan) -> tuple[_CallState, Callable[[Exception], Any]]
     if sent.retried or anchor is None or request is None or context is None or ticket is None:
         return None
     state = _CallState(context, WEBSOCKET)
-    state.plan = sent.plan
-    state.unsettled = sent.unsettled
+    state.plan, state.seconds = sent.plan, sent.seconds
+    state.published = not sent.unsettled
 
     def flow(error: Exception) -> Any:
         return refused_flow(context, request, anchor, ticket, error)
@@ -870,7 +924,7 @@ def _recoverable(error: BaseException, anchor_id: str) -> bool:
     which evicts and resends, like an HTTP refusal; any other error stays the
     caller's, in its stream.
     """
-    return classify(error, anchor_id) is not Failure.OTHER
+    return classify(error, anchor_id) is not None
 
 
 def _recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any) -> None:
@@ -884,3 +938,11 @@ def _recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any
             outputs=outputs,
             **extra,
         )
+
+
+def _notify(callback: Callable[[Outcome], object], outcome: Outcome) -> None:
+    """Hand *outcome* to one subscriber; what it raises is logged, never raised."""
+    try:
+        callback(outcome)
+    except Exception as error:  # noqa: BLE001 - an observer never breaks the call
+        get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)

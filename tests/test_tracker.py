@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from anchortrack import Tracker
-from anchortrack._flow import Ticket
+from anchortrack._flow import Evict, Ticket
 
 from .helpers import SCOPE, DictStore, assistant, response, turn, user
 
@@ -92,7 +92,17 @@ def test_a_fault_after_a_refused_send_resends_the_call_as_given(
     """A fault of anchortrack's own between a stale refusal and the resend still sends the caller's call."""
     store, history = _chainable()
     tracker = Tracker(store)
-    monkeypatch.setattr(tracker.stats, "fell_back", _boom)
+    failopen = tracker.failopen
+    perform, aperform = failopen.perform, failopen.aperform
+
+    def evict_fails(effect: object) -> Any:  # the eviction comes after the refusal, before the resend
+        return _boom() if isinstance(effect, Evict) else perform(effect)
+
+    async def aevict_fails(effect: object) -> Any:
+        return _boom() if isinstance(effect, Evict) else await aperform(effect)
+
+    monkeypatch.setattr(failopen, "perform", evict_fails)
+    monkeypatch.setattr(failopen, "aperform", aevict_fails)
     sdk = SDK(Stale())
     params = {"model": "m", "input": history}
 
