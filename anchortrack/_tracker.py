@@ -187,6 +187,14 @@ class Tracker:
     Raises:
         TypeError: *store* is not a store or a store spec.
 
+    The wrapped client, its streams and its WebSocket connections use it
+    through these methods only (an internal interface, not for applications):
+    `call` / `acall` (one HTTP call), `observe` (a response to record),
+    `flush` / `aflush` (write what was recorded), `abandoned` (a stream that
+    ended early), and for a socket `plan_socket` / `aplan_socket`,
+    `recover_socket` / `arecover_socket`, `record_socket`, `socket_settled`,
+    `socket_dropped` and `socket_fault`.
+
     Attributes:
         store: The anchor store.
         shared_default: Whether *store* is the process-wide default store.
@@ -353,7 +361,7 @@ class Tracker:
 
     # -- the fail-open entry ------------------------------------------------
 
-    def _call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
+    def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
         """
         Make one tracked call (sync): plan it, send it, record its response.
 
@@ -378,7 +386,7 @@ class Tracker:
             self._fault(error)
             return state.response if state.answered else send(params, None)
 
-    async def _acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
+    async def acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
         """Make one tracked call (async): the twin of `_call`."""
         try:
             begun = self._begin(params, scope())
@@ -530,11 +538,11 @@ class Tracker:
 
     # -- recording ----------------------------------------------------------
 
-    def _observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
+    def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
         """
         Decide whether *response* becomes an anchor; queue it if so. Never raises.
 
-        The caller writes it: `_flush` or `_aflush`.
+        The caller writes it: `flush` or `aflush`.
         """
         try:
             self._record(ticket, response, output)
@@ -589,7 +597,7 @@ class Tracker:
             self.recent.add(ticket.hashes, hashes)
         return anchor, len(items)
 
-    def _abandoned(self, ticket: Ticket | None) -> None:
+    def abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
         if ticket is None:
             return
@@ -598,23 +606,23 @@ class Tracker:
 
     # -- writing anchors: at most one deadline after a response ---------------
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """Write the anchors recorded, then some of the backlog (sync; see `FailOpen.flush`)."""
         self.failopen.flush()
 
-    async def _aflush(self) -> None:
-        """The twin of `_flush` (async)."""
+    async def aflush(self) -> None:
+        """The twin of `flush` (async)."""
         await self.failopen.aflush()
 
     # -- the WebSocket transport (``client.responses.connect()``) -------------
     #
     # A socket send returns nothing: the outcome arrives later on the receive
-    # side. So the call is split: `_plan_socket` runs the same call flow up to
-    # its send, `_recover_socket` runs the flow's refusal branch when an error
+    # side. So the call is split: `plan_socket` runs the same call flow up to
+    # its send, `recover_socket` runs the flow's refusal branch when an error
     # frame refuses a chained create, and `_record_socket` records at the
     # terminal event. *overlay* answers for the connection's local anchors.
 
-    def _plan_socket(
+    def plan_socket(
         self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
     ) -> SocketPlan:
         """Plan one ``response.create`` event (sync). Never raises: a fault plans it as given."""
@@ -626,13 +634,13 @@ class Tracker:
             drive(call_flow(state.context, request), self._socket_perform(state, overlay))
             return self._socket_plan(state, request, overlay)
         except Exception as error:  # noqa: BLE001 - fail open
-            self._socket_fault(error, counted=True)
+            self.socket_fault(error, counted=True)
             return SocketPlan(fields)
 
-    async def _aplan_socket(
+    async def aplan_socket(
         self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
     ) -> SocketPlan:
-        """Plan one ``response.create`` event (async): the twin of `_plan_socket`."""
+        """Plan one ``response.create`` event (async): the twin of `plan_socket`."""
         try:
             begun = self._begin_socket(fields, scope(), overlay)
             if begun is None:
@@ -641,10 +649,10 @@ class Tracker:
             await adrive(call_flow(state.context, request), self._asocket_perform(state, overlay))
             return self._socket_plan(state, request, overlay)
         except Exception as error:  # noqa: BLE001 - fail open
-            self._socket_fault(error, counted=True)
+            self.socket_fault(error, counted=True)
             return SocketPlan(fields)
 
-    def _recover_socket(self, sent: SocketPlan, error: Exception, overlay: LaneOverlay) -> SocketPlan | None:
+    def recover_socket(self, sent: SocketPlan, error: Exception, overlay: LaneOverlay) -> SocketPlan | None:
         """
         An error frame refused the create *sent* chained (sync): the full resend, or None.
 
@@ -659,15 +667,15 @@ class Tracker:
             drive(flow(error), self._socket_perform(state, overlay))
         except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
             if raised is not error:
-                self._socket_fault(raised, counted=False)
+                self.socket_fault(raised, counted=False)
             return None
         self._settle(state)
         return _resent(state, sent)
 
-    async def _arecover_socket(
+    async def arecover_socket(
         self, sent: SocketPlan, error: Exception, overlay: LaneOverlay
     ) -> SocketPlan | None:
-        """The twin of `_recover_socket` (async)."""
+        """The twin of `recover_socket` (async)."""
         begun = _recovery(sent)
         if begun is None:
             return None
@@ -676,12 +684,12 @@ class Tracker:
             await adrive(flow(error), self._asocket_perform(state, overlay))
         except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
             if raised is not error:
-                self._socket_fault(raised, counted=False)
+                self.socket_fault(raised, counted=False)
             return None
         self._settle(state)
         return _resent(state, sent)
 
-    def _record_socket(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
+    def record_socket(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
         """
         Record a response that arrived on a socket. Never raises.
 
@@ -696,7 +704,7 @@ class Tracker:
             or getattr(response, "store", None) is False
         )
         if not local:
-            self._observe(ticket, response, output)
+            self.observe(ticket, response, output)
             return None
         try:
             return self._local_anchor(ticket, response, output)
@@ -735,7 +743,7 @@ class Tracker:
             self._settle(state)
         return sent
 
-    def _socket_settle(self, sent: SocketPlan, refused: str | None = None) -> None:
+    def socket_settled(self, sent: SocketPlan, refused: str | None = None) -> None:
         """
         Publish a chained socket create's outcome once it is known (`SocketPlan.unsettled`).
 
@@ -753,10 +761,10 @@ class Tracker:
                 )
             )
 
-    def _socket_dropped(self, in_flight: Sequence[SocketPlan], local_anchors: int) -> None:
+    def socket_dropped(self, in_flight: Sequence[SocketPlan], local_anchors: int) -> None:
         """Report what a socket that closed or reconnected took with it."""
         for sent in in_flight:
-            self._socket_settle(sent)
+            self.socket_settled(sent)
             self.stats.skipped_response(Reason.WEBSOCKET_DROPPED.value)
         if in_flight or local_anchors:
             get_logger().debug(
@@ -766,7 +774,7 @@ class Tracker:
                 transport=WEBSOCKET,
             )
 
-    def _socket_fault(self, error: Exception, *, counted: bool) -> None:
+    def socket_fault(self, error: Exception, *, counted: bool) -> None:
         """A fault inside anchortrack on the socket path: the event goes out, or comes in, as given."""
         if counted:
             self._publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, WEBSOCKET))
