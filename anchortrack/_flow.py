@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -30,6 +30,9 @@ from ._refusal import classify
 from ._request import Request, chained_body
 from ._seal import authentic as _authentic
 from .stores._base import Anchor
+
+
+R = TypeVar("R")
 
 
 class Unavailable:
@@ -472,7 +475,7 @@ def _reported(mode: Mode, plan: Plan) -> Log:
 # -- drivers: the only places where sync and async differ in the flow ---------
 
 
-def drive(flow: Generator[Any, Any, Any], run: Callable[[Any], Any]) -> Any:
+def drive(flow: Generator[Any, Any, R], run: Callable[[Any], Any]) -> R:
     """Run *flow* to completion, performing each effect with *run* (sync)."""
     value: Any = None
     error: BaseException | None = None
@@ -480,7 +483,8 @@ def drive(flow: Generator[Any, Any, Any], run: Callable[[Any], Any]) -> Any:
         try:
             effect = flow.throw(error) if error is not None else flow.send(value)
         except StopIteration as stop:
-            return stop.value
+            result: R = stop.value
+            return result
         error = None
         try:
             value = run(effect)
@@ -488,7 +492,7 @@ def drive(flow: Generator[Any, Any, Any], run: Callable[[Any], Any]) -> Any:
             value, error = None, exc
 
 
-async def adrive(flow: Generator[Any, Any, Any], run: Callable[[Any], Awaitable[Any]]) -> Any:
+async def adrive(flow: Generator[Any, Any, R], run: Callable[[Any], Awaitable[Any]]) -> R:
     """Run *flow* to completion, performing each effect with *run* (async)."""
     value: Any = None
     error: BaseException | None = None
@@ -496,7 +500,8 @@ async def adrive(flow: Generator[Any, Any, Any], run: Callable[[Any], Awaitable[
         try:
             effect = flow.throw(error) if error is not None else flow.send(value)
         except StopIteration as stop:
-            return stop.value
+            result: R = stop.value
+            return result
         error = None
         try:
             value = await run(effect)

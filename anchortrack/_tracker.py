@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import ChainMap
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -29,6 +29,7 @@ from ._flow import (
     Evict,
     FellBack,
     Find,
+    Flow,
     Get,
     Log,
     Planned,
@@ -626,31 +627,13 @@ class Tracker:
         self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
     ) -> SocketPlan:
         """Plan one ``response.create`` event (sync). Never raises: a fault plans it as given."""
-        try:
-            begun = self._begin_socket(fields, scope(), overlay)
-            if begun is None:
-                return SocketPlan(fields)
-            state, request = begun
-            drive(call_flow(state.context, request), self._socket_perform(state, overlay))
-            return self._socket_plan(state, request, overlay)
-        except Exception as error:  # noqa: BLE001 - fail open
-            self.socket_fault(error, counted=True)
-            return SocketPlan(fields)
+        return drive(self._socket_planning(fields, scope, overlay), self.failopen.perform)
 
     async def aplan_socket(
         self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
     ) -> SocketPlan:
         """Plan one ``response.create`` event (async): the twin of `plan_socket`."""
-        try:
-            begun = self._begin_socket(fields, scope(), overlay)
-            if begun is None:
-                return SocketPlan(fields)
-            state, request = begun
-            await adrive(call_flow(state.context, request), self._asocket_perform(state, overlay))
-            return self._socket_plan(state, request, overlay)
-        except Exception as error:  # noqa: BLE001 - fail open
-            self.socket_fault(error, counted=True)
-            return SocketPlan(fields)
+        return await adrive(self._socket_planning(fields, scope, overlay), self.failopen.aperform)
 
     def recover_socket(self, sent: SocketPlan, error: Exception, overlay: LaneOverlay) -> SocketPlan | None:
         """
@@ -659,12 +642,39 @@ class Tracker:
         None when the refusal is the caller's (not a stale anchor or ZDR), or
         on a fault; the error frame then reaches the caller unchanged.
         """
+        return drive(self._socket_recovery(sent, error, overlay), self.failopen.perform)
+
+    async def arecover_socket(
+        self, sent: SocketPlan, error: Exception, overlay: LaneOverlay
+    ) -> SocketPlan | None:
+        """The twin of `recover_socket` (async)."""
+        return await adrive(self._socket_recovery(sent, error, overlay), self.failopen.aperform)
+
+    def _socket_planning(
+        self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
+    ) -> Generator[Any, Any, SocketPlan]:
+        """Planning a socket create, as a flow whose store effects the caller performs (sync or async)."""
+        try:
+            begun = self._begin_socket(fields, scope(), overlay)
+            if begun is None:
+                return SocketPlan(fields)
+            state, request = begun
+            yield from self._on_socket(state, overlay, call_flow(state.context, request))
+            return self._socket_plan(state, request, overlay)
+        except Exception as error:  # noqa: BLE001 - fail open
+            self.socket_fault(error, counted=True)
+            return SocketPlan(fields)
+
+    def _socket_recovery(
+        self, sent: SocketPlan, error: Exception, overlay: LaneOverlay
+    ) -> Generator[Any, Any, SocketPlan | None]:
+        """Recovering a refused socket create, as a flow whose store effects the caller performs."""
         begun = _recovery(sent)
         if begun is None:
             return None
         state, flow = begun
         try:
-            drive(flow(error), self._socket_perform(state, overlay))
+            yield from self._on_socket(state, overlay, flow(error))
         except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
             if raised is not error:
                 self.socket_fault(raised, counted=False)
@@ -672,22 +682,30 @@ class Tracker:
         self._settle(state)
         return _resent(state, sent)
 
-    async def arecover_socket(
-        self, sent: SocketPlan, error: Exception, overlay: LaneOverlay
-    ) -> SocketPlan | None:
-        """The twin of `recover_socket` (async)."""
-        begun = _recovery(sent)
-        if begun is None:
-            return None
-        state, flow = begun
-        try:
-            await adrive(flow(error), self._asocket_perform(state, overlay))
-        except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
-            if raised is not error:
-                self.socket_fault(raised, counted=False)
-            return None
-        self._settle(state)
-        return _resent(state, sent)
+    def _on_socket(self, state: _CallState, overlay: LaneOverlay, flow: Flow) -> Generator[Any, Any, Any]:
+        """
+        Run *flow* for a socket: the connection's overlay answers what it can, the
+        bookkeeping is done here, and the store effects left are yielded out.
+        """
+        zdr = state.context.scope_key in self._zdr
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                step = _overlaid(effect, overlay, zdr)
+                if isinstance(step, _Answered):
+                    value = step.value
+                elif step is not None:
+                    value = step((yield effect))
+                else:
+                    value = _captured(self, state, effect)
+            except Exception as exc:  # noqa: BLE001 - handed to the flow to decide
+                error = exc
 
     def record_socket(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
         """
@@ -800,34 +818,6 @@ class Tracker:
             # The scope refuses stored anchors; this socket's latest response still chains.
             context = attrs.evolve(context, zdr_disabled=False)
         return _CallState(context, WEBSOCKET), request
-
-    def _socket_perform(self, state: _CallState, overlay: LaneOverlay) -> Callable[[Any], Any]:
-        failopen = self.failopen
-        stored_only_local = state.context.scope_key in self._zdr
-
-        def perform(effect: Any) -> Any:
-            step = _overlaid(effect, overlay, stored_only_local)
-            if isinstance(step, _Answered):
-                return step.value
-            if step is not None:
-                return step(failopen.perform(effect))
-            return _captured(self, state, effect)
-
-        return perform
-
-    def _asocket_perform(self, state: _CallState, overlay: LaneOverlay) -> Callable[[Any], Awaitable[Any]]:
-        failopen = self.failopen
-        stored_only_local = state.context.scope_key in self._zdr
-
-        async def perform(effect: Any) -> Any:
-            step = _overlaid(effect, overlay, stored_only_local)
-            if isinstance(step, _Answered):
-                return step.value
-            if step is not None:
-                return step(await failopen.aperform(effect))
-            return _captured(self, state, effect)
-
-        return perform
 
 
 # -- the socket path's pieces shared by its sync and async entries -------------
