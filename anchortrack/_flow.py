@@ -122,10 +122,11 @@ class Send:
 
 @attrs.frozen
 class Planned:
-    """A plan was made, in *seconds* (None when planning was cut short)."""
+    """A plan was made, in *seconds* (None when planning was cut short), for a history of *hashes*."""
 
     plan: Plan
     seconds: float | None
+    hashes: Sequence[bytes] = ()
 
 
 @attrs.frozen
@@ -318,7 +319,7 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
     base = hashes[-1] if hashes else ctx.root
     skip_reason = None if request.store else Reason.STORE_FALSE
     plan = yield from plan_history(ctx, history, properties=request.properties)
-    yield Planned(plan, ctx.timer() - started)
+    yield Planned(plan, ctx.timer() - started, hashes)
     if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
         yield _reported(ctx.mode, plan)
     if plan.rejected:
@@ -394,6 +395,13 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
                 fps, _, _ = fingerprint_items(request.items, ctx.memo)
             except ItemError:
                 fps = None
+            held = parent.count
+            if (
+                fps is not None
+                and 0 < held <= len(fps)
+                and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view
+            ):
+                yield _duplicate_items(parent_id, held)
             if fps is not None:
                 skip = None if request.store else Reason.STORE_FALSE
                 if skip is None and parent.properties != request.properties:
@@ -421,6 +429,26 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
             {"previous_response_id": parent_id, "conversation": request.conversation},
         )
     return (yield Send(request.body, ticket))
+
+
+#: What to do about each hint (`anchortrack.hint_*` events, logged once per tracker).
+HINTS = {
+    "anchortrack.hint_duplicate_items": (
+        "previous_response_id already holds these items: pass only the items after that response "
+        "(or leave previous_response_id out and let anchortrack chain)"
+    ),
+    "anchortrack.hint_output_missing": (
+        "the history grows but never holds a response's output: append it "
+        "(history += response.output) so the next call can chain"
+    ),
+}
+
+
+def _duplicate_items(parent_id: str, held: int) -> Log:
+    """The hint that a request repeats what its own previous_response_id holds (400 Duplicate item)."""
+    event = "anchortrack.hint_duplicate_items"
+    fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
+    return Log("warning", event, fields)
 
 
 def _rejected(ctx: CallContext, plan: Plan) -> Log:

@@ -23,6 +23,7 @@ import attrs
 
 from ._failopen import FailOpen, is_store_effect
 from ._flow import (
+    HINTS,
     UNAVAILABLE,
     CallContext,
     DisableChaining,
@@ -246,6 +247,10 @@ class Tracker:
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
         self._lock = ForkSafeLock()
         self._subscribers: tuple[Callable[[Outcome], object], ...] = ()
+        self._hinted: set[str] = set()
+        #: Per scope, the last history with no model output: its length, h(n), and how often in a row
+        #: a history extended it without the output in between.
+        self._no_output: dict[str, tuple[int, bytes, int]] = {}
 
     def __repr__(self) -> str:
         mode = describe(self.mode)
@@ -341,6 +346,32 @@ class Tracker:
         self.stats.observe(outcome)
         for callback in self._subscribers:
             _notify(callback, outcome)
+
+    def _hint_once(self, event: str) -> bool:
+        """Whether the hint *event* is due: the first time on this tracker."""
+        with self._lock:
+            due = event not in self._hinted
+            self._hinted.add(event)
+        return due
+
+    def _grown(self, scope_key: str, hashes: Sequence[bytes]) -> None:
+        """
+        Note a history with no model output; hint once when one keeps growing that way.
+
+        A history that extends the previous one of its scope but holds no model
+        output skipped that call's response: the loop forgot ``history +=
+        response.output``, and no call of it can ever chain.
+        """
+        last = self._no_output.get(scope_key)
+        grew = last is not None and last[0] < len(hashes) and hashes[last[0] - 1] == last[1]
+        streak = last[2] + 1 if grew and last is not None else 0
+        with self._lock:
+            if len(self._no_output) >= 64:
+                self._no_output.clear()
+            self._no_output[scope_key] = (len(hashes), hashes[-1], streak)
+        event = "anchortrack.hint_output_missing"
+        if streak >= 2 and self._hint_once(event):
+            get_logger().warning(event, items=len(hashes), calls=streak + 1, hint=HINTS[event])
 
     def _settle(self, state: _CallState) -> None:
         """Publish the call's outcome, once, if it was planned."""
@@ -525,7 +556,11 @@ class Tracker:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
         if type(effect) is Planned:
             state.plan, state.seconds = effect.plan, effect.seconds
+            if effect.plan.reason is Reason.NO_HISTORY and effect.hashes:
+                self._grown(state.context.scope_key, effect.hashes)
         elif isinstance(effect, Log):
+            if effect.event in HINTS and not self._hint_once(effect.event):
+                return
             fields = (
                 effect.fields if state.transport == HTTP else {**effect.fields, "transport": state.transport}
             )
