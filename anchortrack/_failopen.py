@@ -1,29 +1,24 @@
 """
 Fail open around the anchor store: one mechanism, written once for every backend.
 
-A store that fails, hangs (sync or async) or lies costs a larger request,
-never the caller's call:
+A store that fails, hangs (sync or async) or lies costs a larger request, never the call:
 
-* **One deadline.** A store call answers within ``timeout`` seconds or is
-  given up: async calls wait with ``asyncio.wait_for``, sync calls on a
-  worker daemon thread (a call that misses its deadline keeps running there;
-  the caller has moved on). Stores that never block (`runs_inline`) run on
-  the caller's thread with no deadline. An async call that failed while the
-  caller's own event loop was blocked for most of its wait is not the store's
-  fault: it is tried once more at once and counted as a stall.
-* **One cooldown with a single probe.** A failure makes the store *suspect*
-  (``store_suspect``): the next call of the same kind (read: ``find``,
-  ``get``; write: ``put``, ``evict``) is the probe, the only store call in
-  flight; the others go without the store. A failed probe means the store is
-  *down* (``store_degraded``, once per outage): one probe every ``cooldown``
-  seconds. A probe that succeeds ends it (``store_recovered``).
-* **One bounded write-behind backlog** (`Backlog`): anchors the store did not
-  take wait there and are written when it answers again. Planning reads them
-  too (and, beside a store that may block, this tracker's latest written
-  anchors), so a conversation keeps chaining through an outage, and from its
-  own anchors at once after it.
+* **One deadline.** A store call answers within ``timeout`` seconds or is given up:
+  async calls wait with ``asyncio.wait_for``, sync calls on a worker daemon thread
+  (which carries on alone). Stores that never block (`runs_inline`) run inline. An
+  async call that failed while the caller's own event loop was blocked for most of
+  its wait is not the store's fault: it is tried once more and counted as a stall.
+* **One cooldown with a single probe.** A failure makes the store *suspect*; the next
+  call of the same kind (read: find, get; write: put, evict) is the only one in
+  flight, the others go without the store. A failed probe means *down*
+  (``store_degraded``, once): one probe every ``cooldown`` seconds until one
+  succeeds (``store_recovered``).
+* **One bounded write-behind backlog** (`Backlog`): anchors the store did not take
+  wait there until it answers again. Planning reads them (and, beside a store that
+  may block, this tracker's latest written anchors), so a conversation keeps
+  chaining through an outage and right after it.
 
-Fork-safe: locks are `ForkSafeLock`; a forked child starts its own worker threads.
+Fork-safe: its locks are `ForkSafeLock`s; a forked child starts its own threads.
 """
 
 from __future__ import annotations
