@@ -201,7 +201,7 @@ def _check_rewrap(
         "mode": mode is not None and mode is not tracker.mode,
         "namespace": namespace is not None and namespace != tracker.namespace,
         "record_incomplete": record_incomplete and not tracker.record_incomplete,
-        "store_timeout": store_timeout != 1.0 and store_timeout != tracker._guard.timeout,
+        "store_timeout": store_timeout != 1.0 and store_timeout != tracker.store_timeout,
         "scope_by_api_key": not scope_by_api_key and tracker.scope_by_api_key,
     }
     differing = [name for name, differs in asked.items() if differs]
@@ -239,7 +239,7 @@ class _Observer:
     A ``post_parser`` that hands the parsed result to the tracker.
 
     A sync client's response is written to the store at once; an async one's
-    on the next await (the tracker's ``_aflush``).
+    on the next await (the tracker's ``aflush``).
     """
 
     __slots__ = ("inner", "is_sync", "ticket", "tracker")
@@ -258,9 +258,9 @@ class _Observer:
         if isinstance(parsed, (TrackedStream, AsyncTrackedStream)):
             parsed._bind(self.tracker, self.ticket)
         elif not isinstance(parsed, (Stream, AsyncStream)):
-            self.tracker._observe(self.ticket, parsed)
+            self.tracker.observe(self.ticket, parsed)
             if self.is_sync:
-                self.tracker._flush()
+                self.tracker.flush()
         return parsed
 
 
@@ -327,7 +327,7 @@ def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -
         finally:
             _pending.reset(token)
 
-    return tracker._call(params, lambda: _scope(client, tracker), send)
+    return tracker.call(params, lambda: _scope(client, tracker), send)
 
 
 async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
@@ -344,7 +344,7 @@ async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, 
         finally:
             _pending.reset(token)
 
-    return await tracker._acall(params, lambda: _scope(client, tracker), send)
+    return await tracker.acall(params, lambda: _scope(client, tracker), send)
 
 
 def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:

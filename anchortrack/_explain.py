@@ -22,11 +22,11 @@ from ._canonical import ItemError, canonical_item
 from ._flow import UNAVAILABLE, CallContext, Find, History, drive, plan_history, read_history
 from ._hashing import Kind, Scope
 from ._log import short
+from ._outcome import decision_for
 from ._plan import REASON_TEXT, Plan, Reason, RecentViews, answers, with_sizes
 from ._properties import properties_digest
 from ._request import read_request
 from ._seal import mac_key
-from ._stats import decision_for
 from .stores._base import Anchor, AnchorStore
 
 

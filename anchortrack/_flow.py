@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -26,10 +26,13 @@ from ._canonical import ItemError
 from ._hashing import Kind, Memo, extend, fingerprint_history, fingerprint_items, prefix_hashes
 from ._mode import Mode
 from ._plan import Plan, Reason, RecentViews, answers, candidates, choose, with_sizes
-from ._refusal import Failure, classify
+from ._refusal import classify
 from ._request import Request, chained_body
 from ._seal import authentic as _authentic
 from .stores._base import Anchor
+
+
+R = TypeVar("R")
 
 
 class Unavailable:
@@ -119,17 +122,18 @@ class Send:
 
 @attrs.frozen
 class Planned:
-    """A plan was made, in *seconds* (None when planning was cut short)."""
+    """A plan was made, in *seconds* (None when planning was cut short), for a history of *hashes*."""
 
     plan: Plan
     seconds: float | None
+    hashes: Sequence[bytes] = ()
 
 
 @attrs.frozen
 class FellBack:
-    """A chained request was refused (*failure*); the call is resent in full."""
+    """A chained request was refused (*reason*: stale anchor or ZDR); the call is resent in full."""
 
-    failure: Failure
+    reason: Reason
     anchor: Anchor
 
 
@@ -315,7 +319,7 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
     base = hashes[-1] if hashes else ctx.root
     skip_reason = None if request.store else Reason.STORE_FALSE
     plan = yield from plan_history(ctx, history, properties=request.properties)
-    yield Planned(plan, ctx.timer() - started)
+    yield Planned(plan, ctx.timer() - started, hashes)
     if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
         yield _reported(ctx.mode, plan)
     if plan.rejected:
@@ -354,13 +358,13 @@ def refused_flow(
     when the send raises; a transport that learns of the refusal later (a
     WebSocket error frame) runs it on its own.
     """
-    failure = classify(error, anchor.response_id)
-    if failure is Failure.OTHER:
+    refusal = classify(error, anchor.response_id)
+    if refusal is None:
         raise error
-    if failure is Failure.STALE_ANCHOR:
+    if refusal is Reason.STALE_ANCHOR:
         yield Evict(ctx.scope_key, anchor.response_id)
-    yield FellBack(failure, anchor)
-    if failure is Failure.ZDR:
+    yield FellBack(refusal, anchor)
+    if refusal is Reason.ZDR:
         yield DisableChaining(ctx.scope_key)
         yield Log(
             "warning",
@@ -393,6 +397,13 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
                 fps, _, _ = fingerprint_items(request.items, ctx.memo)
             except ItemError:
                 fps = None
+            held = parent.count
+            if (
+                fps is not None
+                and 0 < held <= len(fps)
+                and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view
+            ):
+                yield _duplicate_items(parent_id, held)
             if fps is not None:
                 skip = None if request.store else Reason.STORE_FALSE
                 if skip is None and parent.properties != request.properties:
@@ -420,6 +431,26 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
             {"previous_response_id": parent_id, "conversation": request.conversation},
         )
     return (yield Send(request.body, ticket))
+
+
+#: What to do about each hint (`anchortrack.hint_*` events, logged once per tracker).
+HINTS = {
+    "anchortrack.hint_duplicate_items": (
+        "previous_response_id already holds these items: pass only the items after that response "
+        "(or leave previous_response_id out and let anchortrack chain)"
+    ),
+    "anchortrack.hint_output_missing": (
+        "the history grows but never holds a response's output: append it "
+        "(history += response.output) so the next call can chain"
+    ),
+}
+
+
+def _duplicate_items(parent_id: str, held: int) -> Log:
+    """The hint that a request repeats what its own previous_response_id holds (400 Duplicate item)."""
+    event = "anchortrack.hint_duplicate_items"
+    fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
+    return Log("warning", event, fields)
 
 
 def _rejected(ctx: CallContext, plan: Plan) -> Log:
@@ -474,7 +505,7 @@ def _reported(mode: Mode, plan: Plan) -> Log:
 # -- drivers: the only places where sync and async differ in the flow ---------
 
 
-def drive(flow: Generator[Any, Any, Any], run: Callable[[Any], Any]) -> Any:
+def drive(flow: Generator[Any, Any, R], run: Callable[[Any], Any]) -> R:
     """Run *flow* to completion, performing each effect with *run* (sync)."""
     value: Any = None
     error: BaseException | None = None
@@ -482,7 +513,8 @@ def drive(flow: Generator[Any, Any, Any], run: Callable[[Any], Any]) -> Any:
         try:
             effect = flow.throw(error) if error is not None else flow.send(value)
         except StopIteration as stop:
-            return stop.value
+            result: R = stop.value
+            return result
         error = None
         try:
             value = run(effect)
@@ -490,7 +522,7 @@ def drive(flow: Generator[Any, Any, Any], run: Callable[[Any], Any]) -> Any:
             value, error = None, exc
 
 
-async def adrive(flow: Generator[Any, Any, Any], run: Callable[[Any], Awaitable[Any]]) -> Any:
+async def adrive(flow: Generator[Any, Any, R], run: Callable[[Any], Awaitable[Any]]) -> R:
     """Run *flow* to completion, performing each effect with *run* (async)."""
     value: Any = None
     error: BaseException | None = None
@@ -498,7 +530,8 @@ async def adrive(flow: Generator[Any, Any, Any], run: Callable[[Any], Awaitable[
         try:
             effect = flow.throw(error) if error is not None else flow.send(value)
         except StopIteration as stop:
-            return stop.value
+            result: R = stop.value
+            return result
         error = None
         try:
             value = await run(effect)

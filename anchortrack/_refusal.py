@@ -27,17 +27,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import enum
 import re
 from collections.abc import Iterator, Mapping
 
-
-class Failure(enum.Enum):
-    """What an error raised by a chained request means to anchortrack."""
-
-    STALE_ANCHOR = "stale_anchor"
-    ZDR = "zdr"
-    OTHER = "other"
+from ._plan import Reason
 
 
 #: OpenAI's code, plus what chain-resolving gateways answer instead.
@@ -64,9 +57,12 @@ _LITELLM_ID = re.compile(r"^litellm:custom_llm_provider:[^;]*;model_id:[^;]*;res
 _MAX_DEPTH = 8
 
 
-def classify(error: BaseException, anchor_id: str) -> Failure:
+def classify(error: BaseException, anchor_id: str) -> Reason | None:
     """
     Tell what *error*, raised by a request chained to *anchor_id*, means for chaining.
+
+    `Reason.STALE_ANCHOR` (evict it, resend in full once), `Reason.ZDR` (stop
+    chaining in the scope, resend), or None: the error is the caller's.
 
     *error* is an ``openai.APIStatusError``, an ``openai.APIError`` raised from
     an error event inside a stream (no HTTP status; llama-stack puts the status
@@ -74,22 +70,22 @@ def classify(error: BaseException, anchor_id: str) -> Failure:
     """
     status = _status(error)
     if status is not None and status not in _REFUSAL_STATUSES:
-        return Failure.OTHER
+        return None
     code = getattr(error, "code", None)
     param = getattr(error, "param", None)
     if code == "unsupported_parameter" and param == "previous_response_id":
-        return Failure.ZDR
+        return Reason.ZDR
     if code in STALE_CODES or param == "previous_response_id":
-        return Failure.STALE_ANCHOR
+        return Reason.STALE_ANCHOR
     if status is None:
-        return Failure.OTHER
+        return None
     texts = list(_texts(error))
     if any(_CODEX_MESSAGE in text for text in texts):
-        return Failure.STALE_ANCHOR
+        return Reason.STALE_ANCHOR
     names = _names(anchor_id)
     if any(name.search(text) for text in texts for name in names):
-        return Failure.STALE_ANCHOR
-    return Failure.OTHER
+        return Reason.STALE_ANCHOR
+    return None
 
 
 def _status(error: BaseException) -> int | None:

@@ -85,8 +85,9 @@ class SocketPlan:
         anchor: The anchor *body* chains from (None when it goes out as given or in full).
         local: *anchor* is a connection-local anchor.
         retried: *body* is the one resend after a refusal.
-        unsettled: *body* chains, and the request is counted once its outcome
-            (accepted, or refused and resent) is known.
+        unsettled: *body* chains, and the request's outcome is published once
+            it is known (accepted, or refused and resent).
+        seconds: How long planning took, for that outcome.
     """
 
     body: Mapping[str, Any]
@@ -98,6 +99,7 @@ class SocketPlan:
     local: bool = False
     retried: bool = False
     unsettled: bool = False
+    seconds: float | None = None
 
     @property
     def lane(self) -> Lane:

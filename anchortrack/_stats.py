@@ -7,12 +7,14 @@ In-process counters and histograms (thread-safe, no dependencies).
 from __future__ import annotations
 
 import bisect
-import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
+
+from ._fork import ForkSafeLock
+from ._outcome import CHAINED, PASSTHROUGH, RESENT, STATELESS, Decision, Outcome, stateless_share
 
 
 #: Upper bounds of the plan-duration histogram, in seconds.
@@ -31,20 +33,8 @@ PLAN_SECONDS_BUCKETS: tuple[float, ...] = (
 #: Upper bounds of the delta-size histogram, in items.
 DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000)
 
-#: Decisions a request is counted under. ``resent``: sent chained, refused by
-#: the server (stale anchor, ZDR) and resent in full.
-CHAINED, RESENT, STATELESS, PASSTHROUGH = "chained", "resent", "stateless", "passthrough"
 #: Transports a request is counted under.
 HTTP, WEBSOCKET = "http", "websocket"
-#: Reasons for which anchortrack sends the request exactly as the caller built it.
-PASSTHROUGH_REASONS = frozenset({"mode_off", "caller_managed"})
-
-
-def decision_for(*, chained: bool, reason: str) -> str:
-    """Return the decision label of a request: ``chained``, ``stateless`` or ``passthrough``."""
-    if chained:
-        return CHAINED
-    return PASSTHROUGH if reason in PASSTHROUGH_REASONS else STATELESS
 
 
 @attrs.define
@@ -97,8 +87,13 @@ class Stats:
             been sent (never ``resent``); the request itself went out in full.
             The transport is ``http``, or ``websocket`` for a
             ``response.create`` sent over ``client.responses.connect()``.
-        fallbacks: resends after a stale anchor or a ZDR refusal, by reason
-            (the ``resent`` requests, counted by reason alone).
+        resends: the ``resent`` requests by reason (``stale_anchor``,
+            ``zdr``): chained, refused, sent again in full.
+        fallbacks: the same counts as ``resends`` (its older name).
+        stateless: the ``stateless`` requests by reason (``no_history``,
+            ``prefix_diverged``, …): every reason the history went out in
+            full without a refusal. The guide's "fallbacks" are these and
+            the resends.
         recorded: anchors written to the store.
         recorded_local: connection-local anchors: responses a WebSocket keeps
             in memory (``store: false``, or zero data retention), chained
@@ -125,12 +120,18 @@ class Stats:
             (resends included) vs what stateless requests would have sent.
         bytes_planned: estimated input bytes of the planned requests (what
             chaining sends or, in shadow mode, would have sent).
+        delta_items: a histogram of the items sent by chained requests the
+            server accepted (mode ``chained`` only).
+
+    Every request is counted from its `Outcome` (`observe`), the record the
+    tracker hands its subscribers too.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self.requests: Counter[tuple[str, str, str, str]] = Counter()
-        self.fallbacks: Counter[str] = Counter()
+        self.resends: Counter[str] = Counter()
+        self.stateless: Counter[str] = Counter()
         self.recorded = 0
         self.recorded_local = 0
         self.not_recorded: Counter[str] = Counter()
@@ -149,6 +150,11 @@ class Stats:
         self.bytes_planned = 0
         self.plan_seconds = Histogram(PLAN_SECONDS_BUCKETS)
         self.delta_items = Histogram(DELTA_ITEMS_BUCKETS)
+
+    @property
+    def fallbacks(self) -> Counter[str]:
+        """The ``resent`` requests by reason: the older name of ``resends``."""
+        return self.resends
 
     def __repr__(self) -> str:
         return f"<Stats {self._summary()}>"
@@ -185,11 +191,12 @@ class Stats:
             )
             split.append(f"shadow {sum(shadow.values())}: {would}")
         parts = [f"requests {total}" + (f" ({', '.join(split)})" if split else "")]
-        if stateless:
-            line = f"input bytes ~{sent:,} sent of ~{stateless:,} stateless ({sent / stateless:.0%})"
+        share = stateless_share(sent, stateless)
+        if share is not None:
+            line = f"input bytes ~{sent:,} sent of ~{stateless:,} stateless ({share:.0%})"
             line += f", saved ~{stateless - sent:,}"
             if shadow and planned != sent:
-                line += f", chaining would send ~{planned:,} ({planned / stateless:.0%})"
+                line += f", chaining would send ~{planned:,} ({stateless_share(planned, stateless):.0%})"
             parts.append(line)
         parts.append(f"recorded {recorded}")
         if not_recorded:
@@ -198,62 +205,26 @@ class Stats:
             parts.append(f"store errors {store_errors}")
         return "; ".join(parts)
 
-    def planned(
-        self,
-        *,
-        mode: str,
-        chained: bool,
-        reason: str,
-        items_sent: int,
-        items_total: int,
-        bytes_planned: int,
-        bytes_stateless: int,
-        seconds: float | None,
-        count: bool = True,
-        rejected: int = 0,
-        transport: str = HTTP,
-    ) -> None:
-        """
-        Count one planned request: its items and bytes, its decision, and the
-        *rejected* anchors met while planning it.
-
-        With *count* false the decision is counted later, by `settled`
-        (a chained request, once the server accepted or refused it).
-        """
-        shadow = mode == "shadow"
-        decision = decision_for(chained=chained, reason=reason)
+    def observe(self, outcome: Outcome) -> None:
+        """Count one call's `Outcome`: its decision and reason, items, bytes, plan time, rejected anchors."""
+        o = outcome
         with self._lock:
-            self.anchors_rejected += rejected
-            if count:
-                self.requests[mode, decision, reason, transport] += 1
-            self.items_sent += items_total if shadow else items_sent
-            self.items_total += items_total
-            self.items_planned += items_sent
-            self.bytes_sent += bytes_stateless if shadow else bytes_planned
-            self.bytes_planned += bytes_planned
-            self.bytes_stateless += bytes_stateless
-            if chained:
-                self.delta_items.observe(items_sent)
-            if seconds is not None:
-                self.plan_seconds.observe(seconds)
-
-    def settled(self, *, mode: str, refused: str | None, transport: str = HTTP) -> None:
-        """Count a chained request once answered: ``chained``, or ``resent`` after the *refused* reason."""
-        key = (mode, CHAINED, CHAINED, transport) if refused is None else (mode, RESENT, refused, transport)
-        with self._lock:
-            self.requests[key] += 1
-
-    def passed_through(self, *, mode: str, reason: str, transport: str = HTTP) -> None:
-        """Count one request sent exactly as the caller built it, without reading it."""
-        with self._lock:
-            self.requests[mode, PASSTHROUGH, reason, transport] += 1
-
-    def fell_back(self, reason: str, *, items_resent: int = 0, bytes_resent: int = 0) -> None:
-        """Count one resend (of *items_resent* items, *bytes_resent* bytes) after a refused anchor."""
-        with self._lock:
-            self.fallbacks[reason] += 1
-            self.items_sent += items_resent
-            self.bytes_sent += bytes_resent
+            self.requests[o.mode, o.decision.value, o.reason.value, o.transport] += 1
+            if o.decision is Decision.RESENT:
+                self.resends[o.reason.value] += 1
+            elif o.decision is Decision.STATELESS:
+                self.stateless[o.reason.value] += 1
+            self.anchors_rejected += o.rejected
+            self.items_sent += o.items_sent
+            self.items_total += o.items_total
+            self.items_planned += o.items_planned
+            self.bytes_sent += o.bytes_sent
+            self.bytes_planned += o.bytes_planned
+            self.bytes_stateless += o.bytes_stateless
+            if o.decision is Decision.CHAINED and o.mode == "chained":
+                self.delta_items.observe(o.items_sent)
+            if o.plan_seconds is not None:
+                self.plan_seconds.observe(o.plan_seconds)
 
     def recorded_response(self) -> None:
         """Count one recorded response."""
@@ -307,7 +278,9 @@ class Stats:
                     {"mode": m, "decision": d, "reason": r, "transport": t, "count": n}
                     for (m, d, r, t), n in sorted(self.requests.items())
                 ],
-                "fallbacks": dict(sorted(self.fallbacks.items())),
+                "resends": dict(sorted(self.resends.items())),
+                "fallbacks": dict(sorted(self.resends.items())),
+                "stateless": dict(sorted(self.stateless.items())),
                 "recorded": self.recorded,
                 "recorded_local": self.recorded_local,
                 "not_recorded": dict(sorted(self.not_recorded.items())),

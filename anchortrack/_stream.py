@@ -10,7 +10,7 @@ or is abandoned early records nothing, and is counted (``stream_abandoned``)
 when its iteration stops or its response is closed (``close()``, ``with``
 exit), not at garbage collection.
 Each twin writes its anchor itself right after observing it: the sync one with
-``_flush()``, the async one with ``await _aflush()``.
+``flush()``, the async one with ``await aflush()``.
 
 A chained stream is *peeked* before the caller gets it (`TrackedStream._peek`):
 its first event is read at once, so that a server that refuses a stale anchor
@@ -38,13 +38,13 @@ if TYPE_CHECKING:
 class Recorder(Protocol):
     """What a tracked stream needs from the tracker (`anchortrack._tracker.Tracker`)."""
 
-    def _observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None: ...
+    def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None: ...
 
-    def _flush(self) -> None: ...
+    def flush(self) -> None: ...
 
-    async def _aflush(self) -> None: ...
+    async def aflush(self) -> None: ...
 
-    def _abandoned(self, ticket: Ticket | None) -> None: ...
+    def abandoned(self, ticket: Ticket | None) -> None: ...
 
 
 class _Ending:
@@ -70,7 +70,7 @@ class _Ending:
             return
         self.reported = True
         if self.recorder.terminal is None:
-            self.target[0]._abandoned(self.target[1])
+            self.target[0].abandoned(self.target[1])
 
 
 class TrackedStream(Stream[ResponseStreamEvent]):
@@ -100,8 +100,8 @@ class TrackedStream(Stream[ResponseStreamEvent]):
                 final = recorder.feed(event)
                 if final is not None and self._anchortrack is not None:
                     tracker, ticket = self._anchortrack
-                    tracker._observe(ticket, final[0], final[1])
-                    tracker._flush()
+                    tracker.observe(ticket, final[0], final[1])
+                    tracker.flush()
                 yield event
         finally:
             ending.end()
@@ -166,8 +166,8 @@ class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
                 final = recorder.feed(event)
                 if final is not None and self._anchortrack is not None:
                     tracker, ticket = self._anchortrack
-                    tracker._observe(ticket, final[0], final[1])
-                    await tracker._aflush()
+                    tracker.observe(ticket, final[0], final[1])
+                    await tracker.aflush()
                 yield event
         finally:
             ending.end()

@@ -13,22 +13,23 @@ a fault while planning sends the call through unchanged.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import ChainMap, deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import ChainMap
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from ._backlog import Backlog
+from ._failopen import FailOpen, is_store_effect
 from ._flow import (
+    HINTS,
     UNAVAILABLE,
     CallContext,
     DisableChaining,
     Evict,
     FellBack,
     Find,
+    Flow,
     Get,
     Log,
     Planned,
@@ -41,50 +42,49 @@ from ._flow import (
     refused_flow,
 )
 from ._fork import ForkSafeLock
-from ._guard import Guard, State
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
+from ._outcome import Outcome, outcome_of, passed_through
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
-from ._refusal import Failure, classify
+from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
 from ._socket import LaneOverlay, SocketPlan
 from ._stats import HTTP, WEBSOCKET, Stats
 from ._stream import AsyncTrackedStream, TrackedStream
-from .stores._base import Anchor, AnchorStore, runs_inline
+from .stores._base import Anchor, AnchorStore
 from .stores.memory import MemoryStore
 
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
 AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
 
-#: The one dispatch table of store effects: the operation (the sync store
-#: method; the async one has an ``a`` prefix) and its arguments.
-_STORE_OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]] = {
-    Find: lambda effect: ("find", (effect.scope, effect.views)),
-    Get: lambda effect: ("get", (effect.scope, effect.response_id)),
-    Evict: lambda effect: ("evict", (effect.scope, effect.response_id)),
-}
-
-#: Most backlog entries one flush writes (the rest wait for the next call).
-_FLUSH_BATCH = 64
-
-#: How many of its latest anchors a tracker keeps in process, beside a shared store.
-_LOCAL_ANCHORS = 10_000
-
 
 class _CallState:
     """What the performer of one call's effects keeps: its context, its plan, its sends."""
 
-    __slots__ = ("answered", "context", "plan", "response", "sdk_error", "sent", "transport", "unsettled")
+    __slots__ = (
+        "answered",
+        "context",
+        "plan",
+        "published",
+        "refused",
+        "response",
+        "sdk_error",
+        "seconds",
+        "sent",
+        "transport",
+    )
 
     def __init__(self, context: CallContext, transport: str = HTTP) -> None:
         self.context = context
         self.transport = transport
         self.plan: Plan | None = None
-        #: A chained plan whose outcome (accepted or refused) is not counted yet.
-        self.unsettled = False
+        self.seconds: float | None = None
+        self.refused: Reason | None = None
+        #: The call's outcome was published (once, when its decision is final).
+        self.published = False
         self.sent = False
         self.answered = False
         self.response: Any = None
@@ -187,6 +187,14 @@ class Tracker:
     Raises:
         TypeError: *store* is not a store or a store spec.
 
+    The wrapped client, its streams and its WebSocket connections use it
+    through these methods only (an internal interface, not for applications):
+    `call` / `acall` (one HTTP call), `observe` (a response to record),
+    `flush` / `aflush` (write what was recorded), `abandoned` (a stream that
+    ended early), and for a socket `plan_socket` / `aplan_socket`,
+    `recover_socket` / `arecover_socket`, `record_socket`, `socket_settled`,
+    `socket_dropped` and `socket_fault`.
+
     Attributes:
         store: The anchor store.
         shared_default: Whether *store* is the process-wide default store.
@@ -195,13 +203,12 @@ class Tracker:
             ``anchortrack.explain(..., recent=...)`` to locate where a
             diverged history first differs.
         backlog: Anchor writes the store did not take in time, written when
-            it answers again (`Backlog`; its ``limit`` is the bound, 10,000
-            by default).
-        local_anchors: With a store that may block (SQLite, Redis, your
-            own), the 10,000 anchors this tracker recorded last, in a
-            `MemoryStore`: planning looks there too, so a conversation keeps
+            it answers again (``len()`` of them); with a store that may block
+            (SQLite, Redis, your own) it also holds the anchors this tracker
+            wrote last. Planning looks there too, so a conversation keeps
             chaining from its own anchors while the store is down or slow, or
-            after it came back empty. None with a `MemoryStore`.
+            after it came back empty. Its ``limit`` is the bound (10,000 by
+            default).
     """
 
     def __init__(
@@ -227,21 +234,21 @@ class Tracker:
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
-        self._guard = Guard(self.stats, timeout=store_timeout, cooldown=store_cooldown)
-        self._memo = Memo()
-        self._pending: deque[tuple[str, Anchor]] = deque()
-        self.backlog = Backlog()
-        #: The backlog's entries, read on every call to skip the work when it is empty.
-        self._backlog_entries = self.backlog._entries
-        self.local_anchors: MemoryStore | None = (
-            None if _never_blocks(self.store) else MemoryStore(_LOCAL_ANCHORS, clock=lambda: self.clock())
+        self.failopen = FailOpen(
+            self.store, self.stats, timeout=store_timeout, cooldown=store_cooldown, clock=clock
         )
-        self._cycle = [0, 0]  # written, dropped since the backlog was last empty
+        self.backlog = self.failopen.backlog
+        self._memo = Memo()
         self._zdr: set[str] = set()
         self._roots: dict[Scope, tuple[str, bytes]] = {}
         self._last_root: tuple[Scope | None, tuple[str, bytes]] = (None, ("", b""))
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
+        self._subscribers: tuple[Callable[[Outcome], object], ...] = ()
+        self._hinted: set[str] = set()
+        #: Per scope, the last history with no model output: its length, h(n), and how often in a row
+        #: a history extended it without the output in between.
+        self._no_output: dict[str, tuple[int, bytes, int]] = {}
 
     def __repr__(self) -> str:
         mode = describe(self.mode)
@@ -252,20 +259,20 @@ class Tracker:
     @property
     def store_cooldown(self) -> float:
         """Seconds the store is skipped after a failure before it is tried again."""
-        return self._guard.breaker.cooldown
+        return self.failopen.cooldown
 
     @store_cooldown.setter
     def store_cooldown(self, seconds: float) -> None:
-        self._guard.breaker.cooldown = seconds
+        self.failopen.cooldown = seconds
 
     @property
     def store_timeout(self) -> float:
         """Seconds a store operation may take before the call goes without it."""
-        return self._guard.timeout
+        return self.failopen.timeout
 
     @store_timeout.setter
     def store_timeout(self, seconds: float) -> None:
-        self._guard.timeout = seconds
+        self.failopen.timeout = seconds
 
     def scope_for(self, client: Any) -> Scope:
         """
@@ -311,9 +318,80 @@ class Tracker:
             self._scopes[id(client)] = (settings, scope)
         return scope
 
+    # -- outcomes -------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[Outcome], object]) -> Callable[[], None]:
+        """
+        Call *callback* with the `Outcome` of every call from now on; return the function that stops it.
+
+        It runs on the caller's thread (or task) as the call's decision is
+        final: before an HTTP call returns, so the caller's tracing span is
+        still current; when the server answers, for a WebSocket create. An
+        exception it raises is logged (``anchortrack.subscriber_failed``) and
+        never reaches the call.
+        """
+        with self._lock:
+            self._subscribers = (*self._subscribers, callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = tuple(c for c in self._subscribers if c is not callback)
+
+        return unsubscribe
+
+    def _publish(self, outcome: Outcome) -> None:
+        """Hand one call's outcome to `stats` and every subscriber."""
+        self.stats.observe(outcome)
+        for callback in self._subscribers:
+            _notify(callback, outcome)
+
+    def _hint_once(self, event: str) -> bool:
+        """Whether the hint *event* is due: the first time on this tracker."""
+        with self._lock:
+            due = event not in self._hinted
+            self._hinted.add(event)
+        return due
+
+    def _grown(self, scope_key: str, hashes: Sequence[bytes]) -> None:
+        """
+        Note a history with no model output; hint once when one keeps growing that way.
+
+        A history that extends the previous one of its scope but holds no model
+        output skipped that call's response: the loop forgot ``history +=
+        response.output``, and no call of it can ever chain.
+        """
+        last = self._no_output.get(scope_key)
+        grew = last is not None and last[0] < len(hashes) and hashes[last[0] - 1] == last[1]
+        streak = last[2] + 1 if grew and last is not None else 0
+        with self._lock:
+            if len(self._no_output) >= 64:
+                self._no_output.clear()
+            self._no_output[scope_key] = (len(hashes), hashes[-1], streak)
+        event = "anchortrack.hint_output_missing"
+        if streak >= 2 and self._hint_once(event):
+            get_logger().warning(event, items=len(hashes), calls=streak + 1, hint=HINTS[event])
+
+    def _settle(self, state: _CallState) -> None:
+        """Publish the call's outcome, once, if it was planned."""
+        plan = state.plan
+        if plan is None or state.published:
+            return
+        state.published = True
+        response_id = getattr(state.response, "id", None) if state.answered else None
+        self._publish(
+            outcome_of(
+                state.context.mode,
+                state.transport,
+                plan,
+                refused=state.refused,
+                seconds=state.seconds,
+                response_id=response_id if isinstance(response_id, str) else None,
+            )
+        )
+
     # -- the fail-open entry ------------------------------------------------
 
-    def _call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
+    def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
         """
         Make one tracked call (sync): plan it, send it, record its response.
 
@@ -338,7 +416,7 @@ class Tracker:
             self._fault(error)
             return state.response if state.answered else send(params, None)
 
-    async def _acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
+    async def acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
         """Make one tracked call (async): the twin of `_call`."""
         try:
             begun = self._begin(params, scope())
@@ -367,7 +445,7 @@ class Tracker:
         """
         mode = resolve(self.mode)
         if mode is Mode.OFF:
-            self.stats.passed_through(mode=mode.value, reason=Reason.MODE_OFF.value)
+            self._publish(passed_through(mode, Reason.MODE_OFF, HTTP))
             get_logger().debug("anchortrack.request_passed_through", reason=Reason.MODE_OFF.value)
             return None
         request = read_request(params, scope.base_url)
@@ -382,7 +460,7 @@ class Tracker:
             recent=self.recent,
             mac_key=mac_key(self.store.secret_key),
             quiet=not debug_enabled(),
-            local_store=self.local_anchors is None,  # the store never blocks
+            local_store=self.failopen.inline,
         )
         return context, request
 
@@ -403,23 +481,18 @@ class Tracker:
 
     def _fault(self, error: Exception) -> None:
         """Report a fault inside anchortrack; the call goes out exactly as given."""
-        self.stats.passed_through(mode=resolve(self.mode).value, reason=Reason.INTERNAL_ERROR.value)
+        self._publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, HTTP))
         get_logger().warning("anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless")
 
     # -- performing effects: run and arun differ only in awaiting ------------
 
     def _run(self, state: _CallState, request: Request, send: SendFn) -> Any:
-        self._flush()
-        guard, store = self._guard, self.store
-        inline = _never_blocks(store)
+        failopen = self.failopen
+        failopen.flush()
 
         def perform(effect: Any) -> Any:
-            operation = _STORE_OPERATIONS.get(type(effect))
-            if operation is not None:
-                name, args = operation(effect)
-                method = getattr(store, name)
-                answer = guard.run(name, lambda: method(*args), inline=inline)
-                return self._with_local(effect, answer)
+            if is_store_effect(effect):
+                return failopen.perform(effect)
             if type(effect) is Send:
                 state.sent = True
                 try:
@@ -436,26 +509,22 @@ class Tracker:
                     raise
                 state.response = response
                 state.answered = True
-                self._flush()
+                failopen.flush()
                 return response
             return self._note(state, effect)
 
         try:
             return drive(call_flow(state.context, request), perform)
         finally:
-            self._settle(state, None)
+            self._settle(state)
 
     async def _arun(self, state: _CallState, request: Request, send: AsyncSendFn) -> Any:
-        await self._aflush()
-        guard, store = self._guard, self.store
+        failopen = self.failopen
+        await failopen.aflush()
 
         async def perform(effect: Any) -> Any:
-            operation = _STORE_OPERATIONS.get(type(effect))
-            if operation is not None:
-                name, args = operation(effect)
-                method = getattr(store, "a" + name)
-                answer = await guard.arun(name, lambda: method(*args))
-                return self._with_local(effect, answer)
+            if is_store_effect(effect):
+                return await failopen.aperform(effect)
             if type(effect) is Send:
                 state.sent = True
                 try:
@@ -472,104 +541,42 @@ class Tracker:
                     raise
                 state.response = response
                 state.answered = True
-                await self._aflush()
+                await failopen.aflush()
                 return response
             return self._note(state, effect)
 
         try:
             return await adrive(call_flow(state.context, request), perform)
         finally:
-            self._settle(state, None)
-
-    def _with_local(self, effect: Any, answer: Any) -> Any:
-        """
-        Add the anchors this tracker recorded lately to a store effect's *answer*.
-
-        The same for sync and async calls. A conversation keeps chaining from
-        its own anchors when the store is down, slow, or came back empty.
-        """
-        local = self.local_anchors
-        if local is None and not self._backlog_entries:
-            return answer  # nothing of this tracker's own to add (the common case: a MemoryStore)
-        if isinstance(effect, Evict):
-            if len(self.backlog):
-                self.backlog.evict(effect.scope, effect.response_id)
-                self.stats.backlog_changed(size=len(self.backlog))
-            if local is not None:
-                local.evict(effect.scope, effect.response_id)
-            return answer
-        backlog = self.backlog if local is None else None  # else the local anchors hold it
-        if (local is None or not len(local)) and (backlog is None or not len(backlog)):
-            return answer
-        if isinstance(effect, Find):
-            if local is not None:
-                hits = local.find(effect.scope, effect.views)
-            else:
-                assert backlog is not None
-                hits = backlog.find(effect.scope, effect.views, self.clock())
-            if not hits:
-                return answer
-            # The store's answer wins; neither side is decoded until the plan reads it.
-            return hits if isinstance(answer, Unavailable) else ChainMap(answer, hits)  # type: ignore[arg-type]
-        if isinstance(answer, Anchor):
-            return answer
-        if local is not None:
-            hit = local.get(effect.scope, effect.response_id)
-        else:
-            assert backlog is not None
-            hit = backlog.get(effect.scope, effect.response_id, self.clock())
-        return hit if hit is not None else answer
+            self._settle(state)
 
     def _note(self, state: _CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
         if type(effect) is Planned:
-            plan = state.plan = effect.plan
-            # A chained request is counted once the server accepted or refused it.
-            state.unsettled = plan.chained and state.context.mode is Mode.CHAINED
-            self.stats.planned(
-                mode=state.context.mode.value,
-                chained=plan.chained,
-                reason=plan.reason.value,
-                items_sent=plan.sent,
-                items_total=plan.total,
-                bytes_planned=plan.bytes_planned,
-                bytes_stateless=plan.bytes_stateless,
-                seconds=effect.seconds,
-                count=not state.unsettled,
-                rejected=len(plan.rejected),
-                transport=state.transport,
-            )
+            state.plan, state.seconds = effect.plan, effect.seconds
+            if effect.plan.reason is Reason.NO_HISTORY and effect.hashes:
+                self._grown(state.context.scope_key, effect.hashes)
         elif isinstance(effect, Log):
+            if effect.event in HINTS and not self._hint_once(effect.event):
+                return
             fields = (
                 effect.fields if state.transport == HTTP else {**effect.fields, "transport": state.transport}
             )
             getattr(get_logger(), effect.level)(effect.event, **fields)
         elif isinstance(effect, FellBack):
-            planned = state.plan
-            self.stats.fell_back(
-                effect.failure.value,
-                items_resent=planned.total if planned is not None else 0,
-                bytes_resent=planned.bytes_stateless if planned is not None else 0,
-            )
-            self._settle(state, effect.failure.value)
+            state.refused = effect.reason
         elif isinstance(effect, DisableChaining):
             self._zdr.add(effect.scope_key)
         else:
             raise TypeError(f"unknown effect {effect!r}")
 
-    def _settle(self, state: _CallState, refused: str | None) -> None:
-        """Count a chained call's outcome, once: ``chained``, or ``resent`` after a refusal."""
-        if state.unsettled:
-            state.unsettled = False
-            self.stats.settled(mode=state.context.mode.value, refused=refused, transport=state.transport)
-
     # -- recording ----------------------------------------------------------
 
-    def _observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
+    def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
         """
         Decide whether *response* becomes an anchor; queue it if so. Never raises.
 
-        The caller writes the queue: `_flush` or `_aflush`.
+        The caller writes it: `flush` or `aflush`.
         """
         try:
             self._record(ticket, response, output)
@@ -591,9 +598,7 @@ class Tracker:
             return
         assert isinstance(response_id, str)
         anchor, outputs = self._anchor_of(ticket, response_id, response, output, parent=ticket.parent)
-        self._pending.append((ticket.scope, anchor))
-        if self.local_anchors is not None:
-            self.local_anchors.put(ticket.scope, anchor)
+        self.failopen.record(ticket.scope, anchor)
         _recorded_event(response_id, anchor, outputs)
 
     def _anchor_of(
@@ -626,7 +631,7 @@ class Tracker:
             self.recent.add(ticket.hashes, hashes)
         return anchor, len(items)
 
-    def _abandoned(self, ticket: Ticket | None) -> None:
+    def abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
         if ticket is None:
             return
@@ -635,194 +640,107 @@ class Tracker:
 
     # -- writing anchors: at most one deadline after a response ---------------
 
-    def _flush(self) -> None:
-        """
-        Write queued anchors to the store (sync), then some of the backlog.
+    def flush(self) -> None:
+        """Write the anchors recorded, then some of the backlog (sync; see `FailOpen.flush`)."""
+        self.failopen.flush()
 
-        Takes at most the store timeout in all: what does not fit, or what
-        the store refuses, waits in the backlog.
-        """
-        pending, backlog = self._pending, self.backlog
-        if not pending and not self._backlog_entries:
-            return
-        guard, store = self._guard, self.store
-        inline = _never_blocks(store)
-        ends = time.monotonic() + guard.timeout
-        while pending:
-            try:
-                scope, anchor = pending.popleft()
-            except IndexError:
-                break
-            budget = ends - time.monotonic()
-            written = budget > 0 and not isinstance(
-                guard.run("put", lambda: store.put(scope, anchor), inline=inline, budget=budget),  # noqa: B023
-                Unavailable,
-            )
-            if written:
-                self.stats.recorded_response()
-            else:
-                self._queue(scope, anchor)
-        if not len(backlog) or guard.breaker.state is not State.CLOSED:
-            return
-        batch, expired = backlog.take(_FLUSH_BATCH, self.clock())
-        done = 0
-        for scope, anchor in batch:
-            budget = ends - time.monotonic()
-            if budget <= 0 or isinstance(
-                guard.run("put", lambda: store.put(scope, anchor), inline=inline, budget=budget),  # noqa: B023
-                Unavailable,
-            ):
-                break
-            done += 1
-        self._drained(batch, done, expired)
-
-    async def _aflush(self) -> None:
-        """Write queued anchors to the store (async): the twin of `_flush`."""
-        pending, backlog = self._pending, self.backlog
-        if not pending and not self._backlog_entries:
-            return
-        guard, store = self._guard, self.store
-        ends = time.monotonic() + guard.timeout
-        while pending:
-            try:
-                scope, anchor = pending.popleft()
-            except IndexError:
-                break
-            budget = ends - time.monotonic()
-            written = budget > 0 and not isinstance(
-                await guard.arun("put", lambda: store.aput(scope, anchor), budget=budget),  # noqa: B023
-                Unavailable,
-            )
-            if written:
-                self.stats.recorded_response()
-            else:
-                self._queue(scope, anchor)
-        if not len(backlog) or guard.breaker.state is not State.CLOSED:
-            return
-        batch, expired = backlog.take(_FLUSH_BATCH, self.clock())
-        done = 0
-        for scope, anchor in batch:
-            budget = ends - time.monotonic()
-            if budget <= 0 or isinstance(
-                await guard.arun("put", lambda: store.aput(scope, anchor), budget=budget),  # noqa: B023
-                Unavailable,
-            ):
-                break
-            done += 1
-        self._drained(batch, done, expired)
-
-    def _queue(self, scope: str, anchor: Anchor) -> None:
-        """Keep an anchor the store did not take in time in the backlog."""
-        queued, overflowed = self.backlog.add(scope, anchor, self.clock())
-        dropped = {"overflow": overflowed, "expired": 0 if queued or overflowed else 1}
-        self._count_backlog(queued=int(queued), dropped=dropped)
-
-    def _drained(self, batch: list[tuple[str, Anchor]], done: int, expired: int) -> None:
-        """Account for one backlog batch: *done* written, the rest back in the backlog."""
-        now = self.clock()
-        for scope, anchor in batch[done:]:
-            self.backlog.add(scope, anchor, now)
-        self._count_backlog(written=done, dropped={"expired": expired})
-        if not len(self.backlog):
-            with self._lock:
-                (written, dropped), self._cycle = self._cycle, [0, 0]
-            if written or dropped:
-                get_logger().info("anchortrack.backlog_flushed", written=written, dropped=dropped)
-
-    def _count_backlog(self, *, queued: int = 0, written: int = 0, dropped: dict[str, int]) -> None:
-        """
-        Count backlog traffic. A response counts as recorded once its anchor
-        is written (at once, or later from the backlog), and as not recorded
-        (``store_unavailable``) if its anchor is dropped from the backlog.
-        """
-        lost = sum(dropped.values())
-        for _ in range(written):
-            self.stats.recorded_response()
-        for _ in range(lost):
-            self.stats.skipped_response(Reason.STORE_UNAVAILABLE.value)
-        with self._lock:
-            first_loss = lost > 0 and self._cycle[1] == 0
-            self._cycle[0] += written
-            self._cycle[1] += lost
-        self.stats.backlog_changed(size=len(self.backlog), queued=queued, written=written, dropped=dropped)
-        if first_loss:
-            reason = "overflow" if dropped.get("overflow") else "expired"
-            get_logger().warning("anchortrack.backlog_dropped", reason=reason, limit=self.backlog.limit)
+    async def aflush(self) -> None:
+        """The twin of `flush` (async)."""
+        await self.failopen.aflush()
 
     # -- the WebSocket transport (``client.responses.connect()``) -------------
     #
     # A socket send returns nothing: the outcome arrives later on the receive
-    # side. So the call is split: `_plan_socket` runs the same call flow up to
-    # its send, `_recover_socket` runs the flow's refusal branch when an error
+    # side. So the call is split: `plan_socket` runs the same call flow up to
+    # its send, `recover_socket` runs the flow's refusal branch when an error
     # frame refuses a chained create, and `_record_socket` records at the
     # terminal event. *overlay* answers for the connection's local anchors.
 
-    def _plan_socket(
+    def plan_socket(
         self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
     ) -> SocketPlan:
         """Plan one ``response.create`` event (sync). Never raises: a fault plans it as given."""
-        try:
-            begun = self._begin_socket(fields, scope(), overlay)
-            if begun is None:
-                return SocketPlan(fields)
-            state, request = begun
-            drive(call_flow(state.context, request), self._socket_perform(state, overlay))
-            return _socket_plan(state, request, overlay)
-        except Exception as error:  # noqa: BLE001 - fail open
-            self._socket_fault(error, counted=True)
-            return SocketPlan(fields)
+        return drive(self._socket_planning(fields, scope, overlay), self.failopen.perform)
 
-    async def _aplan_socket(
+    async def aplan_socket(
         self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
     ) -> SocketPlan:
-        """Plan one ``response.create`` event (async): the twin of `_plan_socket`."""
-        try:
-            begun = self._begin_socket(fields, scope(), overlay)
-            if begun is None:
-                return SocketPlan(fields)
-            state, request = begun
-            await adrive(call_flow(state.context, request), self._asocket_perform(state, overlay))
-            return _socket_plan(state, request, overlay)
-        except Exception as error:  # noqa: BLE001 - fail open
-            self._socket_fault(error, counted=True)
-            return SocketPlan(fields)
+        """Plan one ``response.create`` event (async): the twin of `plan_socket`."""
+        return await adrive(self._socket_planning(fields, scope, overlay), self.failopen.aperform)
 
-    def _recover_socket(self, sent: SocketPlan, error: Exception, overlay: LaneOverlay) -> SocketPlan | None:
+    def recover_socket(self, sent: SocketPlan, error: Exception, overlay: LaneOverlay) -> SocketPlan | None:
         """
         An error frame refused the create *sent* chained (sync): the full resend, or None.
 
         None when the refusal is the caller's (not a stale anchor or ZDR), or
         on a fault; the error frame then reaches the caller unchanged.
         """
-        begun = _recovery(sent)
-        if begun is None:
-            return None
-        state, flow = begun
-        try:
-            drive(flow(error), self._socket_perform(state, overlay))
-        except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
-            if raised is not error:
-                self._socket_fault(raised, counted=False)
-            return None
-        return _resent(state, sent)
+        return drive(self._socket_recovery(sent, error, overlay), self.failopen.perform)
 
-    async def _arecover_socket(
+    async def arecover_socket(
         self, sent: SocketPlan, error: Exception, overlay: LaneOverlay
     ) -> SocketPlan | None:
-        """The twin of `_recover_socket` (async)."""
+        """The twin of `recover_socket` (async)."""
+        return await adrive(self._socket_recovery(sent, error, overlay), self.failopen.aperform)
+
+    def _socket_planning(
+        self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
+    ) -> Generator[Any, Any, SocketPlan]:
+        """Planning a socket create, as a flow whose store effects the caller performs (sync or async)."""
+        try:
+            begun = self._begin_socket(fields, scope(), overlay)
+            if begun is None:
+                return SocketPlan(fields)
+            state, request = begun
+            yield from self._on_socket(state, overlay, call_flow(state.context, request))
+            return self._socket_plan(state, request, overlay)
+        except Exception as error:  # noqa: BLE001 - fail open
+            self.socket_fault(error, counted=True)
+            return SocketPlan(fields)
+
+    def _socket_recovery(
+        self, sent: SocketPlan, error: Exception, overlay: LaneOverlay
+    ) -> Generator[Any, Any, SocketPlan | None]:
+        """Recovering a refused socket create, as a flow whose store effects the caller performs."""
         begun = _recovery(sent)
         if begun is None:
             return None
         state, flow = begun
         try:
-            await adrive(flow(error), self._asocket_perform(state, overlay))
+            yield from self._on_socket(state, overlay, flow(error))
         except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
             if raised is not error:
-                self._socket_fault(raised, counted=False)
+                self.socket_fault(raised, counted=False)
             return None
+        self._settle(state)
         return _resent(state, sent)
 
-    def _record_socket(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
+    def _on_socket(self, state: _CallState, overlay: LaneOverlay, flow: Flow) -> Generator[Any, Any, Any]:
+        """
+        Run *flow* for a socket: the connection's overlay answers what it can, the
+        bookkeeping is done here, and the store effects left are yielded out.
+        """
+        zdr = state.context.scope_key in self._zdr
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                step = _overlaid(effect, overlay, zdr)
+                if isinstance(step, _Answered):
+                    value = step.value
+                elif step is not None:
+                    value = step((yield effect))
+                else:
+                    value = _captured(self, state, effect)
+            except Exception as exc:  # noqa: BLE001 - handed to the flow to decide
+                error = exc
+
+    def record_socket(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
         """
         Record a response that arrived on a socket. Never raises.
 
@@ -837,7 +755,7 @@ class Tracker:
             or getattr(response, "store", None) is False
         )
         if not local:
-            self._observe(ticket, response, output)
+            self.observe(ticket, response, output)
             return None
         try:
             return self._local_anchor(ticket, response, output)
@@ -869,15 +787,35 @@ class Tracker:
         _recorded_event(response_id, anchor, outputs, transport=WEBSOCKET, connection_local=True)
         return anchor
 
-    def _socket_settle(self, sent: SocketPlan, refused: str | None = None) -> None:
-        """Count a chained socket create once its outcome is known (`SocketPlan.unsettled`)."""
-        if sent.unsettled and sent.context is not None:
-            self.stats.settled(mode=sent.context.mode.value, refused=refused, transport=WEBSOCKET)
+    def _socket_plan(self, state: _CallState, request: Request, overlay: LaneOverlay) -> SocketPlan:
+        """What to send for a planned create; a request that does not chain has its outcome already."""
+        sent = _socket_plan(state, request, overlay)
+        if not sent.unsettled:
+            self._settle(state)
+        return sent
 
-    def _socket_dropped(self, in_flight: Sequence[SocketPlan], local_anchors: int) -> None:
+    def socket_settled(self, sent: SocketPlan, refused: str | None = None) -> None:
+        """
+        Publish a chained socket create's outcome once it is known (`SocketPlan.unsettled`).
+
+        *refused*: the create went out in full instead (its anchor left with a closed socket).
+        """
+        if sent.unsettled and sent.context is not None and sent.plan is not None:
+            self._publish(
+                outcome_of(
+                    sent.context.mode,
+                    WEBSOCKET,
+                    sent.plan,
+                    refused=Reason(refused) if refused is not None else None,
+                    attempted=False,
+                    seconds=sent.seconds,
+                )
+            )
+
+    def socket_dropped(self, in_flight: Sequence[SocketPlan], local_anchors: int) -> None:
         """Report what a socket that closed or reconnected took with it."""
         for sent in in_flight:
-            self._socket_settle(sent)
+            self.socket_settled(sent)
             self.stats.skipped_response(Reason.WEBSOCKET_DROPPED.value)
         if in_flight or local_anchors:
             get_logger().debug(
@@ -887,12 +825,10 @@ class Tracker:
                 transport=WEBSOCKET,
             )
 
-    def _socket_fault(self, error: Exception, *, counted: bool) -> None:
+    def socket_fault(self, error: Exception, *, counted: bool) -> None:
         """A fault inside anchortrack on the socket path: the event goes out, or comes in, as given."""
         if counted:
-            self.stats.passed_through(
-                mode=resolve(self.mode).value, reason=Reason.INTERNAL_ERROR.value, transport=WEBSOCKET
-            )
+            self._publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, WEBSOCKET))
         get_logger().warning(
             "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", transport=WEBSOCKET
         )
@@ -902,7 +838,7 @@ class Tracker:
     ) -> tuple[_CallState, Request] | None:
         mode = resolve(self.mode)
         if mode is Mode.OFF:
-            self.stats.passed_through(mode=mode.value, reason=Reason.MODE_OFF.value, transport=WEBSOCKET)
+            self._publish(passed_through(mode, Reason.MODE_OFF, WEBSOCKET))
             get_logger().debug(
                 "anchortrack.request_passed_through", reason=Reason.MODE_OFF.value, transport=WEBSOCKET
             )
@@ -916,38 +852,6 @@ class Tracker:
             context = attrs.evolve(context, zdr_disabled=False)
         return _CallState(context, WEBSOCKET), request
 
-    def _socket_perform(self, state: _CallState, overlay: LaneOverlay) -> Callable[[Any], Any]:
-        guard, store = self._guard, self.store
-        stored_only_local = state.context.scope_key in self._zdr
-
-        def perform(effect: Any) -> Any:
-            step = _overlaid(effect, overlay, stored_only_local)
-            if isinstance(step, _Answered):
-                return step.value
-            if step is not None:
-                name, args, combine = step
-                method = getattr(store, name)
-                return combine(guard.run(name, lambda: method(*args)))
-            return _captured(self, state, effect)
-
-        return perform
-
-    def _asocket_perform(self, state: _CallState, overlay: LaneOverlay) -> Callable[[Any], Awaitable[Any]]:
-        guard, store = self._guard, self.store
-        stored_only_local = state.context.scope_key in self._zdr
-
-        async def perform(effect: Any) -> Any:
-            step = _overlaid(effect, overlay, stored_only_local)
-            if isinstance(step, _Answered):
-                return step.value
-            if step is not None:
-                name, args, combine = step
-                method = getattr(store, "a" + name)
-                return combine(await guard.arun(name, lambda: method(*args)))
-            return _captured(self, state, effect)
-
-        return perform
-
 
 # -- the socket path's pieces shared by its sync and async entries -------------
 
@@ -959,9 +863,7 @@ class _Answered:
     value: Any
 
 
-def _overlaid(
-    effect: Any, overlay: LaneOverlay, zdr: bool
-) -> _Answered | tuple[str, tuple[Any, ...], Callable[[Any], Any]] | None:
+def _overlaid(effect: Any, overlay: LaneOverlay, zdr: bool) -> _Answered | Callable[[Any], Any] | None:
     """
     How to answer a store effect on a socket: from the overlay, or the store's answer combined with it.
 
@@ -978,16 +880,16 @@ def _overlaid(
             # The overlay wins only where the store has nothing.
             return ChainMap(found, local) if local else found
 
-        return "find", (effect.scope, effect.views), merged
+        return merged
     if isinstance(effect, Get):
         anchor = overlay.get(effect.response_id)
         if anchor is not None:
             return _Answered(anchor)
-        return "get", (effect.scope, effect.response_id), _same
+        return _same
     if isinstance(effect, Evict):
         if overlay.evict(effect.response_id):
             return _Answered(None)
-        return "evict", (effect.scope, effect.response_id), _same
+        return _same
     return None
 
 
@@ -1017,7 +919,8 @@ def _socket_plan(state: _CallState, request: Request, overlay: LaneOverlay) -> S
         plan=plan,
         anchor=anchor,
         local=anchor is not None and overlay.is_local(anchor),
-        unsettled=state.unsettled,
+        unsettled=anchor is not None,
+        seconds=state.seconds,
     )
 
 
@@ -1027,8 +930,8 @@ def _recovery(sent: SocketPlan) -> tuple[_CallState, Callable[[Exception], Any]]
     if sent.retried or anchor is None or request is None or context is None or ticket is None:
         return None
     state = _CallState(context, WEBSOCKET)
-    state.plan = sent.plan
-    state.unsettled = sent.unsettled
+    state.plan, state.seconds = sent.plan, sent.seconds
+    state.published = not sent.unsettled
 
     def flow(error: Exception) -> Any:
         return refused_flow(context, request, anchor, ticket, error)
@@ -1052,7 +955,7 @@ def _recoverable(error: BaseException, anchor_id: str) -> bool:
     which evicts and resends, like an HTTP refusal; any other error stays the
     caller's, in its stream.
     """
-    return classify(error, anchor_id) is not Failure.OTHER
+    return classify(error, anchor_id) is not None
 
 
 def _recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any) -> None:
@@ -1068,6 +971,9 @@ def _recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any
         )
 
 
-def _never_blocks(store: object) -> bool:
-    """Whether *store* declares that its sync methods never block (run them inline)."""
-    return runs_inline(store)
+def _notify(callback: Callable[[Outcome], object], outcome: Outcome) -> None:
+    """Hand *outcome* to one subscriber; what it raises is logged, never raised."""
+    try:
+        callback(outcome)
+    except Exception as error:  # noqa: BLE001 - an observer never breaks the call
+        get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)

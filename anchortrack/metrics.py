@@ -213,7 +213,9 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
         "Time to plan one request (fingerprint, look up, choose).",
         snap["plan_seconds"],
     )
-    yield _histogram("anchortrack_delta_items", "Items sent by chained requests.", snap["delta_items"])
+    yield _histogram(
+        "anchortrack_delta_items", "Items sent by chained requests the server accepted.", snap["delta_items"]
+    )
 
 
 def _by_label(name: str, documentation: str, label: str, values: Mapping[str, int]) -> CounterMetricFamily:

@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from anchortrack import Tracker
-from anchortrack._flow import Ticket
+from anchortrack._flow import Evict, Ticket
 
 from .helpers import SCOPE, DictStore, assistant, response, turn, user
 
@@ -51,8 +51,8 @@ def _chainable() -> tuple[DictStore, list[Any]]:
 
 def _call(tracker: Tracker, params: dict[str, Any], sdk: SDK, *, is_async: bool) -> Any:
     if is_async:
-        return asyncio.run(tracker._acall(params, lambda: SCOPE, sdk.asend))
-    return tracker._call(params, lambda: SCOPE, sdk)
+        return asyncio.run(tracker.acall(params, lambda: SCOPE, sdk.asend))
+    return tracker.call(params, lambda: SCOPE, sdk)
 
 
 @pytest.mark.parametrize("is_async", [False, True])
@@ -92,7 +92,17 @@ def test_a_fault_after_a_refused_send_resends_the_call_as_given(
     """A fault of anchortrack's own between a stale refusal and the resend still sends the caller's call."""
     store, history = _chainable()
     tracker = Tracker(store)
-    monkeypatch.setattr(tracker.stats, "fell_back", _boom)
+    failopen = tracker.failopen
+    perform, aperform = failopen.perform, failopen.aperform
+
+    def evict_fails(effect: object) -> Any:  # the eviction comes after the refusal, before the resend
+        return _boom() if isinstance(effect, Evict) else perform(effect)
+
+    async def aevict_fails(effect: object) -> Any:
+        return _boom() if isinstance(effect, Evict) else await aperform(effect)
+
+    monkeypatch.setattr(failopen, "perform", evict_fails)
+    monkeypatch.setattr(failopen, "aperform", aevict_fails)
     sdk = SDK(Stale())
     params = {"model": "m", "input": history}
 
@@ -109,7 +119,7 @@ def test_a_fault_after_an_answer_returns_that_answer_without_sending_again(
 ) -> None:
     """Once the SDK answered, a later fault never sends the call a second time."""
     tracker = Tracker(DictStore())
-    flush = "_aflush" if is_async else "_flush"
+    flush = "aflush" if is_async else "flush"
     calls = [0]
 
     def failing_second(*_: object) -> Any:
@@ -118,11 +128,12 @@ def test_a_fault_after_an_answer_returns_that_answer_without_sending_again(
             raise RuntimeError("bug")
         return asyncio.sleep(0) if is_async else None
 
-    monkeypatch.setattr(tracker, flush, failing_second)
+    monkeypatch.setattr(tracker.failopen, flush, failing_second)  # the write after the answer fails
     answer = response([assistant("ok")])
     sdk = SDK(answer)
 
     assert answer is _call(tracker, {"model": "m", "input": [user("hi")]}, sdk, is_async=is_async)
+    assert 2 == calls[0]
     assert 1 == len(sdk.bodies)
 
 
@@ -130,7 +141,7 @@ def test_reprs_read_well() -> None:
     """Tracker and Stats reprs give the mode, the store and the headline counters."""
     store, history = _chainable()
     tracker = Tracker(store, mode="shadow", namespace="team-a")
-    tracker._call({"model": "m", "input": history}, lambda: SCOPE, SDK())
+    tracker.call({"model": "m", "input": history}, lambda: SCOPE, SDK())
 
     summary = (
         "requests 1 (shadow 1: would chain 1); input bytes ~247 sent of ~247 stateless (100%), saved ~0, "

@@ -6,12 +6,12 @@ runs the demo agent (`anchortrack._cli.agent`) through a wrapped client.
 Only ``--base-url URL`` or ``--openai`` sends the same turns to a real
 endpoint: an ``OPENAI_API_KEY`` in the environment never does by itself, so
 the demo never spends money unless asked to.
-Each call prints one table row measured on the wire: what anchortrack sent,
-what a stateless request would have sent, and why it chained or not (read
-from anchortrack's own events).
-The anchors go to a SQLite file in the user's cache directory, and
-``demo.json`` beside it records their scope, so ``anchortrack explain`` works
-afterwards without flags.
+Each call prints one table row from the call's `Outcome` (the record
+``tracker.stats`` counts too, handed over by ``tracker.subscribe``): what
+anchortrack sent, what a stateless request would have sent, and why it
+chained or not. The anchors go to a SQLite file in the user's cache
+directory, and ``demo.json`` beside it records their scope, so
+``anchortrack explain`` works afterwards without flags.
 
 This module imports only the standard library at import time (``--help``
 stays fast); the client, the server and the store are imported when it runs.
@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from ._screen import Screen, Table
 
 
 if TYPE_CHECKING:
-    from ..server import WireTap
+    from .._outcome import Outcome
     from ..stores._base import AnchorStore
     from .record import DemoRecord
 
@@ -43,33 +43,27 @@ if TYPE_CHECKING:
 MAX_CALLS_PER_TURN = 5
 #: OpenAI's API base URL (``--openai``).
 OPENAI_BASE_URL = "https://api.openai.com/v1"
-_RECORD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName", "event"}
+#: The turns of the benchmark the summary compares a shorter run with (docs/benchmarks.md).
+BENCHMARK_TURNS = 25
 #: Why a shadow call would have been refused.
 WOULD_RESEND_TEXT = (
     "the anchor it would chain from was deleted on the server, so chaining would have been refused "
     "and the call resent in full; a shadow run cannot see that refusal, so tracker.stats counts "
     "these calls as would-chain"
 )
-#: Decisions that chained (or, in shadow mode, would have).
-CHAINED_DECISIONS = ("chained", "would chain")
-
-
-def wire_size(body: object) -> int:
-    """
-    Bytes of *body* as the openai client puts JSON on the wire.
-
-    Compact separators, UTF-8, no ASCII escaping: the size of a counterfactual
-    body (the same request sent stateless) is measured in the same unit as
-    the bytes `WireTap` saw leave the process.
-    """
-    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-def stateless_body(body: Mapping[str, Any], history: Sequence[Any]) -> dict[str, Any]:
-    """*body* sent without ``previous_response_id``, with the full *history* as ``input``."""
-    out = {k: v for k, v in body.items() if k != "previous_response_id"}
-    out["input"] = list(history)
-    return out
+#: The table's fixed columns: title, width, alignment. The reason / note text follows.
+COLUMNS: tuple[tuple[str, int, str], ...] = (
+    ("call", 4, ">"),
+    ("turn", 5, ">"),
+    ("decision", 12, "<"),
+    ("anchor", 13, "<"),
+    ("items", 7, ">"),
+    ("sent B", 8, ">"),
+    ("stateless B", 11, ">"),
+    ("saved", 5, ">"),
+)
+_STYLE = {"chained": "green", "would chain": "green", "resent": "yellow", "would resend": "yellow"}
+_STYLE["stateless"] = "cyan"
 
 
 def register(subparsers: Any) -> None:
@@ -135,44 +129,56 @@ positive_int.__name__ = "number"
 
 @dataclass
 class Row:
-    """What one model call did, measured on the wire."""
+    """One model call: its outcome, how many requests it took on the wire, and what the demo adds."""
 
     call: int
     turn: str
-    mode: str
-    decision: str = "?"
-    reason: str = "?"
-    anchor: str | None = None
-    items_sent: int = 0
-    items_total: int = 0
-    bytes_sent: int = 0
-    bytes_stateless: int = 0
-    #: What chaining sent, or in shadow mode would have sent (a refusal's resend included).
-    bytes_chained: int = 0
-    requests: int = 0
+    outcome: Outcome
+    requests: int = 1
     note: str = ""
+    deleted_anchor: bool = False
     equivalent: bool | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def decision(self) -> str:
+        """The decision, as a shadow run says it (``would chain``, ``would resend``)."""
+        o = self.outcome
+        if o.mode != "shadow" or o.decision.value != "chained":
+            return o.decision.value
+        return "would resend" if self.deleted_anchor else "would chain"
+
+    @property
+    def reason(self) -> str:
+        """The reason code, with where the history diverged when known."""
+        o = self.outcome
+        reason = "stale_anchor" if self.deleted_anchor else o.reason.value
+        return reason + (f" at {o.diverged_at}" if o.diverged_at is not None else "")
+
+    @property
+    def would_send(self) -> int:
+        """What chaining sends or, in shadow mode, would have sent (a refusal's resend included)."""
+        o = self.outcome
+        return o.bytes_planned + (o.bytes_stateless if self.deleted_anchor else 0)
 
 
 class EventTap(logging.Handler):
-    """Collects anchortrack's events from the standard library logger it falls back to."""
+    """``--events``: anchortrack's events, as lines to show under each call (never read back)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.events: list[dict[str, Any]] = []
+        self.lines: list[str] = []
+        self._skip = frozenset(logging.makeLogRecord({}).__dict__) | {
+            "message",
+            "asctime",
+            "taskName",
+            "event",
+        }
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Keep the event as a flat dict."""
-        event = {k: v for k, v in record.__dict__.items() if k not in _RECORD_ATTRS}
-        event["event"] = str(getattr(record, "event", record.msg))
-        event["log_level"] = record.levelname.lower()
-        self.events.append(event)
-
-    def take(self) -> list[dict[str, Any]]:
-        """Return and forget the events collected so far."""
-        events, self.events = self.events, []
-        return events
+        """Keep the event as one line: level, name, key=value pairs."""
+        keys = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in self._skip)
+        self.lines.append(f"{record.levelname.lower():<7} {getattr(record, 'event', record.msg)} {keys}")
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[EventTap]:
@@ -273,19 +279,18 @@ def _run(
     raw = openai.OpenAI(base_url=base_url, api_key=api_key, http_client=tap.http_client(), max_retries=0)
     client = wrap(raw, store=store, mode=args.mode, namespace=DEMO_NAMESPACE)
     tracker = tracker_of(client)
-    scope = _scope(client, tracker)
     where = f"local Responses server {base_url}" if server is not None else base_url.rstrip("/")
     if server is not None and server.state.backend is not None:  # upstream provider
         where += f" in front of {server.state.backend.name}"
     screen.para(f"anchortrack demo · {where} · model {model} · mode {describe(tracker.mode)}")
     screen.para(f"anchors: {spec} (namespace {DEMO_NAMESPACE})")
     screen.write("\n")
-    scripted = model == "scripted" and not args.upstream
-    demo = _Demo(client, tap, model, server, args.events, screen, scripted=scripted)
-    demo.table.header()
+    demo = _Demo(client, tap, model, server, screen, scripted=model == "scripted" and not args.upstream)
+    tracker.subscribe(demo.outcomes.append)
+    events = EventTap()  # anchortrack's events: shown with --events, kept off the console either way
     try:
-        with EventTap().installed() as events:
-            history = demo.run(args.turns, events)
+        with events.installed():
+            history = demo.run(args.turns, events if args.events else None)
     except openai.APIError as error:
         screen.para(f"anchortrack demo: the endpoint refused a call: {error}")
         return 1
@@ -296,61 +301,33 @@ def _run(
     request_file.parent.mkdir(parents=True, exist_ok=True)
     body = {"model": model, "input": [*history, next_turn], "tools": agent.TOOLS}
     request_file.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
-    record = DemoRecord(spec, scope, model, str(request_file))
+    record = DemoRecord(spec, _scope(client, tracker), model, str(request_file))
     if spec != "memory":
         record.save()
-    _summary(screen, demo.rows, str(tracker.stats), server is not None, record)
+    _summary(screen, demo.rows, str(tracker.stats), server is not None, record, args.turns)
     return 0 if all(row.equivalent is not False for row in demo.rows) else 1
 
 
-#: The table's fixed columns: title, width, alignment. The reason / note text follows.
-COLUMNS: tuple[tuple[str, int, str], ...] = (
-    ("call", 4, ">"),
-    ("turn", 5, ">"),
-    ("decision", 12, "<"),
-    ("anchor", 13, "<"),
-    ("items", 7, ">"),
-    ("sent B", 8, ">"),
-    ("stateless B", 11, ">"),
-    ("saved", 5, ">"),
-)
-_DECISION_STYLE = {
-    "chained": "green",
-    "would chain": "green",
-    "resent": "yellow",
-    "would resend": "yellow",
-    "stateless": "cyan",
-}
-
-
 class _Demo:
-    """The agent loop, measuring every call."""
+    """The agent loop: one row per call, from the call's outcome."""
 
     def __init__(
-        self,
-        client: Any,
-        tap: WireTap,
-        model: str,
-        server: Any,
-        show: bool,
-        screen: Screen,
-        *,
-        scripted: bool,
+        self, client: Any, tap: Any, model: str, server: Any, screen: Screen, *, scripted: bool
     ) -> None:
-        self.client, self.tap, self.model, self.server, self.show = client, tap, model, server, show
-        self.screen = screen
+        self.client, self.tap, self.model, self.server, self.screen = client, tap, model, server, screen
         self.table = Table(screen, COLUMNS, "reason / note")
+        self.table.header()
         self.scripted = scripted
         self.rows: list[Row] = []
+        self.outcomes: list[Outcome] = []
         #: Responses the agent's middleware deleted: the server refuses them as anchors.
         self.deleted: set[str] = set()
 
-    def run(self, turns: int, events: EventTap) -> list[dict[str, Any]]:
+    def run(self, turns: int, events: EventTap | None) -> list[dict[str, Any]]:
         history = agent.first_items()
         last_id: str | None = None
         for index in range(turns):
             t = agent.turn(index)
-            label = f"{index + 1}/{turns}"
             note = agent.MIDDLEWARE_TEXT.get(t.middleware or "", "")
             if t.middleware == "inject":
                 history = agent.inject(history)
@@ -361,9 +338,8 @@ class _Demo:
                 self.deleted.add(last_id)
             history = [*history, agent.user_message(t, scripted=self.scripted)]
             for _ in range(MAX_CALLS_PER_TURN):
-                response = self._call(history, label, note, events)
-                note = ""
-                last_id = response.id
+                response = self._call(history, f"{index + 1}/{turns}", note, events)
+                note, last_id = "", response.id
                 output = [item.to_dict(mode="json") for item in response.output]
                 history = [*history, *output]
                 calls = agent.function_calls(output)
@@ -379,18 +355,22 @@ class _Demo:
                 ]
         return history
 
-    def _call(self, history: list[dict[str, Any]], label: str, note: str, events: EventTap) -> Any:
-        from .._client import tracker as tracker_of
-        from .._mode import resolve
-
-        mode = resolve(tracker_of(self.client).mode).value
-        row = Row(call=len(self.rows) + 1, turn=label, mode=mode)
-        self.screen.status(f"… call {row.call} (turn {label}): waiting for the model")
+    def _call(self, history: list[dict[str, Any]], label: str, note: str, events: EventTap | None) -> Any:
+        call = len(self.rows) + 1
+        self.screen.status(f"… call {call} (turn {label}): waiting for the model")
         start = len(self.tap.bodies)
         response = self.client.responses.create(model=self.model, input=history, tools=agent.TOOLS)
-        measure(row, self.tap.since(start), self.tap.bytes_since(start), history, events.take(), note)
-        if row.decision == "would chain" and row.anchor in self.deleted:
-            would_resend(row, self.tap.since(start)[-1], history)
+        outcome = self.outcomes[-1]
+        row = Row(call, label, outcome, requests=len(self.tap.since(start)), note=note)
+        row.deleted_anchor = outcome.mode == "shadow" and outcome.anchor_id in self.deleted
+        if outcome.decision.value == "resent":
+            row.note = "; ".join(
+                filter(None, [note, f"{short_id(outcome.anchor_id)} refused: resent in full"])
+            )
+        elif row.deleted_anchor:
+            row.note = "; ".join(
+                filter(None, [note, f"{short_id(outcome.anchor_id)} would be refused: resend in full"])
+            )
         if self.server is not None:
             from .._canonical import canonical_item
 
@@ -398,72 +378,11 @@ class _Demo:
             row.equivalent = [canonical_item(i) for i in seen] == [canonical_item(i) for i in history]
         self.rows.append(row)
         self.table.row(*cells(row, self.screen.ellipsis))
-        if self.show:
-            for event in row.events:
-                keys = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("event", "log_level"))
-                self.screen.para(f"{event['log_level']:<7} {event['event']} {keys}", indent="        · ")
+        for line in events.lines if events else ():
+            self.screen.para(line, indent="        · ")
+        if events:
+            events.lines.clear()
         return response
-
-
-def measure(
-    row: Row,
-    bodies: Sequence[Mapping[str, Any]],
-    bytes_sent: int,
-    history: list[dict[str, Any]],
-    events: list[dict[str, Any]],
-    note: str,
-) -> None:
-    """Fill *row* from the bodies on the wire and the events of one call."""
-    from .._request import chained_body, read_request
-
-    last = bodies[-1]
-    sent_input = last.get("input")
-    row.requests = len(bodies)
-    row.bytes_sent = bytes_sent
-    row.bytes_stateless = wire_size(stateless_body(last, history))
-    row.bytes_chained = row.bytes_sent
-    row.anchor = last.get("previous_response_id")
-    row.items_sent = len(sent_input) if isinstance(sent_input, list) else 1
-    row.items_total = len(history)
-    row.events = events
-    notes = [note] if note else []
-    for event in events:
-        name = event["event"].removeprefix("anchortrack.")
-        if name == "request_chained":
-            row.decision, row.reason = "chained", "chained"
-        elif name in ("request_stateless", "request_passed_through"):
-            row.decision = "stateless" if name == "request_stateless" else "passthrough"
-            row.reason = event["reason"]
-            if event.get("diverged_at") is not None:
-                row.reason += f" at {event['diverged_at']}"
-        elif name == "shadow_planned":
-            row.decision = "would chain" if event["would_chain"] else "stateless"
-            row.reason = event["reason"]
-            if event.get("diverged_at") is not None:
-                row.reason += f" at {event['diverged_at']}"
-            if event["would_chain"]:
-                row.anchor = event["anchor_id"]
-                skip = event["items_total"] - event["items_would_send"]
-                chained = chained_body(read_request(stateless_body(last, history)), skip, event["anchor_id"])
-                row.bytes_chained = wire_size(chained)
-        elif name in ("anchor_evicted", "scope_disabled"):
-            row.decision, row.reason = "resent", event["reason"]
-            notes.append(f"{short_id(event['anchor_id'])} refused: resent in full")
-    row.note = "; ".join(notes)
-
-
-def would_resend(row: Row, last: Mapping[str, Any], history: list[dict[str, Any]]) -> None:
-    """
-    A shadow row whose would-be anchor the server no longer has.
-
-    Chaining would have been refused (``stale_anchor``) and the call resent in
-    full, so what it would have sent is the chained attempt plus the resend.
-    """
-    row.decision, row.reason = "would resend", "stale_anchor"
-    row.bytes_chained += wire_size(stateless_body(last, history))
-    row.note = "; ".join(
-        part for part in (row.note, f"{short_id(row.anchor)} would be refused: resend in full") if part
-    )
 
 
 def short_id(response_id: str | None, ellipsis: str = "…") -> str:
@@ -473,30 +392,42 @@ def short_id(response_id: str | None, ellipsis: str = "…") -> str:
     return response_id if len(response_id) <= 13 else response_id[: 13 - len(ellipsis)] + ellipsis
 
 
+def _share(part: int, whole: int) -> str:
+    """`stateless_share` as the demo prints it."""
+    from .._outcome import stateless_share
+
+    share = stateless_share(part, whole)
+    return "-" if share is None else f"{share:.0%}"
+
+
 def cells(row: Row, ellipsis: str = "…") -> tuple[list[str], str, list[str | None]]:
     """The table cells of *row*, its reason / note text, and the cells' styles."""
-    saved = 1 - row.bytes_sent / row.bytes_stateless if row.bytes_stateless else 0.0
-    reason = "" if row.reason == "chained" else row.reason
-    parts = [reason, row.note]
-    if row.mode == "shadow" and row.decision in ("would chain", "would resend"):
-        would = 1 - row.bytes_chained / row.bytes_stateless if row.bytes_stateless else 0.0
+    o = row.outcome
+    saved = 1 - o.bytes_sent / o.bytes_stateless if o.bytes_stateless else 0.0
+    parts = ["" if row.reason == "chained" else row.reason, row.note]
+    if o.mode == "shadow" and o.decision.value == "chained":
+        would = 1 - row.would_send / o.bytes_stateless if o.bytes_stateless else 0.0
         change = f"{would:.0%} less" if would >= 0 else f"{-would:.0%} more"
-        parts.insert(0, f"chaining would send {row.bytes_chained:,} B ({change})")
+        parts.insert(0, f"chaining would send {row.would_send:,} B ({change})")
     if row.equivalent is False:
         parts.append("CONTEXT MISMATCH: the server saw another history")
+    anchor = o.anchor_id if o.decision.value == "chained" else None
+    in_full = o.mode == "shadow" or o.decision.value == "resent"  # the last request held every item
     values = [
         str(row.call),
         row.turn,
         row.decision,
-        short_id(row.anchor, ellipsis),
-        f"{row.items_sent}/{row.items_total}",
-        f"{row.bytes_sent:,}",
-        f"{row.bytes_stateless:,}",
+        short_id(anchor, ellipsis),
+        f"{o.items_total if in_full else o.items_planned}/{o.items_total}",
+        f"{o.bytes_sent:,}",
+        f"{o.bytes_stateless:,}",
         f"{saved:.0%}",
     ]
-    styles: list[str | None] = [None] * len(values)
-    styles[2] = _DECISION_STYLE.get(row.decision)
-    return values, "; ".join(part for part in parts if part), styles
+    return (
+        values,
+        "; ".join(part for part in parts if part),
+        [None, None, _STYLE.get(row.decision)] + [None] * 5,
+    )
 
 
 def decision_counts(rows: Sequence[Row]) -> str:
@@ -505,32 +436,41 @@ def decision_counts(rows: Sequence[Row]) -> str:
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.decision] = counts.get(row.decision, 0) + 1
-    ranked = sorted(counts, key=lambda d: order.index(d) if d in order else len(order))
-    return ", ".join(f"{d} {counts[d]}" for d in ranked)
+    return ", ".join(f"{d} {counts[d]}" for d in sorted(counts, key=order.index))
 
 
-def _summary(screen: Screen, rows: list[Row], stats: str, local: bool, record: DemoRecord) -> None:
-    sent = sum(r.bytes_sent for r in rows)
-    stateless = sum(r.bytes_stateless for r in rows)
-    chained = sum(r.bytes_chained for r in rows)
-    wire = sum(r.requests for r in rows)
-    shadow = any(r.mode == "shadow" for r in rows)
+def _summary(
+    screen: Screen, rows: list[Row], stats: str, local: bool, record: DemoRecord, turns: int
+) -> None:
+    outcomes = [row.outcome for row in rows]
+    sent = sum(o.bytes_sent for o in outcomes)
+    stateless = sum(o.bytes_stateless for o in outcomes)
+    shadow = any(o.mode == "shadow" for o in outcomes)
+    para = screen.para
     screen.write("\n")
     in_full = " (all in full: shadow mode)" if shadow else ""
-    screen.para(f"summary: {len(rows)} calls, {wire} requests on the wire{in_full}: {decision_counts(rows)}")
-    para = screen.para
-    ratio = _ratio(sent, stateless)
+    wire = sum(row.requests for row in rows)
+    para(f"summary: {len(rows)} calls, {wire} requests on the wire{in_full}: {decision_counts(rows)}")
     para(
-        f"request bodies on the wire: {sent:,} bytes vs {stateless:,} stateless ({ratio}): "
+        f"input bytes: {sent:,} sent vs {stateless:,} stateless ({_share(sent, stateless)}): "
         f"saved {stateless - sent:,}",
         indent="  ",
     )
     if shadow:
-        resends = sum(1 for r in rows if r.decision == "would resend")
-        plural = "s" if resends > 1 else ""
-        refusals = f", counting the {resends} refusal{plural} it would have hit" if resends else ""
-        would = _ratio(chained, stateless)
-        para(f"shadow: chaining would have sent {chained:,} ({would} of stateless){refusals}", indent="  ")
+        resends = sum(1 for r in rows if r.deleted_anchor)
+        refusals = (
+            f", counting the {resends} refusal{'s' if resends > 1 else ''} it would have hit"
+            if resends
+            else ""
+        )
+        would = sum(
+            row.would_send if row.outcome.decision.value == "chained" else row.outcome.bytes_stateless
+            for row in rows
+        )
+        para(
+            f"shadow: chaining would have sent {would:,} ({_share(would, stateless)} of stateless){refusals}",
+            indent="  ",
+        )
     if local:
         ok = sum(1 for r in rows if r.equivalent)
         para(
@@ -543,13 +483,12 @@ def _summary(screen: Screen, rows: list[Row], stats: str, local: bool, record: D
         for note in notes:
             para(note, indent="    ")
     para(f"tracker.stats: {stats}", indent="  ")
-    if not shadow:
-        turns = len({row.turn for row in rows})
+    if not shadow and turns < BENCHMARK_TURNS:
         para(
             f"why this saves less than the README's benchmark: savings grow with the conversation, since "
             f"each chained call sends only its new items while a stateless one resends the whole history; "
-            f"this run has {turns} turns and deliberate fallbacks, the benchmark 25 turns sending 2.5% of "
-            "the stateless bytes (try --turns 25)",
+            f"this run has {turns} turns and deliberate fallbacks, the benchmark {BENCHMARK_TURNS} turns "
+            f"sending 2.5% of the stateless bytes (try --turns {BENCHMARK_TURNS})",
             indent="  ",
         )
     if record.store == "memory":
@@ -562,25 +501,22 @@ def _summary(screen: Screen, rows: list[Row], stats: str, local: bool, record: D
 
 def fallback_notes(rows: Sequence[Row]) -> list[str]:
     """One line per reason a call was not chained: the calls, and why."""
-    from .._plan import REASON_TEXT, Reason
+    from .._plan import REASON_TEXT
 
-    calls: dict[str, list[int]] = {}
+    calls: dict[str, list[Row]] = {}
     for row in rows:
-        if row.decision not in CHAINED_DECISIONS:
-            key = "would resend" if row.decision == "would resend" else row.reason
-            calls.setdefault(key, []).append(row.call)
+        if row.decision not in ("chained", "would chain"):
+            calls.setdefault(row.reason, []).append(row)
     notes = []
-    for reason, numbers in calls.items():
-        code, _, at = reason.partition(" at ")
-        why = REASON_TEXT[Reason(code)] if code in {r.value for r in Reason} else ""
-        if reason == "would resend":
-            reason, why = "stale_anchor", WOULD_RESEND_TEXT
-        if at:
-            why = f"item {at} differs from the closest view recorded so far, so the history went out in full"
+    for reason, group in calls.items():
+        o = group[0].outcome
+        why = WOULD_RESEND_TEXT if group[0].deleted_anchor else REASON_TEXT[o.reason]
+        if o.diverged_at is not None:
+            why = (
+                f"item {o.diverged_at} differs from the closest view recorded so far, so the history went out"
+            )
+            why += " in full"
+        numbers = [row.call for row in group]
         which = ", ".join(map(str, numbers[:8])) + (", …" if len(numbers) > 8 else "")
         notes.append(f"{reason} (call{'s' if len(numbers) > 1 else ''} {which}): {why}")
     return notes
-
-
-def _ratio(part: int, whole: int) -> str:
-    return f"{part / whole:.0%}" if whole else "-"

@@ -211,9 +211,11 @@ def test_the_summary_and_the_stats_tell_one_story(
     assert "; recorded 12" in out
     sent, stateless = (
         int(n.replace(",", ""))
-        for n in re.findall(r"on the wire: ([\d,]+) bytes vs ([\d,]+) stateless", out)[0]
+        for n in re.findall(r"input bytes: ([\d,]+) sent vs ([\d,]+) stateless", out)[0]
     )
     assert sent < stateless / 2
+    # one definition of the share of stateless bytes: the summary and tracker.stats say the same
+    assert 1 == len(set(re.findall(r"stateless \((\d+)%\)", out))), out
     assert "equivalence: the server's context was exactly the agent's history on 12 of 12 calls" in out
     assert "no_history (call 1): " in out
     assert "prefix_diverged at 1 (call 8): item 1 differs from the closest view recorded so far" in out
@@ -224,6 +226,17 @@ def test_the_summary_and_the_stats_tell_one_story(
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     quoted = int(re.findall(r"Its 6-turn run sends about (\d+)% of the stateless bytes", readme)[0])
     assert abs(share - quoted) <= 5
+
+
+def test_the_hints_fit_the_run(tmp_path: Path) -> None:
+    """A run as long as the benchmark is not told to try the benchmark's length."""
+    proc = _demo(tmp_path, "--store", "memory", "--turns", "25")
+    out = " ".join(line.strip() for line in _text(proc).splitlines())
+
+    assert 0 == proc.returncode, proc.stderr
+    assert "try --turns" not in out
+    assert "saves less than the README's benchmark" not in out
+    assert 1 == len(set(re.findall(r"stateless \((\d+)%\)", out))), out
 
 
 def test_explain_after_demo_needs_no_flags(
@@ -281,7 +294,7 @@ def test_shadow_rows_are_honest(tmp_path: Path) -> None:
     )
     assert "summary: 12 calls, 12 requests on the wire (all in full: shadow mode): " in out
     assert "would chain 9, would resend 1, stateless 2" in out
-    assert re.search(r"request bodies on the wire: ([\d,]+) bytes vs \1 stateless \(100%\): saved 0", out)
+    assert re.search(r"input bytes: ([\d,]+) sent vs \1 stateless \(100%\): saved 0", out)
     assert re.search(
         r"shadow: chaining would have sent [\d,]+ \(\d\d?% of stateless\), "
         r"counting the 1 refusal it would have hit",

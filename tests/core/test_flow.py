@@ -23,7 +23,6 @@ from anchortrack._flow import (
     Send,
     call_flow,
 )
-from anchortrack._refusal import Failure
 from anchortrack._request import read_request
 
 from ..helpers import SCOPE, DictStore, assistant, turn, user
@@ -111,7 +110,7 @@ def test_chained_send_then_stale_anchor_evicts_and_resends_in_full() -> None:
         step.send("the response")
     assert done.value.value == "the response"
     [fell_back] = [n for n in step.notes if isinstance(n, FellBack)]
-    assert (Failure.STALE_ANCHOR, anchor_id) == (fell_back.failure, fell_back.anchor.response_id)
+    assert (Reason.STALE_ANCHOR, anchor_id) == (fell_back.reason, fell_back.anchor.response_id)
     assert not any(isinstance(n, DisableChaining) for n in step.notes)
     assert ["anchortrack.request_chained", "anchortrack.anchor_evicted"] == step.events()
 
@@ -126,7 +125,7 @@ def test_zdr_refusal_yields_disable_chaining_and_resends() -> None:
 
     assert "previous_response_id" not in resend.body
     assert DisableChaining(SCOPE.key) in step.notes
-    assert [Failure.ZDR] == [n.failure for n in step.notes if isinstance(n, FellBack)]
+    assert [Reason.ZDR] == [n.reason for n in step.notes if isinstance(n, FellBack)]
     assert "anchortrack.scope_disabled" in step.events()
 
 

@@ -17,14 +17,15 @@ from typing import Any
 import openai
 import pytest
 
-from anchortrack._refusal import Failure, classify
+from anchortrack._plan import Reason
+from anchortrack._refusal import classify
 from anchortrack.server import http_client_classes
 
 
 ANCHOR = "resp_0a1b2c3d4e5f"
 LLAMA_HINT = "Use 'client.responses.list()' to list available Responses."
 OTHER_ID = "resp_99999999"
-STALE, ZDR, OTHER = Failure.STALE_ANCHOR, Failure.ZDR, Failure.OTHER
+STALE, ZDR, OTHER = Reason.STALE_ANCHOR, Reason.ZDR, None
 
 
 def _httpx() -> Any:
@@ -238,7 +239,7 @@ HTTP_CASES = [
 @pytest.mark.parametrize(
     ("status", "body", "expected"), [c[1:] for c in HTTP_CASES], ids=[c[0] for c in HTTP_CASES]
 )
-def test_http_refusals(status: int, body: object, expected: Failure) -> None:
+def test_http_refusals(status: int, body: object, expected: Reason | None) -> None:
     error = _raised(status, body)
     assert isinstance(error, openai.APIStatusError)
     assert expected is classify(error, ANCHOR)
@@ -274,7 +275,7 @@ def test_llama_stack_in_stream_error_event_is_stale() -> None:
         ),
     ],
 )
-def test_other_in_stream_error_events(error_object: dict[str, Any], expected: Failure) -> None:
+def test_other_in_stream_error_events(error_object: dict[str, Any], expected: Reason | None) -> None:
     error = _raised(200, {"error": error_object}, stream=True, sse=True)
     assert expected is classify(error, ANCHOR)
 

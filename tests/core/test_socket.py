@@ -8,7 +8,8 @@ from typing import Any
 import attrs
 
 from anchortrack._flow import Ticket
-from anchortrack._refusal import Failure, classify
+from anchortrack._plan import Reason
+from anchortrack._refusal import classify
 from anchortrack._socket import Ended, FrameError, Pending, Record, Refused, SocketBook, SocketPlan
 from anchortrack.stores._base import Anchor
 
@@ -128,7 +129,7 @@ def test_a_stale_anchor_error_for_a_chained_create_is_refused_once() -> None:
     verdict = book.on_frame(_error("previous_response_not_found", lane="a"))
     assert isinstance(verdict, Refused)
     assert verdict.pending is pending
-    assert classify(verdict.error, "r1") is Failure.STALE_ANCHOR
+    assert classify(verdict.error, "r1") is Reason.STALE_ANCHOR
     # The resend is marked retried: a second refusal reaches the caller.
     resent = _sent(book, attrs.evolve(pending.plan, retried=True, anchor=None))
     assert book.on_frame(_error("previous_response_not_found", lane="a")) == Ended((resent,))
@@ -201,7 +202,4 @@ def test_frame_errors_read_like_api_errors() -> None:
         "previous_response_not_found",
         "previous_response_id",
     )
-    assert (
-        classify(FrameError({"type": "error", "status": 400, "error": {"param": "model"}}), "r")
-        is Failure.OTHER
-    )
+    assert classify(FrameError({"type": "error", "status": 400, "error": {"param": "model"}}), "r") is None

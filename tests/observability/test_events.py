@@ -13,7 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import anchortrack
-from anchortrack._guard import Guard
+from anchortrack._failopen import FailOpen
 from anchortrack._log import short
 from anchortrack._stats import Stats
 from anchortrack.server import ResponsesServer
@@ -261,17 +261,17 @@ def test_store_outage_logs_degraded_once_and_recovered(raw_client: openai.OpenAI
 def test_the_guard_measures_an_outage_on_its_clock() -> None:
     """store_recovered reports the outage's length, from the first failure to the first success."""
     now = [100.0]
-    guard = Guard(Stats(), cooldown=0.0, clock=lambda: now[0])
+    guard = FailOpen(MemoryStore(), Stats(), cooldown=0.0, monotonic=lambda: now[0])
 
     def broken() -> None:
         raise ConnectionError
 
     with capture_logs() as logs:
-        guard.run("find", broken)
+        guard.call("find", broken)
         now[0] = 101.0
-        guard.run("find", broken)
+        guard.call("find", broken)
         now[0] = 102.5
-        guard.run("find", dict)
+        guard.call("find", dict)
 
     assert [
         {

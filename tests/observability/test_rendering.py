@@ -47,11 +47,11 @@ tracker = Tracker(store)
 history = [user({SECRET!r}), assistant("noted"), user("and?")]
 send = lambda body, ticket: response([assistant("ok")])
 os.environ["ANCHORTRACK_MODE"] = "chain"
-tracker._call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 del os.environ["ANCHORTRACK_MODE"]
 store.broken = True
-tracker._call({{"model": "m", "input": history}}, lambda: SCOPE, send)
-tracker._call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 """
 
 MODE_INVALID = "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' using='off'"

@@ -1,5 +1,5 @@
 """
-The fail-open guard alone: suspicion and probes, the deadline thread, the loop-stall detector, the backlog.
+The fail-open mechanism alone: suspicion and probes, the deadline thread, the loop-stall retry, the backlog.
 
 No network here; the store is a function.
 """
@@ -7,19 +7,34 @@ No network here; the store is a function.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
+import warnings
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
-from anchortrack._backlog import Backlog
-from anchortrack._deadline import LoopWatch, StoreTimeout, StoreWorker
+from anchortrack._failopen import Backlog, FailOpen, StoreTimeout, _Workers
 from anchortrack._flow import UNAVAILABLE
-from anchortrack._guard import Breaker, Guard, State
 from anchortrack._stats import Stats
 from anchortrack.stores import Anchor
+
+
+class Inline:
+    """A store that declares it never blocks: its calls run on the caller's thread."""
+
+    never_blocks = True
+
+
+class Blocking:
+    """A store that may block: its sync calls run on a worker thread, with a deadline."""
+
+
+def guard(stats: Stats | None = None, *, inline: bool = True, **options: Any) -> FailOpen:
+    return FailOpen(Inline() if inline else Blocking(), stats or Stats(), **options)
 
 
 def broken() -> None:
@@ -34,24 +49,24 @@ def _events(logs: list[dict[str, Any]]) -> list[str]:
 
 
 def test_one_failure_is_only_a_suspicion_that_a_successful_probe_clears() -> None:
-    """A single failure logs no warning and costs no cooldown: the next call probes and closes the breaker."""
+    """A single failure logs no warning and costs no cooldown: the next call probes and clears it."""
     stats = Stats()
-    guard = Guard(stats, cooldown=60.0)
+    store = guard(stats, cooldown=60.0)
 
     with capture_logs() as logs:
-        assert UNAVAILABLE is guard.run("find", broken)
-        assert State.SUSPECT is guard.breaker.state
-        assert {} == guard.run("find", dict)
+        assert UNAVAILABLE is store.call("find", broken)
+        assert not store.healthy
+        assert {} == store.call("find", dict)
 
-    assert State.CLOSED is guard.breaker.state
+    assert store.healthy
     assert ["anchortrack.store_suspect"] == _events(logs)
     assert {"find": 1} == stats.snapshot()["store_errors"]
 
 
-def test_a_failed_probe_opens_the_breaker_then_one_probe_per_cooldown() -> None:
+def test_a_failed_probe_means_down_then_one_probe_per_cooldown() -> None:
     """Suspect + failed probe = down (one warning); then one call every cooldown tries the store."""
     now = [0.0]
-    guard = Guard(Stats(), cooldown=1.0, clock=lambda: now[0])
+    store = guard(cooldown=1.0, monotonic=lambda: now[0])
     calls = []
 
     def counted() -> None:
@@ -59,13 +74,13 @@ def test_a_failed_probe_opens_the_breaker_then_one_probe_per_cooldown() -> None:
         raise ConnectionError
 
     with capture_logs() as logs:
-        guard.run("find", counted)  # suspect
-        guard.run("find", counted)  # the probe fails: down
+        store.call("find", counted)  # suspect
+        store.call("find", counted)  # the probe fails: down
         for t in (0.5, 0.9, 1.0, 1.5, 2.0):
             now[0] = t
-            guard.run("find", counted)
+            store.call("find", counted)
         now[0] = 3.5
-        assert {} == guard.run("find", dict)
+        assert {} == store.call("find", dict)
 
     assert [0.0, 0.0, 1.0, 2.0] == calls
     assert ["anchortrack.store_suspect", "anchortrack.store_degraded", "anchortrack.store_recovered"] == (
@@ -76,47 +91,56 @@ def test_a_failed_probe_opens_the_breaker_then_one_probe_per_cooldown() -> None:
 
 def test_only_one_probe_is_in_flight_and_a_cancelled_one_lets_the_next_go() -> None:
     """While the probe runs, other calls go without the store; a probe that never answered frees the slot."""
-    breaker = Breaker(cooldown=0.0)
-    first = breaker.enter("find")
-    assert first is not None
-    breaker.failed(first, "find", "TimeoutError")  # suspect
+    store = guard(cooldown=0.0)
+    store.call("find", broken)  # suspect
+    seen: list[object] = []
 
-    probe = breaker.enter("find")
-    assert probe is not None
-    assert probe.probe
-    assert breaker.enter("find") is None  # a second caller meanwhile
-    assert breaker.enter("put") is None  # a write does not probe a read failure
+    def probe() -> None:
+        seen.append(store.call("find", lambda: "second caller"))
+        seen.append(store.call("put", lambda: "a write"))  # a write does not probe a read failure
+        raise KeyboardInterrupt  # e.g. the caller's task was cancelled
 
-    breaker.abandon(probe)  # e.g. the caller's task was cancelled
-    again = breaker.enter("get")
-    assert again is not None
-    assert again.probe
+    with pytest.raises(KeyboardInterrupt):
+        store.call("find", probe)
+
+    assert [UNAVAILABLE, UNAVAILABLE] == seen
+    assert {} == store.call("get", dict)  # the next call probes, and clears the suspicion
+    assert store.healthy
 
 
-def test_failures_of_calls_begun_before_the_suspicion_do_not_open_the_breaker() -> None:
+def test_failures_of_calls_begun_before_the_suspicion_do_not_mean_down() -> None:
     """Many calls failing together (one event) leave the store suspect; only a probe can confirm."""
-    breaker = Breaker(cooldown=0.0)
-    in_flight = [breaker.enter("find") for _ in range(5)]
+    store = guard(inline=False, cooldown=0.0)
+    gate = threading.Barrier(5)
 
-    for attempt in in_flight:
-        assert attempt is not None
-        breaker.failed(attempt, "find", "TimeoutError")
+    def fails_together() -> None:
+        gate.wait(5)
+        raise ConnectionError
 
-    assert State.SUSPECT is breaker.state
+    with capture_logs() as logs:
+        threads = [threading.Thread(target=store.call, args=("find", fails_together)) for _ in range(5)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    assert not store.healthy
+    assert ["anchortrack.store_suspect"] == _events(logs)
 
 
 def test_a_store_that_refuses_writes_is_probed_with_writes() -> None:
     """An outage that writes began is probed by writes only; reads go without the store meanwhile."""
-    guard = Guard(Stats(), cooldown=0.0)
+    store = guard(cooldown=0.0)
     reads = []
-    guard.run("put", broken)
-    guard.run("put", broken)
-    assert State.OPEN is guard.breaker.state
+    with capture_logs() as logs:
+        store.call("put", broken)
+        store.call("put", broken)
+    assert "anchortrack.store_degraded" in _events(logs)
 
-    assert UNAVAILABLE is guard.run("find", lambda: reads.append(1))
+    assert UNAVAILABLE is store.call("find", lambda: reads.append(1))
     assert [] == reads
-    guard.run("put", lambda: None)
-    assert State.CLOSED is guard.breaker.state
+    store.call("put", lambda: None)
+    assert store.healthy
 
 
 # -- the deadline thread (sync stores) ---------------------------------------------
@@ -124,7 +148,7 @@ def test_a_store_that_refuses_writes_is_probed_with_writes() -> None:
 
 def test_a_sync_call_that_hangs_returns_at_its_deadline() -> None:
     """A sync store call that blocks is abandoned at the deadline; the worker thread carries on alone."""
-    guard = Guard(Stats(), timeout=0.2)
+    store = guard(inline=False, timeout=0.2)
     release = threading.Event()
     entered = threading.Event()
 
@@ -132,18 +156,18 @@ def test_a_sync_call_that_hangs_returns_at_its_deadline() -> None:
         entered.set()
         return release.wait()
 
-    assert UNAVAILABLE is guard.run("find", hang, inline=False)
+    assert UNAVAILABLE is store.call("find", hang)
 
     assert entered.is_set()
     assert not release.is_set()  # the caller came back while the store call still hung
     release.set()
-    assert State.SUSPECT is guard.breaker.state
-    assert {"a": 1} == guard.run("find", lambda: {"a": 1}, inline=False)
+    assert not store.healthy
+    assert {"a": 1} == store.call("find", lambda: {"a": 1})
 
 
 def test_the_worker_raises_the_stores_error_and_gives_up_at_the_deadline() -> None:
     """Errors come back as raised; a timeout is a StoreTimeout; threads exit when idle."""
-    worker = StoreWorker(max_threads=2, idle_seconds=0.05)
+    worker = _Workers(most=2, idle_seconds=0.05)
     with pytest.raises(ConnectionError):
         worker.call(broken, 1.0)
     gate = threading.Event()
@@ -160,10 +184,10 @@ def test_the_worker_raises_the_stores_error_and_gives_up_at_the_deadline() -> No
 
 def test_a_write_after_the_response_shares_one_deadline_budget() -> None:
     """A budget shorter than the timeout is the deadline."""
-    guard = Guard(Stats(), timeout=3600.0)
+    store = guard(inline=False, timeout=3600.0)
     gate = threading.Event()
 
-    assert UNAVAILABLE is guard.run("put", gate.wait, inline=False, budget=0.1)
+    assert UNAVAILABLE is store.call("put", gate.wait, budget=0.1)
 
     assert not gate.is_set()  # back long before the timeout, with the store call still hanging
     gate.set()
@@ -172,28 +196,10 @@ def test_a_write_after_the_response_shares_one_deadline_budget() -> None:
 # -- event-loop stalls (async stores) ------------------------------------------------
 
 
-async def test_the_loop_watch_measures_a_stall() -> None:
-    """A blocked loop is measured within the span that asks, and not outside it."""
-    watch = LoopWatch(asyncio.get_running_loop(), interval=0.01)
-    start = watch.enter()
-    await asyncio.sleep(0.03)
-    assert watch.stalled_since(start) < 0.25
-
-    time.sleep(0.3)  # noqa: ASYNC251 - the caller's own code holds the loop
-    await asyncio.sleep(0.03)
-    stalled = watch.stalled_since(start)
-    later = watch.enter()
-    watch.leave()
-    watch.leave()
-
-    assert stalled >= 0.25
-    assert watch.stalled_since(later) < 0.25
-
-
 async def test_an_async_call_that_timed_out_in_a_stalled_loop_is_tried_again() -> None:
     """The store answered in time but the loop was blocked: no failure, no suspicion, the answer is used."""
     stats = Stats()
-    guard = Guard(stats, timeout=0.2)
+    store = guard(stats, inline=False, timeout=0.2)
     calls = []
 
     async def lookup() -> dict[str, int]:
@@ -208,25 +214,26 @@ async def test_an_async_call_that_timed_out_in_a_stalled_loop_is_tried_again() -
 
     task = asyncio.ensure_future(blocker())
     with capture_logs() as logs:
-        assert {"found": 1} == await guard.arun("find", lookup)
+        assert {"found": 1} == await store.acall("find", lookup)
     await task
 
-    assert State.CLOSED is guard.breaker.state
+    assert store.healthy
     assert 2 == len(calls)
     assert {} == stats.snapshot()["store_errors"]
     assert {"find": 1} == stats.snapshot()["store_stalls"]
     assert ["anchortrack.store_call_stalled"] == _events(logs)
+    assert logs[0]["stalled_seconds"] >= 0.25
 
 
 async def test_an_async_store_that_is_late_on_a_free_loop_fails() -> None:
     """No stall, a late store: one timeout, failed open, suspect."""
-    guard = Guard(Stats(), timeout=0.05)
+    store = guard(inline=False, timeout=0.05)
 
     async def slow() -> None:
         await asyncio.sleep(1.0)
 
-    assert UNAVAILABLE is await guard.arun("find", slow)
-    assert State.SUSPECT is guard.breaker.state
+    assert UNAVAILABLE is await store.acall("find", slow)
+    assert not store.healthy
 
 
 # -- the backlog ------------------------------------------------------------------
@@ -266,6 +273,58 @@ def test_the_backlog_evicts_descendants_and_replaces_by_view_and_id() -> None:
     same_view = Anchor(other.view, "resp_y", 3, 100.0, 150.0)
     backlog.add("s", same_view, now=100.0)
 
-    backlog.evict("s", "resp_a")
+    assert backlog.evict("s", "resp_a")
 
     assert [("s", same_view)] == backlog.take(10, now=100.0)[0]
+
+
+def test_written_anchors_are_held_for_planning_but_do_not_wait() -> None:
+    """Beside a store that may block, written anchors stay findable; only unwritten ones wait."""
+    backlog = Backlog(limit=2, keep_written=True)
+    a, b, c = _anchor("a"), _anchor("b"), _anchor("c")
+    backlog.add("s", a, now=100.0, written=True)
+    backlog.add("s", b, now=100.0)
+
+    assert 1 == len(backlog)
+    assert {a.view: a, b.view: b} == backlog.find("s", [a.view, b.view], now=100.0)
+    assert ([("s", b)], 0) == backlog.take(10, now=100.0)
+    assert 0 == len(backlog)
+    assert b == backlog.get("s", "resp_b", now=100.0)  # taken to be written, still held
+    backlog.add("s", b, now=100.0)  # its write failed: it waits again
+    assert (True, 0) == backlog.add("s", c, now=100.0)  # a, written, makes room
+    assert (True, 1) == backlog.add("s", _anchor("d"), now=100.0)  # b, unwritten, is lost
+
+
+# -- fork -------------------------------------------------------------------------
+
+
+def test_a_forked_child_gets_fresh_locks_and_its_own_worker_threads() -> None:
+    """Forked while parent threads hold its locks and run its worker: the child's calls still answer."""
+    store = guard(inline=False, cooldown=0.0)
+    assert 1 == store.call("find", lambda: 1)  # a worker thread now serves the parent
+    store.call("find", broken)  # suspect: the next call takes the lock to probe
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store._lock, store.backlog._lock:
+            held.set()
+            release.wait(10)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (Python 3.12+)
+        pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if every call answered
+        ok = {"x": 1} == store.call("find", lambda: {"x": 1}) and store.healthy
+        ok = ok and {} == store.backlog.find("s", [b"v"], 0.0)
+        os._exit(0 if ok else 1)
+    release.set()
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert done[0] == pid, "the child hung"
+    assert 0 == os.waitstatus_to_exitcode(done[1])

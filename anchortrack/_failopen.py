@@ -1,0 +1,589 @@
+"""
+Fail open around the anchor store: one mechanism, written once for every backend.
+
+A store that fails, hangs (sync or async) or lies costs a larger request, never the call:
+
+* **One deadline.** A store call answers within ``timeout`` seconds or is given up:
+  async calls wait with ``asyncio.wait_for``, sync calls on a worker daemon thread
+  (which carries on alone). Stores that never block (`runs_inline`) run inline. An
+  async call that failed while the caller's own event loop was blocked for most of
+  its wait is not the store's fault: it is tried once more and counted as a stall.
+* **One cooldown with a single probe.** A failure makes the store *suspect*; the next
+  call of the same kind (read: find, get; write: put, evict) is the only one in
+  flight, the others go without the store. A failed probe means *down*
+  (``store_degraded``, once): one probe every ``cooldown`` seconds until one
+  succeeds (``store_recovered``).
+* **One bounded write-behind backlog** (`Backlog`): anchors the store did not take
+  wait there until it answers again. Planning reads them (and, beside a store that
+  may block, this tracker's latest written anchors), so a conversation keeps
+  chaining through an outage and right after it.
+
+Fork-safe: its locks are `ForkSafeLock`s; a forked child starts its own threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+import time
+from collections import ChainMap, OrderedDict, deque
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+import attrs
+
+from ._flow import UNAVAILABLE, Evict, Find, Get, Unavailable, adrive, drive
+from ._fork import ForkSafeLock
+from ._log import get_logger
+from ._stats import Stats
+from .stores._base import Anchor, runs_inline
+
+
+T = TypeVar("T")
+
+#: How many anchors the backlog holds by default.
+DEFAULT_BACKLOG_LIMIT = 10_000
+#: Most backlog entries one flush writes (the rest wait for the next call).
+_FLUSH_BATCH = 64
+#: A failed async call is tried again when the loop was blocked for at least
+#: this share of its wait, and at least `_MIN_STALL` seconds.
+_STALL_SHARE = 0.5
+_MIN_STALL = 0.02
+#: How often the loop is sampled while an async call waits; lateness below `_NOISE` is scheduling noise.
+_TICK = 0.025
+_NOISE = 0.005
+
+
+class StoreTimeout(TimeoutError):
+    """A store call did not answer within its deadline."""
+
+
+@attrs.frozen
+class Put:
+    """Write *anchor* (the write-behind's effect), within the shared deadline *ends* (monotonic)."""
+
+    scope: str
+    anchor: Anchor
+    ends: float
+
+
+#: The store effects: the operation (the sync method; the async one has an ``a`` prefix) and its arguments.
+_OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]] = {
+    Find: lambda effect: ("find", (effect.scope, effect.views)),
+    Get: lambda effect: ("get", (effect.scope, effect.response_id)),
+    Evict: lambda effect: ("evict", (effect.scope, effect.response_id)),
+    Put: lambda effect: ("put", (effect.scope, effect.anchor)),
+}
+
+
+def is_store_effect(effect: object) -> bool:
+    """Whether *effect* is store I/O (`FailOpen.perform` performs it)."""
+    return type(effect) in _OPERATIONS
+
+
+def _kind(operation: str) -> str:
+    return "read" if operation in ("find", "get") else "write"
+
+
+class FailOpen:
+    """
+    The store as a tracker uses it: every call with a deadline, a cooldown, and a backlog.
+
+    Args:
+        store: The anchor store.
+        stats: Where failures, stalls and backlog traffic are counted.
+        timeout: The deadline of one store call, and of all the writes after a response.
+        cooldown: Seconds between two probes of a store that is down.
+        clock: Unix time (anchor lifetimes).
+        monotonic: The clock outages are measured on (tests).
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        stats: Stats,
+        *,
+        timeout: float = 1.0,
+        cooldown: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.stats = stats
+        self.timeout = timeout
+        self.cooldown = cooldown
+        self.inline = runs_inline(store)
+        self.backlog = Backlog(keep_written=not self.inline)
+        self._clock = clock
+        self._monotonic = monotonic
+        self._recorded: deque[tuple[str, Anchor]] = deque()
+        self._workers = _Workers()
+        self._lock = ForkSafeLock()
+        # The breaker: healthy while no failure is pending (`_first` is None).
+        self._first: tuple[str, str] | None = None  # the operation and error that began it
+        self._down = False
+        self._since = 0.0
+        self._retry_at = 0.0
+        self._probing = False
+        self._cycle = [0, 0]  # written, dropped since the backlog was last empty
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the store is neither suspect nor down."""
+        return self._first is None
+
+    # -- one store call: admitted, given a deadline, judged --------------------
+
+    def call(self, operation: str, fn: Callable[[], T], *, budget: float | None = None) -> T | Unavailable:
+        """Run a sync store operation, failing open (`UNAVAILABLE`); *budget* may shorten the deadline."""
+        probe = self._admit(operation)
+        if probe is None:
+            return UNAVAILABLE
+        try:
+            result = fn() if self.inline else self._workers.call(fn, self._deadline(budget))
+        except Exception as error:  # noqa: BLE001 - any store fault fails open
+            self._failed(probe, operation, error)
+            return UNAVAILABLE
+        except BaseException:
+            self._abandon(probe)
+            raise
+        if probe or self._first is not None:
+            self._succeeded(probe, operation)
+        return result
+
+    async def acall(
+        self, operation: str, fn: Callable[[], Awaitable[T]], *, budget: float | None = None
+    ) -> T | Unavailable:
+        """Run an async store operation, failing open: the twin of `call`, plus the loop-stall retry."""
+        probe = self._admit(operation)
+        if probe is None:
+            return UNAVAILABLE
+        retried = False
+        while True:
+            lag = None if self.inline else _Lag(asyncio.get_running_loop())
+            try:
+                result = await (fn() if lag is None else asyncio.wait_for(fn(), self._deadline(budget)))
+            except Exception as error:  # noqa: BLE001 - any store fault fails open
+                stalled = lag.stalled() if lag is not None else None
+                if stalled is not None and not retried:
+                    retried = True
+                    self.stats.store_stalled(operation)
+                    get_logger().debug(
+                        "anchortrack.store_call_stalled",
+                        operation=operation,
+                        error=type(error).__name__,
+                        stalled_seconds=round(stalled, 3),
+                    )
+                    continue
+                self._failed(probe, operation, error)
+                return UNAVAILABLE
+            except BaseException:
+                self._abandon(probe)
+                raise
+            finally:
+                if lag is not None:
+                    lag.cancel()
+            if probe or self._first is not None:
+                self._succeeded(probe, operation)
+            return result
+
+    def _deadline(self, budget: float | None) -> float:
+        return self.timeout if budget is None else max(0.0, min(self.timeout, budget))
+
+    def _admit(self, operation: str) -> bool | None:
+        """Whether the call may go: False as a plain call, True as the probe, None to go without the store."""
+        if self.healthy:
+            return False
+        with self._lock:
+            first = self._first
+            if first is None:
+                return False
+            if _kind(first[0]) != _kind(operation) or self._probing or self._monotonic() < self._retry_at:
+                return None
+            self._probing = True
+            return True
+
+    def _abandon(self, probe: bool) -> None:
+        """The call was cancelled before it answered: let another probe go."""
+        if probe:
+            with self._lock:
+                self._probing = False
+
+    def _failed(self, probe: bool, operation: str, error: Exception) -> None:
+        self.stats.store_failed(operation)
+        name = type(error).__name__
+        with self._lock:
+            if probe:
+                self._probing = False
+            now = self._monotonic()
+            if self._first is None:
+                self._first, self._since, self._retry_at = (operation, name), now, now
+                event = "suspect"
+            elif not probe:
+                return  # begun before the suspicion: the same event
+            else:
+                self._retry_at = now + self.cooldown
+                event = "" if self._down else "degraded"
+                self._down = True
+            first = self._first
+        if event == "suspect":
+            get_logger().debug("anchortrack.store_suspect", operation=operation, error=name)
+        elif event:
+            get_logger().warning(
+                "anchortrack.store_degraded", operation=first[0], error=first[1], retry_in=self.cooldown
+            )
+
+    def _succeeded(self, probe: bool, operation: str) -> None:
+        """End the suspicion or outage, if this success is of the kind that began it."""
+        with self._lock:
+            if probe:
+                self._probing = False
+            first = self._first
+            if first is None or _kind(first[0]) != _kind(operation):
+                return
+            was_down, self._first, self._down = self._down, None, False
+            lasted = self._monotonic() - self._since
+        if was_down:
+            get_logger().warning("anchortrack.store_recovered", outage_seconds=round(lasted, 3))
+
+    # -- the flow's store effects ---------------------------------------------
+
+    def perform(self, effect: Any) -> Any:
+        """Perform a store effect failing open; this tracker's own anchors fill the gaps in an answer."""
+        name, args = _OPERATIONS[type(effect)](effect)
+        budget = effect.ends - time.monotonic() if type(effect) is Put else None
+        if budget is not None and budget <= 0:
+            return UNAVAILABLE
+        method = getattr(self.store, name)
+        return self._merged(effect, self.call(name, lambda: method(*args), budget=budget))
+
+    async def aperform(self, effect: Any) -> Any:
+        """The twin of `perform` (async)."""
+        name, args = _OPERATIONS[type(effect)](effect)
+        budget = effect.ends - time.monotonic() if type(effect) is Put else None
+        if budget is not None and budget <= 0:
+            return UNAVAILABLE
+        method = getattr(self.store, "a" + name)
+        return self._merged(effect, await self.acall(name, lambda: method(*args), budget=budget))
+
+    def _merged(self, effect: Any, answer: Any) -> Any:
+        """The store's *answer*, with what the backlog holds for the effect where the store has nothing."""
+        backlog = self.backlog
+        if not backlog.held or type(effect) is Put:
+            return answer
+        if isinstance(effect, Evict):
+            if backlog.evict(effect.scope, effect.response_id):
+                self.stats.backlog_changed(size=len(backlog))
+            return answer
+        now = self._clock()
+        if isinstance(effect, Find):
+            hits = backlog.find(effect.scope, effect.views, now)
+            if not hits:
+                return answer
+            # The store's answer wins; neither side is decoded until the plan reads it.
+            return hits if isinstance(answer, Unavailable) else ChainMap(answer, hits)
+        if isinstance(answer, Anchor):
+            return answer
+        hit = backlog.get(effect.scope, effect.response_id, now)
+        return hit if hit is not None else answer
+
+    # -- the write-behind ------------------------------------------------------
+
+    def record(self, scope: str, anchor: Anchor) -> None:
+        """Queue *anchor* for the next `flush`."""
+        self._recorded.append((scope, anchor))
+
+    def flush(self) -> None:
+        """Write what was recorded, then some of the backlog, within one deadline in all (sync)."""
+        if self._recorded or len(self.backlog):
+            drive(self._writes(), self.perform)
+
+    async def aflush(self) -> None:
+        """The twin of `flush` (async)."""
+        if self._recorded or len(self.backlog):
+            await adrive(self._writes(), self.aperform)
+
+    def _writes(self) -> Generator[Put, Any, None]:
+        """
+        The writes of one flush, as effects: what was recorded, then, if the store is healthy, the backlog.
+
+        What the store does not take waits in the backlog.
+        """
+        recorded, backlog = self._recorded, self.backlog
+        ends = time.monotonic() + self.timeout
+        while recorded:
+            try:
+                scope, anchor = recorded.popleft()
+            except IndexError:
+                break
+            if (yield Put(scope, anchor, ends)) is UNAVAILABLE:
+                queued, overflowed = backlog.add(scope, anchor, self._clock())
+                dropped = {"overflow": overflowed, "expired": 0 if queued or overflowed else 1}
+                self._count(queued=int(queued), dropped=dropped)
+            else:
+                self.stats.recorded_response()
+                if backlog.keep_written:
+                    backlog.add(scope, anchor, self._clock(), written=True)
+        if not len(backlog) or not self.healthy:
+            return
+        batch, expired = backlog.take(_FLUSH_BATCH, self._clock())
+        done = 0
+        for scope, anchor in batch:
+            if (yield Put(scope, anchor, ends)) is UNAVAILABLE:
+                break
+            done += 1
+        now = self._clock()
+        for scope, anchor in batch[done:]:
+            backlog.add(scope, anchor, now)
+        self._count(written=done, dropped={"expired": expired})
+        if not len(backlog):
+            with self._lock:
+                (written, lost), self._cycle = self._cycle, [0, 0]
+            if written or lost:
+                get_logger().info("anchortrack.backlog_flushed", written=written, dropped=lost)
+
+    def _count(self, *, queued: int = 0, written: int = 0, dropped: dict[str, int]) -> None:
+        """
+        Count backlog traffic. A response counts as recorded once its anchor is
+        written (at once, or later from the backlog), and as not recorded
+        (``store_unavailable``) if its anchor is dropped from the backlog.
+        """
+        lost = sum(dropped.values())
+        for _ in range(written):
+            self.stats.recorded_response()
+        for _ in range(lost):
+            self.stats.skipped_response("store_unavailable")
+        with self._lock:
+            first_loss = lost > 0 and self._cycle[1] == 0
+            self._cycle[0] += written
+            self._cycle[1] += lost
+        self.stats.backlog_changed(size=len(self.backlog), queued=queued, written=written, dropped=dropped)
+        if first_loss:
+            reason = "overflow" if dropped.get("overflow") else "expired"
+            get_logger().warning("anchortrack.backlog_dropped", reason=reason, limit=self.backlog.limit)
+
+
+class Backlog:
+    """
+    This tracker's anchors the store has not taken yet, oldest first; with
+    *keep_written*, also its latest anchors the store did take.
+
+    Planning reads both (`find`, `get`), so a conversation keeps chaining from
+    its own anchors while the store is down or slow, or after it came back
+    empty. Bounded: past *limit* anchors the oldest goes (one not written yet
+    is lost: ``overflow``), and expired ones are dropped when met. ``len()``
+    counts the anchors waiting to be written. Thread-safe.
+    """
+
+    def __init__(self, limit: int = DEFAULT_BACKLOG_LIMIT, *, keep_written: bool = False) -> None:
+        self.limit = limit
+        self.keep_written = keep_written
+        self._lock = ForkSafeLock()
+        self._held: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()
+        self._ids: dict[tuple[str, str], bytes] = {}
+        self._waiting: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def held(self) -> int:
+        """How many anchors it holds, written or not."""
+        return len(self._held)
+
+    def add(self, scope: str, anchor: Anchor, now: float, *, written: bool = False) -> tuple[bool, int]:
+        """
+        Hold *anchor* (waiting to be written, unless *written*), replacing what its view or id held.
+
+        Returns ``(held, overflowed)``: whether it is held (not when it has
+        expired, or the limit is 0) and how many anchors waiting to be
+        written were dropped to stay within the limit.
+        """
+        key = (scope, anchor.view)
+        with self._lock:
+            self._forget(scope, anchor.response_id)
+            self._drop(key)
+            if not anchor.is_live(now) or self.limit <= 0:
+                return False, 0
+            self._held[key] = anchor
+            self._ids[scope, anchor.response_id] = anchor.view
+            if not written:
+                self._waiting[key] = None
+            overflowed = 0
+            while len(self._held) > self.limit:
+                oldest = next(iter(self._held))
+                overflowed += oldest in self._waiting
+                self._drop(oldest)
+            return True, overflowed
+
+    def find(self, scope: str, views: Sequence[bytes], now: float) -> dict[bytes, Anchor]:
+        """The live anchors of *scope* it holds for any of *views*."""
+        with self._lock:
+            found = {}
+            for view in views:
+                anchor = self._held.get((scope, view))
+                if anchor is not None and anchor.is_live(now):
+                    found[view] = anchor
+            return found
+
+    def get(self, scope: str, response_id: str, now: float) -> Anchor | None:
+        """The live anchor of *scope* it holds for *response_id*, if any."""
+        with self._lock:
+            view = self._ids.get((scope, response_id))
+            anchor = self._held.get((scope, view)) if view is not None else None
+            return anchor if anchor is not None and anchor.is_live(now) else None
+
+    def evict(self, scope: str, response_id: str) -> bool:
+        """Forget *response_id* and every anchor chained from it; whether one waiting to be written went."""
+        with self._lock:
+            dead = {response_id}
+            grew = True
+            while grew:
+                grew = False
+                for (entry_scope, _), anchor in self._held.items():
+                    if entry_scope == scope and anchor.parent in dead and anchor.response_id not in dead:
+                        dead.add(anchor.response_id)
+                        grew = True
+            waiting = len(self._waiting)
+            for rid in dead:
+                self._forget(scope, rid)
+            return len(self._waiting) < waiting
+
+    def take(self, n: int, now: float) -> tuple[list[tuple[str, Anchor]], int]:
+        """
+        Up to *n* of the oldest live anchors waiting to be written; they wait no longer.
+
+        Returns ``(entries, expired)``: the entries as ``(scope, anchor)``
+        (held still, with *keep_written*), and how many expired ones were
+        dropped on the way. Hand back what could not be written with `add`.
+        """
+        taken: list[tuple[str, Anchor]] = []
+        expired = 0
+        with self._lock:
+            while self._waiting and len(taken) < n:
+                key, _ = self._waiting.popitem(last=False)
+                anchor = self._held[key]
+                if not anchor.is_live(now):
+                    self._drop(key)
+                    expired += 1
+                    continue
+                taken.append((key[0], anchor))
+                if not self.keep_written:
+                    self._drop(key)
+        return taken, expired
+
+    def _drop(self, key: tuple[str, bytes]) -> None:
+        anchor = self._held.pop(key, None)
+        if anchor is not None:
+            self._ids.pop((key[0], anchor.response_id), None)
+            self._waiting.pop(key, None)
+
+    def _forget(self, scope: str, response_id: str) -> None:
+        view = self._ids.get((scope, response_id))
+        if view is not None:
+            self._drop((scope, view))
+
+
+class _Workers:
+    """
+    Daemon threads that run a sync store's calls, so that a caller waits at most its deadline.
+
+    A thread starts whenever none is idle (up to *most*) and exits after
+    *idle_seconds* without work; daemon threads never keep the interpreter
+    from exiting, even while a store call hangs. A forked child starts its own.
+    """
+
+    def __init__(self, most: int = 4, idle_seconds: float = 10.0) -> None:
+        self.most = most
+        self.idle_seconds = idle_seconds
+        self._lock = ForkSafeLock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self.threads = 0
+        self._idle = 0
+
+    def call(self, fn: Callable[[], T], timeout: float) -> T:
+        """
+        Run *fn* on a worker thread; return its result within *timeout* seconds.
+
+        Raises:
+            StoreTimeout: *fn* did not return in time (it keeps running).
+            Exception: Whatever *fn* raised.
+        """
+        if self._pid != os.getpid():  # forked: the threads stayed in the parent
+            self._reset()
+        future: Future[T] = Future()
+        self._jobs.put((fn, future))
+        with self._lock:
+            if self._idle == 0 and self.threads < self.most:
+                self.threads += 1
+                worker = threading.Thread(target=self._serve, args=(self._jobs,), name="anchortrack-store")
+                worker.daemon = True
+                worker.start()
+        try:
+            return future.result(max(timeout, 0.0))
+        except FutureTimeout:
+            future.cancel()  # not started yet: never run it
+            raise StoreTimeout(f"the store did not answer within {timeout:.3g} s") from None
+
+    def _serve(self, jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            try:
+                fn, future = jobs.get(timeout=self.idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    self._idle -= 1
+                    if jobs.empty():
+                        self.threads -= 1
+                        return
+                continue
+            with self._lock:
+                self._idle -= 1
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as error:  # noqa: BLE001 - handed to the waiting caller
+                    future.set_exception(error)
+
+
+class _Lag:
+    """
+    How long the running event loop was blocked while one store call was awaited.
+
+    A timer due every `_TICK` seconds notes how late it fires: late by L
+    seconds means the loop was blocked for about L seconds before it.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._started = loop.time()
+        self._blocked = 0.0
+        self._due = self._started + _TICK
+        self._handle = loop.call_at(self._due, self._tick)
+
+    def _tick(self) -> None:
+        now = self._loop.time()
+        if now - self._due > _NOISE:
+            self._blocked += now - self._due
+        self._due = now + _TICK
+        self._handle = self._loop.call_at(self._due, self._tick)
+
+    def stalled(self) -> float | None:
+        """Seconds the loop was blocked if that was most of the wait (not the store's fault), else None."""
+        now = self._loop.time()
+        late = now - self._due  # a tick the loop has not run yet
+        blocked = self._blocked + (late if late > _NOISE else 0.0)
+        return blocked if blocked >= max(_MIN_STALL, _STALL_SHARE * (now - self._started)) else None
+
+    def cancel(self) -> None:
+        """Stop sampling."""
+        self._handle.cancel()

@@ -1,0 +1,148 @@
+"""
+What one call did: the one record every observer reads.
+
+The tracker makes one immutable `Outcome` per call once its decision is final
+(a chained request once the server accepted or refused it). `Stats` counts it,
+the demo prints it, and `Tracker.subscribe` hands it to anyone else (to put
+attributes on a tracing span, say): nobody re-derives what happened from the
+log. One vocabulary: a `Decision` and a `Reason`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from ._mode import Mode
+from ._plan import Plan, Reason
+
+
+class Decision(str, enum.Enum):
+    """
+    What went out.
+
+    ``chained``: ``previous_response_id`` plus the new items, accepted.
+    ``resent``: sent chained, refused (``stale_anchor``, ``zdr``), resent in
+    full. ``stateless``: the full history, no anchor could be proved.
+    ``passthrough``: exactly as the caller built it (``mode_off``,
+    ``caller_managed``, a fault inside anchortrack). In shadow mode, what
+    *would* have gone out (never ``resent``).
+    """
+
+    CHAINED = "chained"
+    RESENT = "resent"
+    STATELESS = "stateless"
+    PASSTHROUGH = "passthrough"
+
+
+CHAINED, RESENT, STATELESS, PASSTHROUGH = "chained", "resent", "stateless", "passthrough"
+
+#: Reasons for which the request goes out exactly as the caller built it.
+PASSTHROUGH_REASONS = frozenset({Reason.MODE_OFF, Reason.CALLER_MANAGED})
+
+
+def decision_for(*, chained: bool, reason: str) -> str:
+    """The decision of a request planned for *reason*, before any refusal: chained, stateless, passthrough."""
+    if chained:
+        return CHAINED
+    return PASSTHROUGH if reason in PASSTHROUGH_REASONS else STATELESS
+
+
+def stateless_share(sent: int, stateless: int) -> float | None:
+    """
+    The share of the stateless bytes a run sent: input bytes sent / input bytes sent stateless.
+
+    The one definition `Stats`, the demo and the docs quote (None when nothing was sent stateless).
+    """
+    return sent / stateless if stateless else None
+
+
+@attrs.frozen
+class Outcome:
+    """
+    One call, once its decision is final.
+
+    Attributes:
+        mode: ``chained``, ``shadow`` or ``off``.
+        transport: ``http``, or ``websocket`` (``client.responses.connect()``).
+        decision: What went out (`Decision`).
+        reason: Why (`Reason`); for ``resent``, the refusal.
+        anchor_id: The ``previous_response_id`` chaining sent (for ``resent``:
+            the refused one; in shadow mode: the one it would have sent).
+        diverged_at: Where the history first differs from the closest view
+            recorded lately, when a divergence is the reason.
+        items_total: Items in the caller's history (0 for a request not read).
+        items_sent: Items that went out, a resend included.
+        items_planned: Items the plan sends (in shadow mode: would send).
+        bytes_stateless: Estimated input bytes of the full history.
+        bytes_sent: Estimated input bytes that went out, a resend included.
+        bytes_planned: Estimated input bytes of the plan.
+        rejected: Anchors the store returned whose MAC did not verify.
+        plan_seconds: How long planning took, when it ran to the end.
+        response_id: The id of the response the call returned, when it
+            returned one at once (not a stream, not a socket).
+    """
+
+    mode: str
+    transport: str
+    decision: Decision
+    reason: Reason
+    anchor_id: str | None = None
+    diverged_at: int | None = None
+    items_total: int = 0
+    items_sent: int = 0
+    items_planned: int = 0
+    bytes_stateless: int = 0
+    bytes_sent: int = 0
+    bytes_planned: int = 0
+    rejected: int = 0
+    plan_seconds: float | None = None
+    response_id: str | None = None
+
+
+def outcome_of(
+    mode: Mode,
+    transport: str,
+    plan: Plan,
+    *,
+    refused: Reason | None = None,
+    attempted: bool = True,
+    seconds: float | None = None,
+    response_id: str | None = None,
+) -> Outcome:
+    """
+    The outcome of a call planned as *plan*, or refused for *refused*: then the
+    full history went out, after the chained attempt if it was *attempted*.
+    """
+    shadow = mode is Mode.SHADOW
+    anchor_id = plan.anchor.response_id if plan.anchor is not None else None
+    if refused is not None:
+        decision, reason = Decision.RESENT, refused
+    else:
+        decision, reason = Decision(decision_for(chained=plan.chained, reason=plan.reason)), plan.reason
+    chained_items = plan.sent if refused is None or attempted else 0
+    chained_bytes = plan.bytes_planned if refused is None or attempted else 0
+    full = refused is not None
+    return Outcome(
+        mode=mode.value,
+        transport=transport,
+        decision=decision,
+        reason=reason,
+        anchor_id=anchor_id,
+        diverged_at=plan.diverged_at,
+        items_total=plan.total,
+        items_sent=plan.total if shadow else chained_items + (plan.total if full else 0),
+        items_planned=plan.sent,
+        bytes_stateless=plan.bytes_stateless,
+        bytes_sent=plan.bytes_stateless if shadow else chained_bytes + (plan.bytes_stateless if full else 0),
+        bytes_planned=plan.bytes_planned,
+        rejected=len(plan.rejected),
+        plan_seconds=seconds,
+        response_id=response_id,
+    )
+
+
+def passed_through(mode: Mode, reason: Reason, transport: str) -> Outcome:
+    """The outcome of a call sent exactly as given, without reading it (mode ``off``, a fault)."""
+    return Outcome(mode=mode.value, transport=transport, decision=Decision.PASSTHROUGH, reason=reason)
