@@ -17,6 +17,7 @@ import threading
 import time
 from collections import ChainMap, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import attrs
@@ -50,10 +51,14 @@ from ._request import Request, read_request
 from ._seal import mac_key
 from ._socket import LaneOverlay, SocketPlan
 from ._stats import HTTP, WEBSOCKET, Stats
-from ._stream import AsyncTrackedStream, TrackedStream
 from .stores._base import Anchor, AnchorStore
 from .stores.memory import MemoryStore
 
+
+#: The tracked streams the SDK built while one request was sent (the client's
+#: post_parser adds them): the one peeked for an in-stream refusal, whatever
+#: object a tracer hands back around it.
+sent_streams: ContextVar[list[Any] | None] = ContextVar("anchortrack_sent_streams", default=None)
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
 AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
@@ -423,14 +428,20 @@ class Tracker:
             if type(effect) is Send:
                 state.sent = True
                 try:
-                    response = send(effect.body, effect.ticket)
-                    if effect.anchor_id is not None and isinstance(response, TrackedStream):
-                        refusal = response._peek()
+                    built: list[Any] = []
+                    token = sent_streams.set(built)
+                    try:
+                        response = send(effect.body, effect.ticket)
+                    finally:
+                        sent_streams.reset(token)
+                    stream = built[0] if built else None
+                    if effect.anchor_id is not None and stream is not None:
+                        refusal = stream._peek()
                         if refusal is not None:
                             if _recoverable(refusal, effect.anchor_id):
-                                response._discard()
+                                stream._discard()
                                 raise refusal
-                            response._release()
+                            stream._release()
                 except Exception as error:
                     state.sdk_error = error
                     raise
@@ -459,14 +470,20 @@ class Tracker:
             if type(effect) is Send:
                 state.sent = True
                 try:
-                    response = await send(effect.body, effect.ticket)
-                    if effect.anchor_id is not None and isinstance(response, AsyncTrackedStream):
-                        refusal = await response._peek()
+                    built: list[Any] = []
+                    token = sent_streams.set(built)
+                    try:
+                        response = await send(effect.body, effect.ticket)
+                    finally:
+                        sent_streams.reset(token)
+                    stream = built[0] if built else None
+                    if effect.anchor_id is not None and stream is not None:
+                        refusal = await stream._peek()
                         if refusal is not None:
                             if _recoverable(refusal, effect.anchor_id):
-                                await response._discard()
+                                await stream._discard()
                                 raise refusal
-                            await response._release()
+                            await stream._release()
                 except Exception as error:
                     state.sdk_error = error
                     raise
