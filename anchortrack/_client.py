@@ -28,8 +28,8 @@ built.
 from __future__ import annotations
 
 import functools
-import os
 import inspect
+import os
 import threading
 import types
 import typing
@@ -527,8 +527,8 @@ def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -
 
     try:
         return tracker._call(params, lambda: _scope(client, tracker), send)
-    except Exception as error:
-        raise _trimmed(error)  # noqa: B904 - the same exception, its cause and context unchanged
+    except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
+        raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
 
 
 async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
@@ -547,8 +547,8 @@ async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, 
 
     try:
         return await tracker._acall(params, lambda: _scope(client, tracker), send)
-    except Exception as error:
-        raise _trimmed(error)  # noqa: B904 - the same exception, its cause and context unchanged
+    except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
+        raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
 
 
 def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
