@@ -316,7 +316,8 @@ def _rebind_function(
     new_wrapped = _rebind(wrapped, pairs, depth + 1, memo) if wrapped is not None else None
     if not changed:
         return None
-    new = types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__, tuple(closure))
+    code, defaults = func.__code__, func.__defaults__
+    new = types.FunctionType(code, func.__globals__, func.__name__, defaults, tuple(closure))
     new.__kwdefaults__ = func.__kwdefaults__
     new.__dict__.update(func.__dict__)
     if new_wrapped is not None:
