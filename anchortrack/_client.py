@@ -213,15 +213,13 @@ def _carry_patches(source: Any, target: Any) -> None:
                 if present is _MISSING and original is not source:
                     copy.__dict__[name] = value  # a tracer's "already patched" marker
                 continue
-            if present is not _MISSING and _same_kind(value, present, pairs):
+            if present is not _MISSING and present is not value and _same_kind(value, present, pairs):
                 continue
-            if original is source and present is not _MISSING:
-                continue  # the client's own attributes: `_clone` copied them as they are
             carried = _rebind(value, pairs, 0, {})
-            if carried is None:
+            if carried is not None:
+                copy.__dict__[name] = carried
+            elif original is not source:  # the client's own (`_clone` copied them) keep working as they are
                 _warn_uncarried(f"{path}.{name}", value)
-                continue
-            copy.__dict__[name] = carried
 
 
 _MISSING = object()
