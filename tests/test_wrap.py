@@ -144,7 +144,9 @@ _PACKAGE = str(Path(anchortrack.__file__).parent)
 
 def _ours(error: BaseException) -> int:
     """How many frames of *error*'s traceback are inside the anchortrack package."""
-    return sum(1 for frame in traceback.extract_tb(error.__traceback__) if frame.filename.startswith(_PACKAGE))
+    return sum(
+        1 for frame in traceback.extract_tb(error.__traceback__) if frame.filename.startswith(_PACKAGE)
+    )
 
 
 def _same_error(raw: openai.APIStatusError, wrapped: openai.APIStatusError) -> None:
@@ -158,26 +160,28 @@ _BAD = {"model": "scripted", "max_output_tokens": 1}  # the local server's 400, 
 
 
 def _fail(client: openai.OpenAI, form: str, history: list[Any]) -> openai.APIStatusError:
-    with pytest.raises(openai.APIStatusError) as caught:
-        if form == "create":
-            client.responses.create(input=history, **_BAD)
-        elif form == "stream":
-            client.responses.create(input=history, stream=True, **_BAD)
-        else:
+    def call() -> None:
+        if form == "manager":
             with client.responses.stream(input=history, **_BAD) as stream:
                 stream.get_final_response()
+        else:
+            client.responses.create(input=history, stream=form == "stream", **_BAD)
+
+    with pytest.raises(openai.APIStatusError) as caught:
+        call()
     return caught.value
 
 
 async def _afail(client: openai.AsyncOpenAI, form: str, history: list[Any]) -> openai.APIStatusError:
-    with pytest.raises(openai.APIStatusError) as caught:
-        if form == "create":
-            await client.responses.create(input=history, **_BAD)
-        elif form == "stream":
-            await client.responses.create(input=history, stream=True, **_BAD)
-        else:
+    async def call() -> None:
+        if form == "manager":
             async with client.responses.stream(input=history, **_BAD) as stream:
                 await stream.get_final_response()
+        else:
+            await client.responses.create(input=history, stream=form == "stream", **_BAD)
+
+    with pytest.raises(openai.APIStatusError) as caught:
+        await call()
     return caught.value
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 
@@ -11,8 +9,7 @@ _CLOSED = "http://127.0.0.1:9"
 
 
 @pytest.fixture(autouse=True)
-def _tracers_stay_local(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _tracers_stay_local(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("BRAINTRUST_API_URL", "BRAINTRUST_APP_URL", "LANGSMITH_ENDPOINT", "LANGCHAIN_ENDPOINT"):
         monkeypatch.setenv(name, _CLOSED)
     monkeypatch.setenv("BRAINTRUST_API_KEY", "test")
-    yield

@@ -28,8 +28,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import openai
-
 
 @dataclass
 class Tracer:
@@ -130,7 +128,11 @@ def braintrust_tracer() -> Iterator[Tracer]:
 
     with _braintrust_memory() as rows:
         yield Tracer(
-            "braintrust", "instance", braintrust.wrap_openai, lambda: _llm_spans(rows()), lambda: rows().clear()
+            "braintrust",
+            "instance",
+            braintrust.wrap_openai,
+            lambda: _llm_spans(rows()),
+            lambda: rows().clear(),
         )
 
 

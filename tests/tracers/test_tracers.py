@@ -44,10 +44,14 @@ def _raw(server: ResponsesServer, wire: WireTap, *, is_async: bool) -> Any:
         return openai.AsyncOpenAI(
             base_url=server.base_url, api_key="test", http_client=wire.async_http_client(), max_retries=0
         )
-    return openai.OpenAI(base_url=server.base_url, api_key="test", http_client=wire.http_client(), max_retries=0)
+    return openai.OpenAI(
+        base_url=server.base_url, api_key="test", http_client=wire.http_client(), max_retries=0
+    )
 
 
-def _clients(tracer: Tracer, order: str, server: ResponsesServer, wire: WireTap, *, is_async: bool) -> tuple[Any, Any]:
+def _clients(
+    tracer: Tracer, order: str, server: ResponsesServer, wire: WireTap, *, is_async: bool
+) -> tuple[Any, Any]:
     """(a plain client the tracer sees, the wrapped client built in *order*)."""
     store = MemoryStore()
     if tracer.apply is None:
@@ -84,7 +88,10 @@ async def _acall(client: Any, history: list[Any], form: str) -> Any:
     if form == "create":
         return await client.responses.create(model="scripted", input=history)
     if form == "create_stream":
-        events = [event async for event in await client.responses.create(model="scripted", input=history, stream=True)]
+        events = [
+            event
+            async for event in await client.responses.create(model="scripted", input=history, stream=True)
+        ]
         return events[-1].response
     async with client.responses.stream(model="scripted", input=history) as stream:
         return await stream.get_final_response()
@@ -170,7 +177,9 @@ def _stale_in_stream(server: ResponsesServer) -> Iterator[None]:
     server.state.stale_in_stream = False
 
 
-def _assert_recovered(wrapped: Any, wire: WireTap, server: ResponsesServer, history: list[Any], final: Any) -> None:
+def _assert_recovered(
+    wrapped: Any, wire: WireTap, server: ResponsesServer, history: list[Any], final: Any
+) -> None:
     assert _chained(wire, 2) == [True, False]  # refused in the stream, then resent in full
     assert_server_saw(server, final.id, history)
     assert anchortrack.tracker(wrapped).stats.snapshot()["fallbacks"] == {"stale_anchor": 1}
