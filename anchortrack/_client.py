@@ -44,6 +44,7 @@ from openai import AsyncStream, Stream
 from openai.resources.beta import AsyncBeta, Beta
 from openai.resources.responses import AsyncResponses, Responses
 
+from . import _otel
 from ._flow import Ticket
 from ._hashing import Scope
 from ._log import get_logger
@@ -418,6 +419,7 @@ class _Observer:
         self.is_sync = is_sync
 
     def __call__(self, parsed: Any) -> Any:
+        _otel.sent()
         if self.inner is not None:
             parsed = self.inner(parsed)
         if isinstance(parsed, (TrackedStream, AsyncTrackedStream)):

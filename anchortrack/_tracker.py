@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from . import _otel
 from ._backlog import Backlog
 from ._flow import (
     UNAVAILABLE,
@@ -556,6 +557,7 @@ class Tracker:
                 rejected=len(plan.rejected),
                 transport=state.transport,
             )
+            _otel.planned(plan, state.context.mode.value)
         elif isinstance(effect, Log):
             fields = (
                 effect.fields if state.transport == HTTP else {**effect.fields, "transport": state.transport}
@@ -563,6 +565,7 @@ class Tracker:
             getattr(get_logger(), effect.level)(effect.event, **fields)
         elif isinstance(effect, FellBack):
             planned = state.plan
+            _otel.fell_back(effect.failure.value, planned.total if planned is not None else 0)
             self.stats.fell_back(
                 effect.failure.value,
                 items_resent=planned.total if planned is not None else 0,
