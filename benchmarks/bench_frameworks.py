@@ -58,8 +58,8 @@ class LoggingState(ServerState):
         self.answered: list[str] = []
         self._answered_lock = threading.Lock()
 
-    def prepare(self, body: object) -> Any:
-        pending = super().prepare(body)
+    def prepare(self, body: object, **options: Any) -> Any:
+        pending = super().prepare(body, **options)
         with self._answered_lock:
             self.answered.append(pending.response["id"])
         return pending
@@ -140,7 +140,7 @@ def pydantic_ai_loop(auto: bool) -> Callable[[Any, Any, Setup], None]:
                 else part
                 for part in first.parts
             ]
-            return [dataclasses.replace(first, parts=parts), *messages[1:]]  # type: ignore[arg-type]
+            return [dataclasses.replace(first, parts=parts), *messages[1:]]
 
         settings = OpenAIResponsesModelSettings(openai_previous_response_id="auto") if auto else None
         model = OpenAIResponsesModel("scripted", provider=OpenAIProvider(openai_client=aclient))
