@@ -47,7 +47,6 @@ from openai.resources.responses import AsyncResponses, Responses
 from . import _otel
 from ._flow import Ticket
 from ._hashing import Scope
-from ._log import get_logger
 from ._mode import Mode, coerce
 from ._stream import AsyncTrackedStream, TrackedStream
 from ._tracker import Tracker, coerce_store, sent_streams
@@ -340,7 +339,6 @@ def _warn_uncarried(path: str, patch: Any) -> None:
         "that patch does not see them. Apply it to the wrapped client instead: "
         "tracer(anchortrack.wrap(client))."
     )
-    get_logger().warning("anchortrack.patch_not_carried", attribute=path, patch=f"{origin}.{name}")
     warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 

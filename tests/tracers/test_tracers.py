@@ -14,6 +14,7 @@ after it), sync and async, streamed (``create(stream=True)``, ``responses.stream
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -240,3 +241,64 @@ def test_with_options_and_copy_keep_the_tracer_and_the_chaining(
 
     assert _traced(tracer, 3) == 3
     assert _chained(wire, 3) == [False, True, True]
+
+
+class _OpaqueTracer:
+    """A patch anchortrack cannot see into: the original method is held in an attribute."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def __call__(self, **params: Any) -> Any:
+        self.calls += 1
+        return self.inner(**params)
+
+
+def test_a_patch_that_cannot_be_carried_over_is_named_once_and_chaining_holds(
+    server: ResponsesServer, wire: WireTap
+) -> None:
+    """wrap() warns once, naming the patch and the order that works; the wrapped client still chains."""
+    raws = [_raw(server, wire, is_async=False) for _ in range(2)]
+    for raw in raws:
+        raw.responses.create = _OpaqueTracer(raw.responses.create)  # type: ignore[method-assign]
+
+    with pytest.warns(RuntimeWarning) as caught:
+        wrapped = anchortrack.wrap(raws[0], store=MemoryStore())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        anchortrack.wrap(raws[1], store=MemoryStore())  # the same patch: not named again
+
+    (warning,) = caught
+    message = str(warning.message)
+    assert "client.responses.create" in message
+    assert f"{__name__}._OpaqueTracer" in message
+    assert "tracer(anchortrack.wrap(client))" in message
+    _converse(wrapped, "create")
+    assert _chained(wire, 3) == [False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("name", "resources"),
+    [("langsmith", ["chat.completions"]), ("braintrust", ["chat.completions", "embeddings"])],
+)
+@pytest.mark.parametrize("order", ORDERS)
+def test_patches_on_chat_completions_and_embeddings_survive(
+    name: str, resources: list[str], order: str, server: ResponsesServer, wire: WireTap
+) -> None:
+    """A tracer's patches on other resources stay on the wrapped client, bound to its own resources."""
+    params = {
+        "chat.completions": {"model": "scripted", "messages": [user("hi")]},
+        "embeddings": {"model": "scripted", "input": "hi"},
+    }
+    with TRACERS[name]() as tracer:
+        _, wrapped = _clients(tracer, order, server, wire, is_async=False)
+        tracer.reset()
+        for path in resources:
+            resource = functools.reduce(getattr, path.split("."), wrapped)
+            patch = vars(resource)["create"]  # the tracer's, on the wrapped client's own resource
+            assert patch.__wrapped__.__self__ is resource
+            with pytest.raises(openai.APIStatusError):  # the local server serves the Responses API only
+                resource.create(**params[path])
+        if name == "langsmith":  # braintrust traces these only when they succeed
+            assert _traced(tracer, 1) == 1
