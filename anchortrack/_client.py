@@ -7,7 +7,14 @@ The copy carries every attribute of the original — every constructor option,
 private ones such as ``_strict_response_validation`` included, and any the SDK
 adds later — and shares its connection pool; only the cached resource
 properties (``responses``, ``beta``, ``with_raw_response``, ...) are dropped, so
-they are built again for the copy. The original is untouched.
+they are built again for the copy. A tracer's patches on the original's
+resources (``client.responses.create = traced``, as langsmith's and
+braintrust's ``wrap_openai`` do) are carried over to the copy's, pointed at
+it (`_carry_patches`); ``with_options()`` and ``copy()`` carry them too. The
+original is untouched.
+
+An error the SDK raises through the wrapped client is re-raised as it is,
+with anchortrack's own frames taken out of its traceback (`_trimmed`).
 
 Two public seams are used:
 

@@ -41,20 +41,49 @@ trace: Any = _api()
 
 PREFIX = "anchortrack."
 
-#: The attributes of the call being made, for the span current when its response arrives.
-_current: ContextVar[dict[str, Any] | None] = ContextVar("anchortrack_otel", default=None)
+#: The call being made (its plan, mode, and fallback if any), for the span current when its
+#: response arrives; attributes are built only when a span records.
+_current: ContextVar[tuple[Any, str, str | None] | None] = ContextVar("anchortrack_otel", default=None)
 
 _PASSTHROUGH = frozenset({"caller_managed", "mode_off"})
 
 
 def planned(plan: Any, mode: str) -> None:
-    """Set the plan's attributes on the current span (a `anchortrack._plan.Plan` in *mode*)."""
+    """A plan was made (an `anchortrack._plan.Plan`, in *mode*): annotate the current span."""
     if trace is None:
         return
+    call = (plan, mode, None)
+    _current.set(call)
+    _annotate(call)
+
+
+def fell_back(failure: str) -> None:
+    """The anchor was refused (*failure*); the call is resent in full."""
+    if trace is None:
+        return
+    call = _current.get()
+    if call is None:
+        return
+    call = (call[0], call[1], failure)
+    _current.set(call)
+    _annotate(call)
+
+
+def sent() -> None:
+    """The SDK has the response: annotate the span current now, too."""
+    if trace is None:
+        return
+    call = _current.get()
+    if call is not None:
+        _annotate(call)
+
+
+def attributes(plan: Any, mode: str, failure: str | None = None) -> dict[str, Any]:
+    """The span attributes for *plan* in *mode*, resent in full after *failure* if given."""
     reason = plan.reason.value
     applied = mode == "chained"
     decision = "chained" if plan.chained else "passthrough" if reason in _PASSTHROUGH else "stateless"
-    attributes: dict[str, Any] = {
+    out: dict[str, Any] = {
         PREFIX + "mode": mode,
         PREFIX + "decision": decision,
         PREFIX + "reason": reason,
@@ -63,38 +92,16 @@ def planned(plan: Any, mode: str) -> None:
         PREFIX + "request.bytes_saved": max(0, plan.bytes_stateless - plan.bytes_planned) if applied else 0,
     }
     if plan.chained and applied:
-        attributes[PREFIX + "request.previous_response_id"] = plan.anchor.response_id
-    _current.set(attributes)
-    _annotate(attributes)
+        out[PREFIX + "request.previous_response_id"] = plan.anchor.response_id
+    if failure is not None:
+        out[PREFIX + "decision"] = "stateless"
+        out[PREFIX + "fallback.reason"] = failure
+        out[PREFIX + "request.items_sent"] = plan.total
+        out[PREFIX + "request.bytes_saved"] = 0
+    return out
 
 
-def fell_back(failure: str, items: int) -> None:
-    """The anchor was refused (*failure*); the call is resent in full (*items* items)."""
-    if trace is None:
-        return
-    attributes = dict(_current.get() or {})
-    attributes.update(
-        {
-            PREFIX + "decision": "stateless",
-            PREFIX + "fallback.reason": failure,
-            PREFIX + "request.items_sent": items,
-            PREFIX + "request.bytes_saved": 0,
-        }
-    )
-    _current.set(attributes)
-    _annotate(attributes)
-
-
-def sent() -> None:
-    """The SDK has the response: set the call's attributes on the span current now, too."""
-    if trace is None:
-        return
-    attributes = _current.get()
-    if attributes:
-        _annotate(attributes)
-
-
-def _annotate(attributes: dict[str, Any]) -> None:
+def _annotate(call: tuple[Any, str, str | None]) -> None:
     span = trace.get_current_span()
     if span.is_recording():
-        span.set_attributes(attributes)
+        span.set_attributes(attributes(*call))

@@ -565,7 +565,7 @@ class Tracker:
             getattr(get_logger(), effect.level)(effect.event, **fields)
         elif isinstance(effect, FellBack):
             planned = state.plan
-            _otel.fell_back(effect.failure.value, planned.total if planned is not None else 0)
+            _otel.fell_back(effect.failure.value)
             self.stats.fell_back(
                 effect.failure.value,
                 items_resent=planned.total if planned is not None else 0,
