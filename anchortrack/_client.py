@@ -186,7 +186,17 @@ def _clone(client: Any, cls: type[Any]) -> Any:
 
 def _is_cached(cls: type[Any], name: str) -> bool:
     """Whether *name* on instances of *cls* is a cached property's value."""
-    return isinstance(inspect.getattr_static(cls, name, None), cached_property)
+    names = _cached_names.get(cls)
+    if names is None:
+        candidates = {key for klass in cls.__mro__ for key in vars(klass)}
+        names = frozenset(
+            key for key in candidates if isinstance(inspect.getattr_static(cls, key, None), cached_property)
+        )
+        _cached_names[cls] = names
+    return name in names
+
+
+_cached_names: dict[type[Any], frozenset[str]] = {}
 
 
 # -- tracers' patches on the client's resources ---------------------------------
