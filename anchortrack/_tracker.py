@@ -16,10 +16,12 @@ from __future__ import annotations
 import time
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import attrs
 
+from . import _otel
 from ._failopen import FailOpen, is_store_effect
 from ._flow import (
     HINTS,
@@ -52,10 +54,14 @@ from ._request import Request, read_request
 from ._seal import mac_key
 from ._socket import LaneOverlay, SocketPlan
 from ._stats import HTTP, WEBSOCKET, Stats
-from ._stream import AsyncTrackedStream, TrackedStream
 from .stores._base import Anchor, AnchorStore
 from .stores.memory import MemoryStore
 
+
+#: The tracked streams the SDK built while one request was sent (the client's
+#: post_parser adds them): the one peeked for an in-stream refusal, whatever
+#: object a tracer hands back around it.
+sent_streams: ContextVar[list[Any] | None] = ContextVar("anchortrack_sent_streams", default=None)
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
 AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
@@ -496,14 +502,20 @@ class Tracker:
             if type(effect) is Send:
                 state.sent = True
                 try:
-                    response = send(effect.body, effect.ticket)
-                    if effect.anchor_id is not None and isinstance(response, TrackedStream):
-                        refusal = response._peek()
+                    built: list[Any] = []
+                    token = sent_streams.set(built)
+                    try:
+                        response = send(effect.body, effect.ticket)
+                    finally:
+                        sent_streams.reset(token)
+                    stream = built[0] if built else None
+                    if effect.anchor_id is not None and stream is not None:
+                        refusal = stream._peek()
                         if refusal is not None:
                             if _recoverable(refusal, effect.anchor_id):
-                                response._discard()
+                                stream._discard()
                                 raise refusal
-                            response._release()
+                            stream._release()
                 except Exception as error:
                     state.sdk_error = error
                     raise
@@ -528,14 +540,20 @@ class Tracker:
             if type(effect) is Send:
                 state.sent = True
                 try:
-                    response = await send(effect.body, effect.ticket)
-                    if effect.anchor_id is not None and isinstance(response, AsyncTrackedStream):
-                        refusal = await response._peek()
+                    built: list[Any] = []
+                    token = sent_streams.set(built)
+                    try:
+                        response = await send(effect.body, effect.ticket)
+                    finally:
+                        sent_streams.reset(token)
+                    stream = built[0] if built else None
+                    if effect.anchor_id is not None and stream is not None:
+                        refusal = await stream._peek()
                         if refusal is not None:
                             if _recoverable(refusal, effect.anchor_id):
-                                await response._discard()
+                                await stream._discard()
                                 raise refusal
-                            await response._release()
+                            await stream._release()
                 except Exception as error:
                     state.sdk_error = error
                     raise
@@ -556,6 +574,7 @@ class Tracker:
             state.plan, state.seconds = effect.plan, effect.seconds
             if effect.plan.reason is Reason.NO_HISTORY and effect.hashes:
                 self._grown(state.context.scope_key, effect.hashes)
+            _otel.planned(effect.plan, state.context.mode.value)
         elif isinstance(effect, Log):
             if effect.event in HINTS and not self._hint_once(effect.event):
                 return
@@ -565,6 +584,7 @@ class Tracker:
             getattr(get_logger(), effect.level)(effect.event, **fields)
         elif isinstance(effect, FellBack):
             state.refused = effect.reason
+            _otel.fell_back(effect.reason.value)
         elif isinstance(effect, DisableChaining):
             self._zdr.add(effect.scope_key)
         else:

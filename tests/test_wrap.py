@@ -7,7 +7,9 @@ must fail loudly here, with a message that names what was given and what is acce
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -15,7 +17,7 @@ import pytest
 import anchortrack
 from anchortrack.stores import MemoryStore, SQLiteStore
 
-from .helpers import ask
+from .helpers import ask, user
 
 
 ACCEPTED = "store= takes an AnchorStore instance (MemoryStore(), SQLiteStore(path), RedisStore.from_url(url))"
@@ -133,3 +135,80 @@ def test_rewrapping_with_other_settings_raises(
 
     with pytest.raises(ValueError, match=f"already wrapped by anchortrack with other settings \\({named}\\)"):
         anchortrack.wrap(client, **kwargs)  # type: ignore[arg-type]
+
+
+# -- tracebacks: the caller's code and the SDK's, not anchortrack's internals -----------------
+
+_PACKAGE = str(Path(anchortrack.__file__).parent)
+
+
+def _ours(error: BaseException) -> int:
+    """How many frames of *error*'s traceback are inside the anchortrack package."""
+    return sum(
+        1 for frame in traceback.extract_tb(error.__traceback__) if frame.filename.startswith(_PACKAGE)
+    )
+
+
+def _same_error(raw: openai.APIStatusError, wrapped: openai.APIStatusError) -> None:
+    assert type(raw) is type(wrapped)
+    assert (raw.message, raw.body, raw.status_code) == (wrapped.message, wrapped.body, wrapped.status_code)
+    assert type(raw.__cause__) is type(wrapped.__cause__)
+    assert raw.__suppress_context__ == wrapped.__suppress_context__
+
+
+_BAD = {"model": "scripted", "max_output_tokens": 1}  # the local server's 400, no anchor involved
+
+
+def _fail(client: openai.OpenAI, form: str, history: list[Any]) -> openai.APIStatusError:
+    def call() -> None:
+        if form == "manager":
+            with client.responses.stream(input=history, **_BAD) as stream:
+                stream.get_final_response()
+        else:
+            client.responses.create(input=history, stream=form == "stream", **_BAD)
+
+    with pytest.raises(openai.APIStatusError) as caught:
+        call()
+    return caught.value
+
+
+async def _afail(client: openai.AsyncOpenAI, form: str, history: list[Any]) -> openai.APIStatusError:
+    async def call() -> None:
+        if form == "manager":
+            async with client.responses.stream(input=history, **_BAD) as stream:
+                await stream.get_final_response()
+        else:
+            await client.responses.create(input=history, stream=form == "stream", **_BAD)
+
+    with pytest.raises(openai.APIStatusError) as caught:
+        await call()
+    return caught.value
+
+
+@pytest.mark.parametrize("form", ["create", "stream", "manager"])
+def test_an_api_error_shows_at_most_two_anchortrack_frames(
+    raw_client: openai.OpenAI, client: openai.OpenAI, form: str
+) -> None:
+    """A 400 through a wrapped client (stateless and chained) is the SDK's error, with the SDK's frames."""
+    history, _ = ask(client, [], "one")
+    for attempt in ([user("alone")], [*history, user("two")]):  # stateless, then chained
+        wrapped = _fail(client, form, attempt)
+        raw = _fail(raw_client, form, attempt)
+
+        assert _ours(wrapped) <= 2, traceback.format_tb(wrapped.__traceback__)
+        _same_error(raw, wrapped)
+
+
+@pytest.mark.parametrize("form", ["create", "stream", "manager"])
+async def test_an_api_error_shows_at_most_two_anchortrack_frames_async(
+    raw_aclient: openai.AsyncOpenAI, aclient: openai.AsyncOpenAI, form: str
+) -> None:
+    """The async twin."""
+    first = await aclient.responses.create(model="scripted", input=[user("one")])
+    history = [user("one"), *first.output]
+    for attempt in ([user("alone")], [*history, user("two")]):
+        wrapped = await _afail(aclient, form, attempt)
+        raw = await _afail(raw_aclient, form, attempt)
+
+        assert _ours(wrapped) <= 2, traceback.format_tb(wrapped.__traceback__)
+        _same_error(raw, wrapped)
