@@ -251,8 +251,8 @@ class ServerState:
         self._requests: list[Any] = []
         # response id → (parent id, its input items, its output items)
         self._seen: dict[str, tuple[str | None, list[Item], list[Item]]] = {}
-        # item id → (id of the stored response holding it, the item): what ids resolve to
-        self._items: dict[str, tuple[str, Item]] = {}
+        # item id → owner → (id of the stored response holding it, the item): what ids resolve to
+        self._items: dict[str, dict[str, tuple[str, Item]]] = {}
 
     # -- what tests read and drive ------------------------------------------------
 
@@ -309,10 +309,11 @@ class ServerState:
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
         """The item of a live stored response of *owner* (any, for None) with this id, or None."""
         with self._lock:
-            entry = self._items.get(item_id)
-        if entry is None or self.link(entry[0], owner) is None:
-            return None
-        return entry[1]
+            by_owner = dict(self._items.get(item_id, {}))
+        for holder, (response_id, item) in by_owner.items():
+            if owner in (None, holder) and self.link(response_id) is not None:
+                return item
+        return None
 
     def link(self, response_id: str, owner: str | None = None) -> ChainLink | None:
         """The chain data of a live stored response of *owner* (any, for None), or None."""
@@ -484,8 +485,10 @@ class ServerState:
         with self._lock:  # what ids resolve to (the inputs are resolved: no pointers among them)
             for item in [*pending.input_items, *pending.response["output"]]:
                 item_id = item.get("id")
-                if isinstance(item_id, str):
-                    self._items.setdefault(item_id, (pending.response["id"], item))
+                if isinstance(item_id, str):  # one key's ids never shadow another's
+                    self._items.setdefault(item_id, {}).setdefault(
+                        pending.owner, (pending.response["id"], item)
+                    )
 
     def save_final_or_log(self, pending: PendingResponse) -> bool:
         """

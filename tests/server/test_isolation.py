@@ -145,3 +145,15 @@ class TestRequiredKeys:
 
         assert 401 == refused.value.response.status_code
         assert b"invalid_api_key" in refused.value.response.body
+
+
+def test_one_keys_item_ids_do_not_shadow_anothers(any_server: ResponsesServer, alice: openai.OpenAI) -> None:
+    """Bob storing an item under an id first does not stop Alice from referencing her own item with it."""
+    squatted = {"id": "msg_chosen_by_the_client", "type": "message", "role": "user", "content": "bob's"}
+    mine = {**squatted, "content": "alice's"}
+    assert 200 == post_json(any_server, {"model": "scripted", "input": [squatted]}, api_key=BOB)[0]
+    alice.responses.create(model="scripted", input=[mine])  # type: ignore[list-item]
+
+    later = alice.responses.create(model="scripted", input=[{"type": "item_reference", "id": mine["id"]}])
+
+    assert "alice's" in later.output_text

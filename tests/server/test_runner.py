@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -183,3 +184,30 @@ def test_cycles_built_through_the_store_are_refused(
         caught.value.code,
         caught.value.param,
     ) == ("previous_response_chain_cycle", "previous_response_id")
+
+
+class _FinalSaveFails(MemoryResponseStore):
+    """Takes the in-progress record of a stream, refuses the final one."""
+
+    def save(self, record: StoredResponse, **options: Any) -> StoredResponse:
+        if options.get("overwrite"):
+            raise OSError("disk full")
+        return super().save(record, **options)
+
+
+def test_a_stream_whose_final_save_fails_ends_with_an_error_event() -> None:
+    """After the status line, a failed save is an in-stream error event (and a WebSocket error frame)."""
+    with ResponsesServer(store=_FinalSaveFails()) as srv, make_client(srv) as client:
+        events = list(client.responses.create(model="scripted", input="hi", stream=True))
+        with client.responses.connect() as socket:
+            socket.response.create(model="scripted", input="hi")
+            frames = []
+            for frame in socket:
+                frames.append(frame)
+                if frame.type in ("error", "response.completed"):
+                    break
+
+    assert ("error", "The server could not save the response.") == (events[-1].type, events[-1].message)
+    assert "response.completed" not in [event.type for event in events]
+    assert "error" == frames[-1].type
+    assert "The server could not save the response." == frames[-1].error.message
