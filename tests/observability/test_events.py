@@ -359,7 +359,7 @@ def test_every_emitted_event_is_documented() -> None:
     emitted = {
         name
         for path in (ROOT / "anchortrack").rglob("*.py")
-        if "server" not in path.parts
+        if "server" not in path.relative_to(ROOT).parts
         for name in re.findall(r"\"(anchortrack\.[a-z_]+)\"", path.read_text(encoding="utf-8"))
         if not name.startswith(("anchortrack.server", "anchortrack._"))
     }
