@@ -7,7 +7,10 @@ choosing. With a secret key, every anchor carries a MAC over everything the
 tracker acts on — the scope, the view digest, the response id, the item
 count, the expiry and the carried-over properties digest — and an anchor
 whose MAC does not verify is treated as absent. The check is written once,
-here, and applied to whatever any backend returns.
+here, and applied to whatever any backend returns. A MAC proves that an
+anchor is one this deployment recorded, not that it is the one asked for: the
+planner first checks that its view (or response id) is the key looked up
+(`anchortrack._plan.answers`), so the MAC then covers what the key names.
 
 What a MAC cannot prevent: deleting anchors (a larger request) and putting
 back an older anchor of the same view with its own valid MAC (the same
