@@ -68,8 +68,8 @@ def test_sync_and_async_twins_match() -> None:
 
 
 def test_open_store_spellings(tmp_path: Path, redis_server: RedisServer) -> None:
-    """``memory``, ``sqlite:PATH`` (parents created) and Redis URLs open working stores of their kind."""
-    path = tmp_path / "new" / "dir" / "anchors.db"
+    """``memory``, ``sqlite:PATH`` (the file created in an existing directory) and Redis URLs open stores."""
+    path = tmp_path / "anchors.db"
     anchor = Anchor(b"v" * 16, "resp_1", 1, 0.0, 2e9)
     stores = [open_store("memory"), open_store(f"sqlite:{path}"), open_store(redis_server.url)]
     try:
