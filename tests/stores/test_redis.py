@@ -173,6 +173,7 @@ def test_one_round_trip_per_operation(redis_server: RedisServer, prefix: str) ->
     store = RedisStore.from_url(redis_server.url, prefix=prefix, connection_class=CountingConnection)
     now = time.time()
     store.put(SCOPE, make_anchor("warm", now))  # loads the scripts once
+    store.find(SCOPE, [view("warm")])
     store.get(SCOPE, "x")
     store.evict(SCOPE, "x")
     counts = {}
