@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import threading
 import types
 import typing
 import warnings
@@ -53,6 +52,7 @@ from openai.resources.responses import AsyncResponses, Responses
 
 from . import _otel
 from ._flow import Ticket
+from ._fork import ForkSafeLock
 from ._hashing import Scope
 from ._mode import Mode, coerce
 from ._stream import AsyncTrackedStream, TrackedStream
@@ -762,7 +762,7 @@ def _make_async_class(base: type[Any]) -> type[Any]:
 
 
 _classes: dict[type[Any], type[Any]] = {}
-_classes_lock = threading.Lock()
+_classes_lock = ForkSafeLock()
 _BASE_ATTR = "_anchortrack_base"
 
 

@@ -28,7 +28,6 @@ Nothing here touches the SDK, the network or a store; the shells in
 from __future__ import annotations
 
 import json
-import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import attrs
 
 from ._flow import CallContext, Ticket
+from ._fork import ForkSafeLock
 from ._plan import Plan
 from ._request import Request
 from .stores._base import Anchor
@@ -241,7 +241,7 @@ class SocketBook:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._local: dict[Lane, Anchor] = {}
         self._lanes: dict[Lane, deque[Pending]] = {}
         self._registered: dict[int, tuple[str, Pending]] = {}

@@ -23,7 +23,6 @@ The metric names and labels are listed in ``docs/operations.md``.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -48,6 +47,7 @@ except ModuleNotFoundError as _error:  # pragma: no cover - exercised in a subpr
     ) from _error
 
 from . import _client
+from ._fork import ForkSafeLock
 from ._stats import merge_snapshots
 from ._tracker import Tracker
 
@@ -72,7 +72,7 @@ class AnchortrackCollector(Collector):
 
     def __init__(self, *sources: object) -> None:
         self._trackers: list[Tracker] = []
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         for source in sources:
             self.add(source)
 
@@ -95,7 +95,7 @@ class AnchortrackCollector(Collector):
 
 
 _collectors: weakref.WeakKeyDictionary[CollectorRegistry, AnchortrackCollector] = weakref.WeakKeyDictionary()
-_collectors_lock = threading.Lock()
+_collectors_lock = ForkSafeLock()
 
 
 def register(source: object, registry: CollectorRegistry | None = None) -> AnchortrackCollector:
