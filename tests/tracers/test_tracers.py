@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import openai
@@ -40,14 +40,33 @@ def _tracer(request: pytest.FixtureRequest) -> Iterator[Tracer]:
         yield tracer
 
 
+_opened: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients() -> AsyncIterator[None]:
+    """Close every client a test opened (the async ones in the test's own event loop)."""
+    yield
+    while _opened:
+        client = _opened.pop()
+        if isinstance(client, openai.AsyncOpenAI):
+            await client.close()
+        else:
+            client.close()
+
+
 def _raw(server: ResponsesServer, wire: WireTap, *, is_async: bool) -> Any:
+    client: Any
     if is_async:
-        return openai.AsyncOpenAI(
+        client = openai.AsyncOpenAI(
             base_url=server.base_url, api_key="test", http_client=wire.async_http_client(), max_retries=0
         )
-    return openai.OpenAI(
-        base_url=server.base_url, api_key="test", http_client=wire.http_client(), max_retries=0
-    )
+    else:
+        client = openai.OpenAI(
+            base_url=server.base_url, api_key="test", http_client=wire.http_client(), max_retries=0
+        )
+    _opened.append(client)
+    return client
 
 
 def _clients(
