@@ -10,7 +10,7 @@ properties (``responses``, ``beta``, ``with_raw_response``, ...) are dropped, so
 they are built again for the copy. A tracer's patches on the original's
 resources (``client.responses.create = traced``, as langsmith's and
 braintrust's ``wrap_openai`` do) are carried over to the copy's, pointed at
-it (`_carry_patches`); ``with_options()`` and ``copy()`` carry them too. The
+it (`carry_patches`, in `anchortrack._patches`); ``with_options()`` and ``copy()`` carry them too. The
 original is untouched.
 
 An error the SDK raises through the wrapped client is re-raised as it is,
@@ -39,7 +39,6 @@ import inspect
 import os
 import types
 import typing
-import warnings
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from functools import cached_property
@@ -55,6 +54,7 @@ from ._flow import Ticket
 from ._fork import ForkSafeLock
 from ._hashing import Scope
 from ._mode import Mode, coerce
+from ._patches import TRACKER_ATTR, carry_patches, clone, is_cached
 from ._stream import AsyncTrackedStream, TrackedStream
 from ._tracker import Tracker, coerce_store, sent_streams
 from ._websocket import connect_tracked
@@ -65,7 +65,6 @@ ClientT = TypeVar("ClientT", openai.OpenAI, openai.AsyncOpenAI)
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
 _RESPONSES_PATH = "/responses"
-_ATTR = "_anchortrack_tracker"
 
 
 def wrap(
@@ -142,7 +141,7 @@ def wrap(
         )
     if not store_timeout > 0:
         raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
-    existing = client.__dict__.get(_ATTR)
+    existing = client.__dict__.get(TRACKER_ATTR)
     if isinstance(existing, Tracker):
         _check_rewrap(
             existing, store, coerced_mode, namespace, record_incomplete, store_timeout, scope_by_api_key
@@ -158,205 +157,10 @@ def wrap(
         scope_by_api_key=scope_by_api_key,
     )
     base = _untracked_class(type(client))
-    tracked: ClientT = _clone(client, _tracked_class(base, is_async=is_async))
-    setattr(tracked, _ATTR, tracker)
-    _carry_patches(client, tracked)
+    tracked: ClientT = clone(client, _tracked_class(base, is_async=is_async))
+    setattr(tracked, TRACKER_ATTR, tracker)
+    carry_patches(client, tracked)
     return tracked
-
-
-def _clone(client: Any, cls: type[Any]) -> Any:
-    """
-    A shallow copy of *client* as an instance of *cls*, without its cached resources.
-
-    No constructor runs, so nothing the SDK's ``copy()`` would reset or drop is
-    lost. Values are shared (the connection pool, credential providers), except
-    top-level dicts and lists, which are copied so that mutating one client's
-    headers or query never changes the other's. Cached properties hold
-    resources bound to *client*; they are left out, to be built for the copy.
-    """
-    state: dict[str, Any] = {}
-    for name, value in vars(client).items():
-        if name == _ATTR or _is_cached(type(client), name):
-            continue
-        state[name] = value.copy() if type(value) in (dict, list) else value
-    new = object.__new__(cls)
-    new.__dict__.update(state)
-    return new
-
-
-def _is_cached(cls: type[Any], name: str) -> bool:
-    """Whether *name* on instances of *cls* is a cached property's value."""
-    names = _cached_names.get(cls)
-    if names is None:
-        candidates = {key for klass in cls.__mro__ for key in vars(klass)}
-        names = frozenset(
-            key for key in candidates if isinstance(inspect.getattr_static(cls, key, None), cached_property)
-        )
-        _cached_names[cls] = names
-    return name in names
-
-
-_cached_names: dict[type[Any], frozenset[str]] = {}
-
-
-# -- tracers' patches on the client's resources ---------------------------------
-#
-# Tracers such as langsmith's and braintrust's ``wrap_openai`` patch a client's
-# resource objects in place (``client.responses.create = traced``), their patch
-# holding the original resource's bound method. The wrapped copy builds its
-# resources afresh, so each such patch is carried over with the references it
-# holds to the original client's objects pointed at the copy's: the tracer then
-# sees every call made through the wrapped client, before anchortrack plans it.
-
-_MAX_DEPTH = 8
-_warned: set[tuple[str, str]] = set()
-
-
-def _carry_patches(source: Any, target: Any) -> None:
-    """
-    Carry the instance patches on *source*'s resources (and on *source*) to *target*.
-
-    A patch whose references to *source*'s objects cannot be found is left out
-    (the copy stays tracked, not traced by it) and `wrap` warns once per patch.
-    """
-    pairs: dict[int, tuple[Any, Any, str]] = {id(source): (source, target, "client")}
-    _pair(source, target, "client", pairs, 0)
-    for original, copy, path in list(pairs.values()):
-        for name, value in list(vars(original).items()):
-            if name == _ATTR or _is_cached(type(original), name):
-                continue
-            present = copy.__dict__.get(name, _MISSING)
-            if not callable(value):
-                if present is _MISSING and original is not source:
-                    copy.__dict__[name] = value  # a tracer's "already patched" marker
-                continue
-            if present is not _MISSING and present is not value and _same_kind(value, present, pairs):
-                continue
-            carried = _rebind(value, pairs, 0, {})
-            if carried is not None:
-                copy.__dict__[name] = carried
-            elif original is not source:  # the client's own (`_clone` copied them) keep working as they are
-                _warn_uncarried(f"{path}.{name}", value)
-
-
-_MISSING = object()
-
-
-def _pair(original: Any, copy: Any, path: str, pairs: dict[int, tuple[Any, Any, str]], depth: int) -> None:
-    """Pair each resource *original* has built with the same resource of *copy*, recursively."""
-    if depth > 3:
-        return
-    for name, value in list(vars(original).items()):
-        if not _is_cached(type(original), name) or not hasattr(value, "__dict__"):
-            continue
-        counterpart = getattr(copy, name)
-        if id(value) in pairs or not hasattr(counterpart, "__dict__"):
-            continue
-        pairs[id(value)] = (value, counterpart, f"{path}.{name}")
-        _pair(value, counterpart, f"{path}.{name}", pairs, depth + 1)
-
-
-def _same_kind(value: Any, present: Any, pairs: Mapping[int, tuple[Any, Any, str]]) -> bool:
-    """Whether *value* (the original's) is what the SDK itself put where the copy has *present*."""
-    if type(value) is types.MethodType and type(present) is types.MethodType:
-        pair = pairs.get(id(value.__self__))
-        return value.__name__ == present.__name__ and pair is not None and pair[1] is present.__self__
-    if type(value) is types.FunctionType and type(present) is types.FunctionType:
-        return value.__code__ is present.__code__
-    return type(value) is type(present) and not hasattr(value, "__wrapped__")
-
-
-def _rebind(value: Any, pairs: Mapping[int, tuple[Any, Any, str]], depth: int, memo: dict[int, Any]) -> Any:
-    """
-    *value* with its references to the original client's objects pointed at the copy's.
-
-    Follows bound methods, functions' closures and ``__wrapped__``, wrapt's
-    function wrappers and ``functools.partial``; returns None when nothing in
-    *value* refers to the original's objects.
-    """
-    if depth > _MAX_DEPTH:
-        return None
-    if id(value) not in memo:
-        memo[id(value)] = None  # a cycle through *value* refers to nothing new
-        memo[id(value)] = _rebound(value, pairs, depth, memo)
-    return memo[id(value)]
-
-
-def _rebound(value: Any, pairs: Mapping[int, tuple[Any, Any, str]], depth: int, memo: dict[int, Any]) -> Any:
-    pair = pairs.get(id(value))
-    if pair is not None:
-        return pair[1]
-    if type(value) is types.MethodType:  # not isinstance: wrapt's proxies pass for what they wrap
-        owner = pairs.get(id(value.__self__))
-        if owner is None:
-            return None
-        copy = owner[1]
-        method = inspect.getattr_static(type(copy), value.__name__, None)
-        return None if method is None else method.__get__(copy, type(copy))
-    if type(value) is functools.partial:
-        parts = [value.func, *value.args]
-        rebound = [_rebind(part, pairs, depth + 1, memo) for part in parts]
-        if all(part is None for part in rebound):
-            return None
-        func, *args = (new if new is not None else old for new, old in zip(rebound, parts, strict=True))
-        return functools.partial(func, *args, **value.keywords)
-    if hasattr(value, "_self_wrapper") and hasattr(value, "__wrapped__"):  # a wrapt FunctionWrapper
-        inner = _rebind(value.__wrapped__, pairs, depth + 1, memo)
-        return None if inner is None else type(value)(inner, value._self_wrapper)
-    if type(value) is types.FunctionType:
-        return _rebind_function(value, pairs, depth, memo)
-    return None
-
-
-def _rebind_function(
-    func: types.FunctionType, pairs: Mapping[int, tuple[Any, Any, str]], depth: int, memo: dict[int, Any]
-) -> types.FunctionType | None:
-    """A copy of *func* whose closure and ``__wrapped__`` refer to the copy's objects, or None."""
-    cells = func.__closure__ or ()
-    changed = False
-    closure: list[types.CellType] = []
-    for cell in cells:
-        try:
-            content = cell.cell_contents
-        except ValueError:  # an empty cell
-            closure.append(cell)
-            continue
-        rebound = _rebind(content, pairs, depth + 1, memo)
-        if rebound is None:
-            closure.append(cell)
-        else:
-            closure.append(types.CellType(rebound))
-            changed = True
-    wrapped = func.__dict__.get("__wrapped__")
-    new_wrapped = _rebind(wrapped, pairs, depth + 1, memo) if wrapped is not None else None
-    if not changed:
-        return None
-    code, defaults = func.__code__, func.__defaults__
-    new = types.FunctionType(code, func.__globals__, func.__name__, defaults, tuple(closure))
-    new.__kwdefaults__ = func.__kwdefaults__
-    new.__dict__.update(func.__dict__)
-    if new_wrapped is not None:
-        new.__dict__["__wrapped__"] = new_wrapped
-    new.__qualname__, new.__module__, new.__doc__ = func.__qualname__, func.__module__, func.__doc__
-    new.__annotations__ = func.__annotations__
-    return new
-
-
-def _warn_uncarried(path: str, patch: Any) -> None:
-    """Warn, once per patch, that a tracer's patch on the original client is not on the wrapped one."""
-    origin = getattr(patch, "__module__", None) or type(patch).__module__
-    name = getattr(patch, "__qualname__", None) or type(patch).__qualname__
-    key = (path, f"{origin}.{name}")
-    if key in _warned:
-        return
-    _warned.add(key)
-    message = (
-        f"anchortrack.wrap(): {path} was replaced on this client by {origin}.{name}, which anchortrack "
-        "cannot carry over to the wrapped client: calls through the wrapped client are chained but "
-        "that patch does not see them. Apply it to the wrapped client instead: "
-        "tracer(anchortrack.wrap(client))."
-    )
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def _check_rewrap(
@@ -401,7 +205,7 @@ def tracker(client: object) -> Tracker:
     Raises:
         TypeError: *client* was not made by `wrap`.
     """
-    found = getattr(client, _ATTR, None)
+    found = getattr(client, TRACKER_ATTR, None)
     if not isinstance(found, Tracker):
         raise TypeError("this client is not tracked; make it with anchortrack.wrap()")
     return found
@@ -530,7 +334,7 @@ def _ours(tb: types.TracebackType) -> bool:
 def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
     """The tracked ``Responses.create`` / ``parse``."""
     client = resource._client
-    tracker = client.__dict__.get(_ATTR)
+    tracker = client.__dict__.get(TRACKER_ATTR)
     if tracker is None:
         return method(**params)
 
@@ -550,7 +354,7 @@ def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -
 async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
     """The tracked ``AsyncResponses.create`` / ``parse``."""
     client = resource._client
-    tracker = client.__dict__.get(_ATTR)
+    tracker = client.__dict__.get(TRACKER_ATTR)
     if tracker is None:
         return await method(**params)
 
@@ -587,7 +391,7 @@ def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
 def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The tracked ``responses.connect()`` (WebSocket mode; see `anchortrack._websocket`)."""
     client = resource._client
-    tracker = client.__dict__.get(_ATTR)
+    tracker = client.__dict__.get(TRACKER_ATTR)
     if tracker is None:
         return method(*args, **kwargs)
     return connect_tracked(tracker, lambda: _scope(client, tracker), method, args, kwargs)
@@ -704,8 +508,8 @@ _BETA = _beta_classes()
 
 def _copied(source: Any, new: Any) -> Any:
     """Carry the tracker over to a client made by ``copy()``/``with_options()``."""
-    setattr(new, _ATTR, source.__dict__.get(_ATTR))
-    _carry_patches(source, new)
+    setattr(new, TRACKER_ATTR, source.__dict__.get(TRACKER_ATTR))
+    carry_patches(source, new)
     return new
 
 
@@ -726,7 +530,7 @@ def _make_sync_class(base: type[Any]) -> type[Any]:
         def with_options(self, *args: Any, **kwargs: Any) -> Any:
             return _copied(self, super().with_options(*args, **kwargs))
 
-        if _BETA is not None and _is_cached(base, "beta"):
+        if _BETA is not None and is_cached(base, "beta"):
 
             @_mirror_property(base, "beta")
             def beta(self) -> Any:
@@ -752,7 +556,7 @@ def _make_async_class(base: type[Any]) -> type[Any]:
         def with_options(self, *args: Any, **kwargs: Any) -> Any:
             return _copied(self, super().with_options(*args, **kwargs))
 
-        if _BETA is not None and _is_cached(base, "beta"):
+        if _BETA is not None and is_cached(base, "beta"):
 
             @_mirror_property(base, "beta")
             def beta(self) -> Any:

@@ -51,7 +51,7 @@ def _state(client: Any) -> dict[str, Any]:
     return {
         name: value
         for name, value in vars(client).items()
-        if name != "_anchortrack_tracker" and not anchortrack._client._is_cached(cls, name)
+        if name != "_anchortrack_tracker" and not anchortrack._patches.is_cached(cls, name)
     }
 
 
