@@ -190,8 +190,9 @@ def test_merged_snapshots_add_up_counters_and_histograms(raw_client: openai.Open
 
 
 class _PutFails(MemoryStore):
-    """Finds work; every write fails while ``failing``."""
+    """Finds work; every write fails while ``failing`` (at once: it never blocks, so it runs inline)."""
 
+    never_blocks = True
     failing = True
 
     def put(self, scope: str, anchor: anchortrack.Anchor) -> None:
