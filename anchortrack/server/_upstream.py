@@ -33,16 +33,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
+from anchortrack.server._assembler import StreamAssembler
 from anchortrack.server._errors import APIError, server_error
 from anchortrack.server._model import ModelReply
-from anchortrack.server._reconstruct import (
-    REDACTED,
-    MalformedReply,
-    Origin,
-    StreamAssembler,
-    reconstruct,
-    redact,
-)
+from anchortrack.server._reconstruct import REDACTED, MalformedReply, Origin, reconstruct, redact
 from anchortrack.server._translate import ChatPlan, build_chat_request
 
 
