@@ -10,13 +10,14 @@ it, and tests drive it in-process through ``ResponsesServer.state``.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import logging
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +29,7 @@ from anchortrack.server._chain import (
     resolve_chain,
     resolve_context,
 )
+from anchortrack.server._events import in_progress_snapshot, stream_events
 from anchortrack.server._items import item_type
 from anchortrack.server._memory import MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, canonical_json, new_id
@@ -469,9 +471,7 @@ class ServerState:
         """Store the response as ``in_progress`` (streams, before ``response.created``)."""
         if not pending.request.store:
             return
-        snapshot = dict(pending.response, status="in_progress", output=[], completed_at=None)
-        snapshot.update(usage=None, error=None, incomplete_details=None)
-        self.store.save(self._record(pending, snapshot))
+        self.store.save(self._record(pending, in_progress_snapshot(pending.response)))
 
     def save_final(self, pending: PendingResponse, *, overwrite: bool = False) -> None:
         """Store the finished response (before its id or terminal event is sent)."""
@@ -503,6 +503,37 @@ class ServerState:
             logger.error("anchortrack.server.save_failed", exc_info=exc)
             return False
         return True
+
+    async def live_events(
+        self, pending: PendingResponse, to_save: PendingResponse | None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """
+        *pending*'s events as a live stream sends them (HTTP and WebSocket alike).
+
+        Its delay is waited after ``response.in_progress``; *to_save* (if
+        any) is saved over its in-progress record before the terminal event,
+        which becomes an ``error`` event (same sequence number) when that
+        fails.  Closed early — the client went away — it still saves: the
+        response completes.  Close it with `contextlib.aclosing`.
+        """
+        events = stream_events(pending.response)
+        finished = False
+        try:
+            for event in events[:2]:
+                yield event
+            if pending.delay > 0:
+                await asyncio.sleep(pending.delay)
+            for event in events[2:-1]:
+                yield event
+            finished = True
+            if to_save is not None and not self.save_final_or_log(to_save):
+                error = {"code": "server_error", "message": _errors.SAVE_FAILED, "param": None}
+                yield {"type": "error", **error, "sequence_number": events[-1]["sequence_number"]}
+                return
+            yield events[-1]
+        finally:
+            if not finished and to_save is not None:
+                self.save_final_or_log(to_save)
 
     def get_response(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """
