@@ -368,10 +368,11 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
     chat_tools: list[Item] = []
     for index, tool in enumerate(tools):
         kind = tool.get("type")
+        named = kind in ("function", "custom")
+        name = tool.get("name") if named else str(kind)
+        if not isinstance(name, str) or (named and not name):
+            raise missing_parameter(f"tools[{index}].name")
         if kind == "function":
-            name = tool.get("name")
-            if not isinstance(name, str) or not name:
-                raise missing_parameter(f"tools[{index}].name")
             function: Item = {"name": name}
             if isinstance(tool.get("description"), str):
                 function["description"] = tool["description"]
@@ -379,9 +380,6 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
             if tool.get("strict") is True:
                 function["strict"] = True
         elif kind == "custom":
-            name = tool.get("name")
-            if not isinstance(name, str) or not name:
-                raise missing_parameter(f"tools[{index}].name")
             description = tool.get("description") if isinstance(tool.get("description"), str) else ""
             fmt = tool.get("format")
             if isinstance(fmt, dict) and fmt.get("type") == "grammar":
@@ -392,8 +390,7 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
             function = {"name": name, "parameters": WRAPPER_SCHEMAS["custom"]}
             if description:
                 function["description"] = description
-        elif kind in ("shell", "local_shell", "apply_patch"):
-            name = str(kind)
+        elif kind in _WRAPPER_DESCRIPTIONS:
             function = {
                 "name": name,
                 "description": _WRAPPER_DESCRIPTIONS[name],
@@ -421,7 +418,7 @@ def _tool_choice(choice: object) -> object:
     kind = choice.get("type")
     if kind in ("function", "custom"):
         return {"type": "function", "function": {"name": choice.get("name")}}
-    if kind in ("shell", "local_shell", "apply_patch"):
+    if kind in _WRAPPER_DESCRIPTIONS:
         return {"type": "function", "function": {"name": kind}}
     if kind == "allowed_tools":
         return "required" if choice.get("mode") == "required" else "auto"

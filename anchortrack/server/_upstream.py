@@ -36,7 +36,7 @@ import openai
 from anchortrack.server._assembler import StreamAssembler
 from anchortrack.server._errors import APIError, server_error
 from anchortrack.server._model import ModelReply
-from anchortrack.server._reconstruct import REDACTED, MalformedReply, Origin, reconstruct, redact
+from anchortrack.server._reconstruct import MalformedReply, Origin, reconstruct, redact
 from anchortrack.server._translate import ChatPlan, build_chat_request
 
 
@@ -133,7 +133,7 @@ class Upstream:
 
     def redact(self, text: str) -> str:
         """*text* with the API key replaced by ``[redacted]``."""
-        return text.replace(self._secret, REDACTED) if self._secret else text
+        return str(redact(text, self._secret))
 
     def plan(self, turn: Turn) -> ChatPlan:
         """
