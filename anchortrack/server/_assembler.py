@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anchortrack.server._events import item_events
-from anchortrack.server._model import ModelReply, new_id
+from anchortrack.server._model import ModelReply, message_item, new_id
 from anchortrack.server._reconstruct import (
     REDACTED,
     MalformedReply,
     Origin,
     content_text,
-    message_item,
     reasoning_item,
     reasoning_text,
     reconstruct,

@@ -183,6 +183,17 @@ def _output_text(output: object) -> str:
     return canonical_json(output)
 
 
+def message_item(text: str, *, item_id: str, status: str) -> Item:
+    """The assistant message item for *text* (every model backend answers with this shape)."""
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
+
+
 @dataclass(frozen=True)
 class ModelReply:
     """
@@ -275,13 +286,7 @@ class ScriptedModel:
         return ModelReply(status="completed", output=output, delay=delay)
 
     def _message(self, text: str, *, status: str = "completed") -> Item:
-        return {
-            "id": self._new_id("msg"),
-            "type": "message",
-            "role": "assistant",
-            "status": status,
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
-        }
+        return message_item(text, item_id=self._new_id("msg"), status=status)
 
     def _call(self, name: str, arguments: str) -> Item:
         return {

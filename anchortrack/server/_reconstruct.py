@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES
-from anchortrack.server._model import ModelReply, new_id
+from anchortrack.server._model import ModelReply, message_item, new_id
 from anchortrack.server._translate import ChatPlan
 
 
@@ -247,17 +247,6 @@ def reasoning_text(message: dict[str, Any]) -> str:
         if isinstance(value, str) and value:
             return value
     return ""
-
-
-def message_item(text: str, *, item_id: str, status: str) -> Item:
-    """The assistant message item for *text*."""
-    return {
-        "id": item_id,
-        "type": "message",
-        "role": "assistant",
-        "status": status,
-        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
-    }
 
 
 def reasoning_item(text: str, *, item_id: str) -> Item:
