@@ -197,26 +197,21 @@ def _image_part(part: Item) -> Item | None:
     return {"type": "image_url", "image_url": image}
 
 
+def _chat_part(part: Item) -> Item | None:
+    if part.get("type") == "input_image":
+        return _image_part(part)
+    text = _text_of([part])
+    return {"type": "text", "text": text} if text else None
+
+
 def _message(item: Item) -> Message:
     role = item.get("role")
     chat_role = "system" if role == "developer" else str(role)
     content = item.get("content")
     if chat_role == "user" and isinstance(content, list):
-        images = [_image_part(p) for p in content if isinstance(p, dict) and p.get("type") == "input_image"]
-        if any(images):
-            parts: list[Item] = []
-            for part in content:
-                if not isinstance(part, dict):
-                    continue
-                if part.get("type") == "input_image":
-                    image = _image_part(part)
-                    if image is not None:
-                        parts.append(image)
-                else:
-                    text = _text_of([part])
-                    if text:
-                        parts.append({"type": "text", "text": text})
-            return {"role": chat_role, "content": parts}
+        parts = [_chat_part(part) for part in content if isinstance(part, dict)]
+        if any(part is not None and part["type"] == "image_url" for part in parts):
+            return {"role": chat_role, "content": [part for part in parts if part is not None]}
     return {"role": chat_role, "content": _text_of(content)}
 
 
