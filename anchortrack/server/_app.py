@@ -27,6 +27,7 @@ import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import aclosing
 from typing import Any
 
 from starlette.applications import Starlette
@@ -266,26 +267,10 @@ def create_app(
 
 
 async def _event_stream(state: ServerState, pending: PendingResponse) -> AsyncIterator[bytes]:
-    """Stream *pending*'s events; save its final state before the terminal event."""
-    events = stream_events(pending.response)
-    finished = False
-    try:
-        for event in events[:2]:
+    """Stream *pending*'s events as Server-Sent Events (see `ServerState.live_events`)."""
+    async with aclosing(state.live_events(pending, pending)) as events:
+        async for event in events:
             yield encode_sse(event)
-        if pending.delay > 0:
-            await asyncio.sleep(pending.delay)
-        for event in events[2:-1]:
-            yield encode_sse(event)
-        finished = True
-        if not state.save_final_or_log(pending):  # the status line is gone; report in-stream
-            sequence_number = events[-1]["sequence_number"]
-            error = {"code": "server_error", "message": _errors.SAVE_FAILED, "param": None}
-            yield encode_sse({"type": "error", **error, "sequence_number": sequence_number})
-            return
-        yield encode_sse(events[-1])
-    finally:
-        if not finished:  # the client went away mid-stream: the response still completes
-            state.save_final_or_log(pending)
 
 
 def _test_routes(state: ServerState) -> list[Route]:

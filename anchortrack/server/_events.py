@@ -28,7 +28,8 @@ from typing import Any
 Item = dict[str, Any]
 Event = dict[str, Any]
 
-_TERMINAL = {
+#: Response status → the event that ends its stream.
+TERMINAL_EVENTS = {
     "completed": "response.completed",
     "incomplete": "response.incomplete",
     "failed": "response.failed",
@@ -139,7 +140,7 @@ def stream_events(response: dict[str, Any]) -> list[Event]:
         ValueError: If the response's status has no terminal event.
     """
     status = response.get("status")
-    terminal = _TERMINAL.get(str(status))
+    terminal = TERMINAL_EVENTS.get(str(status))
     if terminal is None:
         raise ValueError(f"cannot stream a response with status {status!r}")
     snapshot = in_progress_snapshot(response)

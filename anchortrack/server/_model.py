@@ -60,6 +60,9 @@ content parts joined with newlines.
 
 Unknown commands and malformed arguments are ignored (a bad ``!rounds`` or
 ``!sleep`` value counts as absent).
+
+`build_response` turns any model's `ModelReply` (the scripted model's or an
+upstream provider's) into the response object the API returns.
 """
 
 from __future__ import annotations
@@ -67,10 +70,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from anchortrack.server._request import CreateRequest
 
 
 Item = dict[str, Any]
@@ -177,6 +183,17 @@ def _output_text(output: object) -> str:
     return canonical_json(output)
 
 
+def message_item(text: str, *, item_id: str, status: str) -> Item:
+    """The assistant message item for *text* (every model backend answers with this shape)."""
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
+
+
 @dataclass(frozen=True)
 class ModelReply:
     """
@@ -269,13 +286,7 @@ class ScriptedModel:
         return ModelReply(status="completed", output=output, delay=delay)
 
     def _message(self, text: str, *, status: str = "completed") -> Item:
-        return {
-            "id": self._new_id("msg"),
-            "type": "message",
-            "role": "assistant",
-            "status": status,
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
-        }
+        return message_item(text, item_id=self._new_id("msg"), status=status)
 
     def _call(self, name: str, arguments: str) -> Item:
         return {
@@ -295,3 +306,62 @@ class ScriptedModel:
             "summary": [{"type": "summary_text", "text": f"scripted reasoning {tags}"}],
             "encrypted_content": base64.b64encode(secret).decode("ascii"),
         }
+
+
+def _tokens(value: object) -> int:
+    return math.ceil(len(canonical_json(value)) / 4)
+
+
+def build_response(
+    request: CreateRequest,
+    reply: ModelReply,
+    *,
+    response_id: str,
+    created_at: float,
+    context: Sequence[Item],
+) -> dict[str, Any]:
+    """The response object for *reply*, with every field the spec requires."""
+    body = request.body
+    input_tokens = _tokens(list(context)) + (_tokens(request.instructions) if request.instructions else 0)
+    output_tokens = _tokens(reply.output) if reply.output else 0
+    reasoning_tokens = sum(_tokens(item) for item in reply.output if item.get("type") == "reasoning")
+    created = int(created_at)
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": reply.status,
+        "background": False,
+        "completed_at": created if reply.status == "completed" else None,
+        "error": reply.error,
+        "incomplete_details": reply.incomplete_details,
+        "instructions": request.instructions,
+        "max_output_tokens": body.get("max_output_tokens"),
+        "max_tool_calls": body.get("max_tool_calls"),
+        "model": reply.model or request.model,
+        "output": reply.output,
+        "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
+        "previous_response_id": request.previous_response_id,
+        "prompt_cache_key": body.get("prompt_cache_key"),
+        "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+        "safety_identifier": body.get("safety_identifier"),
+        "service_tier": body.get("service_tier") or "default",
+        "store": request.store,
+        "temperature": 1.0 if body.get("temperature") is None else body["temperature"],
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice") or "auto",
+        "tools": body.get("tools") or [],
+        "top_logprobs": body.get("top_logprobs") or 0,
+        "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
+        "truncation": body.get("truncation") or "disabled",
+        "usage": reply.usage
+        or {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": input_tokens + output_tokens,
+        },
+        "user": body.get("user"),
+        "metadata": body.get("metadata") or {},
+    }

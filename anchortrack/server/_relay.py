@@ -24,18 +24,12 @@ import anyio
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from anchortrack.server._errors import SAVE_FAILED, APIError, server_error
-from anchortrack.server._events import SSE_HEADERS, encode_sse, in_progress_snapshot
+from anchortrack.server._events import SSE_HEADERS, TERMINAL_EVENTS, encode_sse, in_progress_snapshot
 from anchortrack.server._model import ModelReply
 from anchortrack.server._state import AsyncModel, ServerState, Turn
 
 
 logger = logging.getLogger("anchortrack.server")
-
-_TERMINAL = {
-    "completed": "response.completed",
-    "incomplete": "response.incomplete",
-    "failed": "response.failed",
-}
 
 
 async def respond_with_backend(state: ServerState, backend: AsyncModel, body: object, owner: str) -> Response:
@@ -113,7 +107,7 @@ async def _relay(
         if not state.save_final_or_log(pending):  # the status line is gone; report in-stream
             yield sse({"type": "error", "code": "server_error", "message": SAVE_FAILED, "param": None})
             return
-        yield sse({"type": _TERMINAL[pending.response["status"]], "response": pending.response})
+        yield sse({"type": TERMINAL_EVENTS[pending.response["status"]], "response": pending.response})
     finally:
         if not finished:  # the client went away: there is no response to keep
             _forget(state, turn)

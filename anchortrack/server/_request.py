@@ -31,46 +31,6 @@ from anchortrack.server._items import OUTPUTS, item_type
 
 Item = dict[str, Any]
 
-#: Every body parameter of ``POST /v1/responses`` (openai 3.54 and the spec).
-KNOWN_PARAMETERS: frozenset[str] = frozenset(
-    {
-        "access_programs",
-        "background",
-        "background_options",
-        "context_management",
-        "conversation",
-        "image",
-        "include",
-        "input",
-        "instructions",
-        "max_output_tokens",
-        "max_tool_calls",
-        "metadata",
-        "model",
-        "moderation",
-        "parallel_tool_calls",
-        "previous_response_id",
-        "prompt",
-        "prompt_cache_key",
-        "prompt_cache_options",
-        "prompt_cache_retention",
-        "reasoning",
-        "safety_identifier",
-        "service_tier",
-        "store",
-        "stream",
-        "stream_options",
-        "temperature",
-        "text",
-        "tool_choice",
-        "tools",
-        "top_logprobs",
-        "top_p",
-        "truncation",
-        "user",
-    }
-)
-
 _ROLES = ("user", "assistant", "system", "developer")
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -114,33 +74,30 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-# parameter → (check, expected-type wording); None is always allowed.
-_OPTIONAL: dict[str, tuple[Callable[[object], bool], str]] = {
-    "store": (lambda v: isinstance(v, bool), "a boolean"),
-    "stream": (lambda v: isinstance(v, bool), "a boolean"),
-    "background": (lambda v: isinstance(v, bool), "a boolean"),
-    "parallel_tool_calls": (lambda v: isinstance(v, bool), "a boolean"),
-    "tools": (lambda v: isinstance(v, list), "an array"),
-    "include": (lambda v: isinstance(v, list), "an array"),
-    "tool_choice": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
-    "metadata": (lambda v: isinstance(v, dict), "an object"),
-    "text": (lambda v: isinstance(v, dict), "an object"),
-    "reasoning": (lambda v: isinstance(v, dict), "an object"),
-    "stream_options": (lambda v: isinstance(v, dict), "an object"),
-    "temperature": (_is_number, "a decimal"),
-    "top_p": (_is_number, "a decimal"),
-    "top_logprobs": (_is_int, "an integer"),
-    "max_output_tokens": (_is_int, "an integer"),
-    "max_tool_calls": (_is_int, "an integer"),
-    "user": (lambda v: isinstance(v, str), "a string"),
-    "safety_identifier": (lambda v: isinstance(v, str), "a string"),
-    "prompt_cache_key": (lambda v: isinstance(v, str), "a string"),
-    "service_tier": (lambda v: isinstance(v, str), "a string"),
-    "truncation": (lambda v: isinstance(v, str), "a string"),
-    "previous_response_id": (lambda v: isinstance(v, str), "a string"),
-    "conversation": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
-    "instructions": (lambda v: isinstance(v, (str, list)), "a string or an array of input items"),
-}
+def _of(*types: type) -> Callable[[object], bool]:
+    return lambda value: isinstance(value, types)
+
+
+# (parameters, check, expected-type wording), checked in this order; None is always allowed.
+_OPTIONAL: list[tuple[tuple[str, ...], Callable[[object], bool], str]] = [
+    (("store", "stream", "background", "parallel_tool_calls"), _of(bool), "a boolean"),
+    (("tools", "include"), _of(list), "an array"),
+    (("tool_choice",), _of(str, dict), "a string or an object"),
+    (("metadata", "text", "reasoning", "stream_options"), _of(dict), "an object"),
+    (("temperature", "top_p"), _is_number, "a decimal"),
+    (("top_logprobs", "max_output_tokens", "max_tool_calls"), _is_int, "an integer"),
+    (("user", "safety_identifier", "prompt_cache_key", "service_tier", "truncation"), _of(str), "a string"),
+    (("previous_response_id",), _of(str), "a string"),
+    (("conversation",), _of(str, dict), "a string or an object"),
+    (("instructions",), _of(str, list), "a string or an array of input items"),
+]
+
+#: Every body parameter of ``POST /v1/responses`` (openai 3.54 and the spec).
+KNOWN_PARAMETERS: frozenset[str] = frozenset(
+    [name for names, _, _ in _OPTIONAL for name in names]
+    + ["access_programs", "background_options", "context_management", "image", "input", "model"]
+    + ["moderation", "prompt", "prompt_cache_options", "prompt_cache_retention"]
+)
 
 
 def _check_item(item: object, where: str) -> Item:
@@ -230,10 +187,10 @@ def parse_create_request(body: object) -> CreateRequest:
         raise missing_parameter("model")
     if not isinstance(model, str):
         raise invalid_type("model", "a string", model)
-    for name, (check, expected) in _OPTIONAL.items():
-        value = body.get(name)
-        if value is not None and not check(value):
-            raise invalid_type(name, expected, value)
+    for names, check, expected in _OPTIONAL:
+        for name in names:
+            if body.get(name) is not None and not check(body[name]):
+                raise invalid_type(name, expected, body[name])
     max_output_tokens = body.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 16:
         raise APIError(

@@ -10,13 +10,14 @@ it, and tests drive it in-process through ``ResponsesServer.state``.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import logging
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,9 +29,10 @@ from anchortrack.server._chain import (
     resolve_chain,
     resolve_context,
 )
+from anchortrack.server._events import in_progress_snapshot, stream_events
 from anchortrack.server._items import item_type
 from anchortrack.server._memory import MemoryResponseStore
-from anchortrack.server._model import ModelReply, ScriptedModel, canonical_json, new_id
+from anchortrack.server._model import ModelReply, ScriptedModel, build_response, new_id
 from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, ResponseStore, StoredResponse
 from anchortrack.server._request import CreateRequest, parse_create_request
 from anchortrack.server._sqlite import SQLiteResponseStore
@@ -136,65 +138,6 @@ class PendingResponse:
         return self.context[len(self.context) - len(self.request.input_items) :]
 
 
-def _tokens(value: object) -> int:
-    return math.ceil(len(canonical_json(value)) / 4)
-
-
-def build_response(
-    request: CreateRequest,
-    reply: ModelReply,
-    *,
-    response_id: str,
-    created_at: float,
-    context: Sequence[Item],
-) -> dict[str, Any]:
-    """The response object for *reply*, with every field the spec requires."""
-    body = request.body
-    input_tokens = _tokens(list(context)) + (_tokens(request.instructions) if request.instructions else 0)
-    output_tokens = _tokens(reply.output) if reply.output else 0
-    reasoning_tokens = sum(_tokens(item) for item in reply.output if item.get("type") == "reasoning")
-    created = int(created_at)
-    return {
-        "id": response_id,
-        "object": "response",
-        "created_at": created,
-        "status": reply.status,
-        "background": False,
-        "completed_at": created if reply.status == "completed" else None,
-        "error": reply.error,
-        "incomplete_details": reply.incomplete_details,
-        "instructions": request.instructions,
-        "max_output_tokens": body.get("max_output_tokens"),
-        "max_tool_calls": body.get("max_tool_calls"),
-        "model": reply.model or request.model,
-        "output": reply.output,
-        "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
-        "previous_response_id": request.previous_response_id,
-        "prompt_cache_key": body.get("prompt_cache_key"),
-        "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
-        "safety_identifier": body.get("safety_identifier"),
-        "service_tier": body.get("service_tier") or "default",
-        "store": request.store,
-        "temperature": 1.0 if body.get("temperature") is None else body["temperature"],
-        "text": body.get("text") or {"format": {"type": "text"}},
-        "tool_choice": body.get("tool_choice") or "auto",
-        "tools": body.get("tools") or [],
-        "top_logprobs": body.get("top_logprobs") or 0,
-        "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
-        "truncation": body.get("truncation") or "disabled",
-        "usage": reply.usage
-        or {
-            "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": output_tokens,
-            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-            "total_tokens": input_tokens + output_tokens,
-        },
-        "user": body.get("user"),
-        "metadata": body.get("metadata") or {},
-    }
-
-
 class ServerState:
     """
     Everything the running server knows; thread-safe.
@@ -286,15 +229,7 @@ class ServerState:
             if response_id not in self._seen:
                 raise KeyError(response_id)
             parent, own_input, _ = self._seen[response_id]
-            segments: list[list[Item]] = [own_input]
-            visited = {response_id}
-            while parent is not None and parent not in visited:
-                visited.add(parent)
-                parent_of_parent, inputs, outputs = self._seen[parent]
-                segments.append(outputs)
-                segments.append(inputs)
-                parent = parent_of_parent
-            items = [item for segment in reversed(segments) for item in segment]
+            items = _unwind(response_id, own_input, parent, lambda ancestor: self._seen[ancestor])
             return copy.deepcopy(items)
 
     def resolve_input(self, items: list[Item]) -> list[Item]:
@@ -469,9 +404,7 @@ class ServerState:
         """Store the response as ``in_progress`` (streams, before ``response.created``)."""
         if not pending.request.store:
             return
-        snapshot = dict(pending.response, status="in_progress", output=[], completed_at=None)
-        snapshot.update(usage=None, error=None, incomplete_details=None)
-        self.store.save(self._record(pending, snapshot))
+        self.store.save(self._record(pending, in_progress_snapshot(pending.response)))
 
     def save_final(self, pending: PendingResponse, *, overwrite: bool = False) -> None:
         """Store the finished response (before its id or terminal event is sent)."""
@@ -503,6 +436,37 @@ class ServerState:
             logger.error("anchortrack.server.save_failed", exc_info=exc)
             return False
         return True
+
+    async def live_events(
+        self, pending: PendingResponse, to_save: PendingResponse | None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """
+        *pending*'s events as a live stream sends them (HTTP and WebSocket alike).
+
+        Its delay is waited after ``response.in_progress``; *to_save* (if
+        any) is saved over its in-progress record before the terminal event,
+        which becomes an ``error`` event (same sequence number) when that
+        fails.  Closed early — the client went away — it still saves: the
+        response completes.  Close it with `contextlib.aclosing`.
+        """
+        events = stream_events(pending.response)
+        finished = False
+        try:
+            for event in events[:2]:
+                yield event
+            if pending.delay > 0:
+                await asyncio.sleep(pending.delay)
+            for event in events[2:-1]:
+                yield event
+            finished = True
+            if to_save is not None and not self.save_final_or_log(to_save):
+                error = {"code": "server_error", "message": _errors.SAVE_FAILED, "param": None}
+                yield {"type": "error", **error, "sequence_number": events[-1]["sequence_number"]}
+                return
+            yield events[-1]
+        finally:
+            if not finished and to_save is not None:
+                self.save_final_or_log(to_save)
 
     def get_response(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """
@@ -557,18 +521,15 @@ class ServerState:
                 f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
             )
         record = self._get(response_id, owner)
-        segments = [_listed(record.id, record.input_items)]
-        seen = {record.id}
-        parent = record.previous_response_id
-        while parent is not None and parent not in seen and len(seen) <= self.max_depth:
-            seen.add(parent)
-            ancestor = self.store.get(parent)
-            if ancestor is None or ancestor.owner != record.owner:
-                break
-            segments.append(ancestor.output)
-            segments.append(_listed(ancestor.id, ancestor.input_items))
-            parent = ancestor.previous_response_id
-        items = [item for segment in reversed(segments) for item in segment]
+
+        def ancestor(parent: str) -> tuple[str | None, list[Item], list[Item]] | None:
+            found = self.store.get(parent)
+            if found is None or found.owner != record.owner:
+                return None
+            return found.previous_response_id, _listed(found.id, found.input_items), found.output
+
+        own_input = _listed(record.id, record.input_items)
+        items = _unwind(record.id, own_input, record.previous_response_id, ancestor, self.max_depth)
         if order == "desc":
             items.reverse()
         start = 0
@@ -583,6 +544,31 @@ class ServerState:
             "last_id": page[-1]["id"] if page else None,
             "has_more": start + limit < len(items),
         }
+
+
+def _unwind(
+    response_id: str,
+    own_input: list[Item],
+    parent: str | None,
+    step: Callable[[str], tuple[str | None, list[Item], list[Item]] | None],
+    max_depth: float = math.inf,
+) -> list[Item]:
+    """
+    The items of *response_id*'s chain, oldest first, ending with its *own_input*.
+
+    *step* gives an ancestor's ``(parent, input items, output items)``, or
+    ``None`` where the walk stops; so do a cycle and *max_depth* responses.
+    """
+    segments = [own_input]
+    seen = {response_id}
+    while parent is not None and parent not in seen and len(seen) <= max_depth:
+        seen.add(parent)
+        found = step(parent)
+        if found is None:
+            break
+        parent, inputs, outputs = found
+        segments += [outputs, inputs]
+    return [item for segment in reversed(segments) for item in segment]
 
 
 def _listed(response_id: str, items: list[Item]) -> list[Item]:

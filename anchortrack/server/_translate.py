@@ -197,26 +197,21 @@ def _image_part(part: Item) -> Item | None:
     return {"type": "image_url", "image_url": image}
 
 
+def _chat_part(part: Item) -> Item | None:
+    if part.get("type") == "input_image":
+        return _image_part(part)
+    text = _text_of([part])
+    return {"type": "text", "text": text} if text else None
+
+
 def _message(item: Item) -> Message:
     role = item.get("role")
     chat_role = "system" if role == "developer" else str(role)
     content = item.get("content")
     if chat_role == "user" and isinstance(content, list):
-        images = [_image_part(p) for p in content if isinstance(p, dict) and p.get("type") == "input_image"]
-        if any(images):
-            parts: list[Item] = []
-            for part in content:
-                if not isinstance(part, dict):
-                    continue
-                if part.get("type") == "input_image":
-                    image = _image_part(part)
-                    if image is not None:
-                        parts.append(image)
-                else:
-                    text = _text_of([part])
-                    if text:
-                        parts.append({"type": "text", "text": text})
-            return {"role": chat_role, "content": parts}
+        parts = [_chat_part(part) for part in content if isinstance(part, dict)]
+        if any(part is not None and part["type"] == "image_url" for part in parts):
+            return {"role": chat_role, "content": [part for part in parts if part is not None]}
     return {"role": chat_role, "content": _text_of(content)}
 
 
@@ -368,10 +363,11 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
     chat_tools: list[Item] = []
     for index, tool in enumerate(tools):
         kind = tool.get("type")
+        named = kind in ("function", "custom")
+        name = tool.get("name") if named else str(kind)
+        if not isinstance(name, str) or (named and not name):
+            raise missing_parameter(f"tools[{index}].name")
         if kind == "function":
-            name = tool.get("name")
-            if not isinstance(name, str) or not name:
-                raise missing_parameter(f"tools[{index}].name")
             function: Item = {"name": name}
             if isinstance(tool.get("description"), str):
                 function["description"] = tool["description"]
@@ -379,9 +375,6 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
             if tool.get("strict") is True:
                 function["strict"] = True
         elif kind == "custom":
-            name = tool.get("name")
-            if not isinstance(name, str) or not name:
-                raise missing_parameter(f"tools[{index}].name")
             description = tool.get("description") if isinstance(tool.get("description"), str) else ""
             fmt = tool.get("format")
             if isinstance(fmt, dict) and fmt.get("type") == "grammar":
@@ -392,8 +385,7 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
             function = {"name": name, "parameters": WRAPPER_SCHEMAS["custom"]}
             if description:
                 function["description"] = description
-        elif kind in ("shell", "local_shell", "apply_patch"):
-            name = str(kind)
+        elif kind in _WRAPPER_DESCRIPTIONS:
             function = {
                 "name": name,
                 "description": _WRAPPER_DESCRIPTIONS[name],
@@ -421,7 +413,7 @@ def _tool_choice(choice: object) -> object:
     kind = choice.get("type")
     if kind in ("function", "custom"):
         return {"type": "function", "function": {"name": choice.get("name")}}
-    if kind in ("shell", "local_shell", "apply_patch"):
+    if kind in _WRAPPER_DESCRIPTIONS:
         return {"type": "function", "function": {"name": kind}}
     if kind == "allowed_tools":
         return "required" if choice.get("mode") == "required" else "auto"

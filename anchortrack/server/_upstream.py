@@ -33,16 +33,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
+from anchortrack.server._assembler import StreamAssembler
 from anchortrack.server._errors import APIError, server_error
 from anchortrack.server._model import ModelReply
-from anchortrack.server._reconstruct import (
-    REDACTED,
-    MalformedReply,
-    Origin,
-    StreamAssembler,
-    reconstruct,
-    redact,
-)
+from anchortrack.server._reconstruct import MalformedReply, Origin, reconstruct, redact
 from anchortrack.server._translate import ChatPlan, build_chat_request
 
 
@@ -139,7 +133,7 @@ class Upstream:
 
     def redact(self, text: str) -> str:
         """*text* with the API key replaced by ``[redacted]``."""
-        return text.replace(self._secret, REDACTED) if self._secret else text
+        return str(redact(text, self._secret))
 
     def plan(self, turn: Turn) -> ChatPlan:
         """
@@ -171,40 +165,27 @@ class Upstream:
             code=code or "upstream_error",
         )
 
+    def _failed(self, event: str, what: str, status: int, code: str, **extra: str) -> APIError:
+        """Log *event*; return the 5xx error saying that the provider *what*."""
+        logger.warning(event, extra={"upstream": self.name, **extra})
+        return server_error(f"The upstream provider {self.name} {what}", status, code)
+
     def _stream_error(self, data: str) -> APIError:
         message, _, code, _ = _provider_error(self.redact(data))
-        logger.warning("anchortrack.server.upstream_stream_error", extra={"upstream": self.name})
-        return server_error(
-            f"The upstream provider {self.name} reported an error mid-stream: {message}",
-            502,
-            code or "upstream_error",
-        )
+        what = f"reported an error mid-stream: {message}"
+        return self._failed("anchortrack.server.upstream_stream_error", what, 502, code or "upstream_error")
 
     def _malformed(self, reason: str) -> APIError:
-        logger.warning("anchortrack.server.upstream_malformed", extra={"upstream": self.name})
-        return server_error(
-            f"The upstream provider {self.name} sent a reply that is not a Chat Completion: {reason}.",
-            502,
-            "upstream_bad_response",
-        )
+        what = f"sent a reply that is not a Chat Completion: {reason}."
+        return self._failed("anchortrack.server.upstream_malformed", what, 502, "upstream_bad_response")
 
     def _transport_error(self, error: Exception) -> APIError:
         if isinstance(error, httpx.TimeoutException):
-            logger.warning("anchortrack.server.upstream_timeout", extra={"upstream": self.name})
-            return server_error(
-                f"The upstream provider {self.name} did not answer within {self.timeout:g} seconds.",
-                504,
-                "upstream_timeout",
-            )
-        logger.warning(
-            "anchortrack.server.upstream_unreachable",
-            extra={"upstream": self.name, "error": type(error).__name__},
-        )
-        return server_error(
-            f"The upstream provider {self.name} could not be reached ({type(error).__name__}).",
-            502,
-            "upstream_unreachable",
-        )
+            what = f"did not answer within {self.timeout:g} seconds."
+            return self._failed("anchortrack.server.upstream_timeout", what, 504, "upstream_timeout")
+        name = type(error).__name__
+        event = "anchortrack.server.upstream_unreachable"
+        return self._failed(event, f"could not be reached ({name}).", 502, "upstream_unreachable", error=name)
 
     def _refuses_json_schema(self, plan: ChatPlan, error: APIError) -> bool:
         return (

@@ -52,6 +52,7 @@ import re
 import secrets
 import threading
 from collections.abc import Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ from starlette.websockets import WebSocket
 from anchortrack.server import _errors
 from anchortrack.server._chain import CHAINABLE_STATUSES
 from anchortrack.server._errors import APIError
-from anchortrack.server._events import stream_events
+from anchortrack.server._events import TERMINAL_EVENTS
 from anchortrack.server._records import ChainLink, request_owner
 from anchortrack.server._request import decode_json
 from anchortrack.server._state import PendingResponse, ServerState
@@ -310,11 +311,6 @@ class WebSocketHub:
 
     # -- what tests read and drive (thread-safe) ------------------------------------
 
-    def connection_ids(self) -> list[str]:
-        """Ids of the open connections, oldest first."""
-        with self._lock:
-            return list(self._connections)
-
     def cached(self, connection_id: str) -> dict[Lane, str]:
         """
         Lane → cached (latest) response id of an open connection.
@@ -475,10 +471,7 @@ class WebSocketHub:
                 pending.request, previous_response_id=None, input_items=list(pending.context)
             )
             to_save = dataclasses.replace(pending, request=flat)
-        events = stream_events(pending.response)
-        if event.stream_id is not None:
-            events = [{**item, "stream_id": event.stream_id} for item in events]
-        await self._stream(conn, lane, event, pending, to_save if stored else None, events)
+        await self._stream(conn, lane, event, pending, to_save if stored else None)
 
     async def _stream(
         self,
@@ -487,9 +480,8 @@ class WebSocketHub:
         event: CreateEvent,
         pending: PendingResponse,
         to_save: PendingResponse | None,
-        events: list[Event],
     ) -> None:
-        """Send *events*; save (*to_save*) and cache before the terminal one."""
+        """Send *pending*'s events (see `ServerState.live_events`); cache it before the terminal one."""
         if to_save is not None:
             try:
                 self.state.save_in_progress(to_save)
@@ -497,31 +489,21 @@ class WebSocketHub:
                 logger.error("anchortrack.server.save_failed", exc_info=True)
                 await conn.send(error_frame(_errors.server_error(_errors.SAVE_FAILED), event.stream_id))
                 return
-        finished = False
-        try:
-            if not await conn.send(events[0]):
-                return
-            if conn.drop_after_created is not None:
-                code, conn.drop_after_created = conn.drop_after_created, None
-                await conn.close(code, "dropped by the test hook")
-                return
-            if not await conn.send(events[1]):
-                return
-            if pending.delay > 0:
-                await asyncio.sleep(pending.delay)
-            for item in events[2:-1]:
-                if not await conn.send(item):
+        lane_id = {} if event.stream_id is None else {"stream_id": event.stream_id}
+        async with aclosing(self.state.live_events(pending, to_save)) as events:
+            async for item in events:
+                if item["type"] == "error":  # the final save failed
+                    error = _errors.server_error(_errors.SAVE_FAILED)
+                    await conn.send(error_frame(error, event.stream_id, item["sequence_number"]))
                     return
-            finished = True
-            if to_save is not None and not self.state.save_final_or_log(to_save):
-                error = _errors.server_error(_errors.SAVE_FAILED)
-                await conn.send(error_frame(error, event.stream_id, events[-1]["sequence_number"]))
-                return
-            self._update_cache(conn, lane, event, pending)
-            await conn.send(events[-1])
-        finally:
-            if not finished and to_save is not None:  # the socket went away: the response still completes
-                self.state.save_final_or_log(to_save)
+                if item["type"] in TERMINAL_EVENTS.values():
+                    self._update_cache(conn, lane, event, pending)
+                if not await conn.send({**item, **lane_id}):
+                    return
+                if item["type"] == "response.created" and conn.drop_after_created is not None:
+                    code, conn.drop_after_created = conn.drop_after_created, None
+                    await conn.close(code, "dropped by the test hook")
+                    return
 
     def _update_cache(
         self, conn: _Connection, lane: Lane, event: CreateEvent, pending: PendingResponse

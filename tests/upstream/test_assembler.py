@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from anchortrack.server import ServerState
-from anchortrack.server._reconstruct import Origin, StreamAssembler, reconstruct
+from anchortrack.server._assembler import StreamAssembler
+from anchortrack.server._reconstruct import Origin, reconstruct
 from anchortrack.server._translate import ChatPlan, build_chat_request
 
 from .helpers import normalized

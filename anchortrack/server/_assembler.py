@@ -1,0 +1,297 @@
+"""
+Streamed replies: Chat Completions chunks → Responses events, then the final reply (pure).
+
+`StreamAssembler` turns chunks into Responses events as they arrive and, at
+the end, into the same reply `anchortrack.server._reconstruct.reconstruct`
+gives for the equivalent non-streamed completion.  The events' shapes are
+those of `anchortrack.server._events.item_events`: an item's opening and
+closing events are taken from it, only the deltas are built here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from anchortrack.server._events import item_events
+from anchortrack.server._model import ModelReply, message_item, new_id
+from anchortrack.server._reconstruct import (
+    REDACTED,
+    MalformedReply,
+    Origin,
+    content_text,
+    reasoning_item,
+    reasoning_text,
+    reconstruct,
+    redact,
+    restored_type,
+)
+from anchortrack.server._translate import ChatPlan
+
+
+Item = dict[str, Any]
+Event = dict[str, Any]
+
+
+@dataclass
+class _Lag:
+    """Holds back the tail of a delta stream that could still grow into *secret*."""
+
+    secret: str | None
+    pending: str = ""
+
+    def push(self, delta: str) -> str:
+        if not self.secret:
+            return delta
+        text = (self.pending + delta).replace(self.secret, REDACTED)
+        keep = len(self.secret) - 1
+        self.pending = text[-keep:]
+        return text[: max(0, len(text) - keep)]
+
+    def flush(self) -> str:
+        text, self.pending = self.pending, ""
+        return text
+
+
+@dataclass
+class _Call:
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class _Live:
+    """An item opened in the stream."""
+
+    key: str
+    kind: str
+    index: int
+    item_id: str
+    lag: _Lag
+
+
+@dataclass
+class StreamAssembler:
+    """
+    Responses events from Chat Completions chunks, and the final reply.
+
+    Reasoning and function-call arguments stream as they arrive; the
+    assistant text streams as it arrives unless the request offered tools
+    (then it follows the calls once the reply is complete, so every
+    ``output_index`` is the item's final position).  Calls restored to other
+    types are announced whole at the end.  `finish` gives the closing
+    events and the reply, equal to `reconstruct` of the completion the
+    chunks add up to.  Every occurrence of *secret* is replaced by
+    ``[redacted]``, in the deltas too (a delta's last few characters wait
+    for the next one when they could be the start of the secret).
+    """
+
+    plan: ChatPlan
+    origin: Origin
+    secret: str | None = None
+    _text: list[str] = field(default_factory=list)
+    _reasoning: list[str] = field(default_factory=list)
+    _calls: dict[int, _Call] = field(default_factory=dict)
+    _finish: object = None
+    _usage: object = None
+    _live: dict[str, _Live] = field(default_factory=dict)
+
+    def _open(self, key: str, kind: str, prefix: str) -> tuple[_Live, list[Event]]:
+        live = _Live(key, kind, len(self._live), new_id(prefix), _Lag(self.secret))
+        self._live[key] = live
+        item: Item
+        if kind == "reasoning":
+            item = reasoning_item("", item_id=live.item_id)
+            item["content"] = []
+        elif kind == "message":
+            item = message_item("", item_id=live.item_id, status="in_progress")
+        else:
+            call = self._calls[int(key.partition(":")[2])]
+            identity = self.plan.tools.for_provider(call.name)
+            name = identity.requested_name if identity is not None else call.name
+            item = {"id": live.item_id, "type": "function_call", "call_id": call.call_id, "name": name}
+        # the opening events of the item as a whole stream announces it (a message's first part too)
+        return live, item_events(item, live.index)[: 2 if kind == "message" else 1]
+
+    def _text_delta(self, delta: str) -> list[Event]:
+        self._text.append(delta)
+        if self.plan.may_call_tools:
+            return []
+        events: list[Event] = []
+        live = self._live.get("message")
+        if live is None:
+            live, events = self._open("message", "message", "msg")
+        events += _delta_events(live, live.lag.push(delta))
+        return events
+
+    def _reasoning_delta(self, delta: str) -> list[Event]:
+        self._reasoning.append(delta)
+        events: list[Event] = []
+        live = self._live.get("reasoning")
+        if live is None:
+            live, events = self._open("reasoning", "reasoning", "rs")
+        events += _delta_events(live, live.lag.push(delta))
+        return events
+
+    def _call_delta(self, position: int, raw: object) -> list[Event]:
+        if not isinstance(raw, dict):
+            raise MalformedReply("a tool call delta is not an object")
+        index = raw.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            # No index (some servers send whole calls): a new call unless it continues this one.
+            index = position
+            known = self._calls.get(index)
+            head = raw.get("function")
+            named = isinstance(head, dict) and bool(head.get("name"))
+            if known is not None and (
+                (raw.get("id") and known.call_id and raw.get("id") != known.call_id) or (named and known.name)
+            ):
+                index = max(self._calls) + 1
+        call = self._calls.setdefault(index, _Call())
+        if isinstance(raw.get("id"), str) and raw["id"] and not call.call_id:
+            call.call_id = raw["id"]
+        function = raw.get("function")
+        if function is not None and not isinstance(function, dict):
+            raise MalformedReply("a tool call delta's function is not an object")
+        function = function or {}
+        if isinstance(function.get("name"), str) and function["name"] and not call.name:
+            call.name = function["name"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):
+            arguments = json.dumps(arguments, separators=(",", ":"))
+        delta = arguments if isinstance(arguments, str) else ""
+        call.arguments += delta
+        key = f"call:{index}"
+        if not call.name or restored_type(self.plan, call.name) != "function_call":
+            return []
+        events: list[Event] = []
+        live = self._live.get(key)
+        if live is None:
+            if not call.call_id:
+                call.call_id = new_id("call")
+            live, events = self._open(key, "function_call", "fc")
+            delta = call.arguments  # everything so far
+        events += _delta_events(live, live.lag.push(delta))
+        return events
+
+    def feed(self, chunk: object) -> list[Event]:
+        """
+        Take one decoded chunk; return the events it produces.
+
+        Raises:
+            MalformedReply: The chunk is not a Chat Completions chunk.
+        """
+        if not isinstance(chunk, dict):
+            raise MalformedReply("a chunk is not a JSON object")
+        if "error" in chunk and not chunk.get("choices"):
+            raise MalformedReply("the stream carried an error")
+        if chunk.get("usage") is not None:
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise MalformedReply("a chunk's choices is not a list")
+        events: list[Event] = []
+        for choice in choices[:1]:
+            if not isinstance(choice, dict):
+                raise MalformedReply("a chunk's choice is not an object")
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise MalformedReply("a chunk's delta is not an object")
+            reasoning = reasoning_text(delta)
+            if reasoning:
+                events += self._reasoning_delta(reasoning)
+            text = content_text(delta.get("content"), "a chunk's content")
+            if text:
+                events += self._text_delta(text)
+            calls = delta.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise MalformedReply("a chunk's tool_calls is not a list")
+            for position, raw in enumerate(calls):
+                events += self._call_delta(position, raw)
+            if choice.get("finish_reason") is not None:
+                self._finish = choice["finish_reason"]
+        return events
+
+    def completion(self) -> dict[str, Any]:
+        """The non-streamed completion the chunks so far add up to."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
+        if self._reasoning:
+            message["reasoning_content"] = "".join(self._reasoning)
+        if self._calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.call_id or new_id("call"),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for _, call in sorted(self._calls.items())
+            ]
+        return {
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "finish_reason": self._finish}],
+            "usage": self._usage,
+        }
+
+    def finish(self) -> tuple[list[Event], ModelReply]:
+        """
+        The closing events (in output order) and the final reply.
+
+        Raises:
+            MalformedReply: The chunks do not add up to a Chat Completion.
+        """
+        completion = redact(self.completion(), self.secret)
+        positions = {f"call:{n}": key for n, key in enumerate(sorted(self._calls))}
+        ids = {key: live.item_id for key, live in self._live.items() if not key.startswith("call:")}
+        for position, index in positions.items():
+            live = self._live.get(f"call:{index}")
+            if live is not None:
+                ids[position] = live.item_id
+        reply = reconstruct(completion, self.plan, self.origin, ids=ids)
+        by_id = {live.item_id: live for live in self._live.values()}
+        events: list[Event] = []
+        next_index = len(self._live)
+        closing: list[tuple[int, list[Event]]] = []
+        for item in reply.output:
+            live = by_id.get(str(item.get("id")))
+            if live is None:
+                closing.append((next_index, _added_and_done(item, next_index)))
+                next_index += 1
+            else:
+                closing.append((live.index, _delta_events(live, live.lag.flush()) + _closing(item, live)))
+        for _, announced in sorted(closing, key=lambda pair: pair[0]):
+            events.extend(announced)
+        return events, reply
+
+
+#: The delta event of each kind of streamed item, and what it adds to the item's position.
+_DELTAS: dict[str, tuple[str, Event]] = {
+    "message": ("response.output_text.delta", {"content_index": 0, "logprobs": []}),
+    "reasoning": ("response.reasoning_text.delta", {"content_index": 0}),
+    "function_call": ("response.function_call_arguments.delta", {}),
+}
+
+
+def _delta_events(live: _Live, delta: str) -> list[Event]:
+    if not delta:
+        return []
+    kind, extra = _DELTAS[live.kind]
+    return [{"type": kind, "item_id": live.item_id, "output_index": live.index, **extra, "delta": delta}]
+
+
+def _added_and_done(item: Item, index: int) -> list[Event]:
+    events = item_events(item, index)
+    if item.get("type") == "reasoning":
+        text = "".join(part.get("text", "") for part in item.get("content") or [])
+        where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        events[1:1] = [
+            {"type": "response.reasoning_text.delta", **where, "delta": text},
+            {"type": "response.reasoning_text.done", **where, "text": text},
+        ]
+    return events
+
+
+def _closing(item: Item, live: _Live) -> list[Event]:
+    """The closing (``….done``) events of an item whose opening and deltas were streamed."""
+    return [event for event in _added_and_done(item, live.index) if event["type"].endswith(".done")]
