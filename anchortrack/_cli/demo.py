@@ -54,12 +54,14 @@ WOULD_RESEND_TEXT = (
 )
 #: The table's fixed columns (title, width, alignment); the reason / note text follows them.
 COLUMNS = (
-    *(("call", 4, ">"), ("turn", 5, ">"), ("decision", 12, "<"), ("anchor", 13, "<"), ("items", 7, ">")),
-    *(("sent B", 8, ">"), ("stateless B", 11, ">"), ("saved", 5, ">")),
-)
+    ("call", 4, ">"), ("turn", 5, ">"), ("decision", 12, "<"), ("anchor", 13, "<"),
+    ("items", 7, ">"), ("sent B", 8, ">"), ("stateless B", 11, ">"), ("saved", 5, ">"),
+)  # fmt: skip
 #: The decisions in the order the summary counts them, and their colours on a terminal.
-DECISIONS = {"chained": "32", "would chain": "32", "resent": "33", "would resend": "33", "stateless": "36"}
-DECISIONS |= {"passthrough": ""}
+DECISIONS = {
+    "chained": "32", "would chain": "32", "resent": "33", "would resend": "33",
+    "stateless": "36", "passthrough": "",
+}  # fmt: skip
 #: The non-ASCII characters the demo prints, and their ASCII stand-ins.
 _ASCII = str.maketrans({"─": "-", "·": "-", "…": "...", "↳": "->", "—": "-", "→": "->", "≈": "~"})
 
@@ -177,13 +179,10 @@ class Screen:
         return "  ".join(out)
 
     def header(self, title: str) -> None:
-        """Write the column titles, a rule, and where the free text *title* goes."""
-        titles, rule = self._cells([t for t, _, _ in COLUMNS]), self._cells(["─" * w for _, w, _ in COLUMNS])
-        if self.inline:
-            width = min(len(title) + 8, self.width - self.text_at)
-            self.write(f"{titles}  {title}\n{rule}  {'─' * width}\n")
-        else:
-            self.write(f"{titles.rstrip()}\n{rule}\n      ↳ {title}\n")
+        """Write the column titles, a rule, and where the free text *title* goes (beside them or below)."""
+        rule = "─" * min(len(title) + 8, self.width - self.text_at)
+        self.row([t for t, _, _ in COLUMNS], title if self.inline else "")
+        self.row(["─" * w for _, w, _ in COLUMNS], rule if self.inline else title)
 
     def row(self, cells: Sequence[str], text: str, color: str = "") -> None:
         """Write one table row and its free text."""
@@ -464,6 +463,7 @@ class _Demo:
             say("the anchors were kept in memory: nothing is left for 'anchortrack explain' to read")
         else:
             say(f"see what the next call would send: anchortrack explain {record.request_file}")
+
 
 def short_id(response_id: str | None, ellipsis: str = "…") -> str:
     """A response id cut to 13 characters, *ellipsis* included."""
