@@ -131,10 +131,12 @@ class Screen:
         self.width = max(40, shutil.get_terminal_size((80, 24)).columns)
         self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         self.encoding = getattr(stream, "encoding", None) or "ascii"
-        try:
-            self.ascii = not "─·…↳—→≈".encode(self.encoding)  # False: the stream carries them
+        try:  # can the stream carry what the demo prints?
+            "─·…↳—→≈".encode(self.encoding)
         except (UnicodeEncodeError, LookupError):
             self.ascii = True
+        else:
+            self.ascii = False
         #: How to mark a cut: "…", or "..." on an ASCII stream.
         self.ellipsis = "..." if self.ascii else "…"
         self.text_at = sum(width for _, width, _ in COLUMNS) + 2 * len(COLUMNS)
