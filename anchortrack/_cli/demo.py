@@ -9,9 +9,9 @@ the demo never spends money unless asked to.
 Each call prints one table row from the call's `Outcome` (the record
 ``tracker.stats`` counts too, handed over by ``tracker.subscribe``): what
 anchortrack sent, what a stateless request would have sent, and why it
-chained or not. The anchors go to a SQLite file in the user's cache
-directory, and ``demo.json`` beside it records their scope, so
-``anchortrack explain`` works afterwards without flags.
+chained or not. The summary's totals are ``tracker.stats``' own. The anchors
+go to a SQLite file in the user's cache directory, and ``demo.json`` beside it
+records their scope, so ``anchortrack explain`` works afterwards without flags.
 
 This module imports only the standard library at import time (``--help``
 stays fast); the client, the server and the store are imported when it runs.
@@ -20,22 +20,23 @@ stays fast); the client, the server and the store are imported when it runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import json
 import logging
 import os
+import shutil
 import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import agent
-from ._screen import Screen, Table
 
 
 if TYPE_CHECKING:
+    from .. import AnchorStore
     from .._outcome import Outcome
-    from ..stores._base import AnchorStore
     from .record import DemoRecord
 
 
@@ -51,19 +52,18 @@ WOULD_RESEND_TEXT = (
     "and the call resent in full; a shadow run cannot see that refusal, so tracker.stats counts "
     "these calls as would-chain"
 )
-#: The table's fixed columns: title, width, alignment. The reason / note text follows.
-COLUMNS: tuple[tuple[str, int, str], ...] = (
-    ("call", 4, ">"),
-    ("turn", 5, ">"),
-    ("decision", 12, "<"),
-    ("anchor", 13, "<"),
-    ("items", 7, ">"),
-    ("sent B", 8, ">"),
-    ("stateless B", 11, ">"),
-    ("saved", 5, ">"),
-)
-_STYLE = {"chained": "green", "would chain": "green", "resent": "yellow", "would resend": "yellow"}
-_STYLE["stateless"] = "cyan"
+#: The table's fixed columns (title, width, alignment); the reason / note text follows them.
+COLUMNS = (
+    ("call", 4, ">"), ("turn", 5, ">"), ("decision", 12, "<"), ("anchor", 13, "<"),
+    ("items", 7, ">"), ("sent B", 8, ">"), ("stateless B", 11, ">"), ("saved", 5, ">"),
+)  # fmt: skip
+#: The decisions in the order the summary counts them, and their colours on a terminal.
+DECISIONS = {
+    "chained": "32", "would chain": "32", "resent": "33", "would resend": "33",
+    "stateless": "36", "passthrough": "",
+}  # fmt: skip
+#: The non-ASCII characters the demo prints, and their ASCII stand-ins.
+_ASCII = str.maketrans({"─": "-", "·": "-", "…": "...", "↳": "->", "—": "-", "→": "->", "≈": "~"})
 
 
 def register(subparsers: Any) -> None:
@@ -78,38 +78,20 @@ def register(subparsers: Any) -> None:
             "unless --base-url or --openai asks for a real endpoint (billed calls)."
         ),
     )
-    where = parser.add_mutually_exclusive_group()
+    where, add = parser.add_mutually_exclusive_group(), parser.add_argument
     where.add_argument("--base-url", help="use this Responses API endpoint instead of the local server")
-    where.add_argument(
-        "--openai",
-        action="store_true",
-        help=f"use OpenAI's API ({OPENAI_BASE_URL}) with $OPENAI_API_KEY: real, billed calls",
-    )
+    billed = f"use OpenAI's API ({OPENAI_BASE_URL}) with $OPENAI_API_KEY: real, billed calls"
+    where.add_argument("--openai", action="store_true", help=billed)
     where.add_argument("--local", action="store_true", help="use the local server (the default)")
-    parser.add_argument("--api-key", help="API key for --base-url/--openai (default: $OPENAI_API_KEY)")
-    parser.add_argument("--model", help="model (default: scripted locally, gpt-5-mini otherwise)")
-    # -- upstream provider: the local server answers through a Chat Completions provider
-    parser.add_argument(
-        "--upstream",
-        metavar="BASE_URL",
-        help="run the local server in front of this Chat Completions provider (needs --model; "
-        "API key: $ANCHORTRACK_UPSTREAM_API_KEY)",
-    )
-    # -- end upstream provider
-    parser.add_argument(
-        "--turns", type=positive_int, default=len(agent.TURNS), help="user turns (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--store",
-        metavar="SPEC",
-        help="anchor store: memory, sqlite:PATH or redis://… (default: sqlite in the cache dir)",
-    )
-    parser.add_argument(
-        "--mode", choices=["chained", "shadow", "off"], help="anchortrack mode (default: chained)"
-    )
-    parser.add_argument(
-        "--events", action="store_true", help="also print anchortrack's events under each call"
-    )
+    add("--api-key", help="API key for --base-url/--openai (default: $OPENAI_API_KEY)")
+    add("--model", help="model (default: scripted locally, gpt-5-mini otherwise)")
+    add("--upstream", metavar="BASE_URL", help="run the local server in front of this Chat Completions "
+        "provider (needs --model; API key: $ANCHORTRACK_UPSTREAM_API_KEY)")  # fmt: skip
+    add("--turns", type=positive_int, default=len(agent.TURNS), help="user turns (default: %(default)s)")
+    default_store = "(default: sqlite in the cache dir)"
+    add("--store", metavar="SPEC", help=f"anchor store: memory, sqlite:PATH or redis://… {default_store}")
+    add("--mode", choices=["chained", "shadow", "off"], help="anchortrack mode (default: chained)")
+    add("--events", action="store_true", help="also print anchortrack's events under each call")
     parser.set_defaults(handler=main)
 
 
@@ -118,7 +100,7 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}") from None
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return value
@@ -127,39 +109,99 @@ def positive_int(text: str) -> int:
 positive_int.__name__ = "number"
 
 
-@dataclass
-class Row:
-    """One model call: its outcome, how many requests it took on the wire, and what the demo adds."""
+class Screen:
+    """
+    The stream the demo writes to, and what it can show: a small line printer, not a full-screen
+    renderer, because one row per model call streams into terminals, pipes and CI logs alike.
 
-    call: int
-    turn: str
-    outcome: Outcome
-    requests: int = 1
-    note: str = ""
-    deleted_anchor: bool = False
-    equivalent: bool | None = None
-    events: list[str] = field(default_factory=list)
+    * the width is the terminal's (``COLUMNS`` wins; 80 when piped); every line fits it;
+    * colours only on a terminal, never with ``NO_COLOR`` set or ``TERM=dumb``;
+    * the overwritable status line (``… waiting for the model``) only on a terminal;
+    * a stream whose encoding cannot carry ``─ · … ↳`` (``PYTHONIOENCODING=cp1252``,
+      old consoles) gets ASCII.
 
-    @property
-    def decision(self) -> str:
-        """The decision, as a shadow run says it (``would chain``, ``would resend``)."""
-        o = self.outcome
-        if o.mode != "shadow" or o.decision.value != "chained":
-            return o.decision.value
-        return "would resend" if self.deleted_anchor else "would chain"
+    The table's fixed columns (`COLUMNS`) take at most 80 columns; a row's reason / note goes
+    beside them when at least 24 columns are left, else on indented lines below the row. Either
+    way it is wrapped to the width.
+    """
 
-    @property
-    def reason(self) -> str:
-        """The reason code, with where the history diverged when known."""
-        o = self.outcome
-        reason = "stale_anchor" if self.deleted_anchor else o.reason.value
-        return reason + (f" at {o.diverged_at}" if o.diverged_at is not None else "")
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.width = max(40, shutil.get_terminal_size((80, 24)).columns)
+        self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+        self.encoding = getattr(stream, "encoding", None) or "ascii"
+        try:  # can the stream carry what the demo prints?
+            "─·…↳—→≈".encode(self.encoding)
+        except (UnicodeEncodeError, LookupError):
+            self.ascii = True
+        else:
+            self.ascii = False
+        #: How to mark a cut: "…", or "..." on an ASCII stream.
+        self.ellipsis = "..." if self.ascii else "…"
+        self.text_at = sum(width for _, width, _ in COLUMNS) + 2 * len(COLUMNS)
+        self.inline = self.width - self.text_at >= 24
+        self._status = False
 
-    @property
-    def would_send(self) -> int:
-        """What chaining sends or, in shadow mode, would have sent (a refusal's resend included)."""
-        o = self.outcome
-        return o.bytes_planned + (o.bytes_stateless if self.deleted_anchor else 0)
+    def text(self, line: str) -> str:
+        """*line* as this stream can carry it."""
+        if not self.ascii:
+            return line
+        return line.translate(_ASCII).encode(self.encoding, "replace").decode(self.encoding)
+
+    def write(self, text: str) -> None:
+        """Write *text* (already laid out) and flush, replacing the status line if shown."""
+        self.clear_status()
+        self.stream.write(self.text(text))
+        self.stream.flush()
+
+    def para(self, text: str, indent: str = "") -> None:
+        """Write *text* as lines of at most `width` columns (continuations indented two more)."""
+        first, more = self.text(indent), self.text(indent + "  ")
+        lines = _wrap(self.text(text), self.width, first, more)
+        self.write("\n".join(lines or [""]) + "\n")
+
+    def status(self, text: str) -> None:
+        """Show *text* on an overwritable status line (terminals only)."""
+        if self.tty:
+            self.stream.write("\r\033[K" + self.text(text[: self.width - 1]))
+            self.stream.flush()
+            self._status = True
+
+    def clear_status(self) -> None:
+        """Remove the status line, if shown."""
+        if self._status:
+            self.stream.write("\r\033[K")
+            self._status = False
+
+    def _cells(self, cells: Sequence[str], color: str = "") -> str:
+        out = [f"{self.text(c)[:w]:{align}{w}}" for c, (_, w, align) in zip(cells, COLUMNS, strict=True)]
+        if self.color and color:  # the decision's colour
+            out[2] = f"\033[{color}m{out[2]}\033[0m"
+        return "  ".join(out)
+
+    def header(self, title: str) -> None:
+        """Write the column titles, a rule, and where the free text *title* goes (beside them or below)."""
+        rule = "─" * min(len(title) + 8, self.width - self.text_at)
+        self.row([t for t, _, _ in COLUMNS], title if self.inline else "")
+        self.row(["─" * w for _, w, _ in COLUMNS], rule if self.inline else title)
+
+    def row(self, cells: Sequence[str], text: str, color: str = "") -> None:
+        """Write one table row and its free text."""
+        line, text = self._cells(cells, color), self.text(text)
+        if not text:
+            self.write(line.rstrip() + "\n")
+            return
+        mark = "" if self.inline else self.text("      ↳ ")
+        at = self.text_at if self.inline else len(mark)
+        parts = _wrap(text, self.width - at)
+        first = [line + "  " + parts[0]] if self.inline else [line.rstrip(), mark + parts[0]]
+        self.write("\n".join(first + [" " * at + part for part in parts[1:]]) + "\n")
+
+
+def _wrap(text: str, width: int, indent: str = "", more: str = "") -> list[str]:
+    """*text* as lines of at most *width* columns, never broken at a hyphen (``--turns``, ``-1%``)."""
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=more, break_on_hyphens=False)
 
 
 class EventTap(logging.Handler):
@@ -168,32 +210,12 @@ class EventTap(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.lines: list[str] = []
-        self._skip = frozenset(logging.makeLogRecord({}).__dict__) | {
-            "message",
-            "asctime",
-            "taskName",
-            "event",
-        }
+        self._skip = {*logging.makeLogRecord({}).__dict__, "message", "asctime", "taskName", "event"}
 
     def emit(self, record: logging.LogRecord) -> None:
         """Keep the event as one line: level, name, key=value pairs."""
         keys = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in self._skip)
         self.lines.append(f"{record.levelname.lower():<7} {getattr(record, 'event', record.msg)} {keys}")
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[EventTap]:
-        """Route the ``anchortrack`` logger to this tap (only) while the block runs."""
-        logger = logging.getLogger("anchortrack")
-        level, propagate = logger.level, logger.propagate
-        logger.addHandler(self)
-        logger.setLevel(logging.DEBUG)
-        logger.propagate = False
-        try:
-            yield self
-        finally:
-            logger.removeHandler(self)
-            logger.setLevel(level)
-            logger.propagate = propagate
 
 
 def main(args: argparse.Namespace) -> int:
@@ -202,22 +224,14 @@ def main(args: argparse.Namespace) -> int:
     remote = bool(args.base_url or args.openai)
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
     if args.upstream and remote:
-        sys.stderr.write(
-            "anchortrack demo: --upstream runs the local server; it does not go with --base-url/--openai\n"
-        )
-        return 2
+        return _fail("--upstream runs the local server; it does not go with --base-url/--openai")
     if args.upstream and not args.model:
-        sys.stderr.write("anchortrack demo: --upstream needs --model (the provider's model name)\n")
-        return 2
+        return _fail("--upstream needs --model (the provider's model name)")
     if args.openai and not api_key:
-        sys.stderr.write(
-            "anchortrack demo: --openai needs an API key: set OPENAI_API_KEY or pass --api-key\n"
-        )
-        return 2
+        return _fail("--openai needs an API key: set OPENAI_API_KEY or pass --api-key")
     if remote:
         screen.para(f"anchortrack demo · {args.base_url or OPENAI_BASE_URL}: real calls, billed to your key")
-    else:
-        # On screen at once: starting the server takes a few seconds.
+    else:  # on screen at once: starting the server takes a few seconds
         starting = "anchortrack demo · starting the local Responses server (nothing leaves here)…"
         if screen.tty:
             screen.status(starting)
@@ -232,98 +246,118 @@ def main(args: argparse.Namespace) -> int:
     try:
         store = open_store(spec)
     except (ValueError, ImportError, OSError) as error:
-        sys.stderr.write(f"anchortrack demo: cannot open store {spec!r}: {error}\n")
-        return 2
+        return _fail(f"cannot open store {spec!r}: {error}")
     try:
         if remote:
-            model = args.model or "gpt-5-mini"
-            base_url = args.base_url or OPENAI_BASE_URL
-            return _run(args, screen, store, spec, base_url, api_key or "none", model, server=None)
+            return _Demo(args, screen, store, spec).run()
         try:
             from ..server import ResponsesServer
-        except ImportError as error:
-            sys.stderr.write(f"anchortrack demo: {error}\n")
-            return 2
-        try:
+
             server = ResponsesServer(store="memory", upstream=args.upstream or None)
-        except ValueError as error:  # a malformed --upstream URL
-            sys.stderr.write(f"anchortrack demo: {error}\n")
-            return 2
+        except (ImportError, ValueError) as error:  # no server extra; a malformed --upstream URL
+            return _fail(str(error))
         with server:
-            model = args.model or "scripted"
-            return _run(args, screen, store, spec, server.base_url, "local", model, server=server)
+            return _Demo(args, screen, store, spec, server).run()
     finally:
         screen.clear_status()
         store.close()
 
 
-def _run(
-    args: argparse.Namespace,
-    screen: Screen,
-    store: AnchorStore,
-    spec: str,
-    base_url: str,
-    api_key: str,
-    model: str,
-    server: Any,
-) -> int:
-    import openai
+def _fail(message: str) -> int:
+    sys.stderr.write(f"anchortrack demo: {message}\n")
+    return 2
 
-    from .._client import _scope, wrap
-    from .._client import tracker as tracker_of
-    from .._mode import describe
-    from ..server import WireTap
-    from .record import DEMO_NAMESPACE, DemoRecord, cache_dir
 
-    tap = WireTap()
-    raw = openai.OpenAI(base_url=base_url, api_key=api_key, http_client=tap.http_client(), max_retries=0)
-    client = wrap(raw, store=store, mode=args.mode, namespace=DEMO_NAMESPACE)
-    tracker = tracker_of(client)
-    where = f"local Responses server {base_url}" if server is not None else base_url.rstrip("/")
-    if server is not None and server.state.backend is not None:  # upstream provider
-        where += f" in front of {server.state.backend.name}"
-    screen.para(f"anchortrack demo · {where} · model {model} · mode {describe(tracker.mode)}")
-    screen.para(f"anchors: {spec} (namespace {DEMO_NAMESPACE})")
-    screen.write("\n")
-    demo = _Demo(client, tap, model, server, screen, scripted=model == "scripted" and not args.upstream)
-    tracker.subscribe(demo.outcomes.append)
-    events = EventTap()  # anchortrack's events: shown with --events, kept off the console either way
-    try:
-        with events.installed():
-            history = demo.run(args.turns, events if args.events else None)
-    except openai.APIError as error:
-        screen.para(f"anchortrack demo: the endpoint refused a call: {error}")
-        return 1
-    finally:
-        client.close()
-    request_file = cache_dir() / "demo-request.json"
-    next_turn = agent.user_message(agent.turn(args.turns), scripted=demo.scripted)
-    request_file.parent.mkdir(parents=True, exist_ok=True)
-    body = {"model": model, "input": [*history, next_turn], "tools": agent.TOOLS}
-    request_file.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
-    record = DemoRecord(spec, _scope(client, tracker), model, str(request_file))
-    if spec != "memory":
-        record.save()
-    _summary(screen, demo.rows, str(tracker.stats), server is not None, record, args.turns)
-    return 0 if all(row.equivalent is not False for row in demo.rows) else 1
+@dataclass
+class Row:
+    """One model call: its outcome, how the demo names it, and what it adds (requests on the wire, ...)."""
+
+    call: int
+    outcome: Outcome
+    #: The decision, as a shadow run says it (``would chain``, ``would resend``).
+    decision: str
+    #: The reason code, with where the history diverged when known.
+    reason: str
+    requests: int
+    #: Shadow mode: the anchor it would chain from was deleted, so chaining would be refused.
+    deleted_anchor: bool
+    #: Whether the local server's context was the agent's history (None: not known).
+    equivalent: bool | None
 
 
 class _Demo:
-    """The agent loop: one row per call, from the call's outcome."""
+    """One run: the agent through a wrapped client, a table row per call from its outcome, a summary."""
 
     def __init__(
-        self, client: Any, tap: Any, model: str, server: Any, screen: Screen, *, scripted: bool
+        self, args: argparse.Namespace, screen: Screen, store: AnchorStore, spec: str, server: Any = None
     ) -> None:
-        self.client, self.tap, self.model, self.server, self.screen = client, tap, model, server, screen
-        self.table = Table(screen, COLUMNS, "reason / note")
-        self.table.header()
-        self.scripted = scripted
+        import openai
+
+        from .. import tracker, wrap
+        from .._mode import describe
+        from ..server import WireTap
+        from .record import DEMO_NAMESPACE
+
+        if server is None:  # a real endpoint
+            base_url, model = args.base_url or OPENAI_BASE_URL, args.model or "gpt-5-mini"
+            api_key, where = args.api_key or os.environ.get("OPENAI_API_KEY") or "none", base_url.rstrip("/")
+        else:
+            base_url, model, api_key = server.base_url, args.model or "scripted", "local"
+            where = f"local Responses server {base_url}"
+            if server.state.backend is not None:  # upstream provider
+                where += f" in front of {server.state.backend.name}"
+        self.args, self.screen, self.spec, self.server, self.model = args, screen, spec, server, model
+        self.scripted = model == "scripted" and not args.upstream
+        self.tap = WireTap()
+        http = self.tap.http_client()
+        raw = openai.OpenAI(base_url=base_url, api_key=api_key, http_client=http, max_retries=0)
+        self.client: Any = wrap(raw, store=store, mode=args.mode, namespace=DEMO_NAMESPACE)
+        self.tracker = tracker(self.client)
+        screen.para(f"anchortrack demo · {where} · model {model} · mode {describe(self.tracker.mode)}")
+        screen.para(f"anchors: {spec} (namespace {DEMO_NAMESPACE})")
+        screen.write("\n")
+        screen.header("reason / note")
         self.rows: list[Row] = []
         self.outcomes: list[Outcome] = []
+        self.tracker.subscribe(self.outcomes.append)
         #: Responses the agent's middleware deleted: the server refuses them as anchors.
         self.deleted: set[str] = set()
+        #: anchortrack's events: shown with --events, kept off the console either way.
+        self.events = EventTap()
 
-    def run(self, turns: int, events: EventTap | None) -> list[dict[str, Any]]:
+    def run(self) -> int:
+        """Run the agent's turns, save the next request for ``explain``, sum up; return the exit code."""
+        import openai
+
+        from .record import DemoRecord, cache_dir
+
+        logger = logging.getLogger("anchortrack")
+        level, propagate = logger.level, logger.propagate
+        logger.addHandler(self.events)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        try:
+            history = self._turns(self.args.turns)
+        except openai.APIError as error:
+            self.screen.para(f"anchortrack demo: the endpoint refused a call: {error}")
+            return 1
+        finally:
+            logger.removeHandler(self.events)
+            logger.setLevel(level)
+            logger.propagate = propagate
+            self.client.close()
+        request_file = cache_dir() / "demo-request.json"
+        next_turn = agent.user_message(agent.turn(self.args.turns), scripted=self.scripted)
+        request_file.parent.mkdir(parents=True, exist_ok=True)
+        body = {"model": self.model, "input": [*history, next_turn], "tools": agent.TOOLS}
+        request_file.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+        record = DemoRecord(self.spec, self.tracker.scope_for(self.client), self.model, str(request_file))
+        if self.spec != "memory":
+            record.save()
+        self._summary(record)
+        return 0 if all(row.equivalent is not False for row in self.rows) else 1
+
+    def _turns(self, turns: int) -> list[dict[str, Any]]:
         history = agent.first_items()
         last_id: str | None = None
         for index in range(turns):
@@ -338,51 +372,99 @@ class _Demo:
                 self.deleted.add(last_id)
             history = [*history, agent.user_message(t, scripted=self.scripted)]
             for _ in range(MAX_CALLS_PER_TURN):
-                response = self._call(history, f"{index + 1}/{turns}", note, events)
+                response = self._call(history, f"{index + 1}/{turns}", note)
                 note, last_id = "", response.id
                 output = [item.to_dict(mode="json") for item in response.output]
                 history = [*history, *output]
                 calls = agent.function_calls(output)
                 if not calls:
                     break
-                history += [
-                    {
-                        "type": "function_call_output",
-                        "call_id": c["call_id"],
-                        "output": agent.run_tool(c["name"], c.get("arguments", "")),
-                    }
-                    for c in calls
-                ]
+                for c in calls:
+                    out = agent.run_tool(c["name"], c.get("arguments", ""))
+                    history.append({"type": "function_call_output", "call_id": c["call_id"], "output": out})
         return history
 
-    def _call(self, history: list[dict[str, Any]], label: str, note: str, events: EventTap | None) -> Any:
+    def _call(self, history: list[dict[str, Any]], label: str, note: str) -> Any:
         call = len(self.rows) + 1
         self.screen.status(f"… call {call} (turn {label}): waiting for the model")
         start = len(self.tap.bodies)
         response = self.client.responses.create(model=self.model, input=history, tools=agent.TOOLS)
-        outcome = self.outcomes[-1]
-        row = Row(call, label, outcome, requests=len(self.tap.since(start)), note=note)
-        row.deleted_anchor = outcome.mode == "shadow" and outcome.anchor_id in self.deleted
-        if outcome.decision.value == "resent":
-            row.note = "; ".join(
-                filter(None, [note, f"{short_id(outcome.anchor_id)} refused: resent in full"])
-            )
-        elif row.deleted_anchor:
-            row.note = "; ".join(
-                filter(None, [note, f"{short_id(outcome.anchor_id)} would be refused: resend in full"])
-            )
+        o = self.outcomes[-1]
+        decided, shadow = o.decision.value, o.mode == "shadow"
+        deleted = shadow and o.anchor_id in self.deleted
+        decision = decided
+        if shadow and decided == "chained":
+            decision = "would resend" if deleted else "would chain"
+        reason = "stale_anchor" if deleted else o.reason.value
+        reason += f" at {o.diverged_at}" if o.diverged_at is not None else ""
+        equivalent = None
         if self.server is not None:
             from .._canonical import canonical_item
 
             seen = self.server.state.resolved_context(response.id)
-            row.equivalent = [canonical_item(i) for i in seen] == [canonical_item(i) for i in history]
-        self.rows.append(row)
-        self.table.row(*cells(row, self.screen.ellipsis))
-        for line in events.lines if events else ():
+            equivalent = [canonical_item(i) for i in seen] == [canonical_item(i) for i in history]
+        self.rows.append(Row(call, o, decision, reason, len(self.tap.since(start)), deleted, equivalent))
+        parts = ["" if reason == "chained" else reason, note]
+        if decided == "resent":
+            parts.append(f"{short_id(o.anchor_id)} refused: resent in full")
+        elif deleted:
+            parts.append(f"{short_id(o.anchor_id)} would be refused: resend in full")
+        if shadow and decided == "chained":  # the plan's bytes, and the resend a refusal would cost
+            would = o.bytes_planned + (o.bytes_stateless if deleted else 0)
+            less = _saved(would, o.bytes_stateless)
+            change = f"{less:.0%} less" if less >= 0 else f"{-less:.0%} more"
+            parts.insert(0, f"chaining would send {would:,} B ({change})")
+        if equivalent is False:
+            parts.append("CONTEXT MISMATCH: the server saw another history")
+        in_full = shadow or decided == "resent"  # the last request held every item
+        anchor = short_id(o.anchor_id if decided == "chained" else None, self.screen.ellipsis)
+        items = f"{o.items_total if in_full else o.items_planned}/{o.items_total}"
+        saved = f"{_saved(o.bytes_sent, o.bytes_stateless):.0%}"
+        cells = [str(call), label, decision, anchor, items, f"{o.bytes_sent:,}", f"{o.bytes_stateless:,}"]
+        self.screen.row([*cells, saved], "; ".join(filter(None, parts)), DECISIONS.get(decision, ""))
+        for line in self.events.lines if self.args.events else ():
             self.screen.para(line, indent="        · ")
-        if events:
-            events.lines.clear()
+        self.events.lines.clear()
         return response
+
+    def _summary(self, record: DemoRecord) -> None:
+        """The run in a few lines: its totals (``tracker.stats``' own), why calls were not chained, hints."""
+        screen, rows, stats, turns = self.screen, self.rows, self.tracker.stats, self.args.turns
+        sent, stateless = stats.bytes_sent, stats.bytes_stateless
+        shadow = any(row.outcome.mode == "shadow" for row in rows)
+        counts = [f"{d} {n}" for d in DECISIONS if (n := sum(1 for row in rows if row.decision == d))]
+        wire = f"{sum(row.requests for row in rows)} requests on the wire"
+        wire += " (all in full: shadow mode)" if shadow else ""
+        screen.write("\n")
+        screen.para(f"summary: {len(rows)} calls, {wire}: {', '.join(counts)}")
+        say = functools.partial(screen.para, indent="  ")
+        share = _share(sent, stateless)
+        say(f"input bytes: {sent:,} sent vs {stateless:,} stateless ({share}): saved {stateless - sent:,}")
+        if shadow:  # what chaining plans, plus the full resend each refusal it cannot see would cost
+            refused = [row.outcome.bytes_stateless for row in rows if row.deleted_anchor]
+            would, n = stats.bytes_planned + sum(refused), len(refused)
+            hit = f", counting the {n} refusal{'s' if n > 1 else ''} it would have hit" if n else ""
+            say(f"shadow: chaining would have sent {would:,} ({_share(would, stateless)} of stateless){hit}")
+        if self.server is not None:
+            ok = f"{sum(1 for r in rows if r.equivalent)} of {len(rows)}"
+            say(f"equivalence: the server's context was exactly the agent's history on {ok} calls")
+        notes = fallback_notes(rows)
+        if notes:
+            say("why some calls were not chained:")
+            for note in notes:
+                screen.para(note, indent="    ")
+        say(f"tracker.stats: {stats}")
+        if not shadow and turns < BENCHMARK_TURNS:
+            say(
+                f"why this saves less than the README's benchmark: savings grow with the conversation, "
+                f"since each chained call sends only its new items while a stateless one resends the whole "
+                f"history; this run has {turns} turns and deliberate fallbacks, the benchmark "
+                f"{BENCHMARK_TURNS} turns sending 2.5% of the stateless bytes (try --turns {BENCHMARK_TURNS})"
+            )
+        if record.store == "memory":
+            say("the anchors were kept in memory: nothing is left for 'anchortrack explain' to read")
+        else:
+            say(f"see what the next call would send: anchortrack explain {record.request_file}")
 
 
 def short_id(response_id: str | None, ellipsis: str = "…") -> str:
@@ -400,103 +482,12 @@ def _share(part: int, whole: int) -> str:
     return "-" if share is None else f"{share:.0%}"
 
 
-def cells(row: Row, ellipsis: str = "…") -> tuple[list[str], str, list[str | None]]:
-    """The table cells of *row*, its reason / note text, and the cells' styles."""
-    o = row.outcome
-    saved = 1 - o.bytes_sent / o.bytes_stateless if o.bytes_stateless else 0.0
-    parts = ["" if row.reason == "chained" else row.reason, row.note]
-    if o.mode == "shadow" and o.decision.value == "chained":
-        would = 1 - row.would_send / o.bytes_stateless if o.bytes_stateless else 0.0
-        change = f"{would:.0%} less" if would >= 0 else f"{-would:.0%} more"
-        parts.insert(0, f"chaining would send {row.would_send:,} B ({change})")
-    if row.equivalent is False:
-        parts.append("CONTEXT MISMATCH: the server saw another history")
-    anchor = o.anchor_id if o.decision.value == "chained" else None
-    in_full = o.mode == "shadow" or o.decision.value == "resent"  # the last request held every item
-    values = [
-        str(row.call),
-        row.turn,
-        row.decision,
-        short_id(anchor, ellipsis),
-        f"{o.items_total if in_full else o.items_planned}/{o.items_total}",
-        f"{o.bytes_sent:,}",
-        f"{o.bytes_stateless:,}",
-        f"{saved:.0%}",
-    ]
-    return (
-        values,
-        "; ".join(part for part in parts if part),
-        [None, None, _STYLE.get(row.decision)] + [None] * 5,
-    )
+def _saved(part: int, whole: int) -> float:
+    """The share of *whole* (the stateless bytes) that sending *part* saves: 1 - `stateless_share`."""
+    from .._outcome import stateless_share
 
-
-def decision_counts(rows: Sequence[Row]) -> str:
-    """``chained 9, resent 1, stateless 2``: the calls by decision, in a fixed order."""
-    order = ["chained", "would chain", "resent", "would resend", "stateless", "passthrough"]
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.decision] = counts.get(row.decision, 0) + 1
-    return ", ".join(f"{d} {counts[d]}" for d in sorted(counts, key=order.index))
-
-
-def _summary(
-    screen: Screen, rows: list[Row], stats: str, local: bool, record: DemoRecord, turns: int
-) -> None:
-    outcomes = [row.outcome for row in rows]
-    sent = sum(o.bytes_sent for o in outcomes)
-    stateless = sum(o.bytes_stateless for o in outcomes)
-    shadow = any(o.mode == "shadow" for o in outcomes)
-    para = screen.para
-    screen.write("\n")
-    in_full = " (all in full: shadow mode)" if shadow else ""
-    wire = sum(row.requests for row in rows)
-    para(f"summary: {len(rows)} calls, {wire} requests on the wire{in_full}: {decision_counts(rows)}")
-    para(
-        f"input bytes: {sent:,} sent vs {stateless:,} stateless ({_share(sent, stateless)}): "
-        f"saved {stateless - sent:,}",
-        indent="  ",
-    )
-    if shadow:
-        resends = sum(1 for r in rows if r.deleted_anchor)
-        refusals = (
-            f", counting the {resends} refusal{'s' if resends > 1 else ''} it would have hit"
-            if resends
-            else ""
-        )
-        would = sum(
-            row.would_send if row.outcome.decision.value == "chained" else row.outcome.bytes_stateless
-            for row in rows
-        )
-        para(
-            f"shadow: chaining would have sent {would:,} ({_share(would, stateless)} of stateless){refusals}",
-            indent="  ",
-        )
-    if local:
-        ok = sum(1 for r in rows if r.equivalent)
-        para(
-            f"equivalence: the server's context was exactly the agent's history on {ok} of {len(rows)} calls",
-            indent="  ",
-        )
-    notes = fallback_notes(rows)
-    if notes:
-        para("why some calls were not chained:", indent="  ")
-        for note in notes:
-            para(note, indent="    ")
-    para(f"tracker.stats: {stats}", indent="  ")
-    if not shadow and turns < BENCHMARK_TURNS:
-        para(
-            f"why this saves less than the README's benchmark: savings grow with the conversation, since "
-            f"each chained call sends only its new items while a stateless one resends the whole history; "
-            f"this run has {turns} turns and deliberate fallbacks, the benchmark {BENCHMARK_TURNS} turns "
-            f"sending 2.5% of the stateless bytes (try --turns {BENCHMARK_TURNS})",
-            indent="  ",
-        )
-    if record.store == "memory":
-        para(
-            "the anchors were kept in memory: nothing is left for 'anchortrack explain' to read", indent="  "
-        )
-    else:
-        para(f"see what the next call would send: anchortrack explain {record.request_file}", indent="  ")
+    share = stateless_share(part, whole)
+    return 0.0 if share is None else 1 - share
 
 
 def fallback_notes(rows: Sequence[Row]) -> list[str]:
@@ -512,10 +503,8 @@ def fallback_notes(rows: Sequence[Row]) -> list[str]:
         o = group[0].outcome
         why = WOULD_RESEND_TEXT if group[0].deleted_anchor else REASON_TEXT[o.reason]
         if o.diverged_at is not None:
-            why = (
-                f"item {o.diverged_at} differs from the closest view recorded so far, so the history went out"
-            )
-            why += " in full"
+            why = f"item {o.diverged_at} differs from the closest view recorded so far, so the history"
+            why += " went out in full"
         numbers = [row.call for row in group]
         which = ", ".join(map(str, numbers[:8])) + (", …" if len(numbers) > 8 else "")
         notes.append(f"{reason} (call{'s' if len(numbers) > 1 else ''} {which}): {why}")
