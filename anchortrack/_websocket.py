@@ -18,11 +18,15 @@ clients are untouched), whose connection is retagged likewise:
   and planned there.
 * ``conn.recv_bytes`` — under ``recv()``, iteration, ``dispatch_events()``
   and a session's reader — hands each frame to the book: terminal events are
-  recorded, and the error frame of a stale anchor anortrack chained to is
+  recorded, and the error frame of a stale anchor anchortrack chained to is
   swallowed while the create is resent in full on the same socket, once. Any
   other frame reaches the caller byte for byte.
 * A wrapped ``on_reconnecting`` drops the closed socket's local anchors and
   creates in flight before the caller's callback runs (which may resend).
+
+Planning, recovery, recording and outcomes go through the connection's
+`anchortrack._socketcalls.SocketCalls`; the pairing of frames and the local
+anchors are its `SocketBook`'s (`anchortrack._socket`). This module is the I/O.
 
 Works with openai 2.x (no sessions, no ``stream_id``) and 3.x.
 """
