@@ -56,9 +56,10 @@ from ._hashing import Scope
 from ._mode import Mode, coerce
 from ._patches import TRACKER_ATTR, carry_patches, clone, is_cached
 from ._stream import AsyncTrackedStream, TrackedStream
-from ._tracker import Tracker, coerce_store, sent_streams
+from ._tracker import Tracker, sent_streams
 from ._websocket import connect_tracked
 from .stores._base import AnchorStore
+from .stores._open import coerce_store
 
 
 ClientT = TypeVar("ClientT", openai.OpenAI, openai.AsyncOpenAI)

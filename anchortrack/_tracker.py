@@ -7,41 +7,33 @@ The decisions live in `anchortrack._flow`; this module performs the effects
 the flow yields — store operations through the fail-open `Guard`, sends
 through the client, bookkeeping into `Stats` and the log — and writes the
 anchors recorded responses become.
-It is also the call's fail-open entry (`Tracker._call` / `Tracker._acall`):
-a fault while planning sends the call through unchanged.
+It is also the call's fail-open entry (`Tracker.call` / `Tracker.acall`):
+a fault while planning sends the call through unchanged. The WebSocket
+transport performs its calls itself (`anchortrack._socketcalls`), through the
+same public methods.
 """
 
 from __future__ import annotations
 
 import time
-from collections import ChainMap
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
-
-import attrs
 
 from . import _otel
 from ._failopen import FailOpen, is_store_effect
 from ._flow import (
     HINTS,
-    UNAVAILABLE,
     CallContext,
     DisableChaining,
-    Evict,
     FellBack,
-    Find,
-    Flow,
-    Get,
     Log,
     Planned,
     Send,
     Ticket,
-    Unavailable,
     adrive,
     call_flow,
     drive,
-    refused_flow,
 )
 from ._fork import ForkSafeLock
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
@@ -52,10 +44,9 @@ from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
 from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
-from ._socket import LaneOverlay, SocketPlan
-from ._stats import HTTP, WEBSOCKET, Stats
+from ._stats import HTTP, Stats
 from .stores._base import Anchor, AnchorStore
-from .stores.memory import MemoryStore
+from .stores._open import coerce_store, default_store
 
 
 #: The tracked streams the SDK built while one request was sent (the client's
@@ -67,8 +58,8 @@ SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
 AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
 
 
-class _CallState:
-    """What the performer of one call's effects keeps: its context, its plan, its sends."""
+class CallState:
+    """What the performer of one call's effects keeps: its context, its plan, its sends (HTTP or socket)."""
 
     __slots__ = (
         "answered",
@@ -95,71 +86,6 @@ class _CallState:
         self.answered = False
         self.response: Any = None
         self.sdk_error: BaseException | None = None
-
-
-#: The process-wide default store (see `default_store`).
-_default: AnchorStore | None = None
-_default_lock = ForkSafeLock()
-#: How many anchors the default store keeps (least recently used dropped first).
-DEFAULT_STORE_ANCHORS = 100_000
-#: How `store=` may be spelled: the message of the error for anything else.
-STORE_ACCEPTED = (
-    "an AnchorStore instance (MemoryStore(), SQLiteStore(path), RedisStore.from_url(url)) "
-    "or a store spec string ('memory', 'sqlite:PATH', 'redis://HOST[:PORT][/DB]')"
-)
-
-
-def default_store() -> AnchorStore:
-    """
-    Return the process-wide default store, creating it on first use.
-
-    One bounded `MemoryStore` (`DEFAULT_STORE_ANCHORS`, LRU) shared by every
-    tracker made without ``store=``, so a sync and an async client, or two
-    wraps of one client, continue each other's conversations. Scopes keep
-    endpoints, organizations, projects, namespaces and (in this store only)
-    API keys apart.
-    """
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = MemoryStore(DEFAULT_STORE_ANCHORS)
-        return _default
-
-
-def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> AnchorStore:
-    """
-    Return the store *store* names: an `AnchorStore` as is, a spec string opened.
-
-    Raises:
-        TypeError: *store* is neither (the message names what was given and
-            what is accepted).
-        ImportError: a Redis URL without the ``redis`` package.
-        OSError: a SQLite path whose directory does not exist, or that cannot be created.
-    """
-    if isinstance(store, str):
-        from .stores._open import closest_spec, open_store
-
-        try:
-            return open_store(store)
-        except ValueError:
-            close = closest_spec(store)
-            hint = f" (did you mean store={close!r}?)" if close is not None else ""
-            raise TypeError(
-                f"{caller}: store={store!r} is not a store spec{hint}; store= takes {STORE_ACCEPTED}"
-            ) from None
-    if isinstance(store, type):
-        raise TypeError(
-            f"{caller}: store={store.__name__} is the class, not a store; "
-            f"pass an instance such as {store.__name__}(...). store= takes {STORE_ACCEPTED}"
-        )
-    if not isinstance(store, AnchorStore):
-        import reprlib
-
-        raise TypeError(
-            f"{caller}: store={reprlib.repr(store)} is a {type(store).__name__}, not an anchor store; "
-            f"store= takes {STORE_ACCEPTED}"
-        )
-    return store
 
 
 class Tracker:
@@ -197,9 +123,13 @@ class Tracker:
     through these methods only (an internal interface, not for applications):
     `call` / `acall` (one HTTP call), `observe` (a response to record),
     `flush` / `aflush` (write what was recorded), `abandoned` (a stream that
-    ended early), and for a socket `plan_socket` / `aplan_socket`,
-    `recover_socket` / `arecover_socket`, `record_socket`, `socket_settled`,
-    `socket_dropped` and `socket_fault`.
+    ended early). A transport that performs a call's effects itself (the
+    WebSocket's `anchortrack._socketcalls.SocketCalls`) also uses `begin` (a
+    call's context), `note` (a bookkeeping effect into a `CallState`),
+    `settle` / `publish` (a call's outcome), `fault` (a fault inside
+    anchortrack), `chaining_disabled` (a scope under zero data retention),
+    `anchor_of` (the anchor a response becomes), and the attributes `mode`,
+    `failopen` (store effects, fail-open), `stats` and `record_incomplete`.
 
     Attributes:
         store: The anchor store.
@@ -345,7 +275,7 @@ class Tracker:
 
         return unsubscribe
 
-    def _publish(self, outcome: Outcome) -> None:
+    def publish(self, outcome: Outcome) -> None:
         """Hand one call's outcome to `stats` and every subscriber."""
         self.stats.observe(outcome)
         for callback in self._subscribers:
@@ -377,14 +307,14 @@ class Tracker:
         if streak >= 2 and self._hint_once(event):
             get_logger().warning(event, items=len(hashes), calls=streak + 1, hint=HINTS[event])
 
-    def _settle(self, state: _CallState) -> None:
+    def settle(self, state: CallState) -> None:
         """Publish the call's outcome, once, if it was planned."""
         plan = state.plan
         if plan is None or state.published:
             return
         state.published = True
         response_id = getattr(state.response, "id", None) if state.answered else None
-        self._publish(
+        self.publish(
             outcome_of(
                 state.context.mode,
                 state.transport,
@@ -407,52 +337,57 @@ class Tracker:
         the caller.
         """
         try:
-            begun = self._begin(params, scope())
+            begun = self.begin(params, scope())
         except Exception as error:  # noqa: BLE001 - fail open
-            self._fault(error)
+            self.fault(error)
             return send(params, None)
         if begun is None:
             return send(params, None)
-        state = _CallState(begun[0])
+        state = CallState(begun[0])
         try:
             return self._run(state, begun[1], send)
         except Exception as error:
             if error is state.sdk_error:
                 raise
-            self._fault(error)
+            self.fault(error)
             return state.response if state.answered else send(params, None)
 
     async def acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
-        """Make one tracked call (async): the twin of `_call`."""
+        """Make one tracked call (async): the twin of `call`."""
         try:
-            begun = self._begin(params, scope())
+            begun = self.begin(params, scope())
         except Exception as error:  # noqa: BLE001 - fail open
-            self._fault(error)
+            self.fault(error)
             return await send(params, None)
         if begun is None:
             return await send(params, None)
-        state = _CallState(begun[0])
+        state = CallState(begun[0])
         try:
             return await self._arun(state, begun[1], send)
         except Exception as error:
             if error is state.sdk_error:
                 raise
-            self._fault(error)
+            self.fault(error)
             return state.response if state.answered else await send(params, None)
 
-    def _begin(self, params: Mapping[str, Any], scope: Scope) -> tuple[CallContext, Request] | None:
+    def begin(
+        self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
+    ) -> tuple[CallContext, Request] | None:
         """
         Read one ``responses.create`` / ``parse`` call and build its context.
 
-        Returns None when the call must pass through untouched (mode ``off``).
+        Returns None when the call must pass through untouched (mode ``off``;
+        its outcome is published, for *transport*).
 
         Raises:
             TypeError: ``input`` has no Responses API shape.
         """
         mode = resolve(self.mode)
         if mode is Mode.OFF:
-            self._publish(passed_through(mode, Reason.MODE_OFF, HTTP))
-            get_logger().debug("anchortrack.request_passed_through", reason=Reason.MODE_OFF.value)
+            self.publish(passed_through(mode, Reason.MODE_OFF, transport))
+            get_logger().debug(
+                "anchortrack.request_passed_through", reason=Reason.MODE_OFF.value, **_via(transport)
+            )
             return None
         request = read_request(params, scope.base_url)
         key, root = self._root(scope)
@@ -485,14 +420,26 @@ class Tracker:
         self._last_root = (scope, cached)
         return cached
 
-    def _fault(self, error: Exception) -> None:
-        """Report a fault inside anchortrack; the call goes out exactly as given."""
-        self._publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, HTTP))
-        get_logger().warning("anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless")
+    def fault(self, error: Exception, transport: str = HTTP, *, counted: bool = True) -> None:
+        """
+        Report a fault inside anchortrack; the call goes out (or its answer comes in) exactly as given.
+
+        *counted*: publish it as the call's outcome (a fault once the outcome
+        is known, or outside any call, is only logged).
+        """
+        if counted:
+            self.publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, transport))
+        get_logger().warning(
+            "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", **_via(transport)
+        )
+
+    def chaining_disabled(self, scope_key: str) -> bool:
+        """Whether the scope *scope_key* refused stored anchors (zero data retention)."""
+        return scope_key in self._zdr
 
     # -- performing effects: run and arun differ only in awaiting ------------
 
-    def _run(self, state: _CallState, request: Request, send: SendFn) -> Any:
+    def _run(self, state: CallState, request: Request, send: SendFn) -> Any:
         failopen = self.failopen
         failopen.flush()
 
@@ -523,14 +470,14 @@ class Tracker:
                 state.answered = True
                 failopen.flush()
                 return response
-            return self._note(state, effect)
+            return self.note(state, effect)
 
         try:
             return drive(call_flow(state.context, request), perform)
         finally:
-            self._settle(state)
+            self.settle(state)
 
-    async def _arun(self, state: _CallState, request: Request, send: AsyncSendFn) -> Any:
+    async def _arun(self, state: CallState, request: Request, send: AsyncSendFn) -> Any:
         failopen = self.failopen
         await failopen.aflush()
 
@@ -561,14 +508,14 @@ class Tracker:
                 state.answered = True
                 await failopen.aflush()
                 return response
-            return self._note(state, effect)
+            return self.note(state, effect)
 
         try:
             return await adrive(call_flow(state.context, request), perform)
         finally:
-            self._settle(state)
+            self.settle(state)
 
-    def _note(self, state: _CallState, effect: Any) -> None:
+    def note(self, state: CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
         if type(effect) is Planned:
             state.plan, state.seconds = effect.plan, effect.seconds
@@ -617,11 +564,11 @@ class Tracker:
             )
             return
         assert isinstance(response_id, str)
-        anchor, outputs = self._anchor_of(ticket, response_id, response, output, parent=ticket.parent)
+        anchor, outputs = self.anchor_of(ticket, response_id, response, output, parent=ticket.parent)
         self.failopen.record(ticket.scope, anchor)
-        _recorded_event(response_id, anchor, outputs)
+        recorded_event(response_id, anchor, outputs)
 
-    def _anchor_of(
+    def anchor_of(
         self,
         ticket: Ticket,
         response_id: str,
@@ -668,304 +615,6 @@ class Tracker:
         """The twin of `flush` (async)."""
         await self.failopen.aflush()
 
-    # -- the WebSocket transport (``client.responses.connect()``) -------------
-    #
-    # A socket send returns nothing: the outcome arrives later on the receive
-    # side. So the call is split: `plan_socket` runs the same call flow up to
-    # its send, `recover_socket` runs the flow's refusal branch when an error
-    # frame refuses a chained create, and `_record_socket` records at the
-    # terminal event. *overlay* answers for the connection's local anchors.
-
-    def plan_socket(
-        self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
-    ) -> SocketPlan:
-        """Plan one ``response.create`` event (sync). Never raises: a fault plans it as given."""
-        return drive(self._socket_planning(fields, scope, overlay), self.failopen.perform)
-
-    async def aplan_socket(
-        self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
-    ) -> SocketPlan:
-        """Plan one ``response.create`` event (async): the twin of `plan_socket`."""
-        return await adrive(self._socket_planning(fields, scope, overlay), self.failopen.aperform)
-
-    def recover_socket(self, sent: SocketPlan, error: Exception, overlay: LaneOverlay) -> SocketPlan | None:
-        """
-        An error frame refused the create *sent* chained (sync): the full resend, or None.
-
-        None when the refusal is the caller's (not a stale anchor or ZDR), or
-        on a fault; the error frame then reaches the caller unchanged.
-        """
-        return drive(self._socket_recovery(sent, error, overlay), self.failopen.perform)
-
-    async def arecover_socket(
-        self, sent: SocketPlan, error: Exception, overlay: LaneOverlay
-    ) -> SocketPlan | None:
-        """The twin of `recover_socket` (async)."""
-        return await adrive(self._socket_recovery(sent, error, overlay), self.failopen.aperform)
-
-    def _socket_planning(
-        self, fields: Mapping[str, Any], scope: Callable[[], Scope], overlay: LaneOverlay
-    ) -> Generator[Any, Any, SocketPlan]:
-        """Planning a socket create, as a flow whose store effects the caller performs (sync or async)."""
-        try:
-            begun = self._begin_socket(fields, scope(), overlay)
-            if begun is None:
-                return SocketPlan(fields)
-            state, request = begun
-            yield from self._on_socket(state, overlay, call_flow(state.context, request))
-            return self._socket_plan(state, request, overlay)
-        except Exception as error:  # noqa: BLE001 - fail open
-            self.socket_fault(error, counted=True)
-            return SocketPlan(fields)
-
-    def _socket_recovery(
-        self, sent: SocketPlan, error: Exception, overlay: LaneOverlay
-    ) -> Generator[Any, Any, SocketPlan | None]:
-        """Recovering a refused socket create, as a flow whose store effects the caller performs."""
-        begun = _recovery(sent)
-        if begun is None:
-            return None
-        state, flow = begun
-        try:
-            yield from self._on_socket(state, overlay, flow(error))
-        except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
-            if raised is not error:
-                self.socket_fault(raised, counted=False)
-            return None
-        self._settle(state)
-        return _resent(state, sent)
-
-    def _on_socket(self, state: _CallState, overlay: LaneOverlay, flow: Flow) -> Generator[Any, Any, Any]:
-        """
-        Run *flow* for a socket: the connection's overlay answers what it can, the
-        bookkeeping is done here, and the store effects left are yielded out.
-        """
-        zdr = state.context.scope_key in self._zdr
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                effect = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as stop:
-                return stop.value
-            value, error = None, None
-            try:
-                step = _overlaid(effect, overlay, zdr)
-                if isinstance(step, _Answered):
-                    value = step.value
-                elif step is not None:
-                    value = step((yield effect))
-                else:
-                    value = _captured(self, state, effect)
-            except Exception as exc:  # noqa: BLE001 - handed to the flow to decide
-                error = exc
-
-    def record_socket(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
-        """
-        Record a response that arrived on a socket. Never raises.
-
-        A stored response is queued for the store like an HTTP one (the
-        caller flushes). A ``store: false`` response, or any while the scope
-        refuses storage (ZDR), lives only in that socket's memory: its anchor
-        is returned, for the connection's overlay, and never written.
-        """
-        local = (
-            ticket.skip_reason is Reason.STORE_FALSE
-            or ticket.scope in self._zdr
-            or getattr(response, "store", None) is False
-        )
-        if not local:
-            self.observe(ticket, response, output)
-            return None
-        try:
-            return self._local_anchor(ticket, response, output)
-        except Exception as error:  # noqa: BLE001 - recording must never break a socket
-            get_logger().warning("anchortrack.record_failed", error=type(error).__name__, transport=WEBSOCKET)
-            return None
-
-    def _local_anchor(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
-        response_id = getattr(response, "id", None)
-        skip = ticket.skip_reason
-        reason = (
-            skip
-            if skip is not None and skip is not Reason.STORE_FALSE
-            else unrecordable(response, record_incomplete=self.record_incomplete, connection_local=True)
-        )
-        if reason is not None:
-            self.stats.skipped_response(reason.value)
-            get_logger().debug(
-                "anchortrack.response_not_recorded",
-                response_id=response_id,
-                status=getattr(response, "status", None),
-                reason=reason.value,
-                transport=WEBSOCKET,
-            )
-            return None
-        assert isinstance(response_id, str)
-        anchor, outputs = self._anchor_of(ticket, response_id, response, output, parent=None)
-        self.stats.recorded_locally()
-        _recorded_event(response_id, anchor, outputs, transport=WEBSOCKET, connection_local=True)
-        return anchor
-
-    def _socket_plan(self, state: _CallState, request: Request, overlay: LaneOverlay) -> SocketPlan:
-        """What to send for a planned create; a request that does not chain has its outcome already."""
-        sent = _socket_plan(state, request, overlay)
-        if not sent.unsettled:
-            self._settle(state)
-        return sent
-
-    def socket_settled(self, sent: SocketPlan, refused: str | None = None) -> None:
-        """
-        Publish a chained socket create's outcome once it is known (`SocketPlan.unsettled`).
-
-        *refused*: the create went out in full instead (its anchor left with a closed socket).
-        """
-        if sent.unsettled and sent.context is not None and sent.plan is not None:
-            self._publish(
-                outcome_of(
-                    sent.context.mode,
-                    WEBSOCKET,
-                    sent.plan,
-                    refused=Reason(refused) if refused is not None else None,
-                    attempted=False,
-                    seconds=sent.seconds,
-                )
-            )
-
-    def socket_dropped(self, in_flight: Sequence[SocketPlan], local_anchors: int) -> None:
-        """Report what a socket that closed or reconnected took with it."""
-        for sent in in_flight:
-            self.socket_settled(sent)
-            self.stats.skipped_response(Reason.WEBSOCKET_DROPPED.value)
-        if in_flight or local_anchors:
-            get_logger().debug(
-                "anchortrack.websocket_state_dropped",
-                in_flight=len(in_flight),
-                local_anchors=local_anchors,
-                transport=WEBSOCKET,
-            )
-
-    def socket_fault(self, error: Exception, *, counted: bool) -> None:
-        """A fault inside anchortrack on the socket path: the event goes out, or comes in, as given."""
-        if counted:
-            self._publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, WEBSOCKET))
-        get_logger().warning(
-            "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", transport=WEBSOCKET
-        )
-
-    def _begin_socket(
-        self, fields: Mapping[str, Any], scope: Scope, overlay: LaneOverlay
-    ) -> tuple[_CallState, Request] | None:
-        mode = resolve(self.mode)
-        if mode is Mode.OFF:
-            self._publish(passed_through(mode, Reason.MODE_OFF, WEBSOCKET))
-            get_logger().debug(
-                "anchortrack.request_passed_through", reason=Reason.MODE_OFF.value, transport=WEBSOCKET
-            )
-            return None
-        begun = self._begin(fields, scope)
-        if begun is None:
-            return None
-        context, request = begun
-        if context.zdr_disabled and overlay.usable():
-            # The scope refuses stored anchors; this socket's latest response still chains.
-            context = attrs.evolve(context, zdr_disabled=False)
-        return _CallState(context, WEBSOCKET), request
-
-
-# -- the socket path's pieces shared by its sync and async entries -------------
-
-
-@attrs.frozen
-class _Answered:
-    """A store effect the connection's overlay answered by itself."""
-
-    value: Any
-
-
-def _overlaid(effect: Any, overlay: LaneOverlay, zdr: bool) -> _Answered | Callable[[Any], Any] | None:
-    """
-    How to answer a store effect on a socket: from the overlay, or the store's answer combined with it.
-
-    None for an effect that is not a store operation.
-    """
-    if isinstance(effect, Find):
-        local = overlay.find(effect.views)
-        if zdr:
-            return _Answered(local)
-
-        def merged(found: Any) -> Any:
-            if isinstance(found, Unavailable):
-                return local or UNAVAILABLE
-            # The overlay wins only where the store has nothing.
-            return ChainMap(found, local) if local else found
-
-        return merged
-    if isinstance(effect, Get):
-        anchor = overlay.get(effect.response_id)
-        if anchor is not None:
-            return _Answered(anchor)
-        return _same
-    if isinstance(effect, Evict):
-        if overlay.evict(effect.response_id):
-            return _Answered(None)
-        return _same
-    return None
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _captured(tracker: Tracker, state: _CallState, effect: Any) -> Any:
-    """Keep the flow's ``Send`` (the event goes out later, on the socket); note the rest."""
-    if type(effect) is Send:
-        state.sent = True
-        state.response = effect
-        return None
-    return tracker._note(state, effect)
-
-
-def _socket_plan(state: _CallState, request: Request, overlay: LaneOverlay) -> SocketPlan:
-    send = state.response
-    assert isinstance(send, Send)
-    plan = state.plan
-    anchor = plan.anchor if plan is not None and state.context.mode is Mode.CHAINED else None
-    return SocketPlan(
-        send.body,
-        ticket=send.ticket,
-        request=request,
-        context=state.context,
-        plan=plan,
-        anchor=anchor,
-        local=anchor is not None and overlay.is_local(anchor),
-        unsettled=anchor is not None,
-        seconds=state.seconds,
-    )
-
-
-def _recovery(sent: SocketPlan) -> tuple[_CallState, Callable[[Exception], Any]] | None:
-    """The state and flow that recover *sent* after a refusal, or None when it is not ours to recover."""
-    anchor, request, context, ticket = sent.anchor, sent.request, sent.context, sent.full_ticket
-    if sent.retried or anchor is None or request is None or context is None or ticket is None:
-        return None
-    state = _CallState(context, WEBSOCKET)
-    state.plan, state.seconds = sent.plan, sent.seconds
-    state.published = not sent.unsettled
-
-    def flow(error: Exception) -> Any:
-        return refused_flow(context, request, anchor, ticket, error)
-
-    return state, flow
-
-
-def _resent(state: _CallState, sent: SocketPlan) -> SocketPlan:
-    send = state.response
-    assert isinstance(send, Send)
-    return attrs.evolve(
-        sent, body=send.body, ticket=send.ticket, anchor=None, local=False, retried=True, unsettled=False
-    )
-
 
 def _recoverable(error: BaseException, anchor_id: str) -> bool:
     """
@@ -978,7 +627,7 @@ def _recoverable(error: BaseException, anchor_id: str) -> bool:
     return classify(error, anchor_id) is not None
 
 
-def _recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any) -> None:
+def recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any) -> None:
     """The debug event for a recorded anchor (not even built unless it would show)."""
     if debug_enabled():
         get_logger().debug(
@@ -989,6 +638,11 @@ def _recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any
             outputs=outputs,
             **extra,
         )
+
+
+def _via(transport: str) -> dict[str, str]:
+    """The log field naming a transport other than HTTP (HTTP events carry none)."""
+    return {} if transport == HTTP else {"transport": transport}
 
 
 def _notify(callback: Callable[[Outcome], object], outcome: Outcome) -> None:

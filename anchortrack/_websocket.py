@@ -18,11 +18,15 @@ clients are untouched), whose connection is retagged likewise:
   and planned there.
 * ``conn.recv_bytes`` — under ``recv()``, iteration, ``dispatch_events()``
   and a session's reader — hands each frame to the book: terminal events are
-  recorded, and the error frame of a stale anchor anortrack chained to is
+  recorded, and the error frame of a stale anchor anchortrack chained to is
   swallowed while the create is resent in full on the same socket, once. Any
   other frame reaches the caller byte for byte.
 * A wrapped ``on_reconnecting`` drops the closed socket's local anchors and
   creates in flight before the caller's callback runs (which may resend).
+
+Planning, recovery, recording and outcomes go through the connection's
+`anchortrack._socketcalls.SocketCalls`; the pairing of frames and the local
+anchors are its `SocketBook`'s (`anchortrack._socket`). This module is the I/O.
 
 Works with openai 2.x (no sessions, no ``stream_id``) and 3.x.
 """
@@ -50,6 +54,7 @@ from ._hashing import Scope
 from ._mode import Mode, resolve
 from ._plan import Reason
 from ._socket import CREATE, Ended, Pending, Record, Refused, SocketBook, SocketPlan, Verdict, lane_of
+from ._socketcalls import SocketCalls
 from ._tracker import Tracker
 
 
@@ -142,7 +147,7 @@ class _Socket:
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
         self.tracker = tracker
-        self.scope = scope
+        self.calls = SocketCalls(tracker, scope)
         self.book = SocketBook()
         self.send_lock = threading.Lock()
         self._asend_lock: asyncio.Lock | None = None
@@ -165,7 +170,7 @@ class _Socket:
     def dropped(self, lost: tuple[list[Pending], int]) -> None:
         """Report the creates in flight and the local anchors a closed socket took with it."""
         pendings, local_anchors = lost
-        self.tracker.socket_dropped([pending.plan for pending in pendings], local_anchors)
+        self.calls.dropped([pending.plan for pending in pendings], local_anchors)
 
     def close(self) -> None:
         """The connection was closed by its owner: what was in flight is gone."""
@@ -184,43 +189,43 @@ class _Socket:
         """A create chained to a local anchor of a socket now gone goes out in full instead."""
         if not self.book.stale(pending):
             return text, pending
-        self.tracker.socket_settled(pending.plan, Reason.WEBSOCKET_DROPPED.value)
+        self.calls.settled(pending.plan, Reason.WEBSOCKET_DROPPED.value)
         full = pending.plan.in_full()
         return _serialized(full.body), self.book.pending(full)
 
     def settle(self, verdict: Verdict) -> Refused | None:
         """Act on a verdict that needs no I/O; hand back a refusal to recover (sync or async)."""
         if isinstance(verdict, Record):
-            self.tracker.socket_settled(verdict.pending.plan)
+            self.calls.settled(verdict.pending.plan)
             self.record(verdict)
             return None
         if isinstance(verdict, Ended):
             for pending in verdict.pendings:
-                self.tracker.socket_settled(pending.plan)
+                self.calls.settled(pending.plan)
             return None
         return verdict
 
     def unrecovered(self, pending: Pending) -> None:
         """A refusal of *pending* reaches the caller."""
-        self.tracker.socket_settled(pending.plan)
+        self.calls.settled(pending.plan)
         self.book.refusal_passed(pending)
 
     def withdrawn(self, pending: Pending) -> None:
         """*pending* did not go out: its send failed."""
         self.book.withdraw(pending)
-        self.tracker.socket_settled(pending.plan)
+        self.calls.settled(pending.plan)
 
     def record(self, verdict: Record) -> None:
         ticket = verdict.pending.plan.ticket
         assert ticket is not None
-        anchor = self.tracker.record_socket(ticket, verdict.response, verdict.output)
+        anchor = self.calls.record(ticket, verdict.response, verdict.output)
         self.book.settle(verdict.pending, anchor)
 
     def on_frame(self, data: bytes) -> Verdict:
         try:
             return self.book.on_frame(data)
         except Exception as error:  # noqa: BLE001 - a received frame always reaches the caller
-            self.tracker.socket_fault(error, counted=False)
+            self.calls.fault(error, counted=False)
             return None
 
 
@@ -248,7 +253,7 @@ class _Transport:
         else:
             fields = _parsed_create(message)
             if fields is not None:
-                plan = socket.tracker.plan_socket(fields, socket.scope, socket.book.overlay(lane_of(fields)))
+                plan = socket.calls.plan(fields, socket.book.overlay(lane_of(fields)))
                 text, pending = socket.planned_text(plan, fields, message), socket.book.pending(plan)
         if pending is None:
             return self._ws.send(message, *args, **kwargs)
@@ -287,9 +292,7 @@ class _AsyncTransport:
         else:
             fields = _parsed_create(message)
             if fields is not None:
-                plan = await socket.tracker.aplan_socket(
-                    fields, socket.scope, socket.book.overlay(lane_of(fields))
-                )
+                plan = await socket.calls.aplan(fields, socket.book.overlay(lane_of(fields)))
                 text, pending = socket.planned_text(plan, fields, message), socket.book.pending(plan)
         if pending is None:
             return await self._ws.send(message, *args, **kwargs)
@@ -320,7 +323,7 @@ class TrackedResponsesConnection(ResponsesConnection):
         fields = _fields(event)
         if fields is None:
             return super().send(event)
-        plan = socket.tracker.plan_socket(fields, socket.scope, socket.book.overlay(lane_of(fields)))
+        plan = socket.calls.plan(fields, socket.book.overlay(lane_of(fields)))
         try:
             text = _text(event, plan, fields) or _serialized(plan.body)
         except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
@@ -349,9 +352,7 @@ class TrackedResponsesConnection(ResponsesConnection):
             if refused is None:
                 return data
             pending = refused.pending
-            resend = socket.tracker.recover_socket(
-                pending.plan, refused.error, socket.book.overlay(pending.lane)
-            )
+            resend = socket.calls.recover(pending.plan, refused.error, socket.book.overlay(pending.lane))
             if resend is None:
                 socket.unrecovered(pending)
                 return data
@@ -370,7 +371,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
         fields = _fields(event)
         if fields is None:
             return await super().send(event)
-        plan = await socket.tracker.aplan_socket(fields, socket.scope, socket.book.overlay(lane_of(fields)))
+        plan = await socket.calls.aplan(fields, socket.book.overlay(lane_of(fields)))
         try:
             text = _text(event, plan, fields) or await _aserialized(plan.body)
         except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
@@ -399,7 +400,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
             if refused is None:
                 return data
             pending = refused.pending
-            resend = await socket.tracker.arecover_socket(
+            resend = await socket.calls.arecover(
                 pending.plan, refused.error, socket.book.overlay(pending.lane)
             )
             if resend is None:

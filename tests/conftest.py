@@ -30,7 +30,7 @@ def _structlog_defaults() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _fresh_default_store(monkeypatch: pytest.MonkeyPatch) -> None:
     """Clients wrapped without store= share one process-wide store; each test starts with an empty one."""
-    monkeypatch.setattr("anchortrack._tracker._default", None)
+    monkeypatch.setattr("anchortrack.stores._open._default", None)
 
 
 @pytest.fixture(scope="session", name="server")

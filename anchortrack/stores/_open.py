@@ -1,5 +1,7 @@
 """
-`open_store`: a store from its one-word spelling, as the command line takes it; and
+`open_store`: a store from its one-word spelling, as the command line takes it;
+`coerce_store`: the store ``store=`` names (an instance or a spelling);
+`default_store`: the process-wide store of trackers made without one; and
 `redis_store_class`, which loads `RedisStore` (and so ``redis``) only when it is needed.
 """
 
@@ -9,6 +11,8 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._fork import ForkSafeLock
+from ._base import AnchorStore
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
@@ -114,3 +118,66 @@ def redis_store_class() -> type[RedisStore]:
             raise
         raise ImportError("RedisStore needs the redis package: pip install 'anchortrack[redis]'") from error
     return RedisStore
+
+
+#: The process-wide default store (see `default_store`).
+_default: AnchorStore | None = None
+_default_lock = ForkSafeLock()
+#: How many anchors the default store keeps (least recently used dropped first).
+DEFAULT_STORE_ANCHORS = 100_000
+#: How `store=` may be spelled: the message of the error for anything else.
+STORE_ACCEPTED = (
+    "an AnchorStore instance (MemoryStore(), SQLiteStore(path), RedisStore.from_url(url)) "
+    "or a store spec string ('memory', 'sqlite:PATH', 'redis://HOST[:PORT][/DB]')"
+)
+
+
+def default_store() -> AnchorStore:
+    """
+    Return the process-wide default store, creating it on first use.
+
+    One bounded `MemoryStore` (`DEFAULT_STORE_ANCHORS`, LRU) shared by every
+    tracker made without ``store=``, so a sync and an async client, or two
+    wraps of one client, continue each other's conversations. Scopes keep
+    endpoints, organizations, projects, namespaces and (in this store only)
+    API keys apart.
+    """
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = MemoryStore(DEFAULT_STORE_ANCHORS)
+        return _default
+
+
+def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> AnchorStore:
+    """
+    Return the store *store* names: an `AnchorStore` as is, a spec string opened.
+
+    Raises:
+        TypeError: *store* is neither (the message names what was given and
+            what is accepted).
+        ImportError: a Redis URL without the ``redis`` package.
+        OSError: a SQLite path whose directory does not exist, or that cannot be created.
+    """
+    if isinstance(store, str):
+        try:
+            return open_store(store)
+        except ValueError:
+            close = closest_spec(store)
+            hint = f" (did you mean store={close!r}?)" if close is not None else ""
+            raise TypeError(
+                f"{caller}: store={store!r} is not a store spec{hint}; store= takes {STORE_ACCEPTED}"
+            ) from None
+    if isinstance(store, type):
+        raise TypeError(
+            f"{caller}: store={store.__name__} is the class, not a store; "
+            f"pass an instance such as {store.__name__}(...). store= takes {STORE_ACCEPTED}"
+        )
+    if not isinstance(store, AnchorStore):
+        import reprlib
+
+        raise TypeError(
+            f"{caller}: store={reprlib.repr(store)} is a {type(store).__name__}, not an anchor store; "
+            f"store= takes {STORE_ACCEPTED}"
+        )
+    return store

@@ -12,9 +12,9 @@ from typing import Any
 import openai
 
 import anchortrack
-from anchortrack._tracker import DEFAULT_STORE_ANCHORS
 from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import MemoryStore
+from anchortrack.stores._open import DEFAULT_STORE_ANCHORS
 
 from ..helpers import ask, assert_server_saw, sent, user
 

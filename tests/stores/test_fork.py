@@ -21,9 +21,8 @@ import openai
 import pytest
 
 import anchortrack
-from anchortrack import _tracker
 from anchortrack.server import ResponsesServer
-from anchortrack.stores import MemoryStore
+from anchortrack.stores import MemoryStore, _open
 
 from ..helpers import user
 
@@ -126,7 +125,7 @@ def test_a_forked_child_wraps_a_client_with_the_default_store(
     server: ResponsesServer, hammered: tuple[openai.OpenAI, MemoryStore]
 ) -> None:
     """Wrapping without store= in the child takes the default store's lock: fresh there too."""
-    release = _held(_tracker._default_lock)
+    release = _held(_open._default_lock)
     try:
         status = _fork_and_call(
             lambda: anchortrack.wrap(_raw(server)).responses.create(model="scripted", input=[user("hi")])

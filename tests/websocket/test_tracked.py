@@ -439,9 +439,8 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
         history = [user("one"), *output_items(first), user("two")]
         # Planned now, against the socket about to drop; sent only after the reconnect.
         socket = conn._anchortrack  # type: ignore[attr-defined]
-        plan = socket.tracker.plan_socket(
+        plan = socket.calls.plan(
             {"type": "response.create", "model": "scripted", "input": history, "store": False},
-            socket.scope,
             socket.book.overlay(None),
         )
         assert plan.local
