@@ -56,6 +56,19 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
+def function_tools(*names: str) -> list[dict[str, Any]]:
+    """Function tool definitions, rebuilt on every call as frameworks do."""
+    return [
+        {
+            "type": "function",
+            "name": name,
+            "parameters": {"type": "object", "properties": {}},
+            "strict": False,
+        }
+        for name in names
+    ]
+
+
 def user_message(text: str) -> dict[str, Any]:
     """A user message item in the explicit form a string input stands for (as the server stores it)."""
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}

@@ -13,20 +13,7 @@ import openai
 import anchortrack
 from anchortrack.server import ResponsesServer, WireTap
 
-from ..helpers import assert_server_saw, sent, user
-
-
-def _tools(*names: str) -> list[dict[str, Any]]:
-    """Tool definitions rebuilt on every call, as frameworks do."""
-    return [
-        {
-            "type": "function",
-            "name": name,
-            "parameters": {"type": "object", "properties": {}},
-            "strict": False,
-        }
-        for name in names
-    ]
+from ..helpers import assert_server_saw, function_tools, sent, user
 
 
 def test_a_loop_with_the_same_tools_keeps_chaining_whatever_its_instructions(
@@ -39,7 +26,7 @@ def test_a_loop_with_the_same_tools_keeps_chaining_whatever_its_instructions(
         resp = client.responses.create(
             model="scripted",
             input=history,
-            tools=_tools("a", "b"),
+            tools=function_tools("a", "b"),
             instructions=f"persona {n}",
             tool_choice="auto",
         )
@@ -59,7 +46,7 @@ def test_changed_tools_go_out_in_full_then_chaining_resumes(
     plan = [("a",), ("a",), (), (), ("b",), ("b",), ("a", "b")]
     for n, names in enumerate(plan):
         history.append(user(f"turn {n}"))
-        params: dict[str, Any] = {"tools": _tools(*names)} if names else {}
+        params: dict[str, Any] = {"tools": function_tools(*names)} if names else {}
         resp = client.responses.create(model="scripted", input=history, **params)
         assert_server_saw(server, resp.id, history)
         changed = n > 0 and names != plan[n - 1]

@@ -15,19 +15,7 @@ import anchortrack
 from anchortrack._properties import PER_REQUEST_ENV, applies_per_request
 from anchortrack.server import ResponsesServer, WireTap
 
-from ..helpers import assert_server_saw, sent, user
-
-
-def _tools(*names: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "function",
-            "name": name,
-            "parameters": {"type": "object", "properties": {}},
-            "strict": False,
-        }
-        for name in names
-    ]
+from ..helpers import assert_server_saw, function_tools, sent, user
 
 
 #: The tools of each turn: loaded one by one, then handed off to another agent's set.
@@ -40,9 +28,9 @@ def _loop(client: openai.OpenAI, server: ResponsesServer, wire: WireTap) -> list
     chained = []
     for n, names in enumerate(TURNS):
         history.append(user(f"turn {n}"))
-        resp = client.responses.create(model="scripted", input=history, tools=_tools(*names))
+        resp = client.responses.create(model="scripted", input=history, tools=function_tools(*names))
         body = sent(wire)
-        assert _tools(*names) == body["tools"]  # the tools of this turn, whatever it chained from
+        assert function_tools(*names) == body["tools"]  # the tools of this turn, whatever it chained from
         assert_server_saw(server, resp.id, history)
         chained.append("previous_response_id" in body)
         history += resp.output
