@@ -27,6 +27,8 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
+from ._outcome import decision_for
+
 
 def _api() -> Any:
     try:
@@ -44,9 +46,6 @@ PREFIX = "anchortrack."
 #: The call being made (its plan, mode, and fallback if any), for the span current when its
 #: response arrives; attributes are built only when a span records.
 _current: ContextVar[tuple[Any, str, str | None] | None] = ContextVar("anchortrack_otel", default=None)
-
-_PASSTHROUGH = frozenset({"caller_managed", "mode_off"})
-
 
 def planned(plan: Any, mode: str) -> None:
     """A plan was made (an `anchortrack._plan.Plan`, in *mode*): annotate the current span."""
@@ -82,7 +81,7 @@ def attributes(plan: Any, mode: str, failure: str | None = None) -> dict[str, An
     """The span attributes for *plan* in *mode*, resent in full after *failure* if given."""
     reason = plan.reason.value
     applied = mode == "chained"
-    decision = "chained" if plan.chained else "passthrough" if reason in _PASSTHROUGH else "stateless"
+    decision = decision_for(chained=plan.chained, reason=reason)
     out: dict[str, Any] = {
         PREFIX + "mode": mode,
         PREFIX + "decision": decision,
