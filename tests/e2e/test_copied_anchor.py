@@ -7,7 +7,6 @@ it is the one asked for: the planner must check that too, and count what it refu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import openai
@@ -15,49 +14,18 @@ import pytest
 
 import anchortrack
 from anchortrack.server import ResponsesServer, WireTap
-from anchortrack.stores import Anchor
 
-from ..helpers import ask, assert_server_saw, canon, sent
+from ..helpers import DictStore, ask, assert_server_saw, canon, sent
 
 
 SECRET = "a secret only the deployment knows"
 
 
-class KeyedDictStore:
-    """A custom store as a user would write one: the anchors themselves, in two dicts."""
+class KeyedDictStore(DictStore):
+    """A custom store as a user would write one: the anchors themselves, in two dicts, with a secret key."""
 
     def __init__(self, secret_key: str) -> None:
-        self.ttl = 3600.0
-        self.secret_key = secret_key.encode()
-        self.views: dict[tuple[str, bytes], Anchor] = {}
-        self.ids: dict[tuple[str, str], Anchor] = {}
-
-    def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
-        return {v: self.views[scope, v] for v in views if (scope, v) in self.views}
-
-    def get(self, scope: str, response_id: str) -> Anchor | None:
-        return self.ids.get((scope, response_id))
-
-    def put(self, scope: str, anchor: Anchor) -> None:
-        self.views[scope, anchor.view] = anchor
-        self.ids[scope, anchor.response_id] = anchor
-
-    def evict(self, scope: str, response_id: str) -> None:
-        anchor = self.ids.pop((scope, response_id), None)
-        if anchor is not None:
-            self.views.pop((scope, anchor.view), None)
-
-    async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
-        return self.find(scope, views)
-
-    async def aget(self, scope: str, response_id: str) -> Anchor | None:
-        return self.get(scope, response_id)
-
-    async def aput(self, scope: str, anchor: Anchor) -> None:
-        self.put(scope, anchor)
-
-    async def aevict(self, scope: str, response_id: str) -> None:
-        self.evict(scope, response_id)
+        super().__init__(secret_key=secret_key.encode())
 
 
 def _scope_key(client: openai.OpenAI, store: KeyedDictStore) -> str:
