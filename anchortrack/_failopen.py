@@ -440,14 +440,16 @@ class Backlog:
     def evict(self, scope: str, response_id: str) -> bool:
         """Forget *response_id* and every anchor chained from it; whether one waiting to be written went."""
         with self._lock:
-            dead = {response_id}
-            grew = True
-            while grew:
-                grew = False
-                for (entry_scope, _), anchor in self._held.items():
-                    if entry_scope == scope and anchor.parent in dead and anchor.response_id not in dead:
-                        dead.add(anchor.response_id)
-                        grew = True
+            children: dict[str, list[str]] = {}
+            for (entry_scope, _), anchor in self._held.items():
+                if entry_scope == scope and anchor.parent is not None:
+                    children.setdefault(anchor.parent, []).append(anchor.response_id)
+            dead, todo = {response_id}, [response_id]
+            while todo:  # one pass over the held anchors, however deep the chain below
+                for kid in children.get(todo.pop(), ()):
+                    if kid not in dead:
+                        dead.add(kid)
+                        todo.append(kid)
             waiting = len(self._waiting)
             for rid in dead:
                 self._forget(scope, rid)
