@@ -18,7 +18,7 @@ from typing import Any
 from ._flow import CallContext, Find, drive, plan_history, read_history
 from ._hashing import Scope, fingerprint_items, prefix_hashes
 from ._plan import Plan, new_anchor, unrecordable
-from ._properties import properties_digest
+from ._properties import ANY, announced, properties_digest
 from ._seal import mac_key
 from .stores._base import Anchor, AnchorStore
 
@@ -96,7 +96,7 @@ def record_response(
         hashes=prefix_hashes(root, [*fps, *outputs]),
         now=time.time(),
         ttl=store.ttl,
-        properties=properties_digest(params or {}, scope.base_url),
+        properties=ANY if announced(response) else properties_digest(params or {}, scope.base_url),
         scope=key,
         mac_key=mac_key(secret),
         parent=_parent_of(response),

@@ -26,6 +26,7 @@ from ._canonical import ItemError
 from ._hashing import Kind, Memo, extend, fingerprint_history, fingerprint_items, prefix_hashes
 from ._mode import Mode
 from ._plan import Plan, Reason, RecentViews, answers, candidates, choose, with_sizes
+from ._properties import matches
 from ._refusal import classify
 from ._request import Request, chained_body
 from ._seal import authentic as _authentic
@@ -406,7 +407,7 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
                 yield _duplicate_items(parent_id, held)
             if fps is not None:
                 skip = None if request.store else Reason.STORE_FALSE
-                if skip is None and parent.properties != request.properties:
+                if skip is None and not matches(parent.properties, request.properties):
                     # A server may have carried the parent's properties over to
                     # this response: what it was made with is not what was sent.
                     skip = Reason.PROPERTIES_CHANGED

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from ._fork import ForkSafeLock
+from ._properties import matches
 from ._seal import seal
 from .stores._base import Anchor
 
@@ -311,7 +312,7 @@ def choose(
                 continue
             if anchor.count != i:
                 continue
-            if anchor.properties != properties:
+            if not matches(anchor.properties, properties):
                 changed = True
                 continue
             return Plan(Reason.CHAINED, total=n, skip=i, anchor=anchor, rejected=tuple(rejected))

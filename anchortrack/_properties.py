@@ -18,10 +18,17 @@ not know. Where the server is known to apply them per request — OpenAI
 (``api.openai.com``), Azure OpenAI (``*.openai.azure.com``,
 ``*.cognitiveservices.azure.com``, ``*.services.ai.azure.com``), or a base
 URL the user declared in ``ANCHORTRACK_PER_REQUEST_PROPERTIES`` (base URLs
-separated by spaces or commas; ``anchortrack serve`` is one such server, but
-on a local address it cannot be told apart from others, so it is declared) —
-the digest is empty for every request, so a conversation keeps chaining when
-its ``tools`` change (a deferred tool loaded, an agent handoff).
+separated by spaces or commas) — the digest is empty for every request, so a
+conversation keeps chaining when its ``tools`` change (a deferred tool
+loaded, an agent handoff).
+
+A server can also say so itself, on each response: ``anchortrack serve``
+adds ``"anchortrack": {"properties": "per_request"}`` to every response
+object (`announcement`). A response that says so becomes an anchor usable
+whatever the properties of the request that chains from it (`ANY`): the
+server that made it will apply that request's own. Nothing is learned per
+base URL, so a new process, another worker sharing the store, and
+``anchortrack explain`` all read the same anchors the same way.
 
 Chosen: what defines the model's task besides the items and the instructions,
 and what a server stores on the response it could inherit from — the tools and
@@ -71,6 +78,32 @@ _NAMES = frozenset((*CARRIED_PROPERTIES, TEXT_FORMAT))
 def given(value: object) -> bool:
     """False for None and for the SDK's ``omit`` / ``NOT_GIVEN`` sentinels."""
     return value is not None and type(value).__name__ not in ("Omit", "NotGiven")
+
+
+#: The properties an anchor records when its server announced that it applies them per request:
+#: it matches every request (`matches`). Never a digest (those are empty or 16 bytes).
+ANY = b"*"
+#: The field of a response object by which a server announces that it applies them per request.
+ANNOUNCEMENT_FIELD = "anchortrack"
+
+
+def announcement() -> dict[str, Any]:
+    """The field and value a server adds to a response object to announce it (`announced` reads it)."""
+    return {ANNOUNCEMENT_FIELD: {"properties": "per_request"}}
+
+
+def matches(recorded: bytes, requested: bytes) -> bool:
+    """Whether a request with *requested* properties may chain from an anchor that *recorded* these."""
+    return recorded in (requested, ANY)
+
+
+def announced(response: object) -> bool:
+    """Whether *response* (an SDK model or its JSON) says its server applies the properties per request."""
+    if isinstance(response, Mapping):
+        said = response.get(ANNOUNCEMENT_FIELD)
+    else:  # the SDK's models keep fields they do not know as attributes
+        said = getattr(response, ANNOUNCEMENT_FIELD, None)
+    return bool(said == announcement()[ANNOUNCEMENT_FIELD])
 
 
 #: Base URLs (separated by spaces or commas) of servers the user declares apply properties per request.

@@ -41,6 +41,7 @@ from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
 from ._outcome import Outcome, outcome_of, passed_through
 from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
+from ._properties import ANY, announced
 from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
@@ -589,7 +590,7 @@ class Tracker:
             now=self.clock(),
             ttl=self.store.ttl,
             chain_expires_at=ticket.expires_at,
-            properties=ticket.properties,
+            properties=ANY if announced(response) else ticket.properties,
             scope=ticket.scope,
             mac_key=mac_key(self.store.secret_key),
             parent=parent,

@@ -76,6 +76,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from anchortrack._properties import announcement
 from anchortrack.server._request import CreateRequest
 
 
@@ -319,8 +320,16 @@ def build_response(
     response_id: str,
     created_at: float,
     context: Sequence[Item],
+    announce: bool = True,
 ) -> dict[str, Any]:
-    """The response object for *reply*, with every field the spec requires."""
+    """
+    The response object for *reply*, with every field the spec requires.
+
+    With *announce*, it also says that this server applies ``tools``, ``text``
+    and the other request properties to the one request that sets them, never
+    over a chain (see `anchortrack._properties.announcement`): clients that
+    read it keep chaining when those change.
+    """
     body = request.body
     input_tokens = _tokens(list(context)) + (_tokens(request.instructions) if request.instructions else 0)
     output_tokens = _tokens(reply.output) if reply.output else 0
@@ -364,4 +373,4 @@ def build_response(
         },
         "user": body.get("user"),
         "metadata": body.get("metadata") or {},
-    }
+    } | (announcement() if announce else {})

@@ -189,6 +189,9 @@ class ServerState:
         self.backend = backend
         self.zdr = False
         self.stale_in_stream = False
+        # False serves responses without the per-request announcement, like a server
+        # anchortrack does not know (tests of its strict default use it).
+        self.announce_per_request = True
         self.record = record
         self._lock = threading.Lock()
         self._requests: list[Any] = []
@@ -377,6 +380,7 @@ class ServerState:
             response_id=turn.response_id,
             created_at=turn.created_at,
             context=turn.context,
+            announce=self.announce_per_request,
         )
         pending = PendingResponse(turn.request, response, turn.context, reply.delay, turn.owner)
         if record and self.record:

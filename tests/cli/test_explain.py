@@ -337,10 +337,24 @@ class TestAUsersOwnFiles:
     KEY = "sk-user"
 
     @pytest.fixture(autouse=True)
-    def _loop(self, tmp_path: Path, server: ResponsesServer) -> None:
-        """The user's tool loop, recorded into anchors.db; its history saved as a list and as a body."""
+    def _loop(self, tmp_path: Path, server: ResponsesServer) -> Iterator[None]:
+        """
+        The user's tool loop, recorded into anchors.db; its history saved as a list and as a body.
+        The server does not announce that it applies tools per request: to anchortrack, one it does
+        not know (`test_a_bare_list_chains_from_a_server_that_announces_it` records again, announced).
+        """
         self.dir = tmp_path
         self.server = server
+        server.state.announce_per_request = False
+        try:
+            self._record()
+            yield
+        finally:
+            server.state.announce_per_request = True
+
+    def _record(self) -> None:
+        tmp_path, server = self.dir, self.server
+        (tmp_path / "anchors.db").unlink(missing_ok=True)
         store = SQLiteStore(tmp_path / "anchors.db")
         raw = openai.OpenAI(base_url=server.base_url, api_key=self.KEY, max_retries=0)
         client = anchortrack.wrap(raw, store=store)
@@ -426,6 +440,23 @@ class TestAUsersOwnFiles:
             "  with tools or other settings (tools, tool_choice, text, reasoning,\n"
             "  truncation), and a bare JSON list carries none: save the request body (a JSON\n"
             "  object with 'input', 'tools', …), or pass --tools FILE\n"
+        )
+
+    def test_a_bare_list_chains_from_a_server_that_announces_it(self) -> None:
+        """Anchors from a server that said it applies tools per request hold whatever tools a request has."""
+        self.server.state.announce_per_request = True
+        self._record()
+
+        code, out, err = self.explain("history.json", "--store", "sqlite:anchors.db", "--base-url", "URL")
+
+        assert (0, "") == (code, err)
+        assert out == (
+            "store sqlite:anchors.db\n"
+            + self.scope_lines()
+            + self.TABLE.format(m=" ")
+            + "  ── anchor R2 ──\n"
+            "+    4  message                user       <fp>  -\n"
+            "  + = sent in input\n" + self.CHAINED
         )
 
     @pytest.mark.parametrize("how", ["body", "--tools"])

@@ -1,19 +1,30 @@
 """
 End to end: requests chain only from responses made with the same carried-over properties
 (tools, tool_choice, text, …), and loops that keep them keep chaining. The agentic-api suite
-(tests/thirdparty) shows the server that carries them over.
+(tests/thirdparty) shows the server that carries them over. Here the local server does not
+announce that it applies them per request, so anchortrack treats it as a server it does not know.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import openai
+import pytest
 
 import anchortrack
 from anchortrack.server import ResponsesServer, WireTap
 
 from ..helpers import assert_server_saw, function_tools, sent, user
+
+
+@pytest.fixture(scope="module", name="server")
+def _unannounced_server() -> Iterator[ResponsesServer]:
+    """A local server whose responses do not say it applies the properties per request."""
+    with ResponsesServer(store="memory") as srv:
+        srv.state.announce_per_request = False
+        yield srv
 
 
 def test_a_loop_with_the_same_tools_keeps_chaining_whatever_its_instructions(

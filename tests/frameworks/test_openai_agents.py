@@ -207,12 +207,14 @@ async def test_auto_previous_response_id_is_passed_through_then_continued(lab: L
     assert scrub(want) == scrub(got)
 
 
-async def test_handoff_switches_agent_and_tools_so_its_request_goes_in_full(lab: Lab) -> None:
+@pytest.mark.parametrize("announced", [True, False], ids=["announced", "unknown-server"])
+async def test_handoff_switches_agent_and_tools(lab: Lab, announced: bool) -> None:
     """
     A handoff: the specialist's request carries its own instructions and other tools.
 
-    Other tools than the anchor's (``properties_changed``): a server that carries tools over a
-    chain could mix them, so that request goes out in full; instructions alone would not stop it.
+    The local server announces that it applies tools per request, so the handoff keeps chaining.
+    A server that does not (``properties_changed``) might carry tools over a chain and mix them,
+    so there that request goes out in full; instructions alone would not stop it.
     """
 
     async def conversation(client: openai.AsyncOpenAI) -> str:
@@ -223,16 +225,22 @@ async def test_handoff_switches_agent_and_tools_so_its_request_goes_in_full(lab:
         result = await Runner.run(triage, "help me\n!call transfer_to_specialist {}", run_config=RUN_CONFIG)
         return str(result.final_output)
 
-    want = await conversation(lab.plain().aclient)
-    run = lab.tracked()
+    lab.server.state.announce_per_request = announced
+    try:
+        want = await conversation(lab.plain().aclient)
+        run = lab.tracked()
+        got = await conversation(run.aclient)
+        first, second = lab.assert_equivalent(run)
+    finally:
+        lab.server.state.announce_per_request = True
 
-    got = await conversation(run.aclient)
-
-    first, second = lab.assert_equivalent(run)
-    assert (None, None) == (first.anchor, second.anchor)
-    assert canon(second.meant_items) == canon(second.sent)
+    stats = anchortrack.tracker(run.aclient).stats
+    assert (None, first.response_id if announced else None) == (first.anchor, second.anchor)
     assert [t["name"] for t in first.body["tools"]] != [t["name"] for t in second.body["tools"]]
-    assert 1 == anchortrack.tracker(run.aclient).stats.count(reason="properties_changed")
+    assert (0 if announced else 1) == stats.count(reason="properties_changed")
+    assert (1 if announced else 0) == stats.count("chained")
+    if not announced:
+        assert canon(second.meant_items) == canon(second.sent)
     assert ("be brief", "you are the specialist") == (first.body["instructions"], second.body["instructions"])
     lab.assert_same_behaviour(lab.runs[0], run)
     assert scrub(want) == scrub(got)
