@@ -186,3 +186,23 @@ def test_a_declaration_covers_its_base_url_and_the_urls_under_it(monkeypatch: py
     assert applies_per_request("http://other.test/v1")
     assert not applies_per_request("http://gw.test/v10")
     assert not applies_per_request("http://gw.test")
+
+
+@pytest.mark.parametrize("announce", [True, False])
+def test_plan_request_and_record_response_read_the_announcement(
+    server: ResponsesServer, raw_client: openai.OpenAI, announce: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The functional API against the local server: an announced anchor plans a chain whatever the tools."""
+    monkeypatch.delenv(PER_REQUEST_ENV, raising=False)
+    monkeypatch.setattr(server.state, "announce_per_request", announce)
+    store, scope = MemoryStore(), anchortrack.Scope(server.base_url)
+    history: list[Any] = [user("one")]
+    params = {"tools": function_tools("a")}
+    resp = raw_client.responses.create(model="scripted", input=history, **params)
+    assert anchortrack.record_response(history, resp, scope=scope, store=store, params=params) is not None
+    history += [*resp.output, user("two")]
+
+    plan = anchortrack.plan_request(history, scope=scope, store=store, params={"tools": function_tools("b")})
+
+    assert (resp.id if announce else None) == (plan.anchor.response_id if plan.anchor else None)
+    assert ("chained" if announce else "properties_changed") == plan.reason.value
