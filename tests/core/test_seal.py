@@ -1,5 +1,5 @@
 """
-Tests for anchor MACs (`anchortrack._seal`) and how the flow treats anchors that fail them:
+I8: tests for anchor MACs (`anchortrack._seal`) and how the flow treats anchors that fail them:
 as absent, listed in the plan, reported with a warning.
 """
 

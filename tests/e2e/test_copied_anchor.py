@@ -1,5 +1,5 @@
 """
-End to end: a custom store written the natural way (dicts keyed by scope and view, and by scope
+I8, end to end: a custom store written the natural way (dicts keyed by scope and view, and by scope
 and response id), a secret key, and a second writer who copies one conversation's anchor under
 another conversation's key. The MAC proves the anchor is one this deployment recorded, not that
 it is the one asked for: the planner must check that too, and count what it refused.

@@ -1,5 +1,5 @@
 """
-End to end against a store someone else can write: a second writer rewrites values and keys
+I8, end to end against a store someone else can write: a second writer rewrites values and keys
 (a real redis-server, a real SQLite file, a shared MemoryStore), and the API key in the scope.
 
 Without a secret key the second writer steers the victim's next request onto a chain of its

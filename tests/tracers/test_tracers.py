@@ -1,5 +1,5 @@
 """
-anchortrack beside the tracers users run: every call traced, chained, recovered, in both orders.
+I9: anchortrack beside the tracers users run: every call traced, chained, recovered, in both orders.
 
 For each tracer pattern (see `helpers`), each order (the tracer applied before ``wrap()`` or
 after it), sync and async, streamed (``create(stream=True)``, ``responses.stream()``) or not:
