@@ -93,3 +93,23 @@ def test_floor_loop_chains_and_reports_every_ratio(benchmarks: dict[str, ModuleT
     assert set(m) == {"floor", "wrapped", "machinery", "chained"}
     assert m["chained"] == 3 / 4
     assert all(m[key] > 0 for key in ("floor", "wrapped", "machinery"))
+
+
+def test_scale_counts_one_redis_round_trip_per_plan_and_per_record(
+    benchmarks: dict[str, ModuleType],
+) -> None:
+    """What the benchmark prints as round trips is what the client sent, not the scripts' inner calls."""
+    import redis
+
+    from anchortrack.stores import RedisStore
+    from benchmarks._support import RedisServer
+
+    scale = benchmarks["scale"]
+    with RedisServer() as server:
+        store, observer = RedisStore(redis.Redis.from_url(server.url)), redis.Redis.from_url(server.url)
+        scale.load_redis(store, server.url, 50)
+        per_plan, per_record, plans, _ = scale.redis_round_trips(store, observer)
+        assert (1.0, 1.0) == (per_plan, per_record)
+        assert sum(plans.values()) > scale.PLANS  # the server also counts what the find script runs
+        store.close()
+        observer.close()
