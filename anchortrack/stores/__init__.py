@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ._base import DEFAULT_TTL, Anchor, AnchorStore
 from ._open import open_store, redis_store_class
-from ._sqlite_schema import SchemaVersionError
 from .memory import MemoryStore
-from .sqlite import SQLiteStore
+from .sqlite import SchemaVersionError, SQLiteStore
 
 
 if TYPE_CHECKING:
