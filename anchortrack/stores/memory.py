@@ -1,10 +1,11 @@
 """
 `MemoryStore`: a bounded, thread-safe, in-process anchor store with TTL.
 
-Two structures, changed together under one lock: ``_anchors``, an
-``OrderedDict`` from ``(scope, view)`` to the `Anchor` recorded there, least
-recently used first; and ``_scopes``, a `_Scope` per scope indexing the same
-anchors by response id and by parent. No empty scope is kept.
+Two structures, changed together under one lock: ``_anchors``, an ``OrderedDict``
+from ``(scope, view)`` to the `Anchor` recorded there, least recently used first;
+and ``_scopes``, a `_Scope` per scope indexing the same anchors by response id
+and by parent (no empty scope is kept). The indexes hold the anchors' own id
+strings, never copies.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class MemoryStore:
         self._scopes: dict[str, _Scope] = {}
 
     def __len__(self) -> int:
-        """Return how many anchors are held, including expired, unswept ones."""
+        """How many anchors are held, including expired, unswept ones."""
         return len(self._anchors)
 
     def find(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
@@ -166,8 +167,10 @@ class MemoryStore:
                     if view is not None:
                         self._drop(scope, view)
 
+    # The async twins run inline: no method blocks on I/O.
+
     async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
-        """Async twin of `find` (runs inline: it never blocks on I/O)."""
+        """Async twin of `find`."""
         return self.find(scope, views)
 
     async def aget(self, scope: str, response_id: str) -> Anchor | None:

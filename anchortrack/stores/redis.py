@@ -213,20 +213,12 @@ class RedisStore:
 
     def _sync(self, method: str) -> _Scripts:
         if self._sync_side is None:
-            raise TypeError(
-                f"RedisStore.{method}() needs a sync redis.Redis client, but this store has only"
-                f" an async one: await RedisStore.a{method}(), or build the store with"
-                " RedisStore.from_url() or RedisStore(sync_client, async_client=...)"
-            )
+            raise _no_client(method, "a sync redis.Redis", "an async", f"await RedisStore.a{method}()")
         return self._sync_side
 
     def _async(self, method: str) -> _Scripts:
         if self.async_client is None:
-            raise TypeError(
-                f"RedisStore.{method}() needs a redis.asyncio.Redis client, but this store has"
-                f" only a sync one: call RedisStore.{method[1:]}(), or build the store with"
-                " RedisStore.from_url() or RedisStore(sync_client, async_client=...)"
-            )
+            raise _no_client(method, "a redis.asyncio.Redis", "a sync", f"call RedisStore.{method[1:]}()")
         if self._new_async_client is None:  # the caller's client: used as given
             assert self._first_async is not None
             return self._first_async
@@ -306,6 +298,14 @@ class _Scripts:
         self.put = client.register_script(_lua.PUT)
         self.get = client.register_script(_lua.GET)
         self.evict = client.register_script(_lua.EVICT)
+
+
+def _no_client(method: str, needed: str, held: str, instead: str) -> TypeError:
+    """The error for calling *method* on a store without a client of its kind."""
+    return TypeError(
+        f"RedisStore.{method}() needs {needed} client, but this store has only {held} one: {instead},"
+        " or build the store with RedisStore.from_url() or RedisStore(sync_client, async_client=...)"
+    )
 
 
 def _is_async(client: object) -> bool:
