@@ -6,10 +6,9 @@ Anchor stores: where anchortrack remembers which response holds which view.
 * `RedisStore`: shared by many workers and hosts (``pip install 'anchortrack[redis]'``).
 
 All implement `AnchorStore`, with sync and async methods on one object.
-`open_store` opens one from its command-line spelling (``memory``,
-``sqlite:PATH``, ``redis://…``).
-This module does not import ``redis``: `RedisStore` is loaded on first use; without
-the ``redis`` package it can still be imported, and says which extra it needs when used.
+`open_store` opens one from its command-line spelling (``memory``, ``sqlite:PATH``, ``redis://…``).
+`RedisStore` (and so ``redis``) is loaded on first use; without the ``redis``
+package it can still be imported, and says which extra it needs when used.
 """
 
 from __future__ import annotations
