@@ -167,10 +167,8 @@ class MemoryStore:
                     if view is not None:
                         self._drop(scope, view)
 
-    # The async twins run inline: no method blocks on I/O.
-
     async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
-        """Async twin of `find`."""
+        """Async twin of `find` (runs inline: no method blocks on I/O)."""
         return self.find(scope, views)
 
     async def aget(self, scope: str, response_id: str) -> Anchor | None:
