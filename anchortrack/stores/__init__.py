@@ -6,10 +6,9 @@ Anchor stores: where anchortrack remembers which response holds which view.
 * `RedisStore`: shared by many workers and hosts (``pip install 'anchortrack[redis]'``).
 
 All implement `AnchorStore`, with sync and async methods on one object.
-`open_store` opens one from its command-line spelling (``memory``,
-``sqlite:PATH``, ``redis://…``).
-This module does not import ``redis``: `RedisStore` is loaded on first use; without
-the ``redis`` package it can still be imported, and says which extra it needs when used.
+`open_store` opens one from its command-line spelling (``memory``, ``sqlite:PATH``, ``redis://…``).
+`RedisStore` (and so ``redis``) is loaded on first use; without the ``redis``
+package it can still be imported, and says which extra it needs when used.
 """
 
 from __future__ import annotations
@@ -18,9 +17,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ._base import DEFAULT_TTL, Anchor, AnchorStore
 from ._open import open_store, redis_store_class
-from ._sqlite_schema import SchemaVersionError
 from .memory import MemoryStore
-from .sqlite import SQLiteStore
+from .sqlite import SchemaVersionError, SQLiteStore
 
 
 if TYPE_CHECKING:

@@ -2,18 +2,10 @@
 The anchor store contract shared by every backend.
 
 A store maps *view hashes* to the responses whose server-side context they
-describe.
-It never holds item content: only digests, response ids, counts and times
-(and, with a secret key, a MAC per anchor that the tracker checks on every
-read: stores keep ``Anchor.properties`` and ``Anchor.mac`` as given).
-Every backend implements the sync methods (``find``, ``get``, ``put``,
-``evict``) and their async twins (``afind``, ``aget``, ``aput``, ``aevict``),
-so one store object serves both ``OpenAI`` and ``AsyncOpenAI`` clients.
-
-Stores raise on failure (timeouts, connection errors, locked files).
-They never swallow errors: the tracker wraps every store call in one
-fail-open guard, so that the logic "warn once per outage, go stateless,
-retry later" is written once for all backends.
+describe. It never holds item content: only digests, response ids, counts and
+times (and, with a secret key, a MAC the tracker checks on every read).
+Stores raise on failure and never swallow errors: the tracker wraps every
+store call in one fail-open guard, written once for all backends.
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ DEFAULT_TTL: float = 30 * 24 * 3600.0
 SECRET_KEY_ENV = "ANCHORTRACK_SECRET_KEY"  # noqa: S105 - a variable name, not a secret
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class Anchor:
     """
     One recorded response, addressed by the digest of its server-side view.
@@ -46,19 +38,18 @@ class Anchor:
         created_at: Unix time the response was recorded.
         expires_at: Unix time after which the anchor must not be used.
         properties: Digest of the request properties a server could carry
-            over a chain (``tools``, ``tool_choice``, ``text``, …) that the
-            response was made with; empty when the request set none of them.
-            A request chains from the anchor only when its own digest is equal.
+            over a chain (``tools``, ``tool_choice``, ``text``, …); empty when
+            the request set none. A request chains from the anchor only when
+            its own digest is equal.
         mac: With a secret key, a MAC over the scope, view, response id,
-            count, expiry and properties (see `anchortrack._seal`); a store
-            keeps it as given and the tracker checks it on every read.
-        parent: The response id this response was chained from
-            (``previous_response_id``), or None when it was sent in full.
-            The server resolves a response through its parent, so when the
-            server has lost a response it has lost every response chained
-            through it: `AnchorStore.evict` forgets those descendants too.
-            (Not covered by the MAC: a forged parent can only make an
-            eviction forget more, which costs full requests, never a wrong one.)
+            count, expiry and properties (see `anchortrack._seal`); stores keep
+            it as given and the tracker checks it on every read.
+        parent: The response id this response was chained from, or None when
+            it was sent in full. A server that lost a response lost every
+            response chained through it, so `AnchorStore.evict` forgets those
+            descendants too. (Not covered by the MAC: a forged parent can only
+            make an eviction forget more, which costs full requests, never a
+            wrong one.)
     """
 
     view: bytes
@@ -78,7 +69,7 @@ class Anchor:
 @runtime_checkable
 class AnchorStore(Protocol):
     """
-    What every anchor store provides.
+    What every anchor store provides, with sync and async twins on one object.
 
     *scope* is a short, printable digest (hex) of where response ids are valid
     (base URL, organization, project, optional namespace).
@@ -112,8 +103,8 @@ class AnchorStore(Protocol):
         Forget *response_id*, the view it was recorded under, and its descendants.
 
         The descendants are the anchors recorded with *response_id* as their
-        `Anchor.parent`, their own descendants, and so on: the server
-        resolves them through *response_id*, so they are dead too.
+        `Anchor.parent`, their own descendants, and so on: the server resolves
+        them through *response_id*, so they are dead too.
         A view entry is kept if it now names another response.
         """
         ...
@@ -136,15 +127,9 @@ class AnchorStore(Protocol):
 
 
 def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
-    """
-    Return the secret key to use: the given one, else the environment's.
-
-    An empty value means "no key".
-    """
+    """Return the secret key to use: the given one, else the environment's; empty means none."""
     if secret_key is None:
         secret_key = os.environ.get(SECRET_KEY_ENV) or None
-    if secret_key is None:
-        return None
     if isinstance(secret_key, str):
         secret_key = secret_key.encode()
     return secret_key or None
@@ -158,11 +143,11 @@ def runs_inline(store: object) -> bool:
     """
     Whether the tracker may call *store* inline, with no deadline.
 
-    Only when the class that declares ``never_blocks = True`` (as
-    `MemoryStore` does) also defines or inherits every store method the
-    object uses: a subclass that overrides ``find`` (say, to add I/O) does
-    not inherit the promise, unless it declares ``never_blocks = True``
-    itself. A method set on the instance counts as an override.
+    Only when the class that declares ``never_blocks = True`` (as `MemoryStore`
+    does) also defines or inherits every store method the object uses: a
+    subclass that overrides ``find`` (say, to add I/O) does not inherit the
+    promise unless it declares it itself. A method set on the instance counts
+    as an override.
     """
     mro = type(store).__mro__
     declaring = next((cls for cls in mro if "never_blocks" in vars(cls)), None)

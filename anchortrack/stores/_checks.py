@@ -1,10 +1,4 @@
-"""
-The argument checks every store backend shares (no I/O).
-
-Every backend refuses the same scopes, anchors, response ids and TTLs with
-the same `ValueError`, and the sync and async paths of one backend share the
-checks too.
-"""
+"""The argument checks every store backend shares (no I/O), so all refuse the same input alike."""
 
 from __future__ import annotations
 
@@ -16,10 +10,8 @@ from ._base import Anchor
 
 #: Longest accepted scope, in characters.
 MAX_SCOPE_LENGTH = 128
-
 #: Longest accepted properties digest and MAC, in bytes.
 MAX_DIGEST_SIZE = 64
-
 #: Characters refused in scopes and key prefixes (Redis hash tags use them).
 FORBIDDEN_KEY_CHARS = frozenset("{}")
 
@@ -30,12 +22,7 @@ def _filled(value: object, kind: type[object]) -> bool:
 
 
 def check_scope(scope: str) -> str:
-    """
-    Return *scope* if it can namespace store keys, else raise `ValueError`.
-
-    A scope is a short printable string (the tracker uses 16 hex digits).
-    Braces are refused because Redis keys wrap the scope in a hash tag.
-    """
+    """Return *scope* if it is short and printable, without spaces or braces; else raise `ValueError`."""
     if not _filled(scope, str):
         raise ValueError(f"scope must be a non-empty str, got {scope!r}")
     if scope.isascii() and scope.isalnum() and len(scope) <= MAX_SCOPE_LENGTH:
@@ -77,10 +64,10 @@ def check_response_id(response_id: str) -> str:
 
 
 def check_ttl(ttl: float) -> float:
-    """Return *ttl* if it is a positive number of seconds, else raise `ValueError`."""
+    """Return *ttl* as a float if it is a positive number of seconds, else raise `ValueError`."""
     if ttl <= 0:
         raise ValueError(f"ttl must be positive, got {ttl}")
-    return ttl
+    return float(ttl)
 
 
 def unique_views(views: Iterable[bytes]) -> list[bytes]:

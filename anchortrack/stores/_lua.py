@@ -1,14 +1,9 @@
 """
-Lua scripts that give `RedisStore` one round trip per lookup, record, lookup
-by id and eviction, atomically.
+Lua scripts that give `RedisStore` one atomic round trip per find, put, get and evict.
 
-Values are those of `_redis_format.encode_value`
-(``2|count|created|expires|properties|mac|id``, or with a parent
-``3|count|created|expires|properties|mac|n|<parent><id>``), reverse keys hold
-the view in hex, children keys are sets of the response ids chained from a
-response.
-The scripts build the other entry's key from a prefix argument; every key of
-a scope shares one hash tag, so that stays on one Redis Cluster slot.
+They read the values of `_redis_format.encode_value` and the keys of
+`_redis_format.KeySchema`, building other keys from prefix arguments (one
+scope's keys share a hash tag, so they stay on one Redis Cluster slot).
 """
 
 from __future__ import annotations
@@ -60,15 +55,12 @@ return 1
 )
 
 #: KEYS: view keys. ARGV: view key prefix, reverse key prefix.
-#: Returns the values of the view keys (false where there is none), as
-#: ``MGET`` would. Redis evicting with an ``allkeys-*`` policy may drop an
-#: anchor's reverse key and keep its view key; `EVICT` could then not reach
-#: the anchor by its response id, so a value whose reverse key is missing
-#: gets it back (the view, until the view key's own expiry). A reverse key
-#: that names another view is left as it is. (``pcall``: a Redis out of
-#: memory with ``noeviction`` refuses the write, and the lookup still answers.)
-#: (``GET`` per key rather than one ``MGET``: Lua's ``unpack`` would limit
-#: it to a few thousand keys.)
+#: Returns the values of the view keys (false where there is none), as ``MGET`` would
+#: (``GET`` per key: Lua's ``unpack`` would limit ``MGET`` to a few thousand keys).
+#: Redis evicting with an ``allkeys-*`` policy may drop an anchor's reverse key and
+#: keep its view key, which `EVICT` could then not reach: a missing reverse key is
+#: restored until the view key's own expiry (``pcall``: with ``noeviction`` a full
+#: Redis refuses the write, and the lookup still answers).
 FIND = (
     _RID_OF
     + """

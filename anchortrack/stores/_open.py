@@ -1,8 +1,6 @@
 """
-`open_store`: a store from its one-word spelling, as the command line takes it;
-`coerce_store`: the store ``store=`` names (an instance or a spelling);
-`default_store`: the process-wide store of trackers made without one; and
-`redis_store_class`, which loads `RedisStore` (and so ``redis``) only when it is needed.
+Where a store comes from: its spelling (`open_store`), ``store=`` (`coerce_store`),
+the process-wide default (`default_store`); `RedisStore` (and so ``redis``) loaded only when needed.
 """
 
 from __future__ import annotations
@@ -29,17 +27,13 @@ _SCHEMES = ("sqlite", "redis", "rediss", "unix")
 
 def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
     """
-    Open the anchor store spelled *spec*, with its default settings.
+    Open a new store spelled *spec*, with its default settings; the caller closes it.
 
-    Args:
-        spec: ``memory``; ``sqlite:PATH`` (``~`` is expanded; the file is
-            created if missing, its directory must exist); or a Redis URL
-            (``redis://…``, ``rediss://…``, ``unix://…``), which needs the
-            ``redis`` extra. Nothing else: a near miss (``Memory``,
-            ``sqlite://anchors.db``) is refused, naming the spelling meant.
-
-    Returns:
-        A new store; the caller closes it (``close`` or ``aclose``).
+    *spec* is ``memory``; ``sqlite:PATH`` (``~`` is expanded; the file is
+    created if missing, its directory must exist); or a Redis URL
+    (``redis://…``, ``rediss://…``, ``unix://…``; needs the ``redis`` extra).
+    A near miss (``Memory``, ``sqlite://anchors.db``) is refused, naming the
+    spelling meant.
 
     Raises:
         ValueError: *spec* names no store.
@@ -74,10 +68,8 @@ def closest_spec(spec: str) -> str | None:
     """
     The documented spelling a refused *spec* most likely meant, or None if none is close.
 
-    Case and surrounding spaces (``Memory``, ``memory ``), URL habits
-    (``sqlite://anchors.db`` means ``sqlite:anchors.db``; ``redis:host``),
-    near-miss words (``memroy``, ``sqlite3``) and a bare file name
-    (``anchors.db`` means ``sqlite:anchors.db``).
+    Forgives case and spaces (``Memory ``), URL habits (``sqlite://anchors.db``,
+    ``redis:host``), near-miss words (``memroy``, ``sqlite3``) and a bare file name.
     """
     text = spec.strip()
     if not text:
@@ -105,12 +97,7 @@ def _near(word: str, words: tuple[str, ...] | list[str]) -> str | None:
 
 
 def redis_store_class() -> type[RedisStore]:
-    """
-    Import `RedisStore`.
-
-    Raises:
-        ImportError: The ``redis`` package is missing (the message says how to install it).
-    """
+    """Import `RedisStore`; an `ImportError` without the ``redis`` package says how to install it."""
     try:
         from .redis import RedisStore
     except ModuleNotFoundError as error:
@@ -136,11 +123,9 @@ def default_store() -> AnchorStore:
     """
     Return the process-wide default store, creating it on first use.
 
-    One bounded `MemoryStore` (`DEFAULT_STORE_ANCHORS`, LRU) shared by every
-    tracker made without ``store=``, so a sync and an async client, or two
-    wraps of one client, continue each other's conversations. Scopes keep
-    endpoints, organizations, projects, namespaces and (in this store only)
-    API keys apart.
+    One bounded `MemoryStore` shared by every tracker made without ``store=``,
+    so a sync and an async client, or two wraps of one client, continue each
+    other's conversations (scopes keep endpoints and API keys apart).
     """
     global _default
     with _default_lock:
@@ -154,10 +139,9 @@ def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> Anchor
     Return the store *store* names: an `AnchorStore` as is, a spec string opened.
 
     Raises:
-        TypeError: *store* is neither (the message names what was given and
-            what is accepted).
-        ImportError: a Redis URL without the ``redis`` package.
-        OSError: a SQLite path whose directory does not exist, or that cannot be created.
+        TypeError: *store* is neither (the message names what was given and what is accepted).
+        ImportError: A Redis URL without the ``redis`` package.
+        OSError: A SQLite path whose directory does not exist, or that cannot be created.
     """
     if isinstance(store, str):
         try:

@@ -1,26 +1,20 @@
 """
-The Redis store's data format: the value of a view key and the key names.
+The Redis store's data format (no I/O): the value of a view key, and the key names.
 
-`encode_value` writes what the Lua scripts in `anchortrack.stores._lua`
-parse (``2|count|created_at|expires_at|properties|mac|response_id``, or with a
-parent ``3|count|created_at|expires_at|properties|mac|n|<parent><response_id>``);
+`encode_value` writes what the Lua scripts in `anchortrack.stores._lua` parse;
 `KeySchema` names the keys they touch.
-Pure: nothing here does I/O, so the sync and async halves of `RedisStore`
-share it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from ._base import Anchor
 from ._checks import FORBIDDEN_KEY_CHARS, check_scope
 
 
-#: Version tag at the start of every encoded value (see `encode_value`).
-#: Version 2 added the properties digest and the MAC; version 1 values (which
-#: lack them) are treated as absent.
+#: Version tag at the start of every encoded value; version 1 values (without
+#: the properties digest and the MAC) are treated as absent.
 VALUE_VERSION = "2"
 #: Version tag of a value with a parent (`Anchor.parent`).
 PARENT_VALUE_VERSION = "3"
@@ -30,14 +24,12 @@ def encode_value(anchor: Anchor) -> str:
     """
     Encode everything but the view (which is in the key) as a short string.
 
-    The format is ``2|count|created_at|expires_at|properties|mac|response_id``:
-    a version tag, the count in decimal, both times as the shortest ``repr``
-    that round-trips, the properties digest and the MAC in hex (empty when
-    there is none), and the response id last so it may hold any character.
-    With a parent the format is
-    ``3|count|created_at|expires_at|properties|mac|n|<parent><response_id>``,
-    where *n* is the parent's length in UTF-8 bytes.
-    It is ASCII for ASCII ids, so it survives clients that decode responses.
+    ``2|count|created_at|expires_at|properties|mac|response_id``: the times as
+    the shortest ``repr`` that round-trips, the digests in hex (the MAC empty
+    when there is none), the response id last so it may hold any character.
+    With a parent, ``3|…|mac|n|<parent><response_id>``, where *n* is the
+    parent's length in UTF-8 bytes. ASCII for ASCII ids, so it survives
+    clients that decode responses.
     """
     mac = anchor.mac.hex() if anchor.mac is not None else ""
     head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.properties.hex()}|{mac}"
@@ -48,12 +40,7 @@ def encode_value(anchor: Anchor) -> str:
 
 
 def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
-    """
-    Decode a value written by `encode_value`; `None` if it is not one.
-
-    Values of another version (written by an older or newer anchortrack) are
-    treated as absent rather than guessed at.
-    """
+    """Decode a value written by `encode_value`; None if it is not one (of another version, say)."""
     data = raw.encode() if isinstance(raw, str) else raw
     parts = data.split(b"|", 7)
     parent: str | None = None
@@ -74,30 +61,14 @@ def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
     return Anchor(view, response_id, count, created_at, expires_at, properties, mac or None, parent)
 
 
-def expiry_ms(anchor: Anchor) -> int:
-    """Return when the anchor's keys expire, in Unix milliseconds (at least 1)."""
-    return max(1, math.ceil(anchor.expires_at * 1000))
-
-
-def live(anchors: Iterable[Anchor | None], now: float) -> dict[bytes, Anchor]:
-    """Return the live anchors among *anchors*, keyed by view."""
-    return {a.view: a for a in anchors if a is not None and a.is_live(now)}
-
-
 class KeySchema:
     """
-    Key names for key-value backends (Redis).
+    Key names for the Redis store (see `anchortrack.stores.redis`).
 
-    ``{prefix}:{{{scope}}}:v:{view hex}`` holds the encoded anchor,
-    ``{prefix}:{{{scope}}}:r:{response id}`` holds the view in hex, and
-    ``{prefix}:{{{scope}}}:c:{response id}`` is the set of the response ids
-    recorded as chained from that response.
-    The scope is the tracker's scope key: a digest, keyed by the secret key
-    when there is one, so key names tell a reader without the key nothing
-    about which base URL, organization, project, namespace or API key they
-    belong to.
-    The scope sits in a hash tag, so all keys of one scope share a Redis
-    Cluster slot and multi-key commands and scripts stay legal there.
+    The scope is the tracker's scope key, a digest (keyed by the secret key
+    when there is one), so key names tell a reader without the key nothing
+    about where they belong. It sits in a hash tag, so all keys of one scope
+    share a Redis Cluster slot, where multi-key scripts stay legal.
     """
 
     def __init__(self, prefix: str) -> None:

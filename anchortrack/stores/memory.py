@@ -1,10 +1,11 @@
 """
 `MemoryStore`: a bounded, thread-safe, in-process anchor store with TTL.
 
-Two structures, changed together under one lock: ``_anchors``, an
-``OrderedDict`` from ``(scope, view)`` to the `Anchor` recorded there, least
-recently used first; and ``_scopes``, a `_Scope` per scope indexing the same
-anchors by response id and by parent. No empty scope is kept.
+Two structures, changed together under one lock: ``_anchors``, an ``OrderedDict``
+from ``(scope, view)`` to the `Anchor` recorded there, least recently used first;
+and ``_scopes``, a `_Scope` per scope indexing the same anchors by response id
+and by parent (no empty scope is kept). The indexes hold the anchors' own id
+strings, never copies.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class _Scope:
         #: Response id -> the view it is recorded under.
         self.views: dict[str, bytes] = {}
         #: Parent response id -> the ids of the held anchors chained from it: one id, or a list of
-        #: several (most responses have at most one child, and a list per parent costs memory).
+        #: several (most responses have at most one child, and a list each would cost memory).
         self.children: dict[str, str | list[str]] = {}
 
     def link(self, anchor: Anchor) -> None:
@@ -72,21 +73,18 @@ class MemoryStore:
     """
     Anchors in this process's memory: bounded, LRU, TTL, thread- and task-safe.
 
-    The default store. Anchors do not survive a restart and are not shared
-    between processes (use `SQLiteStore` or `RedisStore` for that).
+    The default store; anchors do not survive a restart and are not shared
+    between processes (`SQLiteStore` and `RedisStore` do that).
     An anchor counts as used when it is recorded, or returned by `find` or
     `get`. Expired anchors are dropped when met, and each write drops expired
     ones at the least recently used end, so storage follows the TTL.
-
-    No method blocks on I/O, so the tracker runs them inline, without a
-    deadline thread (``never_blocks``); a subclass that overrides a store
-    method does not inherit that (`anchortrack.stores._base.runs_inline`).
+    No method blocks on I/O, so the tracker runs them inline (``never_blocks``,
+    see `anchortrack.stores._base.runs_inline`).
 
     Args:
         max_anchors: How many anchors to keep; beyond it the least recently
             used anchor is dropped.
-        ttl: Seconds an anchor lives; the tracker sets
-            ``expires_at = created_at + ttl``.
+        ttl: Seconds an anchor lives; the tracker sets ``expires_at = created_at + ttl``.
         secret_key: Optional key for keyed view digests (else the
             ``ANCHORTRACK_SECRET_KEY`` environment variable).
         clock: Returns the current Unix time; injectable for tests.
@@ -106,7 +104,7 @@ class MemoryStore:
         if max_anchors < 1:
             raise ValueError(f"max_anchors must be at least 1, got {max_anchors}")
         self.max_anchors = max_anchors
-        self.ttl = float(check_ttl(ttl))
+        self.ttl = check_ttl(ttl)
         self.secret_key = resolve_secret_key(secret_key)
         self._clock = clock
         self._lock = ForkSafeLock()
@@ -114,10 +112,8 @@ class MemoryStore:
         self._scopes: dict[str, _Scope] = {}
 
     def __len__(self) -> int:
-        """Return how many anchors are held, including expired, unswept ones."""
+        """How many anchors are held, including expired, unswept ones."""
         return len(self._anchors)
-
-    # -- the AnchorStore protocol ------------------------------------------
 
     def find(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         """Return the live anchors recorded in *scope* for any of *views*."""
@@ -140,14 +136,7 @@ class MemoryStore:
             return None if view is None else self._live(scope, view, self._clock())
 
     def put(self, scope: str, anchor: Anchor) -> None:
-        """
-        Record *anchor* in *scope*.
-
-        The last writer wins for a view, and a response id lives under one
-        view: recording it under another view drops the older entry.
-        An anchor that is already expired is not kept, but still replaces
-        what its view and response id held.
-        """
+        """Record *anchor* in *scope*; one already expired still replaces what its view and id held."""
         check_scope(scope)
         check_anchor(anchor)
         with self._lock:
@@ -167,12 +156,7 @@ class MemoryStore:
             self._sweep(now)
 
     def evict(self, scope: str, response_id: str) -> None:
-        """
-        Forget *response_id*, the view it was recorded under, and its descendants.
-
-        The descendants held are forgotten even when *response_id* itself is
-        not held (any more): the server resolves them through it.
-        """
+        """Forget *response_id*, its view and its descendants (even when it is itself no longer held)."""
         check_scope(scope)
         check_response_id(response_id)
         with self._lock:
@@ -184,7 +168,7 @@ class MemoryStore:
                         self._drop(scope, view)
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
-        """Async twin of `find` (runs inline: it never blocks on I/O)."""
+        """Async twin of `find` (runs inline: no method blocks on I/O)."""
         return self.find(scope, views)
 
     async def aget(self, scope: str, response_id: str) -> Anchor | None:
@@ -200,7 +184,7 @@ class MemoryStore:
         self.evict(scope, response_id)
 
     def close(self) -> None:
-        """Do nothing: present so every store can be closed the same way."""
+        """Do nothing: every store can be closed the same way."""
 
     async def aclose(self) -> None:
         """Async twin of `close`."""

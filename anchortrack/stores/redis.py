@@ -9,18 +9,15 @@ Key schema (see `KeySchema`), with the scope in a hash tag::
     {prefix}:{<scope>}:c:<response id> ->  set of the response ids chained from it
 
 Both keys of an anchor carry the anchor's absolute expiry (``PXAT``); a
-children set lives as long as its longest-lived member.
-Round trips: ``find``, ``put``, ``get`` and ``evict`` are one ``EVALSHA``
-each (see `anchortrack.stores._lua`). Redis evicting with an ``allkeys-*``
-policy may drop either key of an anchor: ``find`` restores a missing reverse
-key of an anchor it returns, so that ``evict`` can still reach it by its
-response id.
+children set lives as long as its longest-lived member. ``find``, ``put``,
+``get`` and ``evict`` are one ``EVALSHA`` each (`anchortrack.stores._lua`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -35,7 +32,7 @@ import redis.retry
 from . import _lua
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_ttl, unique_views
-from ._redis_format import KeySchema, decode_value, encode_value, expiry_ms, live
+from ._redis_format import KeySchema, decode_value, encode_value
 
 
 __all__ = ["RedisStore"]
@@ -50,33 +47,23 @@ class RedisStore:
     """
     Anchors in Redis: shared by every worker and host that uses one server.
 
-    One store object serves sync and async callers when it has a client of
-    each kind: build it with `from_url`, or pass a sync ``redis.Redis`` as
-    *client* and a ``redis.asyncio.Redis`` as *async_client* (or an async
-    client alone as *client*).
-    Calling a sync method without a sync client, or an async one without an
-    async client, raises `TypeError`.
-
-    Errors are raised, never swallowed.
-    Clients from `from_url` time out after 0.25 s and do not retry, so a
-    stopped server raises ``redis.exceptions.ConnectionError`` or
-    ``TimeoutError`` at once; clients you pass in keep their own settings.
-    Clients with ``decode_responses=True`` work too.
-
+    One store serves sync and async callers when it has a client of each kind:
+    build it with `from_url`, or pass a sync ``redis.Redis`` as *client* and a
+    ``redis.asyncio.Redis`` as *async_client* (or an async client alone as
+    *client*). A method without a client of its kind raises `TypeError`.
+    Errors are raised, never swallowed: clients from `from_url` time out fast
+    and never retry; clients you pass in keep their own settings (with
+    ``decode_responses=True`` too).
     An asyncio client is bound to the event loop it first runs on, so a store
-    from `from_url` makes one async client per event loop (it works across
-    ``asyncio.run`` calls); an async client you pass in is used as given.
-
-    Values hold only counts, times and ids (never item content); see the
-    module docstring for the key schema.
+    from `from_url` makes one async client per event loop; an async client you
+    pass in is used as given. Values hold only counts, times and ids.
 
     Args:
         client: A ``redis.Redis`` or a ``redis.asyncio.Redis``.
         async_client: A ``redis.asyncio.Redis`` for the async methods, when
             *client* is a sync one.
         prefix: The first part of every key.
-        ttl: Seconds an anchor lives; the tracker sets
-            ``expires_at = created_at + ttl``.
+        ttl: Seconds an anchor lives; the tracker sets ``expires_at = created_at + ttl``.
         secret_key: Optional key for keyed view digests (else the
             ``ANCHORTRACK_SECRET_KEY`` environment variable).
         clock: Returns the current Unix time, to filter anchors the server
@@ -104,18 +91,17 @@ class RedisStore:
         if asynchronous is not None and not _is_async(asynchronous):
             raise TypeError(f"async_client must be a redis.asyncio.Redis, got {asynchronous!r}")
         self.key_schema = KeySchema(prefix)
-        self.ttl = float(check_ttl(ttl))
+        self.ttl = check_ttl(ttl)
         self.secret_key = resolve_secret_key(secret_key)
         self.client = cast("redis.Redis | None", sync)
         self.async_client = cast("redis.asyncio.Redis | None", asynchronous)
         self._clock = clock
         self._owned = False
-        self._sync_side = _SyncSide(self.client) if self.client is not None else None
-        self._first_async = _AsyncSide(self.async_client) if self.async_client is not None else None
-        # Stores from `from_url` make one async client per event loop, since
-        # an asyncio client cannot outlive the loop it first ran on.
+        self._sync_side = _Scripts(sync) if sync is not None else None
+        self._first_async = _Scripts(asynchronous) if asynchronous is not None else None
+        # Set by `from_url`: a new async client for each event loop (one cannot outlive its loop).
         self._new_async_client: Callable[[], redis.asyncio.Redis] | None = None
-        self._async_sides: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AsyncSide] = (
+        self._async_sides: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Scripts] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -131,21 +117,13 @@ class RedisStore:
         **kwargs: Any,
     ) -> RedisStore:
         """
-        Build a store with a sync and an async client for *url*.
+        Build a store that owns a sync and an async client for *url* (`close` / `aclose` close them).
 
-        Args:
-            url: A ``redis://``, ``rediss://`` or ``unix://`` URL.
-            prefix: The first part of every key.
-            ttl: Seconds an anchor lives.
-            secret_key: Optional key for keyed view digests.
-            clock: Returns the current Unix time.
-            **kwargs: Passed to both clients' ``from_url``; the defaults are
-                ``socket_timeout=0.25`` and ``socket_connect_timeout=0.25``.
-                The clients never retry, so that failures are fast
-                (``retry`` is refused).
-
-        Returns:
-            A store that owns both clients: `close` / `aclose` close them.
+        *url* is a ``redis://``, ``rediss://`` or ``unix://`` URL; *kwargs* go to
+        both clients' ``from_url``, with ``socket_timeout`` and
+        ``socket_connect_timeout`` 0.25 s unless given. The clients never retry,
+        so that failures are fast (``retry`` is refused); the other arguments
+        are the constructor's.
         """
         if "retry" in kwargs:
             raise TypeError(
@@ -175,15 +153,11 @@ class RedisStore:
         store._new_async_client = new_async_client
         return store
 
-    # -- sync ---------------------------------------------------------------
-
     def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Return the live anchors recorded in *scope* for any of *views* (one EVALSHA)."""
         wanted = unique_views(views)
         keys, args = self._find_call(scope, wanted)
-        if not wanted:
-            return {}
-        return self._found(wanted, self._sync("find").find(keys, args))
+        return self._found(wanted, self._sync("find").find(keys, args)) if wanted else {}
 
     def get(self, scope: str, response_id: str) -> Anchor | None:
         """Return the live anchor recorded in *scope* for *response_id* (one EVALSHA)."""
@@ -191,21 +165,12 @@ class RedisStore:
         return self._got(response_id, self._sync("get").get(keys, args))
 
     def put(self, scope: str, anchor: Anchor) -> None:
-        """
-        Record *anchor* in *scope* (one EVALSHA, atomic).
-
-        The last writer wins for a view, and a response id lives under one
-        view: recording it under another view deletes the older entry.
-        """
+        """Record *anchor* in *scope* (one atomic EVALSHA; an id moves to its new view)."""
         keys, args = self._put_call(scope, anchor)
         self._sync("put").put(keys, args)
 
     def evict(self, scope: str, response_id: str) -> None:
-        """
-        Forget *response_id* and its descendants (one EVALSHA, atomic).
-
-        Each view entry goes too, unless it now names another response.
-        """
+        """Forget *response_id* and its descendants, and each view that still names one (one EVALSHA)."""
         keys, args = self._evict_call(scope, response_id)
         self._sync("evict").evict(keys, args)
 
@@ -214,15 +179,11 @@ class RedisStore:
         if self._owned and self.client is not None:
             self.client.close()
 
-    # -- async --------------------------------------------------------------
-
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Async twin of `find`."""
         wanted = unique_views(views)
         keys, args = self._find_call(scope, wanted)
-        if not wanted:
-            return {}
-        return self._found(wanted, await self._async("afind").find(keys, args))
+        return self._found(wanted, await self._async("afind").find(keys, args)) if wanted else {}
 
     async def aget(self, scope: str, response_id: str) -> Anchor | None:
         """Async twin of `get`."""
@@ -250,24 +211,14 @@ class RedisStore:
             await side.client.aclose()
         self.close()
 
-    # -- shared by both (pure) --------------------------------------------------
-
-    def _sync(self, method: str) -> _SyncSide:
+    def _sync(self, method: str) -> _Scripts:
         if self._sync_side is None:
-            raise TypeError(
-                f"RedisStore.{method}() needs a sync redis.Redis client, but this store has only"
-                f" an async one: await RedisStore.a{method}(), or build the store with"
-                " RedisStore.from_url() or RedisStore(sync_client, async_client=...)"
-            )
+            raise _no_client(method, "a sync redis.Redis", "an async", f"await RedisStore.a{method}()")
         return self._sync_side
 
-    def _async(self, method: str) -> _AsyncSide:
+    def _async(self, method: str) -> _Scripts:
         if self.async_client is None:
-            raise TypeError(
-                f"RedisStore.{method}() needs a redis.asyncio.Redis client, but this store has"
-                f" only a sync one: call RedisStore.{method[1:]}(), or build the store with"
-                " RedisStore.from_url() or RedisStore(sync_client, async_client=...)"
-            )
+            raise _no_client(method, "a redis.asyncio.Redis", "a sync", f"call RedisStore.{method[1:]}()")
         if self._new_async_client is None:  # the caller's client: used as given
             assert self._first_async is not None
             return self._first_async
@@ -277,15 +228,17 @@ class RedisStore:
             if self._first_async is not None:
                 side, self._first_async = self._first_async, None
             else:
-                side = _AsyncSide(self._new_async_client())
+                side = _Scripts(self._new_async_client())
             self._async_sides[loop] = side
         return side
 
     def _found(self, views: list[bytes], raws: Sequence[bytes | str | None]) -> dict[bytes, Anchor]:
-        decoded = (
-            decode_value(v, raw) if raw is not None else None for v, raw in zip(views, raws, strict=True)
-        )
-        return live(decoded, self._clock())
+        now, found = self._clock(), {}
+        for view, raw in zip(views, raws, strict=True):
+            anchor = decode_value(view, raw) if raw is not None else None
+            if anchor is not None and anchor.is_live(now):
+                found[view] = anchor
+        return found
 
     def _got(self, response_id: str, reply: Sequence[bytes | str] | None) -> Anchor | None:
         if not reply:
@@ -312,7 +265,7 @@ class RedisStore:
         args: list[str | int] = [
             encode_value(a),
             a.view.hex(),
-            expiry_ms(a),
+            max(1, math.ceil(a.expires_at * 1000)),  # PXAT: Unix milliseconds, at least 1
             a.response_id,
             schema.view_prefix(scope),
             schema.response_prefix(scope),
@@ -336,10 +289,10 @@ class RedisStore:
         ]
 
 
-class _SyncSide:
-    """A sync client and its registered scripts."""
+class _Scripts:
+    """A client (sync or asyncio) and its registered scripts: calling one returns what the client does."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Any) -> None:
         self.client = client
         self.find = client.register_script(_lua.FIND)
         self.put = client.register_script(_lua.PUT)
@@ -347,15 +300,12 @@ class _SyncSide:
         self.evict = client.register_script(_lua.EVICT)
 
 
-class _AsyncSide:
-    """An asyncio client and its registered scripts."""
-
-    def __init__(self, client: redis.asyncio.Redis) -> None:
-        self.client = client
-        self.find = client.register_script(_lua.FIND)
-        self.put = client.register_script(_lua.PUT)
-        self.get = client.register_script(_lua.GET)
-        self.evict = client.register_script(_lua.EVICT)
+def _no_client(method: str, needed: str, held: str, instead: str) -> TypeError:
+    """The error for calling *method* on a store without a client of its kind."""
+    return TypeError(
+        f"RedisStore.{method}() needs {needed} client, but this store has only {held} one: {instead},"
+        " or build the store with RedisStore.from_url() or RedisStore(sync_client, async_client=...)"
+    )
 
 
 def _is_async(client: object) -> bool:

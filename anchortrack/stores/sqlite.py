@@ -1,25 +1,120 @@
 """
-`SQLiteStore`: anchors in one SQLite file, shared by the processes of a host.
+`SQLiteStore`: anchors in one SQLite file, shared by the processes of a host, and its schema.
+
+``PRAGMA user_version`` holds the schema version; `MIGRATIONS` ``[i]`` takes a
+file from version ``i`` to ``i + 1``. To change the schema, append a
+migration; never edit a released one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_scope, check_ttl, unique_views
-from ._sqlite_schema import SchemaVersionError, migrate
 
 
 __all__ = ["SQLiteStore", "SchemaVersionError"]
 
 _T = TypeVar("_T")
+
+
+class SchemaVersionError(sqlite3.DatabaseError):
+    """The database was written by a newer anchortrack with a newer schema."""
+
+
+#: Each entry is a script that upgrades version ``i`` to ``i + 1``.
+MIGRATIONS: tuple[str, ...] = (
+    # 0 -> 1: one row per (scope, view); the response id index is the
+    # reverse entry, the expiry index serves the sweep.
+    """
+    CREATE TABLE anchors (
+        scope       TEXT    NOT NULL,
+        view        BLOB    NOT NULL,
+        response_id TEXT    NOT NULL,
+        count       INTEGER NOT NULL,
+        created_at  REAL    NOT NULL,
+        expires_at  REAL    NOT NULL,
+        PRIMARY KEY (scope, view)
+    ) WITHOUT ROWID;
+    CREATE INDEX anchors_by_response ON anchors (scope, response_id);
+    CREATE INDEX anchors_by_expiry ON anchors (expires_at);
+    """,
+    # 1 -> 2: each anchor's carried-over properties digest and its MAC (with a
+    # secret key). Rows recorded before are dropped: what their requests'
+    # properties were is unknown, so they must not be chained from.
+    """
+    ALTER TABLE anchors ADD COLUMN properties BLOB NOT NULL DEFAULT x'';
+    ALTER TABLE anchors ADD COLUMN mac BLOB;
+    DELETE FROM anchors
+    """,
+    # 2 -> 3: each anchor's parent (the response it was chained from), so
+    # that evicting a dead response evicts its descendants.
+    """
+    ALTER TABLE anchors ADD COLUMN parent TEXT;
+    CREATE INDEX anchors_by_parent ON anchors (scope, parent) WHERE parent IS NOT NULL
+    """,
+)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """Return the schema version recorded in the database."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -> int:
+    """
+    Bring the database to the newest schema (*migrations*, default `MIGRATIONS`); return the version it had.
+
+    One ``BEGIN IMMEDIATE`` transaction that re-reads the version inside it, so
+    several processes opening one new file migrate it once. *conn* must be in
+    autocommit mode (``isolation_level=None``).
+
+    Raises:
+        SchemaVersionError: The database's version is newer than this code's.
+    """
+    migrations = MIGRATIONS if migrations is None else migrations
+    found = schema_version(conn)
+    if found != len(migrations):
+        _check_not_too_new(found, len(migrations))
+        with _transaction(conn):
+            found = schema_version(conn)
+            _check_not_too_new(found, len(migrations))
+            for version in range(found, len(migrations)):
+                for statement in migrations[version].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {version + 1:d}")
+    return found
+
+
+def _check_not_too_new(found: int, known: int) -> None:
+    if found > known:
+        raise SchemaVersionError(
+            f"anchor database schema version {found} is newer than this anchortrack "
+            f"supports ({known}); upgrade anchortrack or use another file"
+        )
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One ``BEGIN IMMEDIATE`` transaction, committed, or rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
 
 #: Views per ``IN (...)`` list, well under SQLite's variable limit.
 _CHUNK = 500
@@ -69,27 +164,20 @@ class SQLiteStore:
     Anchors in one SQLite file: survives restarts, shared by a host's processes.
 
     The file is in WAL mode, so readers never wait for writers, and every
-    write is one short ``BEGIN IMMEDIATE`` transaction.
-    The store opens its connection lazily, serialises its threads on one
-    lock, and after any SQLite error drops the connection so the next call
-    reconnects.
-    Errors are raised, never swallowed, and arrive quickly: a file locked by
-    another writer raises ``sqlite3.OperationalError`` after *timeout*
-    seconds, a read-only file or directory at once.
-
-    Expired rows are never returned; they are deleted on the first write
-    after opening and then every *sweep_every* writes.
-    The schema is versioned with ``PRAGMA user_version`` and migrated on
+    write is one short ``BEGIN IMMEDIATE`` transaction. The connection is
+    opened lazily, shared by the store's threads under one lock, and dropped
+    after any SQLite error so the next call reconnects. Errors are raised, and
+    quickly: a file locked by another writer raises ``sqlite3.OperationalError``
+    after *timeout* seconds, a read-only file at once.
+    Expired rows are never returned; they are deleted on the first write after
+    opening and then every *sweep_every* writes. The schema is migrated on
     open; a file from a newer anchortrack raises `SchemaVersionError`.
-
-    The async methods run the sync ones in a worker thread
-    (``asyncio.to_thread``).
+    The async methods run the sync ones in a worker thread.
 
     Args:
         path: The database file (created if missing), or ``":memory:"``
             (private to this store, and lost when its connection closes).
-        ttl: Seconds an anchor lives; the tracker sets
-            ``expires_at = created_at + ttl``.
+        ttl: Seconds an anchor lives; the tracker sets ``expires_at = created_at + ttl``.
         secret_key: Optional key for keyed view digests (else the
             ``ANCHORTRACK_SECRET_KEY`` environment variable).
         timeout: Seconds to wait for another connection's write lock.
@@ -110,7 +198,7 @@ class SQLiteStore:
         if sweep_every < 1:
             raise ValueError(f"sweep_every must be at least 1, got {sweep_every}")
         self.path = os.fspath(path)
-        self.ttl = float(check_ttl(ttl))
+        self.ttl = check_ttl(ttl)
         self.secret_key = resolve_secret_key(secret_key)
         self.timeout = timeout
         self.sweep_every = sweep_every
@@ -119,8 +207,6 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
         self._writes_to_sweep = 0  # sweep at the first write
-
-    # -- the AnchorStore protocol ------------------------------------------
 
     def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Return the live anchors recorded in *scope* for any of *views*."""
@@ -153,28 +239,17 @@ class SQLiteStore:
         return self._run(run)
 
     def put(self, scope: str, anchor: Anchor) -> None:
-        """
-        Record *anchor* in *scope*.
-
-        The last writer wins for a view, and a response id lives under one
-        view: recording it under another view deletes the older row.
-        """
+        """Record *anchor* in *scope* (last writer wins for a view; an id moves to its new view)."""
         check_scope(scope)
         a = check_anchor(anchor)
 
         def run(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            sweep = self._writes_to_sweep <= 0
+            with _transaction(conn):
                 conn.execute(_DROP_OTHER_VIEWS, (scope, a.response_id, a.view))
                 conn.execute(_UPSERT, _row(scope, a))
-                sweep = self._writes_to_sweep <= 0
                 if sweep:
                     conn.execute(_SWEEP, (self._clock(),))
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
             self._writes_to_sweep = (self.sweep_every if sweep else self._writes_to_sweep) - 1
 
         self._run(run)
@@ -201,8 +276,6 @@ class SQLiteStore:
         """Async twin of `evict`, run in a worker thread."""
         await asyncio.to_thread(self.evict, scope, response_id)
 
-    # -- lifecycle ------------------------------------------------------------
-
     def close(self) -> None:
         """Close the connection; the store reopens it if it is used again."""
         with self._lock:
@@ -215,7 +288,7 @@ class SQLiteStore:
         await asyncio.to_thread(self.close)
 
     def _run(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run *operation* on the connection; drop the connection if it fails."""
+        """Run *operation* on the connection (a new one after a fork); drop the connection if it fails."""
         if self._pid != os.getpid():  # forked: never share a connection
             self._pid, self._lock, self._conn = os.getpid(), threading.Lock(), None
         with self._lock:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from anchortrack.stores import SchemaVersionError, SQLiteStore
-from anchortrack.stores import _sqlite_schema as schema
+from anchortrack.stores import sqlite as schema
 
 from ..helpers import FakeClock
 from .helpers import SCOPE, make_anchor, view
