@@ -1,8 +1,4 @@
-"""
-In-process counters and histograms (thread-safe, no dependencies).
-
-`Stats.snapshot()` returns plain data; exporters (Prometheus) read it.
-"""
+"""In-process counters and histograms (thread-safe, no dependencies); exporters read `Stats.snapshot()`."""
 
 from __future__ import annotations
 
@@ -68,63 +64,47 @@ class Histogram:
 
 class Stats:
     """
-    What a tracker did, since it was created.
-
-    Every call through the tracked client is counted once in ``requests``,
-    under its outcome; ``print(stats)`` shows the headline counters in one line.
+    What a tracker did, since it was created: every call through the tracked client is counted
+    once in ``requests`` from its `Outcome` (`observe`); ``print(stats)`` shows the headline.
 
     Counters:
-        requests: by ``(mode, decision, reason, transport)``. The decision is
-            ``chained`` (anchortrack sent ``previous_response_id`` plus the
-            delta and the server accepted it), ``resent`` (it sent the call
-            chained, the server refused the anchor, and it resent the call in
-            full; the reason is ``stale_anchor`` or ``zdr``), ``stateless``
-            (it sent the full history because no anchor could be proved) or
-            ``passthrough`` (it sent the request exactly as built: mode
-            ``off``, or caller-managed state). A chained call is counted
-            when its answer (or error) arrives, so a refusal is never counted
-            as chained. In ``shadow`` mode the decision is what *would* have
-            been sent (never ``resent``); the request itself went out in full.
-            The transport is ``http``, or ``websocket`` for a
-            ``response.create`` sent over ``client.responses.connect()``.
-        resends: the ``resent`` requests by reason (``stale_anchor``,
-            ``zdr``): chained, refused, sent again in full.
+        requests: by ``(mode, decision, reason, transport)``. The decision is ``chained``
+            (``previous_response_id`` plus the delta, accepted by the server), ``resent`` (sent
+            chained, the server refused the anchor, resent in full; the reason is ``stale_anchor``
+            or ``zdr``), ``stateless`` (the full history: no anchor could be proved) or
+            ``passthrough`` (the request exactly as built: mode ``off``, or caller-managed state).
+            A chained call is counted when its answer (or error) arrives, so a refusal is never
+            counted as chained. In ``shadow`` mode the decision is what *would* have been sent
+            (never ``resent``); the request itself went out in full. The transport is ``http``,
+            or ``websocket`` for a ``response.create`` sent over ``client.responses.connect()``.
+        resends: the ``resent`` requests by reason (``stale_anchor``, ``zdr``).
         fallbacks: the same counts as ``resends`` (its older name).
-        stateless: the ``stateless`` requests by reason (``no_history``,
-            ``prefix_diverged``, …): every reason the history went out in
-            full without a refusal. The guide's "fallbacks" are these and
-            the resends.
+        stateless: the ``stateless`` requests by reason (``no_history``, ``prefix_diverged``,
+            …): the history went out in full without a refusal. The guide's "fallbacks" are
+            these and the resends.
         recorded: anchors written to the store.
-        recorded_local: connection-local anchors: responses a WebSocket keeps
-            in memory (``store: false``, or zero data retention), chained
-            from on that socket only and never written to the store.
-        not_recorded: responses that did not become anchors, by reason
-            (``store_unavailable``: the store failed, or was skipped during an
-            outage, when the anchor was written).
+        recorded_local: connection-local anchors: responses a WebSocket keeps in memory
+            (``store: false``, or zero data retention), never written to the store.
+        not_recorded: responses that did not become anchors, by reason (``store_unavailable``:
+            the store failed, or was skipped during an outage, when the anchor was written).
         store_errors: failed store operations, by operation.
-        anchors_rejected: anchors the store returned whose MAC did not
-            verify (with a secret key), treated as absent.
-        store_stalls: store operations that failed while the caller's own
-            event loop was blocked, and were tried again, by operation.
-        backlog: anchor writes the store did not take in time: ``queued``
-            (waited in the backlog), ``written`` (later written from it),
-            ``dropped`` by reason (``overflow``, ``expired``), and ``size``
-            (waiting now).
-        items_sent / items_total: items sent (resends included) vs items in
-            the caller's histories (tracked requests only; mode ``off`` reads
-            nothing).
-        items_planned: items the plans send (equal to items_sent except in
-            shadow mode, where it is what chaining would have sent, and after
-            resends).
-        bytes_sent / bytes_stateless: estimated input bytes actually sent
-            (resends included) vs what stateless requests would have sent.
-        bytes_planned: estimated input bytes of the planned requests (what
-            chaining sends or, in shadow mode, would have sent).
-        delta_items: a histogram of the items sent by chained requests the
-            server accepted (mode ``chained`` only).
-
-    Every request is counted from its `Outcome` (`observe`), the record the
-    tracker hands its subscribers too.
+        anchors_rejected: anchors the store returned whose MAC did not verify (with a secret
+            key), treated as absent.
+        store_stalls: store operations that failed while the caller's own event loop was
+            blocked, and were tried again, by operation.
+        backlog: anchor writes the store did not take in time: ``queued`` (waited in the
+            backlog), ``written`` (later written from it), ``dropped`` by reason (``overflow``,
+            ``expired``), and ``size`` (waiting now).
+        items_sent / items_total: items sent (resends included) vs items in the caller's
+            histories (tracked requests only; mode ``off`` reads nothing).
+        items_planned: items the plans send (as items_sent, except in shadow mode, where it is
+            what chaining would have sent, and after resends).
+        bytes_sent / bytes_stateless: estimated input bytes sent (resends included) vs what
+            stateless requests would have sent.
+        bytes_planned: estimated input bytes of the planned requests (what chaining sends or,
+            in shadow mode, would have sent).
+        delta_items: a histogram of the items sent by chained requests the server accepted
+            (mode ``chained`` only).
     """
 
     def __init__(self) -> None:
@@ -164,13 +144,9 @@ class Stats:
 
     def _summary(self) -> str:
         """
-        The headline counters, one line (``print(stats)``).
-
-        ``requests 12 (chained 9, resent 1, stateless 2); input bytes ~5,210 sent
-        of ~21,337 stateless (24%), saved ~16,127; recorded 12`` (bytes are the
-        estimated sizes of the input items, as in `snapshot`). Shadow-mode
-        requests are listed apart, by what they would have done, with what
-        chaining would have sent.
+        The headline counters in one line, such as ``requests 12 (chained 9, resent 1, stateless 2);
+        input bytes ~5,210 sent of ~21,337 stateless (24%), saved ~16,127; recorded 12``.
+        Shadow-mode requests are listed apart, by what they would have done.
         """
         with self._lock:
             live: Counter[str] = Counter()
@@ -265,12 +241,9 @@ class Stats:
 
     def snapshot(self) -> dict[str, Any]:
         """
-        Return every counter and histogram as plain data.
-
-        Besides the counters, ``bytes_saved`` is ``bytes_stateless -
-        bytes_sent`` (what chaining saved) and ``bytes_would_save`` is
-        ``bytes_stateless - bytes_planned`` (what it saves or, for requests
-        planned in shadow mode, would have saved).
+        Return every counter and histogram as plain data; besides, ``bytes_saved`` (``bytes_stateless -
+        bytes_sent``, what chaining saved) and ``bytes_would_save`` (``bytes_stateless - bytes_planned``,
+        what it saves or, for requests planned in shadow mode, would have saved).
         """
         with self._lock:
             return {
@@ -290,10 +263,7 @@ class Stats:
                 "backlog": {
                     "queued": self.backlog_queued,
                     "written": self.backlog_written,
-                    "dropped": {
-                        "overflow": self.backlog_dropped["overflow"],
-                        "expired": self.backlog_dropped["expired"],
-                    },
+                    "dropped": {reason: self.backlog_dropped[reason] for reason in ("overflow", "expired")},
                     "size": self.backlog_size,
                 },
                 "items_sent": self.items_sent,
@@ -328,11 +298,7 @@ class Stats:
 
 
 def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """
-    Add up `Stats.snapshot` results (of several trackers) into one of the same shape.
-
-    Histograms must share their bounds, as every `Stats` does.
-    """
+    """Add up the `Stats.snapshot` results of several trackers into one of the same shape."""
     merged = Stats().snapshot()
     requests: Counter[tuple[str, str, str, str]] = Counter()
     for snap in snapshots:

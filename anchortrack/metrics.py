@@ -128,6 +128,40 @@ def _tracker(source: object) -> Tracker:
     return source if isinstance(source, Tracker) else _client.tracker(source)
 
 
+# fmt: off
+#: The series after ``anchortrack_requests``, in order: family, name, label (None: one series), the
+#: key of its value (or values by label) in the snapshot as `_families` flattens it, and help.
+_SERIES: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str | None, str, str], ...] = (
+    (CounterMetricFamily, "anchortrack_fallbacks", "reason", "fallbacks",
+     "Chained requests refused by the server and resent in full, by reason."),
+    (CounterMetricFamily, "anchortrack_responses_recorded", None, "recorded",
+     "Responses recorded as anchors."),
+    (CounterMetricFamily, "anchortrack_responses_recorded_local", None, "recorded_local",
+     "Responses kept as connection-local anchors by a WebSocket (store: false or ZDR), never stored."),
+    (CounterMetricFamily, "anchortrack_responses_not_recorded", "reason", "not_recorded",
+     "Responses not recorded as anchors, by reason."),
+    (CounterMetricFamily, "anchortrack_store_errors", "operation", "store_errors",
+     "Failed anchor store operations, by operation."),
+    (CounterMetricFamily, "anchortrack_anchors_rejected", None, "anchors_rejected",
+     "Anchors read from the store whose MAC did not verify (secret key set), treated as absent."),
+    (CounterMetricFamily, "anchortrack_store_stalls", "operation", "store_stalls",
+     "Store operations retried because the caller's event loop was blocked, by operation."),
+    (CounterMetricFamily, "anchortrack_backlog_queued", None, "backlog_queued",
+     "Anchor writes the store did not take in time, queued in the backlog."),
+    (CounterMetricFamily, "anchortrack_backlog_written", None, "backlog_written",
+     "Anchor writes written from the backlog once the store answered again."),
+    (CounterMetricFamily, "anchortrack_backlog_dropped", "reason", "backlog_dropped",
+     "Anchor writes dropped from the backlog, by reason (overflow, expired)."),
+    (GaugeMetricFamily, "anchortrack_backlog_anchors", None, "backlog_size",
+     "Anchor writes waiting in the backlog now."),
+    (CounterMetricFamily, "anchortrack_request_items", "kind", "items",
+     "Input items: sent (resends included), planned, and in the callers' histories."),
+    (CounterMetricFamily, "anchortrack_request_bytes", "kind", "bytes",
+     "Estimated input bytes: sent (resends included), planned, and what stateless requests send."),
+)
+# fmt: on
+
+
 def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
     requests = CounterMetricFamily(
@@ -139,75 +173,21 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     for row in snap["requests"]:
         requests.add_metric([row["mode"], row["decision"], row["reason"], row["transport"]], row["count"])
     yield requests
-    yield _by_label(
-        "anchortrack_fallbacks",
-        "Chained requests refused by the server and resent in full, by reason.",
-        "reason",
-        snap["fallbacks"],
-    )
-    yield CounterMetricFamily(
-        "anchortrack_responses_recorded", "Responses recorded as anchors.", value=snap["recorded"]
-    )
-    yield CounterMetricFamily(
-        "anchortrack_responses_recorded_local",
-        "Responses kept as connection-local anchors by a WebSocket (store: false or ZDR), never stored.",
-        value=snap["recorded_local"],
-    )
-    yield _by_label(
-        "anchortrack_responses_not_recorded",
-        "Responses not recorded as anchors, by reason.",
-        "reason",
-        snap["not_recorded"],
-    )
-    yield _by_label(
-        "anchortrack_store_errors",
-        "Failed anchor store operations, by operation.",
-        "operation",
-        snap["store_errors"],
-    )
-    yield CounterMetricFamily(
-        "anchortrack_anchors_rejected",
-        "Anchors read from the store whose MAC did not verify (secret key set), treated as absent.",
-        value=snap["anchors_rejected"],
-    )
-    yield _by_label(
-        "anchortrack_store_stalls",
-        "Store operations retried because the caller's event loop was blocked, by operation.",
-        "operation",
-        snap["store_stalls"],
-    )
-    backlog = snap["backlog"]
-    yield CounterMetricFamily(
-        "anchortrack_backlog_queued",
-        "Anchor writes the store did not take in time, queued in the backlog.",
-        value=backlog["queued"],
-    )
-    yield CounterMetricFamily(
-        "anchortrack_backlog_written",
-        "Anchor writes written from the backlog once the store answered again.",
-        value=backlog["written"],
-    )
-    yield _by_label(
-        "anchortrack_backlog_dropped",
-        "Anchor writes dropped from the backlog, by reason (overflow, expired).",
-        "reason",
-        backlog["dropped"],
-    )
-    yield GaugeMetricFamily(
-        "anchortrack_backlog_anchors", "Anchor writes waiting in the backlog now.", value=backlog["size"]
-    )
-    yield _by_label(
-        "anchortrack_request_items",
-        "Input items: sent (resends included), planned, and in the callers' histories.",
-        "kind",
-        {"sent": snap["items_sent"], "planned": snap["items_planned"], "history": snap["items_total"]},
-    )
-    yield _by_label(
-        "anchortrack_request_bytes",
-        "Estimated input bytes: sent (resends included), planned, and what stateless requests send.",
-        "kind",
-        {"sent": snap["bytes_sent"], "planned": snap["bytes_planned"], "stateless": snap["bytes_stateless"]},
-    )
+    flat = {**snap, **{f"backlog_{key}": value for key, value in snap["backlog"].items()}}
+    flat["items"] = {
+        "sent": snap["items_sent"],
+        "planned": snap["items_planned"],
+        "history": snap["items_total"],
+    }
+    flat["bytes"] = {kind: snap[f"bytes_{kind}"] for kind in ("sent", "planned", "stateless")}
+    for family, name, label, key, documentation in _SERIES:
+        if label is None:
+            yield family(name, documentation, value=flat[key])
+            continue
+        series = family(name, documentation, labels=[label])
+        for label_value, value in flat[key].items():
+            series.add_metric([label_value], value)
+        yield series
     yield _histogram(
         "anchortrack_plan_seconds",
         "Time to plan one request (fingerprint, look up, choose).",
@@ -216,13 +196,6 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     yield _histogram(
         "anchortrack_delta_items", "Items sent by chained requests the server accepted.", snap["delta_items"]
     )
-
-
-def _by_label(name: str, documentation: str, label: str, values: Mapping[str, int]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, documentation, labels=[label])
-    for key, value in values.items():
-        family.add_metric([key], value)
-    return family
 
 
 def _histogram(name: str, documentation: str, data: Mapping[str, Any]) -> HistogramMetricFamily:
