@@ -133,8 +133,8 @@ class FailOpen:
     # -- one store call: admitted, given a deadline, judged --------------------
 
     def call(self, operation: str, fn: Callable[[], T], *, budget: float | None = None) -> T | Unavailable:
-        """Run a sync store operation, failing open (`UNAVAILABLE`); *budget* may shorten the deadline."""
-        probe = self._admit(operation)
+        """Run a sync store operation, failing open (`UNAVAILABLE`); *budget* may shorten its deadline."""
+        probe = self._admit(operation, budget)
         if probe is None:
             return UNAVAILABLE
         try:
@@ -150,7 +150,7 @@ class FailOpen:
         self, operation: str, fn: Callable[[], Awaitable[T]], *, budget: float | None = None
     ) -> T | Unavailable:
         """The twin of `call` (async), plus the loop-stall retry."""
-        probe = self._admit(operation)
+        probe = self._admit(operation, budget)
         if probe is None:
             return UNAVAILABLE
         retried = False
@@ -182,8 +182,10 @@ class FailOpen:
     def _deadline(self, budget: float | None) -> float:
         return self.timeout if budget is None else max(0.0, min(self.timeout, budget))
 
-    def _admit(self, operation: str) -> bool | None:
+    def _admit(self, operation: str, budget: float | None) -> bool | None:
         """Whether the call may go: False as a plain call, True as the probe, None to go without the store."""
+        if budget is not None and budget <= 0:  # out of time
+            return None
         if self.healthy:
             return False
         with self._lock:
@@ -243,26 +245,18 @@ class FailOpen:
 
     def perform(self, effect: Any) -> Any:
         """Perform a store effect failing open; this tracker's own anchors fill the gaps in an answer."""
-        bound = self._bind(effect, "")
-        if bound is None:
-            return UNAVAILABLE
-        name, fn, budget = bound
+        name, fn, budget = self._bind(effect, "")
         return self._merged(effect, self.call(name, fn, budget=budget))
 
     async def aperform(self, effect: Any) -> Any:
         """The twin of `perform` (async)."""
-        bound = self._bind(effect, "a")
-        if bound is None:
-            return UNAVAILABLE
-        name, fn, budget = bound
+        name, fn, budget = self._bind(effect, "a")
         return self._merged(effect, await self.acall(name, fn, budget=budget))
 
-    def _bind(self, effect: Any, prefix: str) -> tuple[str, Callable[[], Any], float | None] | None:
-        """The operation, the store call and the budget left of *effect* (None: a write out of time)."""
+    def _bind(self, effect: Any, prefix: str) -> tuple[str, Callable[[], Any], float | None]:
+        """The operation of *effect*, the store call, and the time a write has left."""
         name, args = _OPERATIONS[type(effect)](effect)
         budget = effect.ends - time.monotonic() if type(effect) is Put else None
-        if budget is not None and budget <= 0:
-            return None
         method = getattr(self.store, prefix + name)
         return name, lambda: method(*args), budget
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -14,18 +15,7 @@ from ._outcome import CHAINED, PASSTHROUGH, RESENT, STATELESS, Decision, Outcome
 
 
 #: Upper bounds of the plan-duration histogram, in seconds.
-PLAN_SECONDS_BUCKETS: tuple[float, ...] = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-)
+PLAN_SECONDS_BUCKETS: tuple[float, ...] = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1)
 #: Upper bounds of the delta-size histogram, in items.
 DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000)
 
@@ -38,13 +28,11 @@ class Histogram:
     """A cumulative-bucket histogram like Prometheus'."""
 
     bounds: tuple[float, ...]
-    counts: list[int] = attrs.field()
+    counts: list[int] = attrs.field(
+        default=attrs.Factory(lambda self: [0] * (len(self.bounds) + 1), takes_self=True)
+    )
     total: float = 0.0
     count: int = 0
-
-    @counts.default
-    def _zeros(self) -> list[int]:
-        return [0] * (len(self.bounds) + 1)
 
     def observe(self, value: float) -> None:
         """Add one observation."""
@@ -54,11 +42,8 @@ class Histogram:
 
     def snapshot(self) -> dict[str, Any]:
         """Return cumulative bucket counts keyed by upper bound (``"+Inf"`` last)."""
-        buckets: dict[str, int] = {}
-        running = 0
-        for bound, n in zip([*self.bounds, float("inf")], self.counts, strict=True):
-            running += n
-            buckets["+Inf" if bound == float("inf") else repr(bound)] = running
+        bounds = [*map(repr, self.bounds), "+Inf"]
+        buckets = dict(zip(bounds, itertools.accumulate(self.counts), strict=True))
         return {"buckets": buckets, "sum": self.total, "count": self.count}
 
 
@@ -286,15 +271,10 @@ class Stats:
         transport: str | None = None,
     ) -> int:
         """Return how many requests match *decision*, *reason*, *mode* and *transport* (each optional)."""
+        wanted = (mode, decision, reason, transport)  # in the order of a `requests` key
         with self._lock:
-            return sum(
-                n
-                for (m, d, r, t), n in self.requests.items()
-                if decision in (None, d)
-                and reason in (None, r)
-                and mode in (None, m)
-                and transport in (None, t)
-            )
+            counts = list(self.requests.items())
+        return sum(n for key, n in counts if all(w in (None, k) for w, k in zip(wanted, key, strict=True)))
 
 
 def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -305,9 +285,8 @@ def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         for row in snap["requests"]:
             requests[row["mode"], row["decision"], row["reason"], row.get("transport", HTTP)] += row["count"]
         for key, value in snap.items():
-            if key == "requests":
-                continue
-            merged[key] = _add(merged[key], value)
+            if key != "requests":
+                merged[key] = _add(merged[key], value)
     merged["requests"] = [
         {"mode": m, "decision": d, "reason": r, "transport": t, "count": n}
         for (m, d, r, t), n in sorted(requests.items())
