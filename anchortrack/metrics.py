@@ -1,11 +1,10 @@
 """
-Prometheus exposition of anchortrack's counters and histograms.
+Prometheus exposition of anchortrack's counters and histograms (the ``prometheus`` extra:
+``pip install 'anchortrack[prometheus]'``).
 
-Needs the ``prometheus`` extra (``pip install 'anchortrack[prometheus]'``).
-Nothing is counted twice: the collector reads each tracker's `Stats` at scrape
-time, so it costs nothing between scrapes.
-
-For example:
+Nothing is counted twice: the collector reads each tracker's `Stats` at scrape time, so it costs
+nothing between scrapes. Several clients registered on one registry add up into one set of series;
+the metric names and labels are listed in ``docs/operations.md``. For example:
 
 ```python
 import anchortrack.metrics
@@ -15,10 +14,6 @@ client = anchortrack.wrap(OpenAI())
 anchortrack.metrics.register(client)     # on prometheus_client.REGISTRY
 start_http_server(9464)
 ```
-
-Several clients registered on one registry are added up into one set of
-series.
-The metric names and labels are listed in ``docs/operations.md``.
 """
 
 from __future__ import annotations
@@ -57,17 +52,8 @@ __all__ = ["AnchortrackCollector", "register"]
 
 class AnchortrackCollector(Collector):
     """
-    A Prometheus collector that reads one or more trackers' `Stats` at scrape time.
-
-    Args:
-        sources: Trackers, or clients made by `anchortrack.wrap`.
-
-    For example:
-
-    ```python
-    registry = CollectorRegistry()
-    registry.register(AnchortrackCollector(client))
-    ```
+    A Prometheus collector that reads the `Stats` of *sources* (trackers, or clients made by
+    `anchortrack.wrap`) at scrape time: ``registry.register(AnchortrackCollector(client))``.
     """
 
     def __init__(self, *sources: object) -> None:
@@ -100,14 +86,9 @@ _collectors_lock = ForkSafeLock()
 
 def register(source: object, registry: CollectorRegistry | None = None) -> AnchortrackCollector:
     """
-    Report *source* (a wrapped client or a tracker) on *registry*.
-
-    Every source registered on the same registry (default:
-    ``prometheus_client.REGISTRY``) shares one `AnchortrackCollector`, so the
-    series add up across clients instead of clashing.
-
-    Returns:
-        The registry's anchortrack collector.
+    Report *source* (a wrapped client or a tracker) on *registry* (default:
+    ``prometheus_client.REGISTRY``); return the registry's `AnchortrackCollector`, which every
+    source registered there shares, so that their series add up instead of clashing.
 
     Raises:
         TypeError: *source* is neither a tracker nor a wrapped client.
