@@ -119,10 +119,8 @@ class FailOpen:
         self._lock = ForkSafeLock()
         # The breaker: healthy while no failure is pending (`_first` is None).
         self._first: tuple[str, str] | None = None  # the operation and error that began it
-        self._down = False
-        self._since = 0.0
-        self._retry_at = 0.0
-        self._probing = False
+        self._down = self._probing = False
+        self._since = self._retry_at = 0.0
         self._cycle = [0, 0]  # written, dropped since the backlog was last empty
 
     @property
