@@ -69,7 +69,8 @@ class Stats:
             these and the resends.
         recorded: anchors written to the store.
         recorded_local: connection-local anchors: responses a WebSocket keeps in memory
-            (``store: false``, or zero data retention), never written to the store.
+            (``store: false``, or zero data retention), chained from on that socket only and
+            never written to the store.
         not_recorded: responses that did not become anchors, by reason (``store_unavailable``:
             the store failed, or was skipped during an outage, when the anchor was written).
         store_errors: failed store operations, by operation.
@@ -131,7 +132,8 @@ class Stats:
         """
         The headline counters in one line, such as ``requests 12 (chained 9, resent 1, stateless 2);
         input bytes ~5,210 sent of ~21,337 stateless (24%), saved ~16,127; recorded 12``.
-        Shadow-mode requests are listed apart, by what they would have done.
+        Shadow-mode requests are listed apart, by what they would have done, with what chaining
+        would have sent.
         """
         with self._lock:
             live: Counter[str] = Counter()
