@@ -1,22 +1,16 @@
 """
-Fail open around the anchor store: one mechanism, written once for every backend.
+Fail open around the anchor store, written once for every backend: a store that fails, hangs
+(sync or async) or lies costs a larger request, never the call.
 
-A store that fails, hangs (sync or async) or lies costs a larger request, never the call:
-
-* **One deadline.** A store call answers within ``timeout`` seconds or is given up:
-  async calls wait with ``asyncio.wait_for``, sync calls on a worker daemon thread
-  (which carries on alone). Stores that never block (`runs_inline`) run inline. An
-  async call that failed while the caller's own event loop was blocked for most of
-  its wait is not the store's fault: it is tried once more and counted as a stall.
-* **One cooldown with a single probe.** A failure makes the store *suspect*; the next
-  call of the same kind (read: find, get; write: put, evict) is the only one in
-  flight, the others go without the store. A failed probe means *down*
-  (``store_degraded``, once): one probe every ``cooldown`` seconds until one
-  succeeds (``store_recovered``).
-* **One bounded write-behind backlog** (`Backlog`): anchors the store did not take
-  wait there until it answers again. Planning reads them (and, beside a store that
-  may block, this tracker's latest written anchors), so a conversation keeps
-  chaining through an outage and right after it.
+* One deadline: async calls wait with ``asyncio.wait_for``, sync ones on a daemon worker
+  thread (stores that never block, `runs_inline`, run inline). An async call that failed while
+  the caller's own event loop was blocked for most of its wait is tried once more (a stall).
+* One cooldown with a single probe: a failure makes the store suspect and the next call of the
+  same kind (read: find, get; write: put, evict) probes it while the others go without the
+  store. A failed probe means down (``store_degraded``, once): one probe per ``cooldown`` until
+  one succeeds (``store_recovered``).
+* One bounded write-behind `Backlog`: anchors the store did not take wait there, and planning
+  reads them, so a conversation keeps chaining through an outage and right after it.
 
 Fork-safe: its locks are `ForkSafeLock`s; a forked child starts its own threads.
 """
@@ -94,7 +88,6 @@ class FailOpen:
     The store as a tracker uses it: every call with a deadline, a cooldown, and a backlog.
 
     Args:
-        store: The anchor store.
         stats: Where failures, stalls and backlog traffic are counted.
         timeout: The deadline of one store call, and of all the writes after a response.
         cooldown: Seconds between two probes of a store that is down.
@@ -117,6 +110,7 @@ class FailOpen:
         self.timeout = timeout
         self.cooldown = cooldown
         self.inline = runs_inline(store)
+        # Beside a store that may block, planning also reads this tracker's latest written anchors.
         self.backlog = Backlog(keep_written=not self.inline)
         self._clock = clock
         self._monotonic = monotonic
@@ -125,10 +119,8 @@ class FailOpen:
         self._lock = ForkSafeLock()
         # The breaker: healthy while no failure is pending (`_first` is None).
         self._first: tuple[str, str] | None = None  # the operation and error that began it
-        self._down = False
-        self._since = 0.0
-        self._retry_at = 0.0
-        self._probing = False
+        self._down = self._probing = False
+        self._since = self._retry_at = 0.0
         self._cycle = [0, 0]  # written, dropped since the backlog was last empty
 
     @property
@@ -139,27 +131,24 @@ class FailOpen:
     # -- one store call: admitted, given a deadline, judged --------------------
 
     def call(self, operation: str, fn: Callable[[], T], *, budget: float | None = None) -> T | Unavailable:
-        """Run a sync store operation, failing open (`UNAVAILABLE`); *budget* may shorten the deadline."""
-        probe = self._admit(operation)
+        """Run a sync store operation, failing open (`UNAVAILABLE`); *budget* may shorten its deadline."""
+        probe = self._admit(operation, budget)
         if probe is None:
             return UNAVAILABLE
         try:
             result = fn() if self.inline else self._workers.call(fn, self._deadline(budget))
         except Exception as error:  # noqa: BLE001 - any store fault fails open
-            self._failed(probe, operation, error)
-            return UNAVAILABLE
+            return self._failed(probe, operation, error)
         except BaseException:
             self._abandon(probe)
             raise
-        if probe or self._first is not None:
-            self._succeeded(probe, operation)
-        return result
+        return self._succeeded(probe, operation, result)
 
     async def acall(
         self, operation: str, fn: Callable[[], Awaitable[T]], *, budget: float | None = None
     ) -> T | Unavailable:
-        """Run an async store operation, failing open: the twin of `call`, plus the loop-stall retry."""
-        probe = self._admit(operation)
+        """The twin of `call` (async), plus the loop-stall retry."""
+        probe = self._admit(operation, budget)
         if probe is None:
             return UNAVAILABLE
         retried = False
@@ -169,33 +158,32 @@ class FailOpen:
                 result = await (fn() if lag is None else asyncio.wait_for(fn(), self._deadline(budget)))
             except Exception as error:  # noqa: BLE001 - any store fault fails open
                 stalled = lag.stalled() if lag is not None else None
-                if stalled is not None and not retried:
-                    retried = True
-                    self.stats.store_stalled(operation)
-                    get_logger().debug(
-                        "anchortrack.store_call_stalled",
-                        operation=operation,
-                        error=type(error).__name__,
-                        stalled_seconds=round(stalled, 3),
-                    )
-                    continue
-                self._failed(probe, operation, error)
-                return UNAVAILABLE
+                if stalled is None or retried:
+                    return self._failed(probe, operation, error)
+                retried = True
+                self.stats.store_stalled(operation)
+                get_logger().debug(
+                    "anchortrack.store_call_stalled",
+                    operation=operation,
+                    error=type(error).__name__,
+                    stalled_seconds=round(stalled, 3),
+                )
+                continue
             except BaseException:
                 self._abandon(probe)
                 raise
             finally:
                 if lag is not None:
                     lag.cancel()
-            if probe or self._first is not None:
-                self._succeeded(probe, operation)
-            return result
+            return self._succeeded(probe, operation, result)
 
     def _deadline(self, budget: float | None) -> float:
         return self.timeout if budget is None else max(0.0, min(self.timeout, budget))
 
-    def _admit(self, operation: str) -> bool | None:
+    def _admit(self, operation: str, budget: float | None) -> bool | None:
         """Whether the call may go: False as a plain call, True as the probe, None to go without the store."""
+        if budget is not None and budget <= 0:  # out of time
+            return None
         if self.healthy:
             return False
         with self._lock:
@@ -213,62 +201,62 @@ class FailOpen:
             with self._lock:
                 self._probing = False
 
-    def _failed(self, probe: bool, operation: str, error: Exception) -> None:
+    def _failed(self, probe: bool, operation: str, error: Exception) -> Unavailable:
+        """Count the failure; the first makes the store suspect, a failed probe means down."""
         self.stats.store_failed(operation)
         name = type(error).__name__
         with self._lock:
             if probe:
                 self._probing = False
-            now = self._monotonic()
-            if self._first is None:
+            now, first = self._monotonic(), self._first
+            degraded = probe and first is not None and not self._down
+            if first is None:
                 self._first, self._since, self._retry_at = (operation, name), now, now
-                event = "suspect"
-            elif not probe:
-                return  # begun before the suspicion: the same event
-            else:
+            elif probe:  # a failure of a call begun before the suspicion is the same event
                 self._retry_at = now + self.cooldown
-                event = "" if self._down else "degraded"
                 self._down = True
-            first = self._first
-        if event == "suspect":
+        if first is None:
             get_logger().debug("anchortrack.store_suspect", operation=operation, error=name)
-        elif event:
+        elif degraded:
             get_logger().warning(
                 "anchortrack.store_degraded", operation=first[0], error=first[1], retry_in=self.cooldown
             )
+        return UNAVAILABLE
 
-    def _succeeded(self, probe: bool, operation: str) -> None:
-        """End the suspicion or outage, if this success is of the kind that began it."""
+    def _succeeded(self, probe: bool, operation: str, result: T) -> T:
+        """End the suspicion or outage, if this success is of the kind that began it; return *result*."""
+        if not probe and self._first is None:
+            return result
         with self._lock:
             if probe:
                 self._probing = False
             first = self._first
             if first is None or _kind(first[0]) != _kind(operation):
-                return
+                return result
             was_down, self._first, self._down = self._down, None, False
             lasted = self._monotonic() - self._since
         if was_down:
             get_logger().warning("anchortrack.store_recovered", outage_seconds=round(lasted, 3))
+        return result
 
     # -- the flow's store effects ---------------------------------------------
 
     def perform(self, effect: Any) -> Any:
         """Perform a store effect failing open; this tracker's own anchors fill the gaps in an answer."""
-        name, args = _OPERATIONS[type(effect)](effect)
-        budget = effect.ends - time.monotonic() if type(effect) is Put else None
-        if budget is not None and budget <= 0:
-            return UNAVAILABLE
-        method = getattr(self.store, name)
-        return self._merged(effect, self.call(name, lambda: method(*args), budget=budget))
+        name, fn, budget = self._bind(effect, "")
+        return self._merged(effect, self.call(name, fn, budget=budget))
 
     async def aperform(self, effect: Any) -> Any:
         """The twin of `perform` (async)."""
+        name, fn, budget = self._bind(effect, "a")
+        return self._merged(effect, await self.acall(name, fn, budget=budget))
+
+    def _bind(self, effect: Any, prefix: str) -> tuple[str, Callable[[], Any], float | None]:
+        """The operation of *effect*, the store call, and the time a write has left."""
         name, args = _OPERATIONS[type(effect)](effect)
         budget = effect.ends - time.monotonic() if type(effect) is Put else None
-        if budget is not None and budget <= 0:
-            return UNAVAILABLE
-        method = getattr(self.store, "a" + name)
-        return self._merged(effect, await self.acall(name, lambda: method(*args), budget=budget))
+        method = getattr(self.store, prefix + name)
+        return name, lambda: method(*args), budget
 
     def _merged(self, effect: Any, answer: Any) -> Any:
         """The store's *answer*, with what the backlog holds for the effect where the store has nothing."""
@@ -308,19 +296,15 @@ class FailOpen:
             await adrive(self._writes(), self.aperform)
 
     def _writes(self) -> Generator[Put, Any, None]:
-        """
-        The writes of one flush, as effects: what was recorded, then, if the store is healthy, the backlog.
-
-        What the store does not take waits in the backlog.
-        """
+        """The writes of one flush: what was recorded, then, if the store is healthy, the backlog."""
         recorded, backlog = self._recorded, self.backlog
         ends = time.monotonic() + self.timeout
         while recorded:
             try:
                 scope, anchor = recorded.popleft()
-            except IndexError:
+            except IndexError:  # another thread's flush took it
                 break
-            if (yield Put(scope, anchor, ends)) is UNAVAILABLE:
+            if (yield Put(scope, anchor, ends)) is UNAVAILABLE:  # it waits in the backlog
                 queued, overflowed = backlog.add(scope, anchor, self._clock())
                 dropped = {"overflow": overflowed, "expired": 0 if queued or overflowed else 1}
                 self._count(queued=int(queued), dropped=dropped)
@@ -348,9 +332,8 @@ class FailOpen:
 
     def _count(self, *, queued: int = 0, written: int = 0, dropped: dict[str, int]) -> None:
         """
-        Count backlog traffic. A response counts as recorded once its anchor is
-        written (at once, or later from the backlog), and as not recorded
-        (``store_unavailable``) if its anchor is dropped from the backlog.
+        Count backlog traffic. A response counts as recorded once its anchor is written (at once, or
+        later from the backlog), and as not recorded (``store_unavailable``) if its anchor is dropped.
         """
         lost = sum(dropped.values())
         for _ in range(written):
@@ -369,13 +352,12 @@ class FailOpen:
 
 class Backlog:
     """
-    This tracker's anchors the store has not taken yet, oldest first; with
-    *keep_written*, also its latest anchors the store did take.
+    This tracker's anchors the store has not taken yet, oldest first; with *keep_written*, also its
+    latest anchors the store did take.
 
-    Planning reads both (`find`, `get`), so a conversation keeps chaining from
-    its own anchors while the store is down or slow, or after it came back
-    empty. Bounded: past *limit* anchors the oldest goes (one not written yet
-    is lost: ``overflow``), and expired ones are dropped when met. ``len()``
+    Planning reads both (`find`, `get`), so a conversation keeps chaining from its own anchors while
+    the store is down or slow, or after it came back empty. Bounded: past *limit* anchors the oldest
+    goes (one not written yet is lost: ``overflow``); expired ones are dropped when met. ``len()``
     counts the anchors waiting to be written. Thread-safe.
     """
 
@@ -399,9 +381,8 @@ class Backlog:
         """
         Hold *anchor* (waiting to be written, unless *written*), replacing what its view or id held.
 
-        Returns ``(held, overflowed)``: whether it is held (not when it has
-        expired, or the limit is 0) and how many anchors waiting to be
-        written were dropped to stay within the limit.
+        Returns ``(held, overflowed)``: whether it is held (not when expired, or the limit is 0), and
+        how many anchors waiting to be written were dropped to stay within the limit.
         """
         key = (scope, anchor.view)
         with self._lock:
@@ -423,12 +404,10 @@ class Backlog:
     def find(self, scope: str, views: Sequence[bytes], now: float) -> dict[bytes, Anchor]:
         """The live anchors of *scope* it holds for any of *views*."""
         with self._lock:
-            found = {}
-            for view in views:
-                anchor = self._held.get((scope, view))
-                if anchor is not None and anchor.is_live(now):
-                    found[view] = anchor
-            return found
+            found = {view: self._held.get((scope, view)) for view in views}
+            return {
+                view: anchor for view, anchor in found.items() if anchor is not None and anchor.is_live(now)
+            }
 
     def get(self, scope: str, response_id: str, now: float) -> Anchor | None:
         """The live anchor of *scope* it holds for *response_id*, if any."""
@@ -459,9 +438,8 @@ class Backlog:
         """
         Up to *n* of the oldest live anchors waiting to be written; they wait no longer.
 
-        Returns ``(entries, expired)``: the entries as ``(scope, anchor)``
-        (held still, with *keep_written*), and how many expired ones were
-        dropped on the way. Hand back what could not be written with `add`.
+        Returns ``(entries, expired)``: the ``(scope, anchor)`` entries (still held with
+        *keep_written*) and how many expired ones were dropped. Hand back what was not written with `add`.
         """
         taken: list[tuple[str, Anchor]] = []
         expired = 0
@@ -494,9 +472,8 @@ class _Workers:
     """
     Daemon threads that run a sync store's calls, so that a caller waits at most its deadline.
 
-    A thread starts whenever none is idle (up to *most*) and exits after
-    *idle_seconds* without work; daemon threads never keep the interpreter
-    from exiting, even while a store call hangs. A forked child starts its own.
+    A thread starts whenever none is idle (up to *most*) and exits after *idle_seconds* without
+    work. Daemon threads never keep the interpreter from exiting, even while a store call hangs.
     """
 
     def __init__(self, most: int = 4, idle_seconds: float = 10.0) -> None:
@@ -512,13 +489,7 @@ class _Workers:
         self._idle = 0
 
     def call(self, fn: Callable[[], T], timeout: float) -> T:
-        """
-        Run *fn* on a worker thread; return its result within *timeout* seconds.
-
-        Raises:
-            StoreTimeout: *fn* did not return in time (it keeps running).
-            Exception: Whatever *fn* raised.
-        """
+        """Run *fn* on a worker thread; its result or error within *timeout* seconds, else `StoreTimeout`."""
         if self._pid != os.getpid():  # forked: the threads stayed in the parent
             self._reset()
         future: Future[T] = Future()
@@ -526,13 +497,13 @@ class _Workers:
         with self._lock:
             if self._idle == 0 and self.threads < self.most:
                 self.threads += 1
-                worker = threading.Thread(target=self._serve, args=(self._jobs,), name="anchortrack-store")
-                worker.daemon = True
-                worker.start()
+                threading.Thread(
+                    target=self._serve, args=(self._jobs,), name="anchortrack-store", daemon=True
+                ).start()
         try:
             return future.result(max(timeout, 0.0))
         except FutureTimeout:
-            future.cancel()  # not started yet: never run it
+            future.cancel()  # not started yet: never run it (a started one keeps running)
             raise StoreTimeout(f"the store did not answer within {timeout:.3g} s") from None
 
     def _serve(self, jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
@@ -559,10 +530,8 @@ class _Workers:
 
 class _Lag:
     """
-    How long the running event loop was blocked while one store call was awaited.
-
-    A timer due every `_TICK` seconds notes how late it fires: late by L
-    seconds means the loop was blocked for about L seconds before it.
+    How long the running event loop was blocked while one store call was awaited: a timer due
+    every `_TICK` seconds that fires L seconds late means the loop was blocked for about L seconds.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:

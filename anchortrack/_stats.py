@@ -1,12 +1,9 @@
-"""
-In-process counters and histograms (thread-safe, no dependencies).
-
-`Stats.snapshot()` returns plain data; exporters (Prometheus) read it.
-"""
+"""In-process counters and histograms (thread-safe, no dependencies); exporters read `Stats.snapshot()`."""
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -18,18 +15,7 @@ from ._outcome import CHAINED, PASSTHROUGH, RESENT, STATELESS, Decision, Outcome
 
 
 #: Upper bounds of the plan-duration histogram, in seconds.
-PLAN_SECONDS_BUCKETS: tuple[float, ...] = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-)
+PLAN_SECONDS_BUCKETS: tuple[float, ...] = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1)
 #: Upper bounds of the delta-size histogram, in items.
 DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000)
 
@@ -42,13 +28,11 @@ class Histogram:
     """A cumulative-bucket histogram like Prometheus'."""
 
     bounds: tuple[float, ...]
-    counts: list[int] = attrs.field()
+    counts: list[int] = attrs.field(
+        default=attrs.Factory(lambda self: [0] * (len(self.bounds) + 1), takes_self=True)
+    )
     total: float = 0.0
     count: int = 0
-
-    @counts.default
-    def _zeros(self) -> list[int]:
-        return [0] * (len(self.bounds) + 1)
 
     def observe(self, value: float) -> None:
         """Add one observation."""
@@ -58,73 +42,55 @@ class Histogram:
 
     def snapshot(self) -> dict[str, Any]:
         """Return cumulative bucket counts keyed by upper bound (``"+Inf"`` last)."""
-        buckets: dict[str, int] = {}
-        running = 0
-        for bound, n in zip([*self.bounds, float("inf")], self.counts, strict=True):
-            running += n
-            buckets["+Inf" if bound == float("inf") else repr(bound)] = running
+        bounds = [*map(repr, self.bounds), "+Inf"]
+        buckets = dict(zip(bounds, itertools.accumulate(self.counts), strict=True))
         return {"buckets": buckets, "sum": self.total, "count": self.count}
 
 
 class Stats:
     """
-    What a tracker did, since it was created.
-
-    Every call through the tracked client is counted once in ``requests``,
-    under its outcome; ``print(stats)`` shows the headline counters in one line.
+    What a tracker did, since it was created: every call through the tracked client is counted
+    once in ``requests`` from its `Outcome` (`observe`); ``print(stats)`` shows the headline.
 
     Counters:
-        requests: by ``(mode, decision, reason, transport)``. The decision is
-            ``chained`` (anchortrack sent ``previous_response_id`` plus the
-            delta and the server accepted it), ``resent`` (it sent the call
-            chained, the server refused the anchor, and it resent the call in
-            full; the reason is ``stale_anchor`` or ``zdr``), ``stateless``
-            (it sent the full history because no anchor could be proved) or
-            ``passthrough`` (it sent the request exactly as built: mode
-            ``off``, or caller-managed state). A chained call is counted
-            when its answer (or error) arrives, so a refusal is never counted
-            as chained. In ``shadow`` mode the decision is what *would* have
-            been sent (never ``resent``); the request itself went out in full.
-            The transport is ``http``, or ``websocket`` for a
-            ``response.create`` sent over ``client.responses.connect()``.
-        resends: the ``resent`` requests by reason (``stale_anchor``,
-            ``zdr``): chained, refused, sent again in full.
+        requests: by ``(mode, decision, reason, transport)``. The decision is ``chained``
+            (``previous_response_id`` plus the delta, accepted by the server), ``resent`` (sent
+            chained, the server refused the anchor, resent in full; the reason is ``stale_anchor``
+            or ``zdr``), ``stateless`` (the full history: no anchor could be proved) or
+            ``passthrough`` (the request exactly as built: mode ``off``, or caller-managed state).
+            A chained call is counted when its answer (or error) arrives, so a refusal is never
+            counted as chained. In ``shadow`` mode the decision is what *would* have been sent
+            (never ``resent``); the request itself went out in full. The transport is ``http``,
+            or ``websocket`` for a ``response.create`` sent over ``client.responses.connect()``.
+        resends: the ``resent`` requests by reason (``stale_anchor``, ``zdr``).
         fallbacks: the same counts as ``resends`` (its older name).
-        stateless: the ``stateless`` requests by reason (``no_history``,
-            ``prefix_diverged``, …): every reason the history went out in
-            full without a refusal. The guide's "fallbacks" are these and
-            the resends.
+        stateless: the ``stateless`` requests by reason (``no_history``, ``prefix_diverged``,
+            …): the history went out in full without a refusal. The guide's "fallbacks" are
+            these and the resends.
         recorded: anchors written to the store.
-        recorded_local: connection-local anchors: responses a WebSocket keeps
-            in memory (``store: false``, or zero data retention), chained
-            from on that socket only and never written to the store.
-        not_recorded: responses that did not become anchors, by reason
-            (``store_unavailable``: the store failed, or was skipped during an
-            outage, when the anchor was written).
+        recorded_local: connection-local anchors: responses a WebSocket keeps in memory
+            (``store: false``, or zero data retention), chained from on that socket only and
+            never written to the store.
+        not_recorded: responses that did not become anchors, by reason (``store_unavailable``:
+            the store failed, or was skipped during an outage, when the anchor was written).
         store_errors: failed store operations, by operation.
-        anchors_rejected: anchors the store returned whose MAC did not
-            verify (with a secret key), treated as absent.
-        store_stalls: store operations that failed while the caller's own
-            event loop was blocked, and were tried again, by operation.
-        backlog: anchor writes the store did not take in time: ``queued``
-            (waited in the backlog), ``written`` (later written from it),
-            ``dropped`` by reason (``overflow``, ``expired``), and ``size``
-            (waiting now).
-        items_sent / items_total: items sent (resends included) vs items in
-            the caller's histories (tracked requests only; mode ``off`` reads
-            nothing).
-        items_planned: items the plans send (equal to items_sent except in
-            shadow mode, where it is what chaining would have sent, and after
-            resends).
-        bytes_sent / bytes_stateless: estimated input bytes actually sent
-            (resends included) vs what stateless requests would have sent.
-        bytes_planned: estimated input bytes of the planned requests (what
-            chaining sends or, in shadow mode, would have sent).
-        delta_items: a histogram of the items sent by chained requests the
-            server accepted (mode ``chained`` only).
-
-    Every request is counted from its `Outcome` (`observe`), the record the
-    tracker hands its subscribers too.
+        anchors_rejected: anchors the store returned whose MAC did not verify (with a secret
+            key), treated as absent.
+        store_stalls: store operations that failed while the caller's own event loop was
+            blocked, and were tried again, by operation.
+        backlog: anchor writes the store did not take in time: ``queued`` (waited in the
+            backlog), ``written`` (later written from it), ``dropped`` by reason (``overflow``,
+            ``expired``), and ``size`` (waiting now).
+        items_sent / items_total: items sent (resends included) vs items in the caller's
+            histories (tracked requests only; mode ``off`` reads nothing).
+        items_planned: items the plans send (as items_sent, except in shadow mode, where it is
+            what chaining would have sent, and after resends).
+        bytes_sent / bytes_stateless: estimated input bytes sent (resends included) vs what
+            stateless requests would have sent.
+        bytes_planned: estimated input bytes of the planned requests (what chaining sends or,
+            in shadow mode, would have sent).
+        delta_items: a histogram of the items sent by chained requests the server accepted
+            (mode ``chained`` only).
     """
 
     def __init__(self) -> None:
@@ -164,13 +130,10 @@ class Stats:
 
     def _summary(self) -> str:
         """
-        The headline counters, one line (``print(stats)``).
-
-        ``requests 12 (chained 9, resent 1, stateless 2); input bytes ~5,210 sent
-        of ~21,337 stateless (24%), saved ~16,127; recorded 12`` (bytes are the
-        estimated sizes of the input items, as in `snapshot`). Shadow-mode
-        requests are listed apart, by what they would have done, with what
-        chaining would have sent.
+        The headline counters in one line, such as ``requests 12 (chained 9, resent 1, stateless 2);
+        input bytes ~5,210 sent of ~21,337 stateless (24%), saved ~16,127; recorded 12``.
+        Shadow-mode requests are listed apart, by what they would have done, with what chaining
+        would have sent.
         """
         with self._lock:
             live: Counter[str] = Counter()
@@ -265,12 +228,9 @@ class Stats:
 
     def snapshot(self) -> dict[str, Any]:
         """
-        Return every counter and histogram as plain data.
-
-        Besides the counters, ``bytes_saved`` is ``bytes_stateless -
-        bytes_sent`` (what chaining saved) and ``bytes_would_save`` is
-        ``bytes_stateless - bytes_planned`` (what it saves or, for requests
-        planned in shadow mode, would have saved).
+        Return every counter and histogram as plain data; besides, ``bytes_saved`` (``bytes_stateless -
+        bytes_sent``, what chaining saved) and ``bytes_would_save`` (``bytes_stateless - bytes_planned``,
+        what it saves or, for requests planned in shadow mode, would have saved).
         """
         with self._lock:
             return {
@@ -290,10 +250,7 @@ class Stats:
                 "backlog": {
                     "queued": self.backlog_queued,
                     "written": self.backlog_written,
-                    "dropped": {
-                        "overflow": self.backlog_dropped["overflow"],
-                        "expired": self.backlog_dropped["expired"],
-                    },
+                    "dropped": {reason: self.backlog_dropped[reason] for reason in ("overflow", "expired")},
                     "size": self.backlog_size,
                 },
                 "items_sent": self.items_sent,
@@ -316,32 +273,22 @@ class Stats:
         transport: str | None = None,
     ) -> int:
         """Return how many requests match *decision*, *reason*, *mode* and *transport* (each optional)."""
+        wanted = (mode, decision, reason, transport)  # in the order of a `requests` key
         with self._lock:
-            return sum(
-                n
-                for (m, d, r, t), n in self.requests.items()
-                if decision in (None, d)
-                and reason in (None, r)
-                and mode in (None, m)
-                and transport in (None, t)
-            )
+            counts = list(self.requests.items())
+        return sum(n for key, n in counts if all(w in (None, k) for w, k in zip(wanted, key, strict=True)))
 
 
 def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """
-    Add up `Stats.snapshot` results (of several trackers) into one of the same shape.
-
-    Histograms must share their bounds, as every `Stats` does.
-    """
+    """Add up the `Stats.snapshot` results of several trackers into one of the same shape."""
     merged = Stats().snapshot()
     requests: Counter[tuple[str, str, str, str]] = Counter()
     for snap in snapshots:
         for row in snap["requests"]:
             requests[row["mode"], row["decision"], row["reason"], row.get("transport", HTTP)] += row["count"]
         for key, value in snap.items():
-            if key == "requests":
-                continue
-            merged[key] = _add(merged[key], value)
+            if key != "requests":
+                merged[key] = _add(merged[key], value)
     merged["requests"] = [
         {"mode": m, "decision": d, "reason": r, "transport": t, "count": n}
         for (m, d, r, t), n in sorted(requests.items())

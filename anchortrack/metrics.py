@@ -1,11 +1,10 @@
 """
-Prometheus exposition of anchortrack's counters and histograms.
+Prometheus exposition of anchortrack's counters and histograms (the ``prometheus`` extra:
+``pip install 'anchortrack[prometheus]'``).
 
-Needs the ``prometheus`` extra (``pip install 'anchortrack[prometheus]'``).
-Nothing is counted twice: the collector reads each tracker's `Stats` at scrape
-time, so it costs nothing between scrapes.
-
-For example:
+Nothing is counted twice: the collector reads each tracker's `Stats` at scrape time, so it costs
+nothing between scrapes. Several clients registered on one registry add up into one set of series;
+the metric names and labels are listed in ``docs/operations.md``. For example:
 
 ```python
 import anchortrack.metrics
@@ -15,10 +14,6 @@ client = anchortrack.wrap(OpenAI())
 anchortrack.metrics.register(client)     # on prometheus_client.REGISTRY
 start_http_server(9464)
 ```
-
-Several clients registered on one registry are added up into one set of
-series.
-The metric names and labels are listed in ``docs/operations.md``.
 """
 
 from __future__ import annotations
@@ -57,17 +52,8 @@ __all__ = ["AnchortrackCollector", "register"]
 
 class AnchortrackCollector(Collector):
     """
-    A Prometheus collector that reads one or more trackers' `Stats` at scrape time.
-
-    Args:
-        sources: Trackers, or clients made by `anchortrack.wrap`.
-
-    For example:
-
-    ```python
-    registry = CollectorRegistry()
-    registry.register(AnchortrackCollector(client))
-    ```
+    A Prometheus collector that reads the `Stats` of *sources* (trackers, or clients made by
+    `anchortrack.wrap`) at scrape time: ``registry.register(AnchortrackCollector(client))``.
     """
 
     def __init__(self, *sources: object) -> None:
@@ -100,14 +86,9 @@ _collectors_lock = ForkSafeLock()
 
 def register(source: object, registry: CollectorRegistry | None = None) -> AnchortrackCollector:
     """
-    Report *source* (a wrapped client or a tracker) on *registry*.
-
-    Every source registered on the same registry (default:
-    ``prometheus_client.REGISTRY``) shares one `AnchortrackCollector`, so the
-    series add up across clients instead of clashing.
-
-    Returns:
-        The registry's anchortrack collector.
+    Report *source* (a wrapped client or a tracker) on *registry* (default:
+    ``prometheus_client.REGISTRY``); return the registry's `AnchortrackCollector`, which every
+    source registered there shares, so that their series add up instead of clashing.
 
     Raises:
         TypeError: *source* is neither a tracker nor a wrapped client.
@@ -128,6 +109,40 @@ def _tracker(source: object) -> Tracker:
     return source if isinstance(source, Tracker) else _client.tracker(source)
 
 
+# fmt: off
+#: The series after ``anchortrack_requests``, in order: family, name, label (None: one series), the
+#: key of its value (or values by label) in the snapshot as `_families` flattens it, and help.
+_SERIES: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str | None, str, str], ...] = (
+    (CounterMetricFamily, "anchortrack_fallbacks", "reason", "fallbacks",
+     "Chained requests refused by the server and resent in full, by reason."),
+    (CounterMetricFamily, "anchortrack_responses_recorded", None, "recorded",
+     "Responses recorded as anchors."),
+    (CounterMetricFamily, "anchortrack_responses_recorded_local", None, "recorded_local",
+     "Responses kept as connection-local anchors by a WebSocket (store: false or ZDR), never stored."),
+    (CounterMetricFamily, "anchortrack_responses_not_recorded", "reason", "not_recorded",
+     "Responses not recorded as anchors, by reason."),
+    (CounterMetricFamily, "anchortrack_store_errors", "operation", "store_errors",
+     "Failed anchor store operations, by operation."),
+    (CounterMetricFamily, "anchortrack_anchors_rejected", None, "anchors_rejected",
+     "Anchors read from the store whose MAC did not verify (secret key set), treated as absent."),
+    (CounterMetricFamily, "anchortrack_store_stalls", "operation", "store_stalls",
+     "Store operations retried because the caller's event loop was blocked, by operation."),
+    (CounterMetricFamily, "anchortrack_backlog_queued", None, "backlog_queued",
+     "Anchor writes the store did not take in time, queued in the backlog."),
+    (CounterMetricFamily, "anchortrack_backlog_written", None, "backlog_written",
+     "Anchor writes written from the backlog once the store answered again."),
+    (CounterMetricFamily, "anchortrack_backlog_dropped", "reason", "backlog_dropped",
+     "Anchor writes dropped from the backlog, by reason (overflow, expired)."),
+    (GaugeMetricFamily, "anchortrack_backlog_anchors", None, "backlog_size",
+     "Anchor writes waiting in the backlog now."),
+    (CounterMetricFamily, "anchortrack_request_items", "kind", "items",
+     "Input items: sent (resends included), planned, and in the callers' histories."),
+    (CounterMetricFamily, "anchortrack_request_bytes", "kind", "bytes",
+     "Estimated input bytes: sent (resends included), planned, and what stateless requests send."),
+)
+# fmt: on
+
+
 def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
     requests = CounterMetricFamily(
@@ -139,75 +154,21 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     for row in snap["requests"]:
         requests.add_metric([row["mode"], row["decision"], row["reason"], row["transport"]], row["count"])
     yield requests
-    yield _by_label(
-        "anchortrack_fallbacks",
-        "Chained requests refused by the server and resent in full, by reason.",
-        "reason",
-        snap["fallbacks"],
-    )
-    yield CounterMetricFamily(
-        "anchortrack_responses_recorded", "Responses recorded as anchors.", value=snap["recorded"]
-    )
-    yield CounterMetricFamily(
-        "anchortrack_responses_recorded_local",
-        "Responses kept as connection-local anchors by a WebSocket (store: false or ZDR), never stored.",
-        value=snap["recorded_local"],
-    )
-    yield _by_label(
-        "anchortrack_responses_not_recorded",
-        "Responses not recorded as anchors, by reason.",
-        "reason",
-        snap["not_recorded"],
-    )
-    yield _by_label(
-        "anchortrack_store_errors",
-        "Failed anchor store operations, by operation.",
-        "operation",
-        snap["store_errors"],
-    )
-    yield CounterMetricFamily(
-        "anchortrack_anchors_rejected",
-        "Anchors read from the store whose MAC did not verify (secret key set), treated as absent.",
-        value=snap["anchors_rejected"],
-    )
-    yield _by_label(
-        "anchortrack_store_stalls",
-        "Store operations retried because the caller's event loop was blocked, by operation.",
-        "operation",
-        snap["store_stalls"],
-    )
-    backlog = snap["backlog"]
-    yield CounterMetricFamily(
-        "anchortrack_backlog_queued",
-        "Anchor writes the store did not take in time, queued in the backlog.",
-        value=backlog["queued"],
-    )
-    yield CounterMetricFamily(
-        "anchortrack_backlog_written",
-        "Anchor writes written from the backlog once the store answered again.",
-        value=backlog["written"],
-    )
-    yield _by_label(
-        "anchortrack_backlog_dropped",
-        "Anchor writes dropped from the backlog, by reason (overflow, expired).",
-        "reason",
-        backlog["dropped"],
-    )
-    yield GaugeMetricFamily(
-        "anchortrack_backlog_anchors", "Anchor writes waiting in the backlog now.", value=backlog["size"]
-    )
-    yield _by_label(
-        "anchortrack_request_items",
-        "Input items: sent (resends included), planned, and in the callers' histories.",
-        "kind",
-        {"sent": snap["items_sent"], "planned": snap["items_planned"], "history": snap["items_total"]},
-    )
-    yield _by_label(
-        "anchortrack_request_bytes",
-        "Estimated input bytes: sent (resends included), planned, and what stateless requests send.",
-        "kind",
-        {"sent": snap["bytes_sent"], "planned": snap["bytes_planned"], "stateless": snap["bytes_stateless"]},
-    )
+    flat = {**snap, **{f"backlog_{key}": value for key, value in snap["backlog"].items()}}
+    flat["items"] = {
+        "sent": snap["items_sent"],
+        "planned": snap["items_planned"],
+        "history": snap["items_total"],
+    }
+    flat["bytes"] = {kind: snap[f"bytes_{kind}"] for kind in ("sent", "planned", "stateless")}
+    for family, name, label, key, documentation in _SERIES:
+        if label is None:
+            yield family(name, documentation, value=flat[key])
+            continue
+        series = family(name, documentation, labels=[label])
+        for label_value, value in flat[key].items():
+            series.add_metric([label_value], value)
+        yield series
     yield _histogram(
         "anchortrack_plan_seconds",
         "Time to plan one request (fingerprint, look up, choose).",
@@ -216,13 +177,6 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     yield _histogram(
         "anchortrack_delta_items", "Items sent by chained requests the server accepted.", snap["delta_items"]
     )
-
-
-def _by_label(name: str, documentation: str, label: str, values: Mapping[str, int]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, documentation, labels=[label])
-    for key, value in values.items():
-        family.add_metric([key], value)
-    return family
 
 
 def _histogram(name: str, documentation: str, data: Mapping[str, Any]) -> HistogramMetricFamily:
