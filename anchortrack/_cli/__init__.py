@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from . import demo, explain, serve
+from .flags import interrupt
 
 
 #: The exit code of a command interrupted by Ctrl-C (128 + SIGINT), as shells report it.
@@ -40,11 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (serve, demo, explain):
         command.register(subparsers)
     return parser
-
-
-def interrupt(signum: int, frame: object) -> None:
-    """A signal handler that raises KeyboardInterrupt."""
-    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:

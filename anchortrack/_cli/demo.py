@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import agent
+from .flags import command, positive_count
 from .record import DEMO_NAMESPACE, OPENAI_BASE_URL, DemoRecord, cache_dir, default_store_spec
-from .serve import positive_count
 
 
 if TYPE_CHECKING:
@@ -60,15 +60,15 @@ _ASCII = str.maketrans({"─": "-", "·": "-", "…": "...", "↳": "->", "—":
 
 def register(subparsers: Any) -> None:
     """Add the ``demo`` subcommand to the ``anchortrack`` parser."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    parser = command(
+        subparsers,
         "demo",
-        help="run a tool-calling agent through anchortrack and show what it sends",
-        description=(
-            "Run a travel-assistant agent (five tools, middleware that injects and redacts items) "
-            "through a wrapped client and print, per call, what went on the wire. It uses a local "
-            "Responses server with a scripted model — no API key, nothing leaves this machine — "
-            "unless --base-url or --openai asks for a real endpoint (billed calls)."
-        ),
+        main,
+        "run a tool-calling agent through anchortrack and show what it sends",
+        "Run a travel-assistant agent (five tools, middleware that injects and redacts items) through a "
+        "wrapped client and print, per call, what went on the wire. It uses a local Responses server "
+        "with a scripted model — no API key, nothing leaves this machine — unless --base-url or "
+        "--openai asks for a real endpoint (billed calls).",
     )
     where, add = parser.add_mutually_exclusive_group(), parser.add_argument
     where.add_argument("--base-url", help="use this Responses API endpoint instead of the local server")
@@ -84,7 +84,6 @@ def register(subparsers: Any) -> None:
     add("--store", metavar="SPEC", help=f"anchor store: memory, sqlite:PATH or redis://… {default_store}")
     add("--mode", choices=["chained", "shadow", "off"], help="anchortrack mode (default: chained)")
     add("--events", action="store_true", help="also print anchortrack's events under each call")
-    parser.set_defaults(handler=main)
 
 
 class Screen:

@@ -1,8 +1,5 @@
 """
-``anchortrack serve``: run the local Responses API server in the foreground.
-
-Also the argparse types the commands share.
-"""
+``anchortrack serve``: run the local Responses API server in the foreground."""
 
 from __future__ import annotations
 
@@ -12,6 +9,8 @@ import signal
 import sqlite3
 import sys
 from typing import TYPE_CHECKING, Any
+
+from .flags import command, interrupt, port_number, positive_count, positive_seconds
 
 
 if TYPE_CHECKING:
@@ -27,16 +26,15 @@ API_KEYS_ENV = "ANCHORTRACK_SERVE_API_KEYS"
 
 def register(subparsers: Any) -> None:
     """Add the ``serve`` subcommand to the ``anchortrack`` parser."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    add = command(
+        subparsers,
         "serve",
-        help="run a local Responses API server (no API key needed)",
-        description=(
-            "Serve the OpenAI Responses API with previous_response_id chaining and a "
-            "deterministic scripted model, or in front of a Chat Completions provider "
-            "(--upstream). Point a client at http://HOST:PORT/v1."
-        ),
-    )
-    add = parser.add_argument
+        serve,
+        "run a local Responses API server (no API key needed)",
+        "Serve the OpenAI Responses API with previous_response_id chaining and a deterministic scripted "
+        "model, or in front of a Chat Completions provider (--upstream). Point a client at "
+        "http://HOST:PORT/v1.",
+    ).add_argument
     add("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
     add("--port", type=port_number, default=8000, help="port to listen on, 0-65535 (default: %(default)s)")
     add(
@@ -68,46 +66,6 @@ def register(subparsers: Any) -> None:
         help="seconds to wait for the provider to connect or send (default: %(default)s)")  # fmt: skip
     add("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn log level (default: %(default)s)")  # fmt: skip
-    parser.set_defaults(handler=serve)
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 0 (any free port) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value}")
-    return value
-
-
-def positive_count(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """An argparse type: a number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
-    return value
-
-
-# What argparse calls them in its own messages (``invalid port value``).
-port_number.__name__ = "port"
-positive_count.__name__ = "number"
-positive_seconds.__name__ = "seconds"
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -123,8 +81,6 @@ def serve(args: argparse.Namespace) -> int:
             "pip install 'anchortrack[server]'\n"
         )
         return 2
-    from . import interrupt
-
     try:
         state = build_state(args)
     except (ValueError, RuntimeError, OSError, sqlite3.Error) as exc:
