@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import agent
-from .flags import command, positive_count
+from .flags import command, fail, positive_count
 from .record import DEMO_NAMESPACE, OPENAI_BASE_URL, DemoRecord, cache_dir, default_store_spec
 
 
@@ -188,11 +188,11 @@ def main(args: argparse.Namespace) -> int:
     screen = Screen(sys.stdout)
     remote = bool(args.base_url or args.openai)
     if args.upstream and remote:
-        return _fail("--upstream runs the local server; it does not go with --base-url/--openai")
+        return fail("demo", "--upstream runs the local server; it does not go with --base-url/--openai")
     if args.upstream and not args.model:
-        return _fail("--upstream needs --model (the provider's model name)")
+        return fail("demo", "--upstream needs --model (the provider's model name)")
     if args.openai and not (args.api_key or os.environ.get("OPENAI_API_KEY")):
-        return _fail("--openai needs an API key: set OPENAI_API_KEY or pass --api-key")
+        return fail("demo", "--openai needs an API key: set OPENAI_API_KEY or pass --api-key")
     if remote:
         screen.para(f"anchortrack demo · {args.base_url or OPENAI_BASE_URL}: real calls, billed to your key")
     else:  # on screen at once: starting the server takes a few seconds
@@ -209,7 +209,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         store = open_store(spec)
     except (ValueError, ImportError, OSError) as error:
-        return _fail(f"cannot open store {spec!r}: {error}")
+        return fail("demo", f"cannot open store {spec!r}: {error}")
     try:
         if remote:
             return _Demo(args, screen, store, spec).run()
@@ -218,17 +218,12 @@ def main(args: argparse.Namespace) -> int:
 
             server = ResponsesServer(store="memory", upstream=args.upstream or None)
         except (ImportError, ValueError) as error:  # no server extra; a malformed --upstream URL
-            return _fail(str(error))
+            return fail("demo", str(error))
         with server:
             return _Demo(args, screen, store, spec, server).run()
     finally:
         screen.clear_status()
         store.close()
-
-
-def _fail(message: str) -> int:
-    sys.stderr.write(f"anchortrack demo: {message}\n")
-    return 2
 
 
 @dataclass

@@ -4,8 +4,9 @@
 The store is ``--store``, or the last demo's for the demo's own request file. The scope is
 derived as an ``openai`` client derives it (flags, else the demo's ``demo.json``, else ``OPENAI_*``
 variables, else defaults) and shown with where each part came from. The conclusion says why a
-history would not chain in terms the user can act on. Every line fits 80 columns; every error is
-one line, exit code 2.
+history would not chain in terms the user can act on (an empty store or another scope is not an
+edited history; a bare list cannot carry its anchors' tools). Every line fits 80 columns; every
+error is one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .flags import command
+from .flags import command, fail
 from .record import OPENAI_BASE_URL, DemoRecord
 
 
@@ -71,8 +72,7 @@ def main(args: argparse.Namespace) -> int:
         scope, sources = resolve_scope(args, record)
         explanation, holds = run(source, spec, scope)
     except Unusable as error:
-        sys.stderr.write(f"anchortrack explain: {error}\n")
-        return 2
+        return fail("explain", str(error))
     if args.json:
         data = {"store": spec, **explanation.to_dict(), "scope_source": sources}
         if holds is not None:

@@ -1,8 +1,9 @@
-"""What the commands share: a subcommand's parser, argparse types, and a signal handler."""
+"""What the commands share: a subcommand's parser, argparse types, error lines, a signal handler."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -59,3 +60,9 @@ positive_seconds = _checked(
 def interrupt(signum: int, frame: object) -> None:
     """A signal handler that raises KeyboardInterrupt."""
     raise KeyboardInterrupt
+
+
+def fail(name: str, message: str, code: int = 2) -> int:
+    """Write the command *name*'s one-line error to stderr; return the exit *code*."""
+    sys.stderr.write(f"anchortrack {name}: {message}\n")
+    return code

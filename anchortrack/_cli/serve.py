@@ -1,5 +1,4 @@
-"""
-``anchortrack serve``: run the local Responses API server in the foreground."""
+"""``anchortrack serve``: run the local Responses API server in the foreground."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import sqlite3
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .flags import command, interrupt, port_number, positive_count, positive_seconds
+from .flags import command, fail, interrupt, port_number, positive_count, positive_seconds
 
 
 if TYPE_CHECKING:
@@ -37,12 +36,8 @@ def register(subparsers: Any) -> None:
     ).add_argument
     add("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
     add("--port", type=port_number, default=8000, help="port to listen on, 0-65535 (default: %(default)s)")
-    add(
-        "--store",
-        default="memory",
-        metavar="memory|sqlite:PATH",
-        help="where responses are kept (default: %(default)s)",
-    )
+    add("--store", default="memory", metavar="memory|sqlite:PATH",
+        help="where responses are kept (default: %(default)s)")  # fmt: skip
     add("--retention", type=positive_seconds, default=DEFAULT_RETENTION, metavar="SECONDS",
         help="how long stored responses stay chainable (default: 30 days)")  # fmt: skip
     add("--max-depth", type=positive_count, default=DEFAULT_MAX_DEPTH, metavar="N",
@@ -84,8 +79,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         state = build_state(args)
     except (ValueError, RuntimeError, OSError, sqlite3.Error) as exc:
-        sys.stderr.write(f"anchortrack serve: {exc}\n")
-        return 2
+        return fail("serve", str(exc))
     listed = [key.strip() for key in os.environ.get(API_KEYS_ENV, "").split(",")]
     keys = [key for key in [*args.api_keys, *listed] if key] or None  # None: any key
     app = create_app(state, test_hooks=args.test_hooks, api_keys=keys)
@@ -93,8 +87,7 @@ def serve(args: argparse.Namespace) -> int:
         sock = bind_listener(args.host, args.port)
     except OSError as exc:
         state.close()
-        sys.stderr.write(f"anchortrack serve: cannot listen on {args.host}:{args.port}: {exc}\n")
-        return 1
+        return fail("serve", f"cannot listen on {args.host}:{args.port}: {exc}", 1)
     host = f"[{args.host}]" if ":" in args.host else args.host
     details = f"store: {args.store}"
     if state.backend is not None:
