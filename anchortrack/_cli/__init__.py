@@ -1,15 +1,11 @@
 """
-The ``anchortrack`` command line: ``serve``, ``demo`` and ``explain``.
+The ``anchortrack`` command line: ``serve``, ``demo`` and ``explain``, one module each.
 
-Each subcommand lives in its own module of this package and registers itself
-through a ``register(subparsers)`` function; this module only dispatches.
-Nothing in the library imports this package.
-Building the parser imports the standard library only: the client, the web
-stack (Starlette, uvicorn) and the server's request logic are imported by the
-handlers when they run, so ``anchortrack --help`` is fast and works without
-the ``server`` extra.
-Ctrl-C ends ``demo`` and ``explain`` with exit code 130 and no traceback;
-``serve`` handles it (and SIGTERM) itself as a clean shutdown, exit code 0.
+Nothing in the library imports this package. Building the parser imports the standard library
+only (the client, the web stack and the server are imported by the handlers when they run), so
+``anchortrack --help`` is fast and works without the ``server`` extra. Ctrl-C ends ``demo`` and
+``explain`` with exit code 130 and no traceback; ``serve`` treats it (and SIGTERM) as a clean
+shutdown, exit code 0.
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from . import demo, explain, serve
+from .flags import interrupt
 
 
 #: The exit code of a command interrupted by Ctrl-C (128 + SIGINT), as shells report it.
@@ -46,22 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
-    # Our own SIGINT handler (it raises KeyboardInterrupt, like Python's): with
-    # Python's default one installed, asyncio and uvicorn take SIGINT over for
-    # a while and may re-deliver it after we handled it, ending the process by
-    # the signal (-2) instead of with 130.
+    # Our own SIGINT handler: with Python's default one, asyncio and uvicorn take SIGINT over for a
+    # while and may re-deliver it after we handled it, ending the process by the signal, not with 130.
     previous = None
     with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-        previous = signal.signal(signal.SIGINT, _interrupt)
+        previous = signal.signal(signal.SIGINT, interrupt)
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)
         code = args.handler(args)
     except KeyboardInterrupt:
         sys.stdout.flush()

@@ -1,11 +1,9 @@
 """
 The demo's agent: a travel assistant with five tools and a middleware chain.
 
-It runs unchanged against the local scripted model (which is steered by
-``!call`` lines appended to each user message) and against a real model
-(which gets the plain text and decides itself which tools to call).
-Tool results are deterministic fake data of about 1 KB, like real API
-payloads.
+The local scripted model is steered by ``!call`` lines appended to each user message; a real
+model gets the plain text and picks the tools itself. Tool results are deterministic fake data
+of about 1 KB, like real API payloads.
 """
 
 from __future__ import annotations
@@ -47,20 +45,11 @@ TOOLS: list[dict[str, Any]] = [
 
 @attrs.frozen
 class Turn:
-    """
-    One user turn.
-
-    Attributes:
-        text: What the user says.
-        script: ``!…`` lines that steer the local scripted model.
-        middleware: What the app's middleware does before this turn:
-            ``inject`` (append retrieved context), ``redact`` (mask e-mail
-            addresses in earlier messages) or ``forget`` (the server loses
-            the newest response), if anything.
-    """
+    """One user turn: what the user says, and the ``!…`` lines that steer the scripted model."""
 
     text: str
     script: tuple[str, ...] = ()
+    #: What the app's middleware does before this turn, if anything (a key of `MIDDLEWARE_TEXT`).
     middleware: str | None = None
 
 
@@ -95,6 +84,8 @@ TURNS: tuple[Turn, ...] = (
     Turn("Thanks, that's all!"),
 )
 
+#: The middleware, as the demo notes it: ``inject`` and ``redact`` edit the history before the turn,
+#: ``forget`` deletes the newest response on the server.
 MIDDLEWARE_TEXT = {
     "inject": "middleware appended retrieved context",
     "redact": "middleware redacted an e-mail in item 1",
@@ -154,8 +145,7 @@ def run_tool(name: str, arguments: str) -> str:
         args = json.loads(arguments) if arguments else {}
     except ValueError:
         args = {}
-    if not isinstance(args, dict):
-        args = {}
+    args = args if isinstance(args, dict) else {}
     seed = sum(map(ord, name + arguments))
     if name == "get_weather":
         hours = [

@@ -1,20 +1,13 @@
 """
 ``anchortrack demo``: watch anchortrack work on a tool-calling agent.
 
-It starts the local Responses server in-process on a free loopback port and
-runs the demo agent (`anchortrack._cli.agent`) through a wrapped client.
-Only ``--base-url URL`` or ``--openai`` sends the same turns to a real
-endpoint: an ``OPENAI_API_KEY`` in the environment never does by itself, so
-the demo never spends money unless asked to.
-Each call prints one table row from the call's `Outcome` (the record
-``tracker.stats`` counts too, handed over by ``tracker.subscribe``): what
-anchortrack sent, what a stateless request would have sent, and why it
-chained or not. The summary's totals are ``tracker.stats``' own. The anchors
-go to a SQLite file in the user's cache directory, and ``demo.json`` beside it
-records their scope, so ``anchortrack explain`` works afterwards without flags.
-
-This module imports only the standard library at import time (``--help``
-stays fast); the client, the server and the store are imported when it runs.
+The demo agent (`anchortrack._cli.agent`) runs through a wrapped client against the local
+Responses server, started in-process on a free loopback port. Only ``--base-url`` or ``--openai``
+sends the turns to a real endpoint: an exported ``OPENAI_API_KEY`` never does by itself, so the
+demo spends no money unless asked to. Each call prints one table row from its `Outcome` (handed
+over by ``tracker.subscribe``); the summary's totals are ``tracker.stats``' own. The anchors go to
+a SQLite file in the user's cache directory, and ``demo.json`` beside it records their scope, so
+``anchortrack explain`` works afterwards without flags.
 """
 
 from __future__ import annotations
@@ -32,18 +25,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import agent
+from .flags import command, fail, positive_count
+from .record import DEMO_NAMESPACE, OPENAI_BASE_URL, DemoRecord, cache_dir, default_store_spec
 
 
 if TYPE_CHECKING:
     from .. import AnchorStore
     from .._outcome import Outcome
-    from .record import DemoRecord
 
 
 #: Most model calls per user turn against a real model (tool rounds + answer).
 MAX_CALLS_PER_TURN = 5
-#: OpenAI's API base URL (``--openai``).
-OPENAI_BASE_URL = "https://api.openai.com/v1"
 #: The turns of the benchmark the summary compares a shorter run with (docs/benchmarks.md).
 BENCHMARK_TURNS = 25
 #: Why a shadow call would have been refused.
@@ -68,15 +60,15 @@ _ASCII = str.maketrans({"─": "-", "·": "-", "…": "...", "↳": "->", "—":
 
 def register(subparsers: Any) -> None:
     """Add the ``demo`` subcommand to the ``anchortrack`` parser."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    parser = command(
+        subparsers,
         "demo",
-        help="run a tool-calling agent through anchortrack and show what it sends",
-        description=(
-            "Run a travel-assistant agent (five tools, middleware that injects and redacts items) "
-            "through a wrapped client and print, per call, what went on the wire. It uses a local "
-            "Responses server with a scripted model — no API key, nothing leaves this machine — "
-            "unless --base-url or --openai asks for a real endpoint (billed calls)."
-        ),
+        main,
+        "run a tool-calling agent through anchortrack and show what it sends",
+        "Run a travel-assistant agent (five tools, middleware that injects and redacts items) through a "
+        "wrapped client and print, per call, what went on the wire. It uses a local Responses server "
+        "with a scripted model — no API key, nothing leaves this machine — unless --base-url or "
+        "--openai asks for a real endpoint (billed calls).",
     )
     where, add = parser.add_mutually_exclusive_group(), parser.add_argument
     where.add_argument("--base-url", help="use this Responses API endpoint instead of the local server")
@@ -87,42 +79,22 @@ def register(subparsers: Any) -> None:
     add("--model", help="model (default: scripted locally, gpt-5-mini otherwise)")
     add("--upstream", metavar="BASE_URL", help="run the local server in front of this Chat Completions "
         "provider (needs --model; API key: $ANCHORTRACK_UPSTREAM_API_KEY)")  # fmt: skip
-    add("--turns", type=positive_int, default=len(agent.TURNS), help="user turns (default: %(default)s)")
+    add("--turns", type=positive_count, default=len(agent.TURNS), help="user turns (default: %(default)s)")
     default_store = "(default: sqlite in the cache dir)"
     add("--store", metavar="SPEC", help=f"anchor store: memory, sqlite:PATH or redis://… {default_store}")
     add("--mode", choices=["chained", "shadow", "off"], help="anchortrack mode (default: chained)")
     add("--events", action="store_true", help="also print anchortrack's events under each call")
-    parser.set_defaults(handler=main)
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
-
-
-positive_int.__name__ = "number"
 
 
 class Screen:
     """
-    The stream the demo writes to, and what it can show: a small line printer, not a full-screen
-    renderer, because one row per model call streams into terminals, pipes and CI logs alike.
+    The stream the demo writes to: a line printer, so that its rows stream into terminals, pipes
+    and CI logs alike.
 
-    * the width is the terminal's (``COLUMNS`` wins; 80 when piped); every line fits it;
-    * colours only on a terminal, never with ``NO_COLOR`` set or ``TERM=dumb``;
-    * the overwritable status line (``… waiting for the model``) only on a terminal;
-    * a stream whose encoding cannot carry ``─ · … ↳`` (``PYTHONIOENCODING=cp1252``,
-      old consoles) gets ASCII.
-
-    The table's fixed columns (`COLUMNS`) take at most 80 columns; a row's reason / note goes
-    beside them when at least 24 columns are left, else on indented lines below the row. Either
-    way it is wrapped to the width.
+    Every line fits the width (``COLUMNS`` wins; 80 when piped). Colours and the overwritable
+    status line only on a terminal (no colours with ``NO_COLOR`` or ``TERM=dumb``); ASCII on a
+    stream that cannot carry ``─ · … ↳``. A row's reason / note goes beside the fixed columns
+    when at least 24 columns are left, else on indented lines below the row.
     """
 
     def __init__(self, stream: TextIO) -> None:
@@ -131,13 +103,12 @@ class Screen:
         self.width = max(40, shutil.get_terminal_size((80, 24)).columns)
         self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         self.encoding = getattr(stream, "encoding", None) or "ascii"
-        try:  # can the stream carry what the demo prints?
+        try:
             "─·…↳—→≈".encode(self.encoding)
         except (UnicodeEncodeError, LookupError):
             self.ascii = True
         else:
             self.ascii = False
-        #: How to mark a cut: "…", or "..." on an ASCII stream.
         self.ellipsis = "..." if self.ascii else "…"
         self.text_at = sum(width for _, width, _ in COLUMNS) + 2 * len(COLUMNS)
         self.inline = self.width - self.text_at >= 24
@@ -156,9 +127,8 @@ class Screen:
         self.stream.flush()
 
     def para(self, text: str, indent: str = "") -> None:
-        """Write *text* as lines of at most `width` columns (continuations indented two more)."""
-        first, more = self.text(indent), self.text(indent + "  ")
-        lines = _wrap(self.text(text), self.width, first, more)
+        """Write *text* wrapped to the width (continuations indented two more)."""
+        lines = _wrap(self.text(text), self.width, self.text(indent), self.text(indent + "  "))
         self.write("\n".join(lines or [""]) + "\n")
 
     def status(self, text: str) -> None:
@@ -169,26 +139,22 @@ class Screen:
             self._status = True
 
     def clear_status(self) -> None:
-        """Remove the status line, if shown."""
         if self._status:
             self.stream.write("\r\033[K")
             self._status = False
 
-    def _cells(self, cells: Sequence[str], color: str = "") -> str:
-        out = [f"{self.text(c)[:w]:{align}{w}}" for c, (_, w, align) in zip(cells, COLUMNS, strict=True)]
-        if self.color and color:  # the decision's colour
-            out[2] = f"\033[{color}m{out[2]}\033[0m"
-        return "  ".join(out)
-
     def header(self, title: str) -> None:
-        """Write the column titles, a rule, and where the free text *title* goes (beside them or below)."""
+        """Write the column titles, a rule, and the free text's *title* (beside them or below)."""
         rule = "─" * min(len(title) + 8, self.width - self.text_at)
         self.row([t for t, _, _ in COLUMNS], title if self.inline else "")
         self.row(["─" * w for _, w, _ in COLUMNS], rule if self.inline else title)
 
     def row(self, cells: Sequence[str], text: str, color: str = "") -> None:
         """Write one table row and its free text."""
-        line, text = self._cells(cells, color), self.text(text)
+        out = [f"{self.text(c)[:w]:{align}{w}}" for c, (_, w, align) in zip(cells, COLUMNS, strict=True)]
+        if self.color and color:  # the decision's colour
+            out[2] = f"\033[{color}m{out[2]}\033[0m"
+        line, text = "  ".join(out), self.text(text)
         if not text:
             self.write(line.rstrip() + "\n")
             return
@@ -205,7 +171,7 @@ def _wrap(text: str, width: int, indent: str = "", more: str = "") -> list[str]:
 
 
 class EventTap(logging.Handler):
-    """``--events``: anchortrack's events, as lines to show under each call (never read back)."""
+    """``--events``: anchortrack's events, as lines to show under each call."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -213,7 +179,6 @@ class EventTap(logging.Handler):
         self._skip = {*logging.makeLogRecord({}).__dict__, "message", "asctime", "taskName", "event"}
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Keep the event as one line: level, name, key=value pairs."""
         keys = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in self._skip)
         self.lines.append(f"{record.levelname.lower():<7} {getattr(record, 'event', record.msg)} {keys}")
 
@@ -222,13 +187,12 @@ def main(args: argparse.Namespace) -> int:
     """Run the demo; return the exit code."""
     screen = Screen(sys.stdout)
     remote = bool(args.base_url or args.openai)
-    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
     if args.upstream and remote:
-        return _fail("--upstream runs the local server; it does not go with --base-url/--openai")
+        return fail("demo", "--upstream runs the local server; it does not go with --base-url/--openai")
     if args.upstream and not args.model:
-        return _fail("--upstream needs --model (the provider's model name)")
-    if args.openai and not api_key:
-        return _fail("--openai needs an API key: set OPENAI_API_KEY or pass --api-key")
+        return fail("demo", "--upstream needs --model (the provider's model name)")
+    if args.openai and not (args.api_key or os.environ.get("OPENAI_API_KEY")):
+        return fail("demo", "--openai needs an API key: set OPENAI_API_KEY or pass --api-key")
     if remote:
         screen.para(f"anchortrack demo · {args.base_url or OPENAI_BASE_URL}: real calls, billed to your key")
     else:  # on screen at once: starting the server takes a few seconds
@@ -238,15 +202,14 @@ def main(args: argparse.Namespace) -> int:
         else:
             screen.para(starting)
     from ..stores import open_store
-    from .record import cache_dir, default_store_spec
 
     spec = args.store or default_store_spec()
     if not args.store:
-        cache_dir().mkdir(parents=True, exist_ok=True)  # the demo's own directory for its default store
+        cache_dir().mkdir(parents=True, exist_ok=True)
     try:
         store = open_store(spec)
     except (ValueError, ImportError, OSError) as error:
-        return _fail(f"cannot open store {spec!r}: {error}")
+        return fail("demo", f"cannot open store {spec!r}: {error}")
     try:
         if remote:
             return _Demo(args, screen, store, spec).run()
@@ -255,7 +218,7 @@ def main(args: argparse.Namespace) -> int:
 
             server = ResponsesServer(store="memory", upstream=args.upstream or None)
         except (ImportError, ValueError) as error:  # no server extra; a malformed --upstream URL
-            return _fail(str(error))
+            return fail("demo", str(error))
         with server:
             return _Demo(args, screen, store, spec, server).run()
     finally:
@@ -263,14 +226,9 @@ def main(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _fail(message: str) -> int:
-    sys.stderr.write(f"anchortrack demo: {message}\n")
-    return 2
-
-
 @dataclass
 class Row:
-    """One model call: its outcome, how the demo names it, and what it adds (requests on the wire, ...)."""
+    """One model call: its outcome, how the demo names it, and what it adds."""
 
     call: int
     outcome: Outcome
@@ -278,6 +236,7 @@ class Row:
     decision: str
     #: The reason code, with where the history diverged when known.
     reason: str
+    #: Requests on the wire.
     requests: int
     #: Shadow mode: the anchor it would chain from was deleted, so chaining would be refused.
     deleted_anchor: bool
@@ -296,7 +255,6 @@ class _Demo:
         from .. import tracker, wrap
         from .._mode import describe
         from ..server import WireTap
-        from .record import DEMO_NAMESPACE
 
         if server is None:  # a real endpoint
             base_url, model = args.base_url or OPENAI_BASE_URL, args.model or "gpt-5-mini"
@@ -304,13 +262,14 @@ class _Demo:
         else:
             base_url, model, api_key = server.base_url, args.model or "scripted", "local"
             where = f"local Responses server {base_url}"
-            if server.state.backend is not None:  # upstream provider
+            if server.state.backend is not None:
                 where += f" in front of {server.state.backend.name}"
         self.args, self.screen, self.spec, self.server, self.model = args, screen, spec, server, model
         self.scripted = model == "scripted" and not args.upstream
         self.tap = WireTap()
-        http = self.tap.http_client()
-        raw = openai.OpenAI(base_url=base_url, api_key=api_key, http_client=http, max_retries=0)
+        raw = openai.OpenAI(
+            base_url=base_url, api_key=api_key, http_client=self.tap.http_client(), max_retries=0
+        )
         self.client: Any = wrap(raw, store=store, mode=args.mode, namespace=DEMO_NAMESPACE)
         self.tracker = tracker(self.client)
         screen.para(f"anchortrack demo · {where} · model {model} · mode {describe(self.tracker.mode)}")
@@ -328,8 +287,6 @@ class _Demo:
     def run(self) -> int:
         """Run the agent's turns, save the next request for ``explain``, sum up; return the exit code."""
         import openai
-
-        from .record import DemoRecord, cache_dir
 
         logger = logging.getLogger("anchortrack")
         level, propagate = logger.level, logger.propagate

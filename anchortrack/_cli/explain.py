@@ -1,13 +1,12 @@
 """
 ``anchortrack explain FILE``: what the wrapped client would send for a history.
 
-The store is ``--store``, or the last demo's for the demo's own request file.
-The scope is derived as an ``openai`` client derives it (flags, else the demo's
-``demo.json`` for its store, else ``OPENAI_*`` variables, else defaults), and
-shown with where each part came from. One conclusion says why a history would
-not chain, in terms the user can act on (an empty store or another scope is not
-an edited history; a bare list cannot carry its anchors' tools). Every line
-fits 80 columns; every error is one line, exit code 2.
+The store is ``--store``, or the last demo's for the demo's own request file. The scope is
+derived as an ``openai`` client derives it (flags, else the demo's ``demo.json``, else ``OPENAI_*``
+variables, else defaults) and shown with where each part came from. The conclusion says why a
+history would not chain in terms the user can act on (an empty store or another scope is not an
+edited history; a bare list cannot carry its anchors' tools). Every line fits 80 columns; every
+error is one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .flags import command, fail
 from .record import OPENAI_BASE_URL, DemoRecord
 
 
@@ -36,20 +36,19 @@ if TYPE_CHECKING:
 
 def register(subparsers: Any) -> None:
     """Add the ``explain`` subcommand to the ``anchortrack`` parser."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    add = command(
+        subparsers,
         "explain",
-        help="show which recorded response a history would chain from, and why",
-        description=(
-            "Read a history (a JSON list of items) or a request body (a JSON object with 'input', "
-            "'tools', ...) and show, against an anchor store, each item with its fingerprint and the "
-            "recorded response that holds it, the anchor and the delta, and why the call would chain "
-            "or not. The scope is derived like an openai client's (OPENAI_BASE_URL, OPENAI_ORG_ID, "
-            "OPENAI_PROJECT_ID, OPENAI_API_KEY). Without --store, only the last 'anchortrack demo' "
-            "request file is explained, against that demo's store and scope."
-        ),
-    )
-    parser.add_argument("file", metavar="FILE", help="JSON history or request body ('-' reads stdin)")
-    add = parser.add_argument
+        main,
+        "show which recorded response a history would chain from, and why",
+        "Read a history (a JSON list of items) or a request body (a JSON object with 'input', 'tools', "
+        "...) and show, against an anchor store, each item with its fingerprint and the recorded "
+        "response that holds it, the anchor and the delta, and why the call would chain or not. The "
+        "scope is derived like an openai client's (OPENAI_BASE_URL, OPENAI_ORG_ID, OPENAI_PROJECT_ID, "
+        "OPENAI_API_KEY). Without --store, only the last 'anchortrack demo' request file is explained, "
+        "against that demo's store and scope.",
+    ).add_argument
+    add("file", metavar="FILE", help="JSON history or request body ('-' reads stdin)")
     add("--store", metavar="SPEC", help="the client's store: memory, sqlite:PATH or redis://…")
     add("--tools", metavar="FILE", help="a JSON list of the tools the calls were made with")
     add("--base-url", help="base URL the anchors were recorded under (default: $OPENAI_BASE_URL)")
@@ -59,7 +58,6 @@ def register(subparsers: Any) -> None:
     add("--api-key", metavar="KEY", help="the client's API key, for the scope (default: $OPENAI_API_KEY)")
     add("--no-api-key-scope", action="store_true", help="the client was wrapped with scope_by_api_key=False")
     add("--json", action="store_true", help="print JSON instead of a table")
-    parser.set_defaults(handler=main)
 
 
 class Unusable(Exception):
@@ -74,8 +72,7 @@ def main(args: argparse.Namespace) -> int:
         scope, sources = resolve_scope(args, record)
         explanation, holds = run(source, spec, scope)
     except Unusable as error:
-        sys.stderr.write(f"anchortrack explain: {error}\n")
-        return 2
+        return fail("explain", str(error))
     if args.json:
         data = {"store": spec, **explanation.to_dict(), "scope_source": sources}
         if holds is not None:

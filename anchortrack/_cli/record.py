@@ -1,11 +1,8 @@
 """
-Where the demo keeps its anchors: the cache directory and ``demo.json``.
+What ``anchortrack demo`` leaves for ``anchortrack explain``: ``demo.json`` in the cache directory.
 
-``anchortrack demo`` records its anchors in a SQLite file in the per-user
-cache directory and writes ``demo.json`` beside it: the store, the scope the
-anchors were recorded under (the demo's local server gets a new port each run)
-and the request its agent would send next, which ``anchortrack explain``
-then explains with no flags.
+It names the store, the scope the anchors were recorded under (the local server gets a new port
+each run) and the request the demo's agent would send next, so ``explain`` needs no flags.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from .._hashing import Scope
 
 #: The namespace the demo wraps its client with (part of the anchors' scope).
 DEMO_NAMESPACE = "anchortrack-demo"
-#: OpenAI's API base URL, the openai client's default.
+#: OpenAI's API base URL, the openai client's default (``demo --openai``).
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 

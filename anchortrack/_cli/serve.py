@@ -1,9 +1,4 @@
-"""
-``anchortrack serve``: run the local Responses API server in the foreground.
-
-Starlette and uvicorn are imported by the handler, never at import time, so
-``anchortrack --help`` works without the ``server`` extra.
-"""
+"""``anchortrack serve``: run the local Responses API server in the foreground."""
 
 from __future__ import annotations
 
@@ -14,13 +9,14 @@ import sqlite3
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .flags import command, fail, interrupt, port_number, positive_count, positive_seconds
+
 
 if TYPE_CHECKING:
     from ..server import ServerState
 
 
-#: The server's defaults, repeated here so that ``--help`` imports nothing
-#: (tests check they match `anchortrack.server`).
+#: The server's defaults, repeated so that ``--help`` imports nothing (tests check they match).
 DEFAULT_MAX_DEPTH = 10_000
 DEFAULT_RETENTION = 30 * 24 * 3600.0
 #: Environment variable listing the keys to serve, comma-separated.
@@ -29,132 +25,46 @@ API_KEYS_ENV = "ANCHORTRACK_SERVE_API_KEYS"
 
 def register(subparsers: Any) -> None:
     """Add the ``serve`` subcommand to the ``anchortrack`` parser."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    add = command(
+        subparsers,
         "serve",
-        help="run a local Responses API server (no API key needed)",
-        description=(
-            "Serve the OpenAI Responses API with previous_response_id chaining and a "
-            "deterministic scripted model, or in front of a Chat Completions provider "
-            "(--upstream). Point a client at http://HOST:PORT/v1."
-        ),
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
-    parser.add_argument(
-        "--port", type=port_number, default=8000, help="port to listen on, 0-65535 (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--store",
-        default="memory",
-        metavar="memory|sqlite:PATH",
-        help="where responses are kept (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--retention",
-        type=positive_seconds,
-        default=DEFAULT_RETENTION,
-        metavar="SECONDS",
-        help="how long stored responses stay chainable (default: 30 days)",
-    )
-    parser.add_argument(
-        "--max-depth",
-        type=positive_count,
-        default=DEFAULT_MAX_DEPTH,
-        metavar="N",
-        help="most stored responses one chain may hold (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--api-key",
-        dest="api_keys",
-        action="append",
-        default=[],
-        metavar="KEY",
+        serve,
+        "run a local Responses API server (no API key needed)",
+        "Serve the OpenAI Responses API with previous_response_id chaining and a deterministic scripted "
+        "model, or in front of a Chat Completions provider (--upstream). Point a client at "
+        "http://HOST:PORT/v1.",
+    ).add_argument
+    add("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
+    add("--port", type=port_number, default=8000, help="port to listen on, 0-65535 (default: %(default)s)")
+    add("--store", default="memory", metavar="memory|sqlite:PATH",
+        help="where responses are kept (default: %(default)s)")  # fmt: skip
+    add("--retention", type=positive_seconds, default=DEFAULT_RETENTION, metavar="SECONDS",
+        help="how long stored responses stay chainable (default: 30 days)")  # fmt: skip
+    add("--max-depth", type=positive_count, default=DEFAULT_MAX_DEPTH, metavar="N",
+        help="most stored responses one chain may hold (default: %(default)s)")  # fmt: skip
+    add("--api-key", dest="api_keys", action="append", default=[], metavar="KEY",
         help=f"serve only this bearer key (repeatable; also ${API_KEYS_ENV}, comma-separated); "
-        "by default any key is served. Each key sees only its own responses.",
-    )
-    parser.add_argument(
-        "--test-hooks",
-        action="store_true",
-        help="serve the /_test hooks (expire, drop, ZDR, resolved context, request log)",
-    )
+        "by default any key is served. Each key sees only its own responses.")  # fmt: skip
+    add("--test-hooks", action="store_true",
+        help="serve the /_test hooks (expire, drop, ZDR, resolved context, request log)")  # fmt: skip
     for name, default, what in (
         ("header", 10.0, "for a request's headers before closing the connection"),
         ("body", 30.0, "for a request's body (once its headers are in) before closing the connection"),
         ("shutdown", 5.0, "on requests in flight at shutdown (SIGINT/SIGTERM) before cancelling them"),
     ):
-        parser.add_argument(
-            f"--{name}-timeout",
-            type=positive_seconds,
-            default=default,
-            metavar="SECONDS",
-            help=f"seconds to wait {what} (default: %(default)s)",
-        )
-    # -- upstream provider: a Chat Completions server answers instead of the scripted model
-    parser.add_argument(
-        "--upstream",
-        metavar="BASE_URL",
-        help="answer with this Chat Completions provider, e.g. http://localhost:11434/v1 "
-        "(API key: $ANCHORTRACK_UPSTREAM_API_KEY, optional)",
-    )
-    parser.add_argument(
-        "--upstream-model", metavar="NAME", help="model sent to the provider (default: the request's model)"
-    )
-    parser.add_argument(
-        "--upstream-timeout",
-        type=float,
-        default=120.0,
-        metavar="SECONDS",
-        help="seconds to wait for the provider to connect or send (default: %(default)s)",
-    )
-    # -- end upstream provider
-    parser.add_argument(
-        "--log-level",
-        default="warning",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="uvicorn log level (default: %(default)s)",
-    )
-    parser.set_defaults(handler=serve)
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 0 (any free port) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value}")
-    return value
-
-
-def positive_count(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """An argparse type: a number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
-    return value
-
-
-port_number.__name__ = "port"
-positive_count.__name__ = "number"
-positive_seconds.__name__ = "seconds"
+        add(f"--{name}-timeout", type=positive_seconds, default=default, metavar="SECONDS",
+            help=f"seconds to wait {what} (default: %(default)s)")  # fmt: skip
+    add("--upstream", metavar="BASE_URL", help="answer with this Chat Completions provider, e.g. "
+        "http://localhost:11434/v1 (API key: $ANCHORTRACK_UPSTREAM_API_KEY, optional)")  # fmt: skip
+    add("--upstream-model", metavar="NAME", help="model sent to the provider (default: the request's model)")
+    add("--upstream-timeout", type=float, default=120.0, metavar="SECONDS",
+        help="seconds to wait for the provider to connect or send (default: %(default)s)")  # fmt: skip
+    add("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn log level (default: %(default)s)")  # fmt: skip
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run the server until interrupted; return the exit code."""
+    """Run the server until SIGINT or SIGTERM (a clean shutdown, exit code 0); return the exit code."""
     try:
         import uvicorn
 
@@ -169,32 +79,28 @@ def serve(args: argparse.Namespace) -> int:
     try:
         state = build_state(args)
     except (ValueError, RuntimeError, OSError, sqlite3.Error) as exc:
-        sys.stderr.write(f"anchortrack serve: {exc}\n")
-        return 2
-    keys = api_keys(args)
+        return fail("serve", str(exc))
+    listed = [key.strip() for key in os.environ.get(API_KEYS_ENV, "").split(",")]
+    keys = [key for key in [*args.api_keys, *listed] if key] or None  # None: any key
     app = create_app(state, test_hooks=args.test_hooks, api_keys=keys)
     try:
         sock = bind_listener(args.host, args.port)
     except OSError as exc:
         state.close()
-        sys.stderr.write(f"anchortrack serve: cannot listen on {args.host}:{args.port}: {exc}\n")
-        return 1
-    port = int(sock.getsockname()[1])
+        return fail("serve", f"cannot listen on {args.host}:{args.port}: {exc}", 1)
     host = f"[{args.host}]" if ":" in args.host else args.host
     details = f"store: {args.store}"
     if state.backend is not None:
         details += f", upstream: {getattr(state.backend, 'name', '?')}"
     if keys:
         details += f", {len(keys)} API keys"
-    sys.stdout.write(f"anchortrack: Responses API at http://{host}:{port}/v1 ({details})\n")
+    sys.stdout.write(f"anchortrack: Responses API at http://{host}:{sock.getsockname()[1]}/v1 ({details})\n")
     sys.stdout.flush()
     timeouts = Timeouts(header=args.header_timeout, body=args.body_timeout, shutdown=args.shutdown_timeout)
-    config = uvicorn_config(app, timeouts, log_level=args.log_level)
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         # uvicorn shuts down gracefully, then re-raises the signal it caught.
-        uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(uvicorn_config(app, timeouts, log_level=args.log_level)).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
@@ -213,30 +119,15 @@ def build_state(args: argparse.Namespace) -> ServerState:
     """
     from ..server import ServerState
 
+    backend = None
+    if getattr(args, "upstream", None):
+        from ..server._upstream import Upstream
+
+        backend = Upstream(args.upstream, model=args.upstream_model, timeout=args.upstream_timeout)
     return ServerState(
         args.store,
         retention=args.retention,
         max_depth=args.max_depth,
         record=args.test_hooks,
-        backend=_upstream(args),
+        backend=backend,
     )
-
-
-def api_keys(args: argparse.Namespace) -> list[str] | None:
-    """The keys to serve (``--api-key`` and the environment list), or None: any key."""
-    listed = [key.strip() for key in os.environ.get(API_KEYS_ENV, "").split(",")]
-    keys = [key for key in [*args.api_keys, *listed] if key]
-    return keys or None
-
-
-def _upstream(args: argparse.Namespace) -> Any:
-    """The upstream backend the flags ask for, or ``None`` (the scripted model)."""
-    if not getattr(args, "upstream", None):
-        return None
-    from anchortrack.server._upstream import Upstream
-
-    return Upstream(args.upstream, model=args.upstream_model, timeout=args.upstream_timeout)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
