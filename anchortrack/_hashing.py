@@ -72,12 +72,7 @@ class Scope:
         return _blake2b(self._identity(), digest_size=8, key=key).hexdigest()
 
     def _identity(self) -> bytes:
-        parts = [
-            self.base_url.rstrip("/"),
-            self.organization or "",
-            self.project or "",
-            self.namespace or "",
-        ]
+        parts = [self.base_url.rstrip("/"), self.organization or "", self.project or "", self.namespace or ""]
         if self.api_key_digest is not None:
             parts.append(self.api_key_digest)
         return "\x1f".join(parts).encode()
@@ -159,35 +154,27 @@ class _Table(dict[Any, tuple[Any, ...]]):
                 counted -= dropped[-1] if dropped is not None else 0
         self.counted = counted
 
-    def clear(self) -> None:
-        super().clear()
-        self.counted = 0
-
 
 class Memo:
     """
     Remembers the fingerprints of items seen before, reusing one only on an exact proof.
 
     No proof calls a method of a user type, so a ``str`` subclass with its own
-    ``__eq__``/``__hash__`` (a log-masking string, say) cannot pass an edited
-    item off as the old one, and an item edited in place is fingerprinted
-    afresh.
+    ``__eq__`` (a log-masking string, say) cannot pass an edited item off as
+    the old one, and an item edited in place is fingerprinted afresh.
 
-    * By value: an item is remembered under its type and the bytes of its
-      exact value (`exact_value`); this serves the object a loop passes again
-      and an equal copy a framework rebuilt alike.
-    * By identity, the loop's common case: a dict or str seen for the first
-      time whose data is all strings is also remembered under ``id(item)``
-      with a copy of its containers. When an object with that id comes back,
-      it is checked to hold exact strings only and then compared with the
-      copy: ``==`` between exact strings calls no user code and cannot equate
-      ``1``, ``1.0`` and ``True``. This spares serializing the value again.
+    * By value: under the item's type and the bytes of its exact value
+      (`exact_value`), for the object a loop passes again and an equal copy.
+    * By identity, the loop's common case: a dict or str whose data is all
+      strings is also remembered under ``id(item)`` with a copy of its data.
+      When that id comes back holding exact strings only, it is compared with
+      the copy: ``==`` between exact strings calls no user code and cannot
+      equate ``1``, ``1.0`` and ``True``. This spares serializing it again.
 
     Bounded by bytes: each entry counts the data it holds plus a fixed
-    overhead against *max_bytes* (24 MiB: about 10,000 items of a tool loop
-    with 1.5 KB outputs), half for each table, oldest first out. An item whose
-    value takes more than *max_item_bytes* is remembered by a digest of its
-    value only, so the memo never keeps a large text alive after the caller
+    overhead against *max_bytes*, half for each table, oldest first out. An
+    item whose value takes more than *max_item_bytes* is remembered by a
+    digest only, so the memo never keeps a large text alive after the caller
     dropped it.
     """
 
@@ -196,7 +183,7 @@ class Memo:
         self.max_item_bytes = max_item_bytes
         #: (exact type, exact value or its digest) -> (what it is known as, bytes counted)
         self._known = _Table()
-        #: id(item) -> (its exact type, a copy of its data, what it is known as, bytes counted)
+        #: id(item) -> (its exact type, a copy of its containers, what it is known as, bytes counted)
         self._seen = _Table()
         #: The last history: its root, fingerprints and prefix hashes (read and replaced whole).
         self._last: tuple[bytes, Sequence[bytes], list[bytes]] = (b"", [], [])
@@ -252,9 +239,7 @@ class Memo:
 
     def clear(self) -> None:
         """Forget everything."""
-        self._known.clear()
-        self._seen.clear()
-        self._last = (b"", [], [])
+        self._known, self._seen, self._last = _Table(), _Table(), (b"", [], [])
 
 
 def exact_value(item: object) -> bytes | None:
@@ -262,12 +247,12 @@ def exact_value(item: object) -> bytes | None:
     Bytes that name *item*'s value exactly, or None when there are none the memo can trust.
 
     An exact ``dict`` or ``str``: its `marshal` form (version 2, no
-    back-references), which raises for subclasses of the built-in types and
-    anything that is not plain data, so equal bytes mean an equal value of
-    exactly the same types. An SDK model of a class of the ``openai``
-    package: the JSON its own serializer writes with ``exclude_unset`` (the
-    body the SDK sends). Anything else (a user's Mapping or model class,
-    whose own methods may decide what it holds) has none.
+    back-references), which raises for subclasses and anything that is not
+    plain data, so equal bytes mean an equal value of exactly the same types.
+    An SDK model of the ``openai`` package: the JSON its own serializer
+    writes with ``exclude_unset`` (the body the SDK sends). Anything else (a
+    user's Mapping or model class, whose own methods decide what it holds)
+    has none.
     """
     kind = type(item)
     if kind is dict or kind is str:
@@ -327,17 +312,10 @@ def fingerprint_items(
     items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None
 ) -> tuple[list[bytes], list[int], bool]:
     """
-    Fingerprint a history in one pass.
+    The fingerprints of a history, their canonical sizes, and whether any item is model output.
 
-    Args:
-        items: The history.
-        memo: Fingerprints remembered from earlier calls.
-        kinds: If given, the type and role of each item are appended to it
-            (from the same canonical form; the memo is not used then).
-
-    Returns:
-        The fingerprints, the canonical byte sizes, and whether any item is
-        model output (an assistant message, a tool call, reasoning, …).
+    With *kinds*, the type and role of each item are appended to it (from the
+    same canonical form; the *memo* is not used then).
 
     Raises:
         ItemError: an item has no Responses API shape.
