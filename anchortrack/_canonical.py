@@ -261,9 +261,7 @@ def _ignored_keys(kind: object, out: Mapping[str, Any]) -> frozenset[str]:
     if kind == "reasoning":
         encrypted = out.get("encrypted_content")
         return _ID_STATUS if isinstance(encrypted, str) and encrypted else _STATUS
-    if isinstance(kind, str):
-        return IGNORED_KEYS.get(kind, _NOTHING)
-    return _NOTHING
+    return IGNORED_KEYS.get(kind, _NOTHING) if isinstance(kind, str) else _NOTHING
 
 
 def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
@@ -297,10 +295,8 @@ def dump_canonical(canonical: dict[str, Any]) -> bytes:
     """
     Return the bytes of an item already in canonical form.
 
-    A lone surrogate (a JSON-legal ``"\\ud800"`` escape in a tool call's
-    ``arguments``, say) has no UTF-8 form: it is written as its three
-    surrogate-escaped bytes, which no valid UTF-8 text contains, so it never
-    raises and never equals other text.
+    A lone surrogate has no UTF-8 form: it is written as its three
+    surrogate-escaped bytes, which no valid UTF-8 text contains.
     """
     return _dumps(canonical).encode("utf-8", "surrogatepass")
 

@@ -165,8 +165,8 @@ class Memo:
 
     * By value: under the item's type and the bytes of its exact value
       (`exact_value`), for the object a loop passes again and an equal copy.
-    * By identity, the loop's common case: a dict or str whose data is all
-      strings is also remembered under ``id(item)`` with a copy of its data.
+    * By identity, the loop's common case: a dict or str holding only strings
+      (and None) is also remembered under ``id(item)`` with a copy of its data.
       When that id comes back holding exact strings only, it is compared with
       the copy: ``==`` between exact strings calls no user code and cannot
       equate ``1``, ``1.0`` and ``True``. This spares serializing it again.
