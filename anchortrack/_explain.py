@@ -245,7 +245,7 @@ def explain(
         plan = drive(plan_history(context, history, properties=properties), lambda effect: found)
         if isinstance(found, Mapping):
             views = _views(history, found, context)
-        elif plan.reason is not Reason.STORE_UNAVAILABLE:
+        elif plan.reason is not Reason.STORE_UNAVAILABLE:  # the planner looked nothing up
             detail = None
     rows = _rows(kinds, history.fingerprints, views, plan)
     closest = views[max(views)] if views else None

@@ -172,7 +172,8 @@ class Memo:
       equate ``1``, ``1.0`` and ``True``. This spares serializing it again.
 
     Bounded by bytes: each entry counts the data it holds plus a fixed
-    overhead against *max_bytes*, half for each table, oldest first out. An
+    overhead against *max_bytes* (the default holds about 10,000 items of a
+    tool loop with 1.5 KB outputs), half for each table, oldest first out. An
     item whose value takes more than *max_item_bytes* is remembered by a
     digest only, so the memo never keeps a large text alive after the caller
     dropped it.
