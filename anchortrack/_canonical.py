@@ -131,40 +131,26 @@ _STATUS = frozenset({"status"})
 _NOTHING: frozenset[str] = frozenset()
 
 #: Item type → top-level keys that are bookkeeping (see the module table).
-#: A type missing here is compared by its full value.
+#: A type missing here is compared by its full value; "reasoning" depends on
+#: its encrypted_content (see `_ignored_keys`).
+# fmt: off
 IGNORED_KEYS: dict[str, frozenset[str]] = {
-    "message": _ID_STATUS,
-    "function_call": _ID_STATUS,
-    "function_call_output": _ID_STATUS,
-    "custom_tool_call": _ID_STATUS,
-    "custom_tool_call_output": _ID_STATUS,
-    "computer_call": _ID_STATUS,
-    "computer_call_output": _ID_STATUS,
-    "shell_call": _ID,
-    "shell_call_output": _ID,
-    "apply_patch_call": _ID,
-    "apply_patch_call_output": _ID,
-    "mcp_approval_response": _ID,
-    "compaction": _ID,
-    "item_reference": _NOTHING,
-    "mcp_approval_request": _NOTHING,
-    "local_shell_call": _NOTHING,
-    "local_shell_call_output": _NOTHING,
-    "mcp_call": _NOTHING,
-    "mcp_list_tools": _NOTHING,
-    "web_search_call": _NOTHING,
-    "file_search_call": _NOTHING,
-    "code_interpreter_call": _NOTHING,
-    "image_generation_call": _NOTHING,
-    "tool_search_call": _NOTHING,
-    "tool_search_output": _NOTHING,
-    "program": _NOTHING,
-    "program_output": _NOTHING,
-    "additional_tools": _NOTHING,
-    "compaction_trigger": _NOTHING,
-    "configuration_update": _NOTHING,
-    # "reasoning" depends on encrypted_content: see _ignored_keys.
+    **dict.fromkeys((
+        "message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+        "computer_call", "computer_call_output",
+    ), _ID_STATUS),
+    **dict.fromkeys((
+        "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
+        "mcp_approval_response", "compaction",
+    ), _ID),
+    **dict.fromkeys((
+        "item_reference", "mcp_approval_request", "local_shell_call", "local_shell_call_output", "mcp_call",
+        "mcp_list_tools", "web_search_call", "file_search_call", "code_interpreter_call",
+        "image_generation_call", "tool_search_call", "tool_search_output", "program", "program_output",
+        "additional_tools", "compaction_trigger", "configuration_update",
+    ), _NOTHING),
 }
+# fmt: on
 
 #: Item type → paths to the free-form JSON values inside it ("*": every element of a list): values
 #: the API passes through verbatim (a tool's JSON schema, a tool search's arguments), where
@@ -190,22 +176,6 @@ class ItemError(TypeError):
     """An input item anchortrack cannot canonicalize."""
 
 
-#: Model classes seen: their serializer, called directly when ``model_dump`` is pydantic's own (else None).
-_fast_dumps: dict[type, Any] = {}
-
-
-def _plain_pydantic_dump(kind: type) -> bool:
-    """Whether *kind*'s ``model_dump`` is pydantic's ``BaseModel.model_dump``, not an override."""
-    for base in kind.__mro__:
-        if "model_dump" in base.__dict__:
-            return (
-                base.__name__ == "BaseModel"
-                and base.__module__ == "pydantic.main"
-                and hasattr(kind, "__pydantic_serializer__")
-            )
-    return False
-
-
 def _dump(model: Any) -> Any:
     """
     *model*'s ``model_dump(mode="json", exclude_unset=True)``, without warnings.
@@ -215,12 +185,6 @@ def _dump(model: Any) -> Any:
     keeps it and sends it back as it is, and so does its dump; pydantic's
     serializer warnings about it are not ours to raise.
     """
-    kind = type(model)
-    fast = _fast_dumps.get(kind)
-    if fast is None and kind not in _fast_dumps:
-        fast = _fast_dumps[kind] = kind.__pydantic_serializer__ if _plain_pydantic_dump(kind) else None
-    if fast is not None:
-        return fast.to_python(model, mode="json", exclude_unset=True, warnings=False)
     try:
         return model.model_dump(mode="json", exclude_unset=True, warnings=False)
     except TypeError:  # an override of model_dump without the `warnings` argument
@@ -297,9 +261,7 @@ def _ignored_keys(kind: object, out: Mapping[str, Any]) -> frozenset[str]:
     if kind == "reasoning":
         encrypted = out.get("encrypted_content")
         return _ID_STATUS if isinstance(encrypted, str) and encrypted else _STATUS
-    if isinstance(kind, str):
-        return IGNORED_KEYS.get(kind, _NOTHING)
-    return _NOTHING
+    return IGNORED_KEYS.get(kind, _NOTHING) if isinstance(kind, str) else _NOTHING
 
 
 def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
@@ -333,10 +295,8 @@ def dump_canonical(canonical: dict[str, Any]) -> bytes:
     """
     Return the bytes of an item already in canonical form.
 
-    A lone surrogate (a JSON-legal ``"\\ud800"`` escape in a tool call's
-    ``arguments``, say) has no UTF-8 form: it is written as its three
-    surrogate-escaped bytes, which no valid UTF-8 text contains, so it never
-    raises and never equals other text.
+    A lone surrogate has no UTF-8 form: it is written as its three
+    surrogate-escaped bytes, which no valid UTF-8 text contains.
     """
     return _dumps(canonical).encode("utf-8", "surrogatepass")
 

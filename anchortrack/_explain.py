@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from ._canonical import ItemError, canonical_item
-from ._flow import UNAVAILABLE, CallContext, Find, History, drive, plan_history, read_history
+from ._flow import UNAVAILABLE, CallContext, History, drive, plan_history, read_history
 from ._hashing import Kind, Scope
 from ._log import short
 from ._outcome import decision_for
@@ -214,6 +214,7 @@ def explain(
     if params is not None and not isinstance(history_or_body, Mapping):
         properties = properties_digest(params, scope.base_url)
     n = len(items)
+    kinds = [_kind(item) for item in items]
     secret = store.secret_key
     context = CallContext(
         scope_key=scope.store_key(secret),
@@ -222,34 +223,31 @@ def explain(
         recent=recent,
         mac_key=mac_key(secret),
     )
-    kinds: list[Kind] = []
     try:
-        history = read_history(context, items, kinds=kinds)
+        history = read_history(context, items)
     except ItemError as error:
-        refused = Plan(Reason.CALLER_MANAGED if managed else Reason.INTERNAL_ERROR, total=n)
-        rows = _rows(items, _described(items, kinds), None, {}, refused)
-        return Explanation(rows, refused, scope, previous_id, store_false, detail=str(error))
-    if managed:
-        passthrough = with_sizes(Plan(Reason.CALLER_MANAGED, total=n), history.sizes)
-        rows = _rows(items, kinds, history.fingerprints, {}, passthrough)
-        return Explanation(rows, passthrough, scope, previous_id, store_false)
-    # One lookup of every prefix view: the candidates the planner asks for,
-    # plus the whole history's (it may end exactly where a view ends).
-    found: object
+        plan = Plan(Reason.CALLER_MANAGED if managed else Reason.INTERNAL_ERROR, total=n)
+        return Explanation(
+            _rows(kinds, None, {}, plan), plan, scope, previous_id, store_false, detail=str(error)
+        )
+    views: dict[int, Anchor] = {}
     detail = None
-    try:
-        found = store.find(context.scope_key, history.hashes) if history.hashes else {}
-    except Exception as error:  # noqa: BLE001 - reported as store_unavailable, like the client does
-        found, detail = UNAVAILABLE, type(error).__name__
-
-    def answer(effect: Find) -> object:
-        return found
-
-    plan: Plan = drive(plan_history(context, history, properties=properties), answer)
-    views = _views(history, found, context) if isinstance(found, Mapping) else {}
-    if plan.reason is not Reason.STORE_UNAVAILABLE:
-        detail = None
-    rows = _rows(items, kinds, history.fingerprints, views, plan)
+    if managed:
+        plan = with_sizes(Plan(Reason.CALLER_MANAGED, total=n), history.sizes)
+    else:
+        # One lookup of every prefix view: the candidates the planner asks for,
+        # plus the whole history's (it may end exactly where a view ends).
+        found: object
+        try:
+            found = store.find(context.scope_key, history.hashes) if history.hashes else {}
+        except Exception as error:  # noqa: BLE001 - reported as store_unavailable, like the client does
+            found, detail = UNAVAILABLE, type(error).__name__
+        plan = drive(plan_history(context, history, properties=properties), lambda effect: found)
+        if isinstance(found, Mapping):
+            views = _views(history, found, context)
+        elif plan.reason is not Reason.STORE_UNAVAILABLE:  # the planner looked nothing up
+            detail = None
+    rows = _rows(kinds, history.fingerprints, views, plan)
     closest = views[max(views)] if views else None
     return Explanation(rows, plan, scope, previous_id, store_false, closest, detail)
 
@@ -278,13 +276,6 @@ def _views(history: History, found: Mapping[bytes, Anchor], context: CallContext
     return views
 
 
-def _described(items: Sequence[Any], kinds: list[Kind]) -> list[Kind]:
-    """*kinds* completed past the first item that has no Responses API shape."""
-    out = list(kinds)
-    out.extend(_kind(item) for item in items[len(kinds) :])
-    return out
-
-
 def _kind(item: object) -> Kind:
     try:
         canon = canonical_item(item)
@@ -295,7 +286,6 @@ def _kind(item: object) -> Kind:
 
 
 def _rows(
-    items: Sequence[Any],
     kinds: Sequence[Kind],
     fps: Sequence[bytes] | None,
     views: Mapping[int, Anchor],
@@ -312,7 +302,7 @@ def _rows(
             held_by=next((views[n].response_id for n in lengths if n > index), None),
             in_delta=index >= first,
         )
-        for index, (kind, role) in enumerate(kinds[: len(items)])
+        for index, (kind, role) in enumerate(kinds)
     )
 
 

@@ -72,12 +72,7 @@ class Scope:
         return _blake2b(self._identity(), digest_size=8, key=key).hexdigest()
 
     def _identity(self) -> bytes:
-        parts = [
-            self.base_url.rstrip("/"),
-            self.organization or "",
-            self.project or "",
-            self.namespace or "",
-        ]
+        parts = [self.base_url.rstrip("/"), self.organization or "", self.project or "", self.namespace or ""]
         if self.api_key_digest is not None:
             parts.append(self.api_key_digest)
         return "\x1f".join(parts).encode()
@@ -141,45 +136,63 @@ _ENTRY_BYTES = 240
 _MAX_DEPTH = 64
 
 
+class _Table(dict[Any, tuple[Any, ...]]):
+    """A dict whose entries end with the bytes they are counted as; `put` keeps the count under a budget."""
+
+    counted = 0
+
+    def put(self, key: Any, entry: tuple[Any, ...], budget: int) -> None:
+        """Remember *entry* under *key*; past *budget*, drop the oldest entries down to 7/8 of it."""
+        old = self.pop(key, None)
+        self[key] = entry
+        counted = self.counted + entry[-1] - (old[-1] if old is not None else 0)
+        if counted > budget:
+            for oldest in list(self):  # a snapshot: other threads may add entries
+                if counted <= budget * 7 // 8:
+                    break
+                dropped = self.pop(oldest, None)
+                counted -= dropped[-1] if dropped is not None else 0
+        self.counted = counted
+
+
 class Memo:
     """
     Remembers the fingerprints of items seen before, reusing one only on an exact proof.
 
     No proof calls a method of a user type, so a ``str`` subclass with its own
-    ``__eq__``/``__hash__`` (a log-masking string, say) cannot pass an edited
-    item off as the old one, and an item edited in place is fingerprinted
-    afresh.
+    ``__eq__`` (a log-masking string, say) cannot pass an edited item off as
+    the old one, and an item edited in place is fingerprinted afresh.
 
-    * By value: an item is remembered under its type and the bytes of its
-      exact value (`exact_value`); they serve the object a loop passes again
-      and an equal copy a framework rebuilt alike.
-    * By identity, the loop's common case: an item seen for the first time
-      whose data is all strings (a message, a tool output, an SDK tool call)
-      is also remembered under ``id(item)`` with a copy of its containers.
-      When an object with that id comes back, its data is checked to be
-      exact strings again and then compared with the copy: with exact
-      strings only, ``==`` calls no user code and cannot equate ``1``,
-      ``1.0`` and ``True``. This spares serializing and hashing the value on
-      every call of a loop.
+    * By value: under the item's type and the bytes of its exact value
+      (`exact_value`), for the object a loop passes again and an equal copy.
+    * By identity, the loop's common case: a dict or str holding only strings
+      (and None) is also remembered under ``id(item)`` with a copy of its data.
+      When that id comes back holding exact strings only, it is compared with
+      the copy: ``==`` between exact strings calls no user code and cannot
+      equate ``1``, ``1.0`` and ``True``. This spares serializing it again.
 
-    Bounded by bytes: each entry is counted (the data it holds plus a fixed
-    overhead) against *max_bytes* (24 MiB: about 10,000 items of a tool loop
-    with 1.5 KB outputs), half for each table, oldest first out. An item whose
-    value takes more than *max_item_bytes* is remembered by a digest of its
-    value only, so the memo never keeps a large text alive after the caller
+    Bounded by bytes: each entry counts the data it holds plus a fixed
+    overhead against *max_bytes* (the default holds about 10,000 items of a
+    tool loop with 1.5 KB outputs), half for each table, oldest first out. An
+    item whose value takes more than *max_item_bytes* is remembered by a
+    digest only, so the memo never keeps a large text alive after the caller
     dropped it.
     """
 
     def __init__(self, max_bytes: int = 24 << 20, max_item_bytes: int = 64 << 10) -> None:
         self.max_bytes = max_bytes
         self.max_item_bytes = max_item_bytes
-        self.nbytes = 0
-        self._known: dict[tuple[type, bytes], Known] = {}
-        #: id(item) -> (its exact type, a copy of its data, what it is known as, bytes counted)
-        self._seen: dict[int, tuple[type, object, Known, int]] = {}
-        self._sizes = [0, 0]  # bytes counted for _known, _seen
+        #: (exact type, exact value or its digest) -> (what it is known as, bytes counted)
+        self._known = _Table()
+        #: id(item) -> (its exact type, a copy of its containers, what it is known as, bytes counted)
+        self._seen = _Table()
         #: The last history: its root, fingerprints and prefix hashes (read and replaced whole).
         self._last: tuple[bytes, Sequence[bytes], list[bytes]] = (b"", [], [])
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes counted against *max_bytes*."""
+        return self._known.counted + self._seen.counted
 
     def known(self, item: object) -> Known:
         """
@@ -189,29 +202,22 @@ class Memo:
             ItemError: the item has no Responses API shape.
         """
         seen = self._seen.get(id(item))
-        if seen is not None and type(item) is seen[0] and _strings_view(item) == seen[1]:
-            return seen[2]
+        if seen is not None and type(item) is seen[0] and _strings(item) and item == seen[1]:
+            return seen[2]  # type: ignore[no-any-return]
         value = exact_value(item)
         if value is None:
             return _fingerprint_one(item)
         small = len(value) <= self.max_item_bytes
         key = (type(item), value if small else _blake2b(value, digest_size=DIGEST_SIZE).digest())
-        known = self._known.get(key)
-        if known is not None:
-            return known
-        known = self._known[key] = _fingerprint_one(item)
-        self._count(0, len(key[1]) + _ENTRY_BYTES)
-        view = _strings_view(item) if small else None
-        if view is not None:  # a value seen for the first time: a loop passes this very object again
-            size = len(value) + _ENTRY_BYTES
-            old = self._seen.pop(id(item), None)
-            self._seen[id(item)] = (type(item), _copy(view), known, size)
-            self._count(1, size - (old[3] if old is not None else 0))
+        entry = self._known.get(key)
+        if entry is not None:
+            return entry[0]  # type: ignore[no-any-return]
+        known = _fingerprint_one(item)
+        self._known.put(key, (known, len(key[1]) + _ENTRY_BYTES), self.max_bytes // 2)
+        if small and _strings(item):  # seen for the first time: a loop passes this very object again
+            entry = (type(item), _copy(item), known, len(value) + _ENTRY_BYTES)
+            self._seen.put(id(item), entry, self.max_bytes // 2)
         return known
-
-    def last_fingerprints(self) -> Sequence[bytes]:
-        """The fingerprints of the last history whose prefix hashes were taken."""
-        return self._last[1]
 
     def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
         """
@@ -234,29 +240,7 @@ class Memo:
 
     def clear(self) -> None:
         """Forget everything."""
-        self._known.clear()
-        self._seen.clear()
-        self._last = (b"", [], [])
-        self._sizes = [0, 0]
-        self.nbytes = 0
-
-    def _count(self, table: int, size: int) -> None:
-        """Count *size* more bytes against *table*; past its half of the budget, drop its oldest entries."""
-        self._sizes[table] += size
-        budget = self.max_bytes // 2
-        if self._sizes[table] > budget:
-            # Down to 7/8 of the half in one pass: removing one entry at a time
-            # rescans the deleted slots at the dict's front every time.
-            entries: dict[Any, Any] = self._known if table == 0 else self._seen
-            dropped = []
-            for key, value in list(entries.items()):  # a snapshot: other threads may add entries
-                if self._sizes[table] <= budget * 7 // 8:
-                    break
-                self._sizes[table] -= len(key[1]) + _ENTRY_BYTES if table == 0 else value[3]
-                dropped.append(key)
-            for key in dropped:
-                entries.pop(key, None)
-        self.nbytes = self._sizes[0] + self._sizes[1]
+        self._known, self._seen, self._last = _Table(), _Table(), (b"", [], [])
 
 
 def exact_value(item: object) -> bytes | None:
@@ -264,13 +248,12 @@ def exact_value(item: object) -> bytes | None:
     Bytes that name *item*'s value exactly, or None when there are none the memo can trust.
 
     An exact ``dict`` or ``str``: its `marshal` form (version 2, no
-    back-references), which raises for subclasses of the built-in types and
-    for anything that is not plain data, so equal bytes mean an equal value of
-    exactly the same types. An SDK model of a class of the ``openai``
-    package: the JSON its own serializer writes with ``exclude_unset``, the
-    body the SDK sends (without warnings: a value the SDK types otherwise is
-    written as it is). Anything else (a user's Mapping or model class, whose
-    own methods may decide what it holds) has none.
+    back-references), which raises for subclasses and anything that is not
+    plain data, so equal bytes mean an equal value of exactly the same types.
+    An SDK model of the ``openai`` package: the JSON its own serializer
+    writes with ``exclude_unset`` (the body the SDK sends). Anything else (a
+    user's Mapping or model class, whose own methods decide what it holds)
+    has none.
     """
     kind = type(item)
     if kind is dict or kind is str:
@@ -288,7 +271,7 @@ def exact_value(item: object) -> bytes | None:
 
 
 def _strings(value: object, depth: int = 0) -> bool:
-    """True if every node is an exact dict (of exact str keys), list or str, or None; no deeper than 64."""
+    """True if *value* is an exact str or None, or an exact dict (of str keys) or list of such, <= 64 deep."""
     kind = type(value)
     if kind is str or value is None:
         return True
@@ -307,37 +290,11 @@ def _strings(value: object, depth: int = 0) -> bool:
     return False
 
 
-def _strings_view(item: Any) -> object | None:
-    """
-    The data of *item* that ``==`` may compare exactly, or None.
-
-    An exact str, or an exact dict of strings (`_strings`): the item itself.
-    An SDK model (of a class `exact_value` accepts) whose fields and extra
-    fields are flat strings (a tool call): its fields, extra fields and the
-    set of names set, which is all its serializer reads (``_strings`` at
-    depth 64 accepts no nested container).
-    """
-    kind = type(item)
-    if kind is dict or kind is str:
-        return item if _strings(item) else None
-    fields, extra, names = item.__dict__, item.__pydantic_extra__, item.__pydantic_fields_set__
-    if type(fields) is not dict or type(names) is not set or not _strings(list(names), _MAX_DEPTH):
-        return None
-    if _strings(fields, _MAX_DEPTH) and (
-        extra is None or (type(extra) is dict and _strings(extra, _MAX_DEPTH))
-    ):
-        return fields, extra, names
-    return None
-
-
 def _copy(value: Any) -> Any:
-    """A copy of the containers of a `_strings_view` (sets frozen); the strings are shared."""
-    kind = type(value)
-    if kind is dict:
+    """A copy of the dicts and lists of *value*; the strings are shared."""
+    if type(value) is dict:
         return {key: _copy(item) for key, item in value.items()}
-    if kind is list or kind is tuple:
-        return kind(_copy(item) for item in value)
-    return frozenset(value) if kind is set else value
+    return [_copy(item) for item in value] if type(value) is list else value
 
 
 def _fingerprint_one(item: object, kinds: list[Kind] | None = None) -> Known:
@@ -356,17 +313,10 @@ def fingerprint_items(
     items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None
 ) -> tuple[list[bytes], list[int], bool]:
     """
-    Fingerprint a history in one pass.
+    The fingerprints of a history, their canonical sizes, and whether any item is model output.
 
-    Args:
-        items: The history.
-        memo: Fingerprints remembered from earlier calls.
-        kinds: If given, the type and role of each item are appended to it
-            (from the same canonical form; the memo is not used then).
-
-    Returns:
-        The fingerprints, the canonical byte sizes, and whether any item is
-        model output (an assistant message, a tool call, reasoning, …).
+    With *kinds*, the type and role of each item are appended to it (from the
+    same canonical form; the *memo* is not used then).
 
     Raises:
         ItemError: an item has no Responses API shape.
@@ -390,7 +340,7 @@ def fingerprint_history(items: Sequence[object], memo: Memo) -> tuple[list[bytes
     The views a loop chains from end at or after those shared items.
     """
     fps, sizes, has_model = fingerprint_items(items, memo)
-    last = memo.last_fingerprints()
+    last = memo._last[1]
     shared = min(len(last), len(fps))
     if fps[:shared] != last[:shared]:
         shared = next(i for i, (a, b) in enumerate(zip(fps, last, strict=False)) if a != b)
