@@ -37,7 +37,7 @@ import asyncio
 import inspect
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from openai import BaseModel
@@ -50,10 +50,11 @@ from openai.resources.responses.responses import (
 )
 from openai.types.responses import ResponsesClientEventParam
 
+from ._flow import adrive, drive
 from ._hashing import Scope
 from ._mode import Mode, resolve
 from ._plan import Reason
-from ._socket import CREATE, Ended, Pending, Record, Refused, SocketBook, SocketPlan, Verdict, lane_of
+from ._socket import CREATE, Pending, SocketBook, SocketPlan, Verdict
 from ._socketcalls import SocketCalls
 from ._tracker import Tracker
 
@@ -162,7 +163,7 @@ class _Socket:
         """Wrap the caller's ``on_reconnecting``: forget the closed socket first."""
 
         def on_reconnecting(event: Any) -> Any:
-            self.dropped(self.book.reset())
+            self.close()
             return callback(event)
 
         return on_reconnecting
@@ -173,7 +174,7 @@ class _Socket:
         self.calls.dropped([pending.plan for pending in pendings], local_anchors)
 
     def close(self) -> None:
-        """The connection was closed by its owner: what was in flight is gone."""
+        """The socket was closed: what was in flight is gone."""
         self.dropped(self.book.reset())
 
     def attach(self, transport: Any) -> Any:
@@ -181,52 +182,57 @@ class _Socket:
         self.dropped(self.book.attach(transport))
         return transport
 
-    def planned_text(self, plan: SocketPlan, fields: Mapping[str, Any], original: str) -> str:
-        """The text to send for *plan*, made from the parsed *fields* of *original*."""
-        return original if plan.body is fields else json.dumps(plan.body)
+    def outgoing(self, message: str) -> Generator[Mapping[str, Any], SocketPlan, tuple[str, Pending] | None]:
+        """
+        What to send for an outgoing text: a create's frame and its pending create, or None (as is).
 
-    def stale_replaced(self, pending: Pending, text: str) -> tuple[str, Pending]:
-        """A create chained to a local anchor of a socket now gone goes out in full instead."""
-        if not self.book.stale(pending):
-            return text, pending
-        self.calls.settled(pending.plan, Reason.WEBSOCKET_DROPPED.value)
-        full = pending.plan.in_full()
-        return _serialized(full.body), self.book.pending(full)
-
-    def settle(self, verdict: Verdict) -> Refused | None:
-        """Act on a verdict that needs no I/O; hand back a refusal to recover (sync or async)."""
-        if isinstance(verdict, Record):
-            self.calls.settled(verdict.pending.plan)
-            self.record(verdict)
+        An unplanned create (a session lane's, or one queued before the
+        connection opened) is planned here: its fields are yielded for planning.
+        """
+        pending = self.book.take(message)
+        if pending is not None:
+            if not self.book.stale(pending):
+                return message, pending
+            # Chained to a local anchor of a socket now gone: it goes out in full instead.
+            self.calls.settled(pending.plan, Reason.WEBSOCKET_DROPPED)
+            full = pending.plan.in_full()
+            return _serialized(full.body), self.book.pending(full)
+        fields = _parsed_create(message)
+        if fields is None:
             return None
-        if isinstance(verdict, Ended):
-            for pending in verdict.pendings:
-                self.calls.settled(pending.plan)
-            return None
-        return verdict
+        plan = yield fields
+        return (message if plan.body is fields else json.dumps(plan.body)), self.book.pending(plan)
 
-    def unrecovered(self, pending: Pending) -> None:
-        """A refusal of *pending* reaches the caller."""
+    def received(self, data: bytes) -> Verdict | None:
+        """Act on a received frame; hand back a refusal to recover (sync or async)."""
+        try:
+            verdict = self.book.on_frame(data)
+        except Exception as error:  # noqa: BLE001 - a received frame always reaches the caller
+            self.calls.fault(error, counted=False)
+            return None
+        if verdict is None or verdict.refusal is not None:
+            return verdict
+        for pending in verdict.ended:
+            self.calls.settled(pending.plan)
+        if verdict.response is not None:
+            pending = verdict.ended[0]
+            assert pending.plan.ticket is not None
+            anchor = self.calls.record(pending.plan.ticket, verdict.response, verdict.output)
+            self.book.settle(pending, anchor)
+        return None
+
+    def resent(self, pending: Pending, resend: SocketPlan | None) -> tuple[str, Pending] | None:
+        """The frame that recovers the refused *pending*, or None: the refusal reaches the caller."""
+        if resend is not None:
+            return _serialized(resend.body), self.book.pending(resend)
         self.calls.settled(pending.plan)
         self.book.refusal_passed(pending)
+        return None
 
     def withdrawn(self, pending: Pending) -> None:
         """*pending* did not go out: its send failed."""
         self.book.withdraw(pending)
         self.calls.settled(pending.plan)
-
-    def record(self, verdict: Record) -> None:
-        ticket = verdict.pending.plan.ticket
-        assert ticket is not None
-        anchor = self.calls.record(ticket, verdict.response, verdict.output)
-        self.book.settle(verdict.pending, anchor)
-
-    def on_frame(self, data: bytes) -> Verdict:
-        try:
-            return self.book.on_frame(data)
-        except Exception as error:  # noqa: BLE001 - a received frame always reaches the caller
-            self.calls.fault(error, counted=False)
-            return None
 
 
 # -- transports: every frame goes out through them ------------------------------
@@ -243,27 +249,17 @@ class _Transport:
         return getattr(self._ws, name)
 
     def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(message, str):
-            return self._ws.send(message, *args, **kwargs)
         socket = self._socket
-        pending = socket.book.take(message)
-        text = message
-        if pending is not None:
-            text, pending = socket.stale_replaced(pending, message)
-        else:
-            fields = _parsed_create(message)
-            if fields is not None:
-                plan = socket.calls.plan(fields, socket.book.overlay(lane_of(fields)))
-                text, pending = socket.planned_text(plan, fields, message), socket.book.pending(plan)
-        if pending is None:
-            return self._ws.send(message, *args, **kwargs)
-        return self.emit(text, pending, *args, **kwargs)
+        if isinstance(message, str):
+            frame = drive(socket.outgoing(message), lambda fields: socket.calls.plan(fields, socket.book))
+            if frame is not None:
+                return self.emit(*frame, *args, **kwargs)
+        return self._ws.send(message, *args, **kwargs)
 
     def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
         """Send *text*, the frame of *pending*, keeping the lane's order."""
-        book = self._socket.book
         with self._socket.send_lock:
-            book.commit(pending)
+            self._socket.book.commit(pending)
             try:
                 return self._ws.send(text, *args, **kwargs)
             except BaseException:
@@ -271,38 +267,22 @@ class _Transport:
                 raise
 
 
-class _AsyncTransport:
-    """A websockets asyncio ``ClientConnection`` whose ``send`` plans unplanned creates."""
-
-    def __init__(self, ws: Any, socket: _Socket) -> None:
-        self._ws = ws
-        self._socket = socket
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ws, name)
+class _AsyncTransport(_Transport):
+    """The asyncio twin of `_Transport`."""
 
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(message, str):
-            return await self._ws.send(message, *args, **kwargs)
         socket = self._socket
-        pending = socket.book.take(message)
-        text = message
-        if pending is not None:
-            text, pending = socket.stale_replaced(pending, message)
-        else:
-            fields = _parsed_create(message)
-            if fields is not None:
-                plan = await socket.calls.aplan(fields, socket.book.overlay(lane_of(fields)))
-                text, pending = socket.planned_text(plan, fields, message), socket.book.pending(plan)
-        if pending is None:
-            return await self._ws.send(message, *args, **kwargs)
-        return await self.emit(text, pending, *args, **kwargs)
+        if isinstance(message, str):
+            frame = await adrive(
+                socket.outgoing(message), lambda fields: socket.calls.aplan(fields, socket.book)
+            )
+            if frame is not None:
+                return await self.emit(*frame, *args, **kwargs)
+        return await self._ws.send(message, *args, **kwargs)
 
     async def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
-        """Send *text*, the frame of *pending*, keeping the lane's order."""
-        book = self._socket.book
         async with self._socket.asend_lock:
-            book.commit(pending)
+            self._socket.book.commit(pending)
             try:
                 return await self._ws.send(text, *args, **kwargs)
             except BaseException:
@@ -323,7 +303,7 @@ class TrackedResponsesConnection(ResponsesConnection):
         fields = _fields(event)
         if fields is None:
             return super().send(event)
-        plan = socket.calls.plan(fields, socket.book.overlay(lane_of(fields)))
+        plan = socket.calls.plan(fields, socket.book)
         try:
             text = _text(event, plan, fields) or _serialized(plan.body)
         except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
@@ -332,33 +312,31 @@ class TrackedResponsesConnection(ResponsesConnection):
         # What the SDK's own send does with its text, in either major version.
         if WebSocketConnectionBase is not None:
             WebSocketConnectionBase.send_raw(self, text)
-            return None
-        if self._is_reconnecting:
+        elif self._is_reconnecting:
             self._send_queue.enqueue(text)
-            return None
-        try:
-            self._connection.send(text)
-        except Exception:
-            self._send_queue.enqueue(text)
-            raise
+        else:
+            try:
+                self._connection.send(text)
+            except Exception:
+                self._send_queue.enqueue(text)
+                raise
         return None
 
     def recv_bytes(self) -> bytes:
         socket = self._anchortrack
         while True:
             data = super().recv_bytes()
-            refused = socket.settle(socket.on_frame(data))
+            refused = socket.received(data)
             socket.tracker.flush()
             if refused is None:
                 return data
-            pending = refused.pending
-            resend = socket.calls.recover(pending.plan, refused.error, socket.book.overlay(pending.lane))
-            if resend is None:
-                socket.unrecovered(pending)
+            pending, error = refused.ended[0], refused.refusal
+            assert error is not None
+            frame = socket.resent(pending, socket.calls.recover(pending.plan, error, socket.book))
+            if frame is None:
                 return data
-            transport = self._connection
-            assert isinstance(transport, _Transport)
-            transport.emit(_serialized(resend.body), socket.book.pending(resend))
+            assert isinstance(self._connection, _Transport)
+            self._connection.emit(*frame)
 
 
 class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
@@ -371,7 +349,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
         fields = _fields(event)
         if fields is None:
             return await super().send(event)
-        plan = await socket.calls.aplan(fields, socket.book.overlay(lane_of(fields)))
+        plan = await socket.calls.aplan(fields, socket.book)
         try:
             text = _text(event, plan, fields) or await _aserialized(plan.body)
         except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
@@ -380,38 +358,34 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
         # What the SDK's own send does with its text, in either major version.
         if AsyncWebSocketConnectionBase is not None:
             await AsyncWebSocketConnectionBase.send_raw(self, text)
-            return None
-        if self._is_reconnecting:
+        elif self._is_reconnecting:
             self._send_queue.enqueue(text)
-            return None
-        try:
-            await self._connection.send(text)
-        except Exception:
-            self._send_queue.enqueue(text)
-            raise
+        else:
+            try:
+                await self._connection.send(text)
+            except Exception:
+                self._send_queue.enqueue(text)
+                raise
         return None
 
     async def recv_bytes(self) -> bytes:
         socket = self._anchortrack
         while True:
             data = await super().recv_bytes()
-            refused = socket.settle(socket.on_frame(data))
+            refused = socket.received(data)
             await socket.tracker.aflush()
             if refused is None:
                 return data
-            pending = refused.pending
-            resend = await socket.calls.arecover(
-                pending.plan, refused.error, socket.book.overlay(pending.lane)
-            )
-            if resend is None:
-                socket.unrecovered(pending)
+            pending, error = refused.ended[0], refused.refusal
+            assert error is not None
+            frame = socket.resent(pending, await socket.calls.arecover(pending.plan, error, socket.book))
+            if frame is None:
                 return data
-            transport = self._connection
-            assert isinstance(transport, _AsyncTransport)
-            await transport.emit(_serialized(resend.body), socket.book.pending(resend))
+            assert isinstance(self._connection, _AsyncTransport)
+            await self._connection.emit(*frame)
 
 
-# -- managers ---------------------------------------------------------------------
+# -- managers: every socket they open is wrapped in a transport ---------------------
 
 
 class TrackedResponsesConnectionManager(ResponsesConnectionManager):

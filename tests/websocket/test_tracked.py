@@ -441,7 +441,7 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
         socket = conn._anchortrack  # type: ignore[attr-defined]
         plan = socket.calls.plan(
             {"type": "response.create", "model": "scripted", "input": history, "store": False},
-            socket.book.overlay(None),
+            socket.book,
         )
         assert plan.local
         text = _serialized(plan.body)
