@@ -1,14 +1,12 @@
 """
-A tracker's calls over one WebSocket connection (``client.responses.connect()``).
+A tracked WebSocket connection's calls: the same call flow as HTTP, split where a socket splits it.
 
-The same call flow as HTTP, split where a socket splits it: a send returns
-nothing, its outcome arrives later. `SocketCalls.plan` runs the flow up to its
-send, `SocketCalls.recover` runs its refusal branch when an error frame
-refuses a chained create, and `SocketCalls.record` records at the terminal
-event. The connection's `SocketBook` answers for its local anchors; the other
-store effects go through the tracker's fail-open ``failopen``.
-
-It uses the tracker only through the interface `Tracker` documents.
+A socket send returns nothing; its outcome arrives later. So `SocketCalls.plan`
+runs the flow up to its send, `SocketCalls.recover` runs its refusal branch
+when an error frame refuses a chained create, and `SocketCalls.received`
+records at the terminal event. The connection's `SocketBook` answers for its
+local anchors; the other store effects go through the tracker's ``failopen``.
+The tracker is used only through the interface `Tracker` documents.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ from ._log import get_logger
 from ._mode import Mode
 from ._outcome import outcome_of
 from ._plan import Reason, unrecordable
-from ._socket import Lane, SocketBook, SocketPlan, lane_of
+from ._socket import Lane, Pending, SocketBook, SocketPlan, Verdict, lane_of
 from ._stats import WEBSOCKET
 from ._tracker import CallState, Tracker, recorded_event
 from .stores._base import Anchor
@@ -48,51 +46,65 @@ R = TypeVar("R")
 
 class SocketCalls:
     """
-    The calls one tracked connection makes through its *tracker*, in the scope *scope* gives.
+    The calls of one tracked connection through *tracker*, in the scope *scope* gives, and its `book`.
 
-    Planning and recovering never raise: a fault inside anchortrack sends the
-    event as given (or lets the error frame through), with a warning.
+    Nothing here raises: a fault inside anchortrack sends the event as given
+    (or lets the received frame through), with a warning.
     """
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
         self.tracker = tracker
         self.scope = scope
+        self.book = SocketBook()
 
-    def plan(self, fields: Mapping[str, Any], book: SocketBook) -> SocketPlan:
+    def plan(self, fields: Mapping[str, Any]) -> SocketPlan:
         """Plan one ``response.create`` event (sync)."""
-        call = _Call(self, book, lane_of(fields))
+        call = _Call(self, lane_of(fields))
         return call.run(call.planning(fields))
 
-    async def aplan(self, fields: Mapping[str, Any], book: SocketBook) -> SocketPlan:
+    async def aplan(self, fields: Mapping[str, Any]) -> SocketPlan:
         """Plan one ``response.create`` event (async)."""
-        call = _Call(self, book, lane_of(fields))
+        call = _Call(self, lane_of(fields))
         return await call.arun(call.planning(fields))
 
-    def recover(self, sent: SocketPlan, error: Exception, book: SocketBook) -> SocketPlan | None:
+    def recover(self, refused: Verdict) -> SocketPlan | None:
         """
-        An error frame refused the create *sent* chained (sync): the full resend, or None.
+        The full resend of the create an error frame *refused* (sync), or None.
 
         None when the refusal is the caller's (not a stale anchor or ZDR), or
-        on a fault; the error frame then reaches the caller unchanged.
+        on a fault: the error frame then reaches the caller unchanged.
         """
-        call = _Call(self, book, sent.lane)
-        return call.run(call.recovery(sent, error))
+        call = _Call(self, refused.ended[0].lane)
+        return call.run(call.recovery(refused))
 
-    async def arecover(self, sent: SocketPlan, error: Exception, book: SocketBook) -> SocketPlan | None:
+    async def arecover(self, refused: Verdict) -> SocketPlan | None:
         """The twin of `recover` (async)."""
-        call = _Call(self, book, sent.lane)
-        return await call.arun(call.recovery(sent, error))
+        call = _Call(self, refused.ended[0].lane)
+        return await call.arun(call.recovery(refused))
 
-    # -- recording and outcomes ---------------------------------------------------------
+    def received(self, data: bytes) -> Verdict | None:
+        """Take a received frame: record what it ended; hand back a refusal to recover."""
+        try:
+            verdict = self.book.on_frame(data)
+        except Exception as error:  # noqa: BLE001 - a received frame always reaches the caller
+            self.fault(error, counted=False)
+            return None
+        if verdict is None or verdict.refusal is not None:
+            return verdict
+        for pending in verdict.ended:
+            self.settled(pending.plan)
+        if verdict.response is not None:
+            pending = verdict.ended[0]
+            assert pending.plan.ticket is not None
+            self.book.settle(pending, self._record(pending.plan.ticket, verdict.response, verdict.output))
+        return None
 
-    def record(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
+    def _record(self, ticket: Ticket, response: object, output: Sequence[Any]) -> Anchor | None:
         """
-        Record a response that arrived on a socket. Never raises.
-
-        A stored response is queued for the store like an HTTP one (the
-        caller flushes). A ``store: false`` response, or any while the scope
-        refuses storage (ZDR), lives only in that socket's memory: its anchor
-        is returned, for the connection's book, and never written.
+        Record a response. A stored one is queued for the store like an HTTP one
+        (the caller flushes). A ``store: false`` one, or any while the scope
+        refuses storage (ZDR), lives only in the socket's memory: its anchor is
+        returned, for the book, and never written.
         """
         local = (
             ticket.skip_reason is Reason.STORE_FALSE
@@ -135,9 +147,9 @@ class SocketCalls:
 
     def settled(self, sent: SocketPlan, refused: Reason | None = None) -> None:
         """
-        Publish a chained socket create's outcome once it is known (`SocketPlan.unsettled`).
+        Publish a chained create's outcome once it is known (`SocketPlan.unsettled`).
 
-        *refused*: the create went out in full instead (its anchor left with a closed socket).
+        *refused*: it went out in full instead (its anchor left with a closed socket).
         """
         if sent.unsettled and sent.context is not None and sent.plan is not None:
             self.tracker.publish(
@@ -151,10 +163,27 @@ class SocketCalls:
                 )
             )
 
-    def dropped(self, in_flight: Sequence[SocketPlan], local_anchors: int) -> None:
-        """Report what a socket that closed or reconnected took with it."""
-        for sent in in_flight:
-            self.settled(sent)
+    def passed(self, pending: Pending) -> None:
+        """A refusal of *pending* reaches the caller."""
+        self.settled(pending.plan)
+        self.book.refusal_passed(pending)
+
+    def withdrawn(self, pending: Pending) -> None:
+        """*pending* did not go out: its send failed."""
+        self.book.withdraw(pending)
+        self.settled(pending.plan)
+
+    def close(self) -> None:
+        """The socket closed: report what it took with it."""
+        self._dropped(*self.book.reset())
+
+    def attach(self, transport: object) -> None:
+        """A new socket (wrapped in *transport*) is in use."""
+        self._dropped(*self.book.attach(transport))
+
+    def _dropped(self, in_flight: Sequence[Pending], local_anchors: int) -> None:
+        for pending in in_flight:
+            self.settled(pending.plan)
             self.tracker.stats.skipped_response(Reason.WEBSOCKET_DROPPED.value)
         if in_flight or local_anchors:
             get_logger().debug(
@@ -177,10 +206,10 @@ class _Call:
     book answer for its local anchors and keeps the flow's send for later.
     """
 
-    def __init__(self, calls: SocketCalls, book: SocketBook, lane: Lane) -> None:
+    def __init__(self, calls: SocketCalls, lane: Lane) -> None:
         self.calls = calls
         self.tracker = calls.tracker
-        self.book = book
+        self.book = calls.book
         self.lane = lane
         self.state: CallState | None = None
         self.zdr = False
@@ -219,8 +248,10 @@ class _Call:
             self.calls.fault(error, counted=True)
             return SocketPlan(fields)
 
-    def recovery(self, sent: SocketPlan, error: Exception) -> Generator[Any, Any, SocketPlan | None]:
+    def recovery(self, refused: Verdict) -> Generator[Any, Any, SocketPlan | None]:
         """Recover a refused create: the flow's refusal branch, to its full resend (None: not ours)."""
+        sent, error = refused.ended[0].plan, refused.refusal
+        assert error is not None
         anchor, request, context, ticket = sent.anchor, sent.request, sent.context, sent.full_ticket
         if sent.retried or anchor is None or request is None or context is None or ticket is None:
             return None

@@ -1,33 +1,21 @@
 """
-Tracking ``client.responses.connect()``: the Responses API's WebSocket mode (the I/O shells).
+Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (the I/O).
 
 A wrapped client's ``responses.connect()`` returns the SDK's own connection
-manager, retagged to a subclass (so ``isinstance`` holds and unwrapped
-clients are untouched), whose connection is retagged likewise:
+manager and connection, retagged to subclasses (unwrapped clients are untouched):
 
-* ``conn.send`` (and so ``conn.response.create``) plans a ``response.create``
-  *before* it is serialized — the same flow as an HTTP call — so a chained
-  create only serializes its delta. The planned text is registered in the
-  connection's `SocketBook`.
-* Every socket the manager opens (on enter and on each SDK reconnect) is
-  wrapped in a thin transport proxy. Everything goes out through it: direct
-  sends, the SDK's queue flushed after a reconnect, and the sends of
-  ``openai.lib.responses_websocket`` session lanes, which bypass
-  ``conn.send``. A registered text goes out as planned; an unregistered
-  create (a lane's, or one queued before the connection opened) is parsed
-  and planned there.
-* ``conn.recv_bytes`` — under ``recv()``, iteration, ``dispatch_events()``
-  and a session's reader — hands each frame to the book: terminal events are
-  recorded, and the error frame of a stale anchor anchortrack chained to is
-  swallowed while the create is resent in full on the same socket, once. Any
-  other frame reaches the caller byte for byte.
-* A wrapped ``on_reconnecting`` drops the closed socket's local anchors and
-  creates in flight before the caller's callback runs (which may resend).
+* ``conn.send`` plans a ``response.create`` before the SDK serializes it, so
+  a chained create only serializes its delta, and registers the planned text.
+* Every socket the manager opens (on enter and on each reconnect) is wrapped in
+  a transport that everything goes out through: direct sends, the SDK's queue
+  flushed after a reconnect, and session lanes' sends (which bypass
+  ``conn.send``); it plans the creates nobody planned yet.
+* ``conn.recv_bytes`` (under ``recv()``, iteration and a session's reader)
+  hands each frame to the book: responses are recorded, and the error frame of
+  a stale anchor anchortrack chained to is swallowed while the create is resent
+  in full, once. Any other frame reaches the caller byte for byte.
 
-Planning, recovery, recording and outcomes go through the connection's
-`anchortrack._socketcalls.SocketCalls`; the pairing of frames and the local
-anchors are its `SocketBook`'s (`anchortrack._socket`). This module is the I/O.
-
+The calls and the book are `anchortrack._socketcalls` and `anchortrack._socket`.
 Works with openai 2.x (no sessions, no ``stream_id``) and 3.x.
 """
 
@@ -54,7 +42,7 @@ from ._flow import adrive, drive
 from ._hashing import Scope
 from ._mode import Mode, resolve
 from ._plan import Reason
-from ._socket import CREATE, Pending, SocketBook, SocketPlan, Verdict
+from ._socket import CREATE, Pending, SocketPlan, Verdict
 from ._socketcalls import SocketCalls
 from ._tracker import Tracker
 
@@ -143,13 +131,11 @@ def _parsed_create(text: str) -> dict[str, Any] | None:
     return None
 
 
-class _Socket:
-    """What a tracked connection's manager, connection and transports share (sync and async)."""
+class _Socket(SocketCalls):
+    """A tracked connection's calls and book, and what its transports share."""
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
-        self.tracker = tracker
-        self.calls = SocketCalls(tracker, scope)
-        self.book = SocketBook()
+        super().__init__(tracker, scope)
         self.send_lock = threading.Lock()
         self._asend_lock: asyncio.Lock | None = None
 
@@ -160,7 +146,7 @@ class _Socket:
         return self._asend_lock
 
     def on_reconnecting(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """Wrap the caller's ``on_reconnecting``: forget the closed socket first."""
+        """Wrap the caller's ``on_reconnecting``: forget the closed socket first (the callback may resend)."""
 
         def on_reconnecting(event: Any) -> Any:
             self.close()
@@ -168,33 +154,19 @@ class _Socket:
 
         return on_reconnecting
 
-    def dropped(self, lost: tuple[list[Pending], int]) -> None:
-        """Report the creates in flight and the local anchors a closed socket took with it."""
-        pendings, local_anchors = lost
-        self.calls.dropped([pending.plan for pending in pendings], local_anchors)
-
-    def close(self) -> None:
-        """The socket was closed: what was in flight is gone."""
-        self.dropped(self.book.reset())
-
-    def attach(self, transport: Any) -> Any:
-        """A new socket (wrapped in *transport*) is in use."""
-        self.dropped(self.book.attach(transport))
-        return transport
-
     def outgoing(self, message: str) -> Generator[Mapping[str, Any], SocketPlan, tuple[str, Pending] | None]:
         """
-        What to send for an outgoing text: a create's frame and its pending create, or None (as is).
+        What a transport sends for *message*: a create's frame and its pending create, or None (as is).
 
-        An unplanned create (a session lane's, or one queued before the
-        connection opened) is planned here: its fields are yielded for planning.
+        A create nobody planned (a session lane's, or one queued before the
+        connection opened) yields its fields to be planned.
         """
         pending = self.book.take(message)
         if pending is not None:
             if not self.book.stale(pending):
                 return message, pending
             # Chained to a local anchor of a socket now gone: it goes out in full instead.
-            self.calls.settled(pending.plan, Reason.WEBSOCKET_DROPPED)
+            self.settled(pending.plan, Reason.WEBSOCKET_DROPPED)
             full = pending.plan.in_full()
             return _serialized(full.body), self.book.pending(full)
         fields = _parsed_create(message)
@@ -203,36 +175,12 @@ class _Socket:
         plan = yield fields
         return (message if plan.body is fields else json.dumps(plan.body)), self.book.pending(plan)
 
-    def received(self, data: bytes) -> Verdict | None:
-        """Act on a received frame; hand back a refusal to recover (sync or async)."""
-        try:
-            verdict = self.book.on_frame(data)
-        except Exception as error:  # noqa: BLE001 - a received frame always reaches the caller
-            self.calls.fault(error, counted=False)
-            return None
-        if verdict is None or verdict.refusal is not None:
-            return verdict
-        for pending in verdict.ended:
-            self.calls.settled(pending.plan)
-        if verdict.response is not None:
-            pending = verdict.ended[0]
-            assert pending.plan.ticket is not None
-            anchor = self.calls.record(pending.plan.ticket, verdict.response, verdict.output)
-            self.book.settle(pending, anchor)
-        return None
-
-    def resent(self, pending: Pending, resend: SocketPlan | None) -> tuple[str, Pending] | None:
-        """The frame that recovers the refused *pending*, or None: the refusal reaches the caller."""
+    def resent(self, refused: Verdict, resend: SocketPlan | None) -> tuple[str, Pending] | None:
+        """The frame that recovers *refused*, or None: the refusal reaches the caller."""
         if resend is not None:
             return _serialized(resend.body), self.book.pending(resend)
-        self.calls.settled(pending.plan)
-        self.book.refusal_passed(pending)
+        self.passed(refused.ended[0])
         return None
-
-    def withdrawn(self, pending: Pending) -> None:
-        """*pending* did not go out: its send failed."""
-        self.book.withdraw(pending)
-        self.calls.settled(pending.plan)
 
 
 # -- transports: every frame goes out through them ------------------------------
@@ -251,7 +199,7 @@ class _Transport:
     def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         socket = self._socket
         if isinstance(message, str):
-            frame = drive(socket.outgoing(message), lambda fields: socket.calls.plan(fields, socket.book))
+            frame = drive(socket.outgoing(message), socket.plan)
             if frame is not None:
                 return self.emit(*frame, *args, **kwargs)
         return self._ws.send(message, *args, **kwargs)
@@ -273,9 +221,7 @@ class _AsyncTransport(_Transport):
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         socket = self._socket
         if isinstance(message, str):
-            frame = await adrive(
-                socket.outgoing(message), lambda fields: socket.calls.aplan(fields, socket.book)
-            )
+            frame = await adrive(socket.outgoing(message), socket.aplan)
             if frame is not None:
                 return await self.emit(*frame, *args, **kwargs)
         return await self._ws.send(message, *args, **kwargs)
@@ -303,7 +249,7 @@ class TrackedResponsesConnection(ResponsesConnection):
         fields = _fields(event)
         if fields is None:
             return super().send(event)
-        plan = socket.calls.plan(fields, socket.book)
+        plan = socket.plan(fields)
         try:
             text = _text(event, plan, fields) or _serialized(plan.body)
         except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
@@ -330,9 +276,7 @@ class TrackedResponsesConnection(ResponsesConnection):
             socket.tracker.flush()
             if refused is None:
                 return data
-            pending, error = refused.ended[0], refused.refusal
-            assert error is not None
-            frame = socket.resent(pending, socket.calls.recover(pending.plan, error, socket.book))
+            frame = socket.resent(refused, socket.recover(refused))
             if frame is None:
                 return data
             assert isinstance(self._connection, _Transport)
@@ -349,7 +293,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
         fields = _fields(event)
         if fields is None:
             return await super().send(event)
-        plan = await socket.calls.aplan(fields, socket.book)
+        plan = await socket.aplan(fields)
         try:
             text = _text(event, plan, fields) or await _aserialized(plan.body)
         except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
@@ -376,9 +320,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
             await socket.tracker.aflush()
             if refused is None:
                 return data
-            pending, error = refused.ended[0], refused.refusal
-            assert error is not None
-            frame = socket.resent(pending, await socket.calls.arecover(pending.plan, error, socket.book))
+            frame = socket.resent(refused, await socket.arecover(refused))
             if frame is None:
                 return data
             assert isinstance(self._connection, _AsyncTransport)
@@ -408,8 +350,9 @@ class TrackedResponsesConnectionManager(ResponsesConnectionManager):
             self._anchortrack.close()
 
     def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        ws = super()._connect_ws(extra_query, extra_headers)
-        return self._anchortrack.attach(_Transport(ws, self._anchortrack))
+        transport = _Transport(super()._connect_ws(extra_query, extra_headers), self._anchortrack)
+        self._anchortrack.attach(transport)
+        return transport
 
 
 class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
@@ -432,5 +375,6 @@ class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
             self._anchortrack.close()
 
     async def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        ws = await super()._connect_ws(extra_query, extra_headers)
-        return self._anchortrack.attach(_AsyncTransport(ws, self._anchortrack))
+        transport = _AsyncTransport(await super()._connect_ws(extra_query, extra_headers), self._anchortrack)
+        self._anchortrack.attach(transport)
+        return transport
