@@ -1,21 +1,14 @@
 """
-The book of one tracked WebSocket connection (pure: no SDK, network or store).
+The book of one tracked WebSocket connection: which response answers which create (pure).
 
 Over ``client.responses.connect()`` a send returns nothing: its outcome arrives
-later, among other lanes' events. `SocketBook` matches responses to the
-creates sent, and mirrors what the server keeps in the socket's memory:
-
-* **Lanes.** Creates on one lane (``stream_id``; None is the default lane) are
-  answered in order, one at a time, so each lane keeps a FIFO of `Pending`
-  creates. Error frames carry no response id: they pair by lane and order.
-* **Local anchors.** The server keeps each lane's latest chainable response,
-  which ``previous_response_id`` reaches even with ``store: false`` or zero
-  data retention. The book keeps at most one per lane, while it is the lane's
-  latest, offers it only while the lane has nothing in flight, and drops them
-  all with the socket (reconnect).
-* **Planned frames.** A create planned before serialization is registered by
-  the identity of its text, so the transport knows it when it goes out, even
-  after the SDK queued it during a reconnect.
+later, among other lanes' events. Each lane (``stream_id``; None is the default
+lane) answers its creates in order, so `SocketBook` keeps a FIFO of `Pending`
+creates per lane (error frames carry no response id: they pair by order). It
+also mirrors the server's memory of the socket: each lane's latest chainable
+response, which ``previous_response_id`` reaches even with ``store: false`` or
+zero data retention (a local anchor, offered only while its lane is idle, and
+gone with the socket). Planned frames are known by the identity of their text.
 """
 
 from __future__ import annotations
@@ -263,20 +256,17 @@ class SocketBook:
     def attach(self, transport: object) -> tuple[list[Pending], int]:
         """A new socket is in use; reset first unless that was done since the last one."""
         with self._lock:
-            dropped: tuple[list[Pending], int] = ([], 0)
-            if self.transport is not None and not self._fresh:
-                dropped = self._reset_locked()
+            dropped = self._reset_locked() if self.transport is not None and not self._fresh else ([], 0)
             self.transport = transport
             self._fresh = False
             return dropped
 
     def _reset_locked(self) -> tuple[list[Pending], int]:
-        in_flight = [pending for queue in self._lanes.values() for pending in queue]
-        local = len(self._local)
+        dropped = [pending for queue in self._lanes.values() for pending in queue], len(self._local)
         self._lanes.clear()
         self._local.clear()
         self.epoch += 1
-        return in_flight, local
+        return dropped
 
     # -- receiving ----------------------------------------------------------------
 

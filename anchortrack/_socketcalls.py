@@ -42,6 +42,7 @@ from .stores._base import Anchor
 
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class SocketCalls:
@@ -106,44 +107,41 @@ class SocketCalls:
         refuses storage (ZDR), lives only in the socket's memory: its anchor is
         returned, for the book, and never written.
         """
-        local = (
-            ticket.skip_reason is Reason.STORE_FALSE
-            or self.tracker.chaining_disabled(ticket.scope)
+        tracker, skip = self.tracker, ticket.skip_reason
+        if not (
+            skip is Reason.STORE_FALSE
+            or tracker.chaining_disabled(ticket.scope)
             or getattr(response, "store", None) is False
-        )
-        if not local:
-            self.tracker.observe(ticket, response, output)
+        ):
+            tracker.observe(ticket, response, output)
             return None
         try:
-            return self._local_anchor(ticket, response, output)
+            response_id = getattr(response, "id", None)
+            reason = (
+                skip
+                if skip is not None and skip is not Reason.STORE_FALSE
+                else unrecordable(
+                    response, record_incomplete=tracker.record_incomplete, connection_local=True
+                )
+            )
+            if reason is not None:
+                tracker.stats.skipped_response(reason.value)
+                get_logger().debug(
+                    "anchortrack.response_not_recorded",
+                    response_id=response_id,
+                    status=getattr(response, "status", None),
+                    reason=reason.value,
+                    transport=WEBSOCKET,
+                )
+                return None
+            assert isinstance(response_id, str)
+            anchor, outputs = tracker.anchor_of(ticket, response_id, response, output, parent=None)
+            tracker.stats.recorded_locally()
+            recorded_event(response_id, anchor, outputs, transport=WEBSOCKET, connection_local=True)
+            return anchor
         except Exception as error:  # noqa: BLE001 - recording must never break a socket
             get_logger().warning("anchortrack.record_failed", error=type(error).__name__, transport=WEBSOCKET)
             return None
-
-    def _local_anchor(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> Anchor | None:
-        tracker = self.tracker
-        response_id = getattr(response, "id", None)
-        skip = ticket.skip_reason
-        reason = (
-            skip
-            if skip is not None and skip is not Reason.STORE_FALSE
-            else unrecordable(response, record_incomplete=tracker.record_incomplete, connection_local=True)
-        )
-        if reason is not None:
-            tracker.stats.skipped_response(reason.value)
-            get_logger().debug(
-                "anchortrack.response_not_recorded",
-                response_id=response_id,
-                status=getattr(response, "status", None),
-                reason=reason.value,
-                transport=WEBSOCKET,
-            )
-            return None
-        assert isinstance(response_id, str)
-        anchor, outputs = tracker.anchor_of(ticket, response_id, response, output, parent=None)
-        tracker.stats.recorded_locally()
-        recorded_event(response_id, anchor, outputs, transport=WEBSOCKET, connection_local=True)
-        return anchor
 
     def settled(self, sent: SocketPlan, refused: Reason | None = None) -> None:
         """
@@ -151,17 +149,12 @@ class SocketCalls:
 
         *refused*: it went out in full instead (its anchor left with a closed socket).
         """
-        if sent.unsettled and sent.context is not None and sent.plan is not None:
-            self.tracker.publish(
-                outcome_of(
-                    sent.context.mode,
-                    WEBSOCKET,
-                    sent.plan,
-                    refused=refused,
-                    attempted=False,
-                    seconds=sent.seconds,
-                )
+        context, plan = sent.context, sent.plan
+        if sent.unsettled and context is not None and plan is not None:
+            outcome = outcome_of(
+                context.mode, WEBSOCKET, plan, refused=refused, attempted=False, seconds=sent.seconds
             )
+            self.tracker.publish(outcome)
 
     def passed(self, pending: Pending) -> None:
         """A refusal of *pending* reaches the caller."""
@@ -177,9 +170,10 @@ class SocketCalls:
         """The socket closed: report what it took with it."""
         self._dropped(*self.book.reset())
 
-    def attach(self, transport: object) -> None:
+    def attach(self, transport: T) -> T:
         """A new socket (wrapped in *transport*) is in use."""
         self._dropped(*self.book.attach(transport))
+        return transport
 
     def _dropped(self, in_flight: Sequence[Pending], local_anchors: int) -> None:
         for pending in in_flight:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from openai import BaseModel
-from openai._utils import async_maybe_transform, maybe_transform
+from openai._utils import maybe_transform
 from openai.resources.responses.responses import (
     AsyncResponsesConnection,
     AsyncResponsesConnectionManager,
@@ -104,11 +104,6 @@ def _serialized(body: Mapping[str, Any]) -> str:
     return json.dumps(maybe_transform(dict(body), ResponsesClientEventParam))
 
 
-async def _aserialized(body: Mapping[str, Any]) -> str:
-    """The text the async SDK would send for the client event *body*."""
-    return json.dumps(await async_maybe_transform(dict(body), ResponsesClientEventParam))
-
-
 def _text(event: object, plan: SocketPlan, fields: Mapping[str, Any]) -> str | None:
     """The SDK's own text for an event model the plan left as it was (None: serialize the plan)."""
     if not isinstance(event, BaseModel) or plan.body is not fields:
@@ -153,6 +148,23 @@ class _Socket(SocketCalls):
             return callback(event)
 
         return on_reconnecting
+
+    def framing(self, event: object) -> Generator[Mapping[str, Any], SocketPlan, str | None]:
+        """
+        The text ``conn.send`` sends for a client event, planned and registered; None: the event as given.
+
+        Yields a create's fields to be planned.
+        """
+        fields = _fields(event)
+        if fields is None:
+            return None
+        plan = yield fields
+        try:
+            text = _text(event, plan, fields) or _serialized(plan.body)
+        except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
+            return None
+        self.book.register(text, self.book.pending(plan))
+        return text
 
     def outgoing(self, message: str) -> Generator[Mapping[str, Any], SocketPlan, tuple[str, Pending] | None]:
         """
@@ -246,15 +258,9 @@ class TrackedResponsesConnection(ResponsesConnection):
 
     def send(self, event: Any) -> None:
         socket = self._anchortrack
-        fields = _fields(event)
-        if fields is None:
+        text = drive(socket.framing(event), socket.plan)
+        if text is None:
             return super().send(event)
-        plan = socket.plan(fields)
-        try:
-            text = _text(event, plan, fields) or _serialized(plan.body)
-        except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
-            return super().send(event)
-        socket.book.register(text, socket.book.pending(plan))
         # What the SDK's own send does with its text, in either major version.
         if WebSocketConnectionBase is not None:
             WebSocketConnectionBase.send_raw(self, text)
@@ -290,15 +296,9 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
 
     async def send(self, event: Any) -> None:
         socket = self._anchortrack
-        fields = _fields(event)
-        if fields is None:
+        text = await adrive(socket.framing(event), socket.aplan)
+        if text is None:
             return await super().send(event)
-        plan = await socket.aplan(fields)
-        try:
-            text = _text(event, plan, fields) or await _aserialized(plan.body)
-        except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
-            return await super().send(event)
-        socket.book.register(text, socket.book.pending(plan))
         # What the SDK's own send does with its text, in either major version.
         if AsyncWebSocketConnectionBase is not None:
             await AsyncWebSocketConnectionBase.send_raw(self, text)
@@ -350,9 +350,9 @@ class TrackedResponsesConnectionManager(ResponsesConnectionManager):
             self._anchortrack.close()
 
     def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        transport = _Transport(super()._connect_ws(extra_query, extra_headers), self._anchortrack)
-        self._anchortrack.attach(transport)
-        return transport
+        return self._anchortrack.attach(
+            _Transport(super()._connect_ws(extra_query, extra_headers), self._anchortrack)
+        )
 
 
 class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
@@ -375,6 +375,6 @@ class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
             self._anchortrack.close()
 
     async def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        transport = _AsyncTransport(await super()._connect_ws(extra_query, extra_headers), self._anchortrack)
-        self._anchortrack.attach(transport)
-        return transport
+        return self._anchortrack.attach(
+            _AsyncTransport(await super()._connect_ws(extra_query, extra_headers), self._anchortrack)
+        )
