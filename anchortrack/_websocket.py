@@ -51,6 +51,7 @@ try:  # openai 3.x: ``send`` serializes, then hands the text to the base class's
     from openai._websocket_connection import AsyncWebSocketConnectionBase, WebSocketConnectionBase
 except ImportError:  # openai 2.x: ``send`` queues while reconnecting, and queues a frame whose send failed
     WebSocketConnectionBase = AsyncWebSocketConnectionBase = None  # type: ignore[assignment,misc]
+_OPENAI_2 = WebSocketConnectionBase is None
 #: What an unplanned outgoing text must contain to be worth parsing.
 _CREATE_MARK = f'"{CREATE}"'
 
@@ -88,42 +89,9 @@ def connect_tracked(
     return manager
 
 
-def _fields(event: object) -> Mapping[str, Any] | None:
-    """The fields of a ``response.create`` client event (dict or model), or None for other events."""
-    if isinstance(event, BaseModel):
-        if getattr(event, "type", None) != CREATE:
-            return None
-        return event.to_dict(mode="json", exclude_unset=True)
-    if isinstance(event, Mapping) and event.get("type") == CREATE:
-        return event
-    return None
-
-
 def _serialized(body: Mapping[str, Any]) -> str:
     """The text the SDK would send for the client event *body*."""
     return json.dumps(maybe_transform(dict(body), ResponsesClientEventParam))
-
-
-def _text(event: object, plan: SocketPlan, fields: Mapping[str, Any]) -> str | None:
-    """The SDK's own text for an event model the plan left as it was (None: serialize the plan)."""
-    if not isinstance(event, BaseModel) or plan.body is not fields:
-        return None
-    if WebSocketConnectionBase is None:  # openai 2.x
-        return event.to_json(use_api_names=True, exclude_defaults=True, exclude_unset=True)
-    return event.to_json(use_api_names=True, exclude_unset=True)
-
-
-def _parsed_create(text: str) -> dict[str, Any] | None:
-    """The fields of an outgoing text when it is a ``response.create``."""
-    if _CREATE_MARK not in text:
-        return None
-    try:
-        event = json.loads(text)
-    except ValueError:
-        return None
-    if isinstance(event, dict) and event.get("type") == CREATE:
-        return event
-    return None
 
 
 class _Socket(SocketCalls):
@@ -155,12 +123,20 @@ class _Socket(SocketCalls):
 
         Yields a create's fields to be planned.
         """
-        fields = _fields(event)
+        fields: Mapping[str, Any] | None = None
+        if isinstance(event, BaseModel):
+            if getattr(event, "type", None) == CREATE:
+                fields = event.to_dict(mode="json", exclude_unset=True)
+        elif isinstance(event, Mapping) and event.get("type") == CREATE:
+            fields = event
         if fields is None:
             return None
         plan = yield fields
         try:
-            text = _text(event, plan, fields) or _serialized(plan.body)
+            if isinstance(event, BaseModel) and plan.body is fields:  # unchanged: the SDK's own text
+                text = event.to_json(use_api_names=True, exclude_unset=True, exclude_defaults=_OPENAI_2)
+            else:
+                text = _serialized(plan.body)
         except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
             return None
         self.book.register(text, self.book.pending(plan))
@@ -181,8 +157,11 @@ class _Socket(SocketCalls):
             self.settled(pending.plan, Reason.WEBSOCKET_DROPPED)
             full = pending.plan.in_full()
             return _serialized(full.body), self.book.pending(full)
-        fields = _parsed_create(message)
-        if fields is None:
+        try:
+            fields = json.loads(message) if _CREATE_MARK in message else None
+        except ValueError:
+            return None
+        if not isinstance(fields, dict) or fields.get("type") != CREATE:
             return None
         plan = yield fields
         return (message if plan.body is fields else json.dumps(plan.body)), self.book.pending(plan)
