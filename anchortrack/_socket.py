@@ -164,8 +164,8 @@ class SocketBook:
     """
     The lanes, local anchors and planned frames of one tracked connection (thread-safe).
 
-    A connection keeps one book across reconnects; `reset` (and `attach` of a
-    new transport) drops what the closed socket took with it.
+    A connection keeps one book across reconnects; `reset` (or `attach` of the
+    next socket) drops what the closed socket took with it.
     """
 
     def __init__(self) -> None:
@@ -173,9 +173,8 @@ class SocketBook:
         self._local: dict[Lane, Anchor] = {}
         self._lanes: dict[Lane, deque[Pending]] = {}
         self._registered: dict[int, tuple[str, Pending]] = {}
-        self._fresh = True
+        self._fresh = True  # no socket yet, or reset since the last one
         self.epoch = 0
-        self.transport: object | None = None
 
     # -- sending --------------------------------------------------------------
 
@@ -253,11 +252,10 @@ class SocketBook:
             self._fresh = True
             return self._reset_locked()
 
-    def attach(self, transport: object) -> tuple[list[Pending], int]:
-        """A new socket is in use; reset first unless that was done since the last one."""
+    def attach(self) -> tuple[list[Pending], int]:
+        """A new socket is in use: `reset` first, unless that was done since the last one."""
         with self._lock:
-            dropped = self._reset_locked() if self.transport is not None and not self._fresh else ([], 0)
-            self.transport = transport
+            dropped = ([], 0) if self._fresh else self._reset_locked()
             self._fresh = False
             return dropped
 

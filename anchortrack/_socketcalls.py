@@ -47,10 +47,10 @@ T = TypeVar("T")
 
 class SocketCalls:
     """
-    The calls of one tracked connection through *tracker*, in the scope *scope* gives, and its `book`.
+    One tracked connection's calls through *tracker* (in the scope *scope* gives), and its `book`.
 
-    Nothing here raises: a fault inside anchortrack sends the event as given
-    (or lets the received frame through), with a warning.
+    Nothing here raises: a fault inside anchortrack sends the event as given,
+    or lets the received frame through, with a warning.
     """
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
@@ -70,10 +70,8 @@ class SocketCalls:
 
     def recover(self, refused: Verdict) -> SocketPlan | None:
         """
-        The full resend of the create an error frame *refused* (sync), or None.
-
-        None when the refusal is the caller's (not a stale anchor or ZDR), or
-        on a fault: the error frame then reaches the caller unchanged.
+        The full resend of the create an error frame *refused* (sync), or None: the
+        refusal is the caller's (not a stale anchor or ZDR), or a fault occurred.
         """
         call = _Call(self, refused.ended[0].lane)
         return call.run(call.recovery(refused))
@@ -102,10 +100,9 @@ class SocketCalls:
 
     def _record(self, ticket: Ticket, response: object, output: Sequence[Any]) -> Anchor | None:
         """
-        Record a response. A stored one is queued for the store like an HTTP one
-        (the caller flushes). A ``store: false`` one, or any while the scope
-        refuses storage (ZDR), lives only in the socket's memory: its anchor is
-        returned, for the book, and never written.
+        Record a response: a stored one like over HTTP (queued; the caller flushes).
+        A ``store: false`` one, or any under ZDR, lives only in the socket's memory:
+        its anchor is returned, for the book, never written.
         """
         tracker, skip = self.tracker, ticket.skip_reason
         if not (
@@ -156,11 +153,6 @@ class SocketCalls:
             )
             self.tracker.publish(outcome)
 
-    def passed(self, pending: Pending) -> None:
-        """A refusal of *pending* reaches the caller."""
-        self.settled(pending.plan)
-        self.book.refusal_passed(pending)
-
     def withdrawn(self, pending: Pending) -> None:
         """*pending* did not go out: its send failed."""
         self.book.withdraw(pending)
@@ -172,7 +164,7 @@ class SocketCalls:
 
     def attach(self, transport: T) -> T:
         """A new socket (wrapped in *transport*) is in use."""
-        self._dropped(*self.book.attach(transport))
+        self._dropped(*self.book.attach())
         return transport
 
     def _dropped(self, in_flight: Sequence[Pending], local_anchors: int) -> None:
@@ -193,12 +185,7 @@ class SocketCalls:
 
 
 class _Call:
-    """
-    One create's call flow on a socket, driven sync or async by `SocketCalls`.
-
-    The flow runs as over HTTP, except that `answer` lets the connection's
-    book answer for its local anchors and keeps the flow's send for later.
-    """
+    """One create's call flow, run as over HTTP except for what `answer` does (sync or async)."""
 
     def __init__(self, calls: SocketCalls, lane: Lane) -> None:
         self.calls = calls
@@ -279,7 +266,10 @@ class _Call:
         return state
 
     def answer(self, effect: Any) -> Generator[Any, Any, Any]:
-        """Answer one effect of the flow: from the book where it can, else from the store (yielded out)."""
+        """
+        Perform one effect of the flow. The book answers for its local anchors, the store
+        (yielded out) for the rest; the send is kept, for the socket to send later.
+        """
         book, state = self.book, self.state
         assert state is not None
         if isinstance(effect, Find):

@@ -170,7 +170,8 @@ class _Socket(SocketCalls):
         """The frame that recovers *refused*, or None: the refusal reaches the caller."""
         if resend is not None:
             return _serialized(resend.body), self.book.pending(resend)
-        self.passed(refused.ended[0])
+        self.settled(refused.ended[0].plan)
+        self.book.refusal_passed(refused.ended[0])
         return None
 
 

@@ -180,16 +180,16 @@ def test_reset_drops_local_anchors_and_creates_in_flight() -> None:
     book.settle(first, _anchor("r1"))
     stale = book.pending(attrs.evolve(_plan(previous="r1", chained=_anchor("r1")), local=True))
     in_flight = _sent(book, _plan())
-    assert book.attach(object()) == ([], 0)  # the first socket
+    assert book.attach() == ([], 0)  # the first socket
     assert book.reset() == ([in_flight], 1)
-    assert book.attach(object()) == ([], 0)  # already reset for this socket
+    assert book.attach() == ([], 0)  # already reset for this socket
     assert book.stale(stale)
     assert book.local("r1") is None
     # A completion of the old socket's create is nobody's now.
     assert book.on_frame(_frame("response.completed", id="r2", status="completed")) is None
-    assert book.attach(object()) == ([], 0)
+    assert book.attach() == ([], 0)
     again = _sent(book, _plan())
-    assert book.attach(object()) == ([again], 0)  # a new socket without a reset in between
+    assert book.attach() == ([again], 0)  # a new socket without a reset in between
 
 
 def test_planned_frames_are_known_by_identity_once() -> None:
