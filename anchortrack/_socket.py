@@ -374,7 +374,8 @@ class SocketBook:
 
 
 def _answers(pending: Pending, response: Mapping[str, Any]) -> bool:
-    """Whether *response* can be the answer to *pending* (the parent it names is the one sent)."""
-    if "previous_response_id" not in response:
-        return True
-    return response.get("previous_response_id") == pending.plan.previous_response_id
+    """Whether *response* can be the answer to *pending* (the parent it names, if any, is the one sent)."""
+    return (
+        "previous_response_id" not in response
+        or response["previous_response_id"] == pending.plan.previous_response_id
+    )

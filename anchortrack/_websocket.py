@@ -100,13 +100,7 @@ class _Socket(SocketCalls):
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
         super().__init__(tracker, scope)
         self.send_lock = threading.Lock()
-        self._asend_lock: asyncio.Lock | None = None
-
-    @property
-    def asend_lock(self) -> asyncio.Lock:
-        if self._asend_lock is None:
-            self._asend_lock = asyncio.Lock()
-        return self._asend_lock
+        self.asend_lock = asyncio.Lock()  # bound to its event loop on first use
 
     def on_reconnecting(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """Wrap the caller's ``on_reconnecting``: forget the closed socket first (the callback may resend)."""
