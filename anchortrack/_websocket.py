@@ -95,7 +95,12 @@ def _serialized(body: Mapping[str, Any]) -> str:
 
 
 class _Socket(SocketCalls):
-    """A tracked connection's calls and book, and what its transports share."""
+    """
+    A tracked connection's calls and book, and what its transports share.
+
+    `framing` and `outgoing` are written once for sync and async: they yield
+    a create's fields, which the caller plans (`plan` or `aplan`).
+    """
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
         super().__init__(tracker, scope)
@@ -112,11 +117,7 @@ class _Socket(SocketCalls):
         return on_reconnecting
 
     def framing(self, event: object) -> Generator[Mapping[str, Any], SocketPlan, str | None]:
-        """
-        The text ``conn.send`` sends for a client event, planned and registered; None: the event as given.
-
-        Yields a create's fields to be planned.
-        """
+        """The text ``conn.send`` sends for a client event, planned and registered (None: as given)."""
         fields: Mapping[str, Any] | None = None
         if isinstance(event, BaseModel):
             if getattr(event, "type", None) == CREATE:
@@ -140,8 +141,7 @@ class _Socket(SocketCalls):
         """
         What a transport sends for *message*: a create's frame and its pending create, or None (as is).
 
-        A create nobody planned (a session lane's, or one queued before the
-        connection opened) yields its fields to be planned.
+        A create nobody planned (a session lane's, or one queued before the connection opened) is planned here.
         """
         pending = self.book.take(message)
         if pending is not None:
