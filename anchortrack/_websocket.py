@@ -141,7 +141,7 @@ class _Socket(SocketCalls):
         """
         What a transport sends for *message*: a create's frame and its pending create, or None (as is).
 
-        A create nobody planned (a session lane's, or one queued before the connection opened) is planned here.
+        A create nobody planned (a session lane's, or one queued before the socket opened) is planned here.
         """
         pending = self.book.take(message)
         if pending is not None:
