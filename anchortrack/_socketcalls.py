@@ -195,6 +195,14 @@ class _Call:
         self.state: CallState | None = None
         self.zdr = False
 
+    def run(self, flow: Generator[Any, Any, R]) -> R:
+        """Drive *flow* (sync): `answer` performs its effects, the fail-open store those it yields."""
+        return drive(flow, lambda effect: drive(self.answer(effect), self.tracker.failopen.perform))
+
+    async def arun(self, flow: Generator[Any, Any, R]) -> R:
+        """Drive *flow* (async): the twin of `run`."""
+        return await adrive(flow, lambda effect: adrive(self.answer(effect), self.tracker.failopen.aperform))
+
     def planning(self, fields: Mapping[str, Any]) -> Generator[Any, Any, SocketPlan]:
         """Plan a create: the flow up to its send. A fault plans it as given."""
         try:
@@ -251,14 +259,6 @@ class _Call:
         return attrs.evolve(
             sent, body=send.body, ticket=send.ticket, anchor=None, local=False, retried=True, unsettled=False
         )
-
-    def run(self, flow: Generator[Any, Any, R]) -> R:
-        """Drive *flow* (sync): `answer` answers each effect, the store the store effects it yields."""
-        return drive(flow, lambda effect: drive(self.answer(effect), self.tracker.failopen.perform))
-
-    async def arun(self, flow: Generator[Any, Any, R]) -> R:
-        """Drive *flow* (async): the twin of `run`."""
-        return await adrive(flow, lambda effect: adrive(self.answer(effect), self.tracker.failopen.aperform))
 
     def _start(self, state: CallState) -> CallState:
         self.state = state
