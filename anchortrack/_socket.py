@@ -1,28 +1,14 @@
 """
-The bookkeeping of one tracked WebSocket connection (pure).
+The book of one tracked WebSocket connection: which response answers which create (pure).
 
-Over ``client.responses.connect()`` a send returns nothing; its outcome
-arrives later, interleaved with other lanes' events. `SocketBook` keeps what
-is needed to pair them up and to mirror what the server keeps:
-
-* **Lanes.** Creates on one lane (``stream_id``; ``None`` is the default lane)
-  are answered FIFO without overlap, so each lane keeps a FIFO of `Pending`
-  creates: ``response.created`` binds the head to its response id, a terminal
-  event or an error frame pops it. Error frames carry no response id; they
-  are paired by lane and order only.
-* **Connection-local anchors.** The server keeps the latest chainable
-  response of each lane in the socket's memory, where ``previous_response_id``
-  reaches it even with ``store: false`` or zero data retention. The book keeps
-  at most one anchor per lane, only while it is that lane's latest response;
-  `LaneOverlay` offers it to the planner of that lane only, and only while
-  the lane has nothing in flight. A failed create that referenced it evicts
-  it, as on the server; a new socket (reconnect) starts with none.
-* **Planned frames.** A create planned before serialization is registered
-  by the identity of its text, so the transport knows it when it goes out —
-  also when the SDK queued it during a reconnect and sends it later.
-
-Nothing here touches the SDK, the network or a store; the shells in
-`anchortrack._websocket` feed frames in and act on the verdicts.
+Over ``client.responses.connect()`` a send returns nothing: its outcome arrives
+later, among other lanes' events. Each lane (``stream_id``; None is the default
+lane) answers its creates in order, so `SocketBook` keeps a FIFO of `Pending`
+creates per lane (error frames carry no response id: they pair by order). It
+also mirrors the server's memory of the socket: each lane's latest chainable
+response, which ``previous_response_id`` reaches even with ``store: false`` or
+zero data retention (a local anchor, offered only while its lane is idle, and
+gone with the socket). Planned frames are known by the identity of their text.
 """
 
 from __future__ import annotations
@@ -51,13 +37,9 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "respo
 #: Statuses the server keeps as a lane's latest response.
 _CHAINABLE = frozenset({"completed", "incomplete"})
 #: Received frames worth parsing: every other one (deltas) passes untouched.
-_PARSED = (
-    b'"response.created"',
-    b'"response.completed"',
-    b'"response.incomplete"',
-    b'"response.failed"',
-    b'"response.output_item.done"',
-    b'"error"',
+_PARSED = tuple(
+    f'"{kind}"'.encode()
+    for kind in ("response.created", *TERMINAL_EVENTS, "response.output_item.done", "error")
 )
 #: Error codes about the connection, never about the create in flight.
 _CONNECTION_CODES = frozenset({"websocket_connection_limit_reached"})
@@ -79,15 +61,11 @@ class SocketPlan:
     Attributes:
         body: The event to send (the caller's own when nothing changes).
         ticket: How to record the response, if it can be recorded.
-        request: The caller's request, to resend it in full.
-        context: The call's context, to recover a refusal.
-        plan: The plan made, if one was.
+        request, context, plan, seconds: The call's, to resend it in full and publish its outcome.
         anchor: The anchor *body* chains from (None when it goes out as given or in full).
         local: *anchor* is a connection-local anchor.
         retried: *body* is the one resend after a refusal.
-        unsettled: *body* chains, and the request's outcome is published once
-            it is known (accepted, or refused and resent).
-        seconds: How long planning took, for that outcome.
+        unsettled: *body* chains: its outcome is published once known (accepted, or refused and resent).
     """
 
     body: Mapping[str, Any]
@@ -103,12 +81,10 @@ class SocketPlan:
 
     @property
     def lane(self) -> Lane:
-        """The lane the event goes out on."""
         return lane_of(self.body)
 
     @property
     def previous_response_id(self) -> str | None:
-        """The ``previous_response_id`` the event sends, if any."""
         value = self.body.get("previous_response_id")
         return value if isinstance(value, str) else None
 
@@ -128,7 +104,7 @@ class SocketPlan:
 
 @attrs.define(eq=False)
 class Pending:
-    """One create sent (or about to be) on a lane, until its terminal event or error frame."""
+    """One create sent (or about to be) on a lane of socket number *epoch*, until it ends."""
 
     plan: SocketPlan
     epoch: int
@@ -141,11 +117,7 @@ class Pending:
 
 
 class FrameError(Exception):
-    """
-    An error frame, shaped like the SDK's API errors so `anchortrack._refusal.classify` reads it.
-
-    ``{"type": "error", "status": 400, "error": {"type", "code", "message", "param"}}``
-    """
+    """An error frame, shaped like the SDK's API errors so `anchortrack._refusal.classify` reads it."""
 
     def __init__(self, frame: Mapping[str, Any]) -> None:
         error = frame.get("error")
@@ -173,71 +145,27 @@ class ResponseView:
 
 
 @attrs.frozen
-class Record:
-    """A terminal event for *pending*: record *response* (whose output is *output*)."""
+class Verdict:
+    """
+    The creates a received frame ended, and what to do about them.
 
-    pending: Pending
-    response: ResponseView
-    output: list[Any]
+    With a *response*, record it (whose output is *output*) for the only one.
+    With a *refusal* (an error frame for a create anchortrack chained), recover
+    the only one, or let the error through. Otherwise only publish their outcomes.
+    """
 
-
-@attrs.frozen
-class Refused:
-    """An error frame refused *pending*, a create anchortrack chained: recover it, or let it through."""
-
-    pending: Pending
-    error: FrameError
-
-
-@attrs.frozen
-class Ended:
-    """*pendings* ended without a response to record (an error frame, or answers that did not pair up)."""
-
-    pendings: tuple[Pending, ...]
-
-
-Verdict = Record | Refused | Ended | None
-
-
-class LaneOverlay:
-    """One lane's view of its connection's local anchors, for the planner."""
-
-    __slots__ = ("_book", "_lane")
-
-    def __init__(self, book: SocketBook, lane: Lane) -> None:
-        self._book = book
-        self._lane = lane
-
-    def usable(self) -> bool:
-        """Whether the lane has a local anchor the next create may chain from."""
-        return self._book._usable(self._lane) is not None
-
-    def find(self, views: Sequence[bytes]) -> dict[bytes, Anchor]:
-        """The lane's local anchor, keyed by its view, when it is one of *views*."""
-        anchor = self._book._usable(self._lane)
-        if anchor is None or anchor.view not in views:
-            return {}
-        return {anchor.view: anchor}
-
-    def get(self, response_id: str) -> Anchor | None:
-        """The local anchor of *response_id* on any lane of this connection (the server resolves forks)."""
-        return self._book._local_by_id(response_id)
-
-    def evict(self, response_id: str) -> bool:
-        """Forget the local anchor of *response_id*; return whether there was one."""
-        return self._book._evict_id(response_id)
-
-    def is_local(self, anchor: Anchor) -> bool:
-        """Whether *anchor* is one of this connection's local anchors."""
-        return self._book._holds(anchor)
+    ended: tuple[Pending, ...]
+    response: ResponseView | None = None
+    output: list[Any] = attrs.field(factory=list)
+    refusal: FrameError | None = None
 
 
 class SocketBook:
     """
     The lanes, local anchors and planned frames of one tracked connection (thread-safe).
 
-    A connection keeps one book across reconnects; `reset` (and `attach` of a
-    new transport) drops what the closed socket took with it.
+    A connection keeps one book across reconnects; `reset` (or `attach` of the
+    next socket) drops what the closed socket took with it.
     """
 
     def __init__(self) -> None:
@@ -245,15 +173,10 @@ class SocketBook:
         self._local: dict[Lane, Anchor] = {}
         self._lanes: dict[Lane, deque[Pending]] = {}
         self._registered: dict[int, tuple[str, Pending]] = {}
-        self._fresh = True
+        self._fresh = True  # no socket yet, or reset since the last one
         self.epoch = 0
-        self.transport: object | None = None
 
     # -- sending --------------------------------------------------------------
-
-    def overlay(self, lane: Lane) -> LaneOverlay:
-        """The local anchors as the planner of *lane* sees them."""
-        return LaneOverlay(self, lane)
 
     def pending(self, plan: SocketPlan) -> Pending:
         """A new pending create for *plan*, of the current socket."""
@@ -291,45 +214,62 @@ class SocketBook:
             if queue is not None and pending in queue:
                 queue.remove(pending)
 
+    # -- the local anchors, as a lane's planner sees them ----------------------
+
+    def usable(self, lane: Lane) -> Anchor | None:
+        """The local anchor *lane*'s next create may chain from (none while the lane has one in flight)."""
+        with self._lock:
+            return None if self._lanes.get(lane) else self._local.get(lane)
+
+    def find(self, lane: Lane, views: Sequence[bytes]) -> dict[bytes, Anchor]:
+        """*lane*'s usable local anchor, keyed by its view, when it is one of *views*."""
+        anchor = self.usable(lane)
+        return {anchor.view: anchor} if anchor is not None and anchor.view in views else {}
+
+    def local(self, response_id: str) -> Anchor | None:
+        """The local anchor of *response_id* on any lane (the server resolves forks by id)."""
+        with self._lock:
+            return next((a for a in self._local.values() if a.response_id == response_id), None)
+
+    def evict(self, response_id: str) -> bool:
+        """Forget the local anchor of *response_id*; return whether there was one."""
+        with self._lock:
+            lanes = [lane for lane, a in self._local.items() if a.response_id == response_id]
+            for lane in lanes:
+                del self._local[lane]
+            return bool(lanes)
+
+    def holds(self, anchor: Anchor) -> bool:
+        """Whether *anchor* is one of this connection's local anchors."""
+        with self._lock:
+            return any(a is anchor for a in self._local.values())
+
     # -- reconnects -------------------------------------------------------------
 
     def reset(self) -> tuple[list[Pending], int]:
-        """
-        The socket is gone: drop its local anchors and abandon its creates in flight.
-
-        Returns:
-            The creates that were in flight, and how many local anchors were dropped.
-        """
+        """The socket is gone: drop and return its creates in flight, and how many local anchors it had."""
         with self._lock:
             self._fresh = True
             return self._reset_locked()
 
-    def attach(self, transport: object) -> tuple[list[Pending], int]:
-        """A new socket is in use; reset first unless that was done since the last one."""
+    def attach(self) -> tuple[list[Pending], int]:
+        """A new socket is in use: `reset` first, unless that was done since the last one."""
         with self._lock:
-            dropped: tuple[list[Pending], int] = ([], 0)
-            if self.transport is not None and not self._fresh:
-                dropped = self._reset_locked()
-            self.transport = transport
+            dropped = ([], 0) if self._fresh else self._reset_locked()
             self._fresh = False
             return dropped
 
     def _reset_locked(self) -> tuple[list[Pending], int]:
-        in_flight = [pending for queue in self._lanes.values() for pending in queue]
-        local = len(self._local)
+        dropped = [pending for queue in self._lanes.values() for pending in queue], len(self._local)
         self._lanes.clear()
         self._local.clear()
         self.epoch += 1
-        return in_flight, local
+        return dropped
 
     # -- receiving ----------------------------------------------------------------
 
-    def on_frame(self, data: bytes | str) -> Verdict:
-        """
-        Take one received frame; say what to do about it (None: nothing, pass it on).
-
-        Deltas are never parsed. Unknown and malformed frames pass.
-        """
+    def on_frame(self, data: bytes | str) -> Verdict | None:
+        """Take one received frame: what it ended, or None. Deltas, unknown and malformed frames pass."""
         raw = data.encode() if isinstance(data, str) else data
         if not any(marker in raw for marker in _PARSED):
             return None
@@ -365,16 +305,16 @@ class SocketBook:
         with self._lock:
             self._evict_referenced(pending.lane, pending.plan.previous_response_id)
 
-    def _created(self, lane: Lane, response: Mapping[str, Any]) -> Verdict:
+    def _created(self, lane: Lane, response: Mapping[str, Any]) -> Verdict | None:
         queue = self._lanes.get(lane)
         if not queue or queue[0].response_id is not None:
             return None  # not ours, or an automatic successor
         head = queue[0]
-        if not self._matches(head, response):
+        if not _answers(head, response):
             # Answers and creates no longer pair up on this lane: forget both sides.
             self._lanes.pop(lane, None)
             self._local.pop(lane, None)
-            return Ended(tuple(queue))
+            return Verdict(tuple(queue))
         rid = response.get("id")
         head.response_id = rid if isinstance(rid, str) else None
         return None
@@ -387,12 +327,11 @@ class SocketBook:
         items = queue[0].items
         items[index if isinstance(index, int) else len(items)] = event.get("item")
 
-    def _terminal(self, lane: Lane, response: Mapping[str, Any]) -> Verdict:
+    def _terminal(self, lane: Lane, response: Mapping[str, Any]) -> Verdict | None:
         queue = self._lanes.get(lane)
         head = queue[0] if queue else None
-        rid = response.get("id")
         if head is not None and (
-            head.response_id == rid or (head.response_id is None and self._matches(head, response))
+            head.response_id == response.get("id") or (head.response_id is None and _answers(head, response))
         ):
             assert queue is not None
             queue.popleft()
@@ -407,14 +346,14 @@ class SocketBook:
         if head is None:
             return None
         if head.plan.ticket is None:
-            return Ended((head,))
+            return Verdict((head,))
         output = response.get("output")
         items = list(output) if isinstance(output, list) else []
         if not items and head.items:
             items = [head.items[i] for i in sorted(head.items)]
-        return Record(head, ResponseView(response), items)
+        return Verdict((head,), ResponseView(response), items)
 
-    def _error(self, lane: Lane, event: Mapping[str, Any]) -> Verdict:
+    def _error(self, lane: Lane, event: Mapping[str, Any]) -> Verdict | None:
         error = FrameError(event)
         if lane is None and error.code in _CONNECTION_CODES:
             return None
@@ -424,41 +363,19 @@ class SocketBook:
         head = queue.popleft()
         plan = head.plan
         if plan.anchor is not None and not plan.retried and not queue and head.epoch == self.epoch:
-            return Refused(head, error)
+            return Verdict((head,), refusal=error)
         self._evict_referenced(lane, plan.previous_response_id)
-        return Ended((head,))
-
-    @staticmethod
-    def _matches(pending: Pending, response: Mapping[str, Any]) -> bool:
-        """Whether *response* can be the answer to *pending* (the parent it names is the one sent)."""
-        if "previous_response_id" not in response:
-            return True
-        return response.get("previous_response_id") == pending.plan.previous_response_id
+        return Verdict((head,))
 
     def _evict_referenced(self, lane: Lane, response_id: str | None) -> None:
         anchor = self._local.get(lane)
         if response_id is not None and anchor is not None and anchor.response_id == response_id:
             del self._local[lane]
 
-    # -- the overlay's reads -------------------------------------------------------
 
-    def _usable(self, lane: Lane) -> Anchor | None:
-        with self._lock:
-            if self._lanes.get(lane):
-                return None  # pipelined creates cannot chain from an unfinished response
-            return self._local.get(lane)
-
-    def _local_by_id(self, response_id: str) -> Anchor | None:
-        with self._lock:
-            return next((a for a in self._local.values() if a.response_id == response_id), None)
-
-    def _evict_id(self, response_id: str) -> bool:
-        with self._lock:
-            lanes = [lane for lane, a in self._local.items() if a.response_id == response_id]
-            for lane in lanes:
-                del self._local[lane]
-            return bool(lanes)
-
-    def _holds(self, anchor: Anchor) -> bool:
-        with self._lock:
-            return any(a is anchor for a in self._local.values())
+def _answers(pending: Pending, response: Mapping[str, Any]) -> bool:
+    """Whether *response* can be the answer to *pending* (the parent it names, if any, is the one sent)."""
+    return (
+        "previous_response_id" not in response
+        or response["previous_response_id"] == pending.plan.previous_response_id
+    )

@@ -1,33 +1,21 @@
 """
-Tracking ``client.responses.connect()``: the Responses API's WebSocket mode (the I/O shells).
+Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (the I/O).
 
 A wrapped client's ``responses.connect()`` returns the SDK's own connection
-manager, retagged to a subclass (so ``isinstance`` holds and unwrapped
-clients are untouched), whose connection is retagged likewise:
+manager and connection, retagged to subclasses (unwrapped clients are untouched):
 
-* ``conn.send`` (and so ``conn.response.create``) plans a ``response.create``
-  *before* it is serialized — the same flow as an HTTP call — so a chained
-  create only serializes its delta. The planned text is registered in the
-  connection's `SocketBook`.
-* Every socket the manager opens (on enter and on each SDK reconnect) is
-  wrapped in a thin transport proxy. Everything goes out through it: direct
-  sends, the SDK's queue flushed after a reconnect, and the sends of
-  ``openai.lib.responses_websocket`` session lanes, which bypass
-  ``conn.send``. A registered text goes out as planned; an unregistered
-  create (a lane's, or one queued before the connection opened) is parsed
-  and planned there.
-* ``conn.recv_bytes`` — under ``recv()``, iteration, ``dispatch_events()``
-  and a session's reader — hands each frame to the book: terminal events are
-  recorded, and the error frame of a stale anchor anchortrack chained to is
-  swallowed while the create is resent in full on the same socket, once. Any
-  other frame reaches the caller byte for byte.
-* A wrapped ``on_reconnecting`` drops the closed socket's local anchors and
-  creates in flight before the caller's callback runs (which may resend).
+* ``conn.send`` plans a ``response.create`` before the SDK serializes it, so
+  a chained create only serializes its delta, and registers the planned text.
+* Every socket the manager opens (on enter and on each reconnect) is wrapped in
+  a transport that everything goes out through: direct sends, the SDK's queue
+  flushed after a reconnect, and session lanes' sends (which bypass
+  ``conn.send``); it plans the creates nobody planned yet.
+* ``conn.recv_bytes`` (under ``recv()``, iteration and a session's reader)
+  hands each frame to the book: responses are recorded, and the error frame of
+  a stale anchor anchortrack chained to is swallowed while the create is resent
+  in full, once. Any other frame reaches the caller byte for byte.
 
-Planning, recovery, recording and outcomes go through the connection's
-`anchortrack._socketcalls.SocketCalls`; the pairing of frames and the local
-anchors are its `SocketBook`'s (`anchortrack._socket`). This module is the I/O.
-
+The calls and the book are `anchortrack._socketcalls` and `anchortrack._socket`.
 Works with openai 2.x (no sessions, no ``stream_id``) and 3.x.
 """
 
@@ -37,11 +25,11 @@ import asyncio
 import inspect
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from openai import BaseModel
-from openai._utils import async_maybe_transform, maybe_transform
+from openai._utils import maybe_transform
 from openai.resources.responses.responses import (
     AsyncResponsesConnection,
     AsyncResponsesConnectionManager,
@@ -50,10 +38,11 @@ from openai.resources.responses.responses import (
 )
 from openai.types.responses import ResponsesClientEventParam
 
+from ._flow import adrive, drive
 from ._hashing import Scope
 from ._mode import Mode, resolve
 from ._plan import Reason
-from ._socket import CREATE, Ended, Pending, Record, Refused, SocketBook, SocketPlan, Verdict, lane_of
+from ._socket import CREATE, Pending, SocketPlan, Verdict
 from ._socketcalls import SocketCalls
 from ._tracker import Tracker
 
@@ -62,6 +51,7 @@ try:  # openai 3.x: ``send`` serializes, then hands the text to the base class's
     from openai._websocket_connection import AsyncWebSocketConnectionBase, WebSocketConnectionBase
 except ImportError:  # openai 2.x: ``send`` queues while reconnecting, and queues a frame whose send failed
     WebSocketConnectionBase = AsyncWebSocketConnectionBase = None  # type: ignore[assignment,misc]
+_OPENAI_2 = WebSocketConnectionBase is None
 #: What an unplanned outgoing text must contain to be worth parsing.
 _CREATE_MARK = f'"{CREATE}"'
 
@@ -99,134 +89,84 @@ def connect_tracked(
     return manager
 
 
-def _fields(event: object) -> Mapping[str, Any] | None:
-    """The fields of a ``response.create`` client event (dict or model), or None for other events."""
-    if isinstance(event, BaseModel):
-        if getattr(event, "type", None) != CREATE:
-            return None
-        return event.to_dict(mode="json", exclude_unset=True)
-    if isinstance(event, Mapping) and event.get("type") == CREATE:
-        return event
-    return None
-
-
 def _serialized(body: Mapping[str, Any]) -> str:
     """The text the SDK would send for the client event *body*."""
     return json.dumps(maybe_transform(dict(body), ResponsesClientEventParam))
 
 
-async def _aserialized(body: Mapping[str, Any]) -> str:
-    """The text the async SDK would send for the client event *body*."""
-    return json.dumps(await async_maybe_transform(dict(body), ResponsesClientEventParam))
+class _Socket(SocketCalls):
+    """
+    A tracked connection's calls and book, and what its transports share.
 
-
-def _text(event: object, plan: SocketPlan, fields: Mapping[str, Any]) -> str | None:
-    """The SDK's own text for an event model the plan left as it was (None: serialize the plan)."""
-    if not isinstance(event, BaseModel) or plan.body is not fields:
-        return None
-    if WebSocketConnectionBase is None:  # openai 2.x
-        return event.to_json(use_api_names=True, exclude_defaults=True, exclude_unset=True)
-    return event.to_json(use_api_names=True, exclude_unset=True)
-
-
-def _parsed_create(text: str) -> dict[str, Any] | None:
-    """The fields of an outgoing text when it is a ``response.create``."""
-    if _CREATE_MARK not in text:
-        return None
-    try:
-        event = json.loads(text)
-    except ValueError:
-        return None
-    if isinstance(event, dict) and event.get("type") == CREATE:
-        return event
-    return None
-
-
-class _Socket:
-    """What a tracked connection's manager, connection and transports share (sync and async)."""
+    `framing` and `outgoing` are written once for sync and async: they yield
+    a create's fields, which the caller plans (`plan` or `aplan`).
+    """
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
-        self.tracker = tracker
-        self.calls = SocketCalls(tracker, scope)
-        self.book = SocketBook()
+        super().__init__(tracker, scope)
         self.send_lock = threading.Lock()
-        self._asend_lock: asyncio.Lock | None = None
-
-    @property
-    def asend_lock(self) -> asyncio.Lock:
-        if self._asend_lock is None:
-            self._asend_lock = asyncio.Lock()
-        return self._asend_lock
+        self.asend_lock = asyncio.Lock()  # bound to its event loop on first use
 
     def on_reconnecting(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """Wrap the caller's ``on_reconnecting``: forget the closed socket first."""
+        """Wrap the caller's ``on_reconnecting``: forget the closed socket first (the callback may resend)."""
 
         def on_reconnecting(event: Any) -> Any:
-            self.dropped(self.book.reset())
+            self.close()
             return callback(event)
 
         return on_reconnecting
 
-    def dropped(self, lost: tuple[list[Pending], int]) -> None:
-        """Report the creates in flight and the local anchors a closed socket took with it."""
-        pendings, local_anchors = lost
-        self.calls.dropped([pending.plan for pending in pendings], local_anchors)
-
-    def close(self) -> None:
-        """The connection was closed by its owner: what was in flight is gone."""
-        self.dropped(self.book.reset())
-
-    def attach(self, transport: Any) -> Any:
-        """A new socket (wrapped in *transport*) is in use."""
-        self.dropped(self.book.attach(transport))
-        return transport
-
-    def planned_text(self, plan: SocketPlan, fields: Mapping[str, Any], original: str) -> str:
-        """The text to send for *plan*, made from the parsed *fields* of *original*."""
-        return original if plan.body is fields else json.dumps(plan.body)
-
-    def stale_replaced(self, pending: Pending, text: str) -> tuple[str, Pending]:
-        """A create chained to a local anchor of a socket now gone goes out in full instead."""
-        if not self.book.stale(pending):
-            return text, pending
-        self.calls.settled(pending.plan, Reason.WEBSOCKET_DROPPED.value)
-        full = pending.plan.in_full()
-        return _serialized(full.body), self.book.pending(full)
-
-    def settle(self, verdict: Verdict) -> Refused | None:
-        """Act on a verdict that needs no I/O; hand back a refusal to recover (sync or async)."""
-        if isinstance(verdict, Record):
-            self.calls.settled(verdict.pending.plan)
-            self.record(verdict)
+    def framing(self, event: object) -> Generator[Mapping[str, Any], SocketPlan, str | None]:
+        """The text ``conn.send`` sends for a client event, planned and registered (None: as given)."""
+        fields: Mapping[str, Any] | None = None
+        if isinstance(event, BaseModel):
+            if getattr(event, "type", None) == CREATE:
+                fields = event.to_dict(mode="json", exclude_unset=True)
+        elif isinstance(event, Mapping) and event.get("type") == CREATE:
+            fields = event
+        if fields is None:
             return None
-        if isinstance(verdict, Ended):
-            for pending in verdict.pendings:
-                self.calls.settled(pending.plan)
-            return None
-        return verdict
-
-    def unrecovered(self, pending: Pending) -> None:
-        """A refusal of *pending* reaches the caller."""
-        self.calls.settled(pending.plan)
-        self.book.refusal_passed(pending)
-
-    def withdrawn(self, pending: Pending) -> None:
-        """*pending* did not go out: its send failed."""
-        self.book.withdraw(pending)
-        self.calls.settled(pending.plan)
-
-    def record(self, verdict: Record) -> None:
-        ticket = verdict.pending.plan.ticket
-        assert ticket is not None
-        anchor = self.calls.record(ticket, verdict.response, verdict.output)
-        self.book.settle(verdict.pending, anchor)
-
-    def on_frame(self, data: bytes) -> Verdict:
+        plan = yield fields
         try:
-            return self.book.on_frame(data)
-        except Exception as error:  # noqa: BLE001 - a received frame always reaches the caller
-            self.calls.fault(error, counted=False)
+            if isinstance(event, BaseModel) and plan.body is fields:  # unchanged: the SDK's own text
+                text = event.to_json(use_api_names=True, exclude_unset=True, exclude_defaults=_OPENAI_2)
+            else:
+                text = _serialized(plan.body)
+        except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
             return None
+        self.book.register(text, self.book.pending(plan))
+        return text
+
+    def outgoing(self, message: str) -> Generator[Mapping[str, Any], SocketPlan, tuple[str, Pending] | None]:
+        """
+        What a transport sends for *message*: a create's frame and its pending create, or None (as is).
+
+        A create nobody planned (a session lane's, or one queued before the socket opened) is planned here.
+        """
+        pending = self.book.take(message)
+        if pending is not None:
+            if not self.book.stale(pending):
+                return message, pending
+            # Chained to a local anchor of a socket now gone: it goes out in full instead.
+            self.settled(pending.plan, Reason.WEBSOCKET_DROPPED)
+            full = pending.plan.in_full()
+            return _serialized(full.body), self.book.pending(full)
+        try:
+            fields = json.loads(message) if _CREATE_MARK in message else None
+        except ValueError:
+            return None
+        if not isinstance(fields, dict) or fields.get("type") != CREATE:
+            return None
+        plan = yield fields
+        return (message if plan.body is fields else json.dumps(plan.body)), self.book.pending(plan)
+
+    def resent(self, refused: Verdict, resend: SocketPlan | None) -> tuple[str, Pending] | None:
+        """The frame that recovers *refused*, or None: the refusal reaches the caller."""
+        if resend is not None:
+            return _serialized(resend.body), self.book.pending(resend)
+        self.settled(refused.ended[0].plan)
+        self.book.refusal_passed(refused.ended[0])
+        return None
 
 
 # -- transports: every frame goes out through them ------------------------------
@@ -243,27 +183,17 @@ class _Transport:
         return getattr(self._ws, name)
 
     def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(message, str):
-            return self._ws.send(message, *args, **kwargs)
         socket = self._socket
-        pending = socket.book.take(message)
-        text = message
-        if pending is not None:
-            text, pending = socket.stale_replaced(pending, message)
-        else:
-            fields = _parsed_create(message)
-            if fields is not None:
-                plan = socket.calls.plan(fields, socket.book.overlay(lane_of(fields)))
-                text, pending = socket.planned_text(plan, fields, message), socket.book.pending(plan)
-        if pending is None:
-            return self._ws.send(message, *args, **kwargs)
-        return self.emit(text, pending, *args, **kwargs)
+        if isinstance(message, str):
+            frame = drive(socket.outgoing(message), socket.plan)
+            if frame is not None:
+                return self.emit(*frame, *args, **kwargs)
+        return self._ws.send(message, *args, **kwargs)
 
     def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
         """Send *text*, the frame of *pending*, keeping the lane's order."""
-        book = self._socket.book
         with self._socket.send_lock:
-            book.commit(pending)
+            self._socket.book.commit(pending)
             try:
                 return self._ws.send(text, *args, **kwargs)
             except BaseException:
@@ -271,38 +201,20 @@ class _Transport:
                 raise
 
 
-class _AsyncTransport:
-    """A websockets asyncio ``ClientConnection`` whose ``send`` plans unplanned creates."""
-
-    def __init__(self, ws: Any, socket: _Socket) -> None:
-        self._ws = ws
-        self._socket = socket
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ws, name)
+class _AsyncTransport(_Transport):
+    """The asyncio twin of `_Transport`."""
 
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(message, str):
-            return await self._ws.send(message, *args, **kwargs)
         socket = self._socket
-        pending = socket.book.take(message)
-        text = message
-        if pending is not None:
-            text, pending = socket.stale_replaced(pending, message)
-        else:
-            fields = _parsed_create(message)
-            if fields is not None:
-                plan = await socket.calls.aplan(fields, socket.book.overlay(lane_of(fields)))
-                text, pending = socket.planned_text(plan, fields, message), socket.book.pending(plan)
-        if pending is None:
-            return await self._ws.send(message, *args, **kwargs)
-        return await self.emit(text, pending, *args, **kwargs)
+        if isinstance(message, str):
+            frame = await adrive(socket.outgoing(message), socket.aplan)
+            if frame is not None:
+                return await self.emit(*frame, *args, **kwargs)
+        return await self._ws.send(message, *args, **kwargs)
 
     async def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
-        """Send *text*, the frame of *pending*, keeping the lane's order."""
-        book = self._socket.book
         async with self._socket.asend_lock:
-            book.commit(pending)
+            self._socket.book.commit(pending)
             try:
                 return await self._ws.send(text, *args, **kwargs)
             except BaseException:
@@ -320,45 +232,35 @@ class TrackedResponsesConnection(ResponsesConnection):
 
     def send(self, event: Any) -> None:
         socket = self._anchortrack
-        fields = _fields(event)
-        if fields is None:
+        text = drive(socket.framing(event), socket.plan)
+        if text is None:
             return super().send(event)
-        plan = socket.calls.plan(fields, socket.book.overlay(lane_of(fields)))
-        try:
-            text = _text(event, plan, fields) or _serialized(plan.body)
-        except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
-            return super().send(event)
-        socket.book.register(text, socket.book.pending(plan))
         # What the SDK's own send does with its text, in either major version.
         if WebSocketConnectionBase is not None:
             WebSocketConnectionBase.send_raw(self, text)
-            return None
-        if self._is_reconnecting:
+        elif self._is_reconnecting:
             self._send_queue.enqueue(text)
-            return None
-        try:
-            self._connection.send(text)
-        except Exception:
-            self._send_queue.enqueue(text)
-            raise
+        else:
+            try:
+                self._connection.send(text)
+            except Exception:
+                self._send_queue.enqueue(text)
+                raise
         return None
 
     def recv_bytes(self) -> bytes:
         socket = self._anchortrack
         while True:
             data = super().recv_bytes()
-            refused = socket.settle(socket.on_frame(data))
+            refused = socket.received(data)
             socket.tracker.flush()
             if refused is None:
                 return data
-            pending = refused.pending
-            resend = socket.calls.recover(pending.plan, refused.error, socket.book.overlay(pending.lane))
-            if resend is None:
-                socket.unrecovered(pending)
+            frame = socket.resent(refused, socket.recover(refused))
+            if frame is None:
                 return data
-            transport = self._connection
-            assert isinstance(transport, _Transport)
-            transport.emit(_serialized(resend.body), socket.book.pending(resend))
+            assert isinstance(self._connection, _Transport)
+            self._connection.emit(*frame)
 
 
 class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
@@ -368,50 +270,38 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
 
     async def send(self, event: Any) -> None:
         socket = self._anchortrack
-        fields = _fields(event)
-        if fields is None:
+        text = await adrive(socket.framing(event), socket.aplan)
+        if text is None:
             return await super().send(event)
-        plan = await socket.calls.aplan(fields, socket.book.overlay(lane_of(fields)))
-        try:
-            text = _text(event, plan, fields) or await _aserialized(plan.body)
-        except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
-            return await super().send(event)
-        socket.book.register(text, socket.book.pending(plan))
         # What the SDK's own send does with its text, in either major version.
         if AsyncWebSocketConnectionBase is not None:
             await AsyncWebSocketConnectionBase.send_raw(self, text)
-            return None
-        if self._is_reconnecting:
+        elif self._is_reconnecting:
             self._send_queue.enqueue(text)
-            return None
-        try:
-            await self._connection.send(text)
-        except Exception:
-            self._send_queue.enqueue(text)
-            raise
+        else:
+            try:
+                await self._connection.send(text)
+            except Exception:
+                self._send_queue.enqueue(text)
+                raise
         return None
 
     async def recv_bytes(self) -> bytes:
         socket = self._anchortrack
         while True:
             data = await super().recv_bytes()
-            refused = socket.settle(socket.on_frame(data))
+            refused = socket.received(data)
             await socket.tracker.aflush()
             if refused is None:
                 return data
-            pending = refused.pending
-            resend = await socket.calls.arecover(
-                pending.plan, refused.error, socket.book.overlay(pending.lane)
-            )
-            if resend is None:
-                socket.unrecovered(pending)
+            frame = socket.resent(refused, await socket.arecover(refused))
+            if frame is None:
                 return data
-            transport = self._connection
-            assert isinstance(transport, _AsyncTransport)
-            await transport.emit(_serialized(resend.body), socket.book.pending(resend))
+            assert isinstance(self._connection, _AsyncTransport)
+            await self._connection.emit(*frame)
 
 
-# -- managers ---------------------------------------------------------------------
+# -- managers: every socket they open is wrapped in a transport ---------------------
 
 
 class TrackedResponsesConnectionManager(ResponsesConnectionManager):
@@ -434,8 +324,9 @@ class TrackedResponsesConnectionManager(ResponsesConnectionManager):
             self._anchortrack.close()
 
     def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        ws = super()._connect_ws(extra_query, extra_headers)
-        return self._anchortrack.attach(_Transport(ws, self._anchortrack))
+        return self._anchortrack.attach(
+            _Transport(super()._connect_ws(extra_query, extra_headers), self._anchortrack)
+        )
 
 
 class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
@@ -458,5 +349,6 @@ class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
             self._anchortrack.close()
 
     async def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        ws = await super()._connect_ws(extra_query, extra_headers)
-        return self._anchortrack.attach(_AsyncTransport(ws, self._anchortrack))
+        return self._anchortrack.attach(
+            _AsyncTransport(await super()._connect_ws(extra_query, extra_headers), self._anchortrack)
+        )

@@ -10,7 +10,7 @@ import attrs
 from anchortrack._flow import Ticket
 from anchortrack._plan import Reason
 from anchortrack._refusal import classify
-from anchortrack._socket import Ended, FrameError, Pending, Record, Refused, SocketBook, SocketPlan
+from anchortrack._socket import FrameError, Pending, SocketBook, SocketPlan, Verdict
 from anchortrack.stores._base import Anchor
 
 
@@ -60,17 +60,18 @@ def test_a_completed_response_is_recorded_and_becomes_its_lanes_local_anchor() -
     assert book.on_frame(_frame("response.created", id="r1")) is None
     assert book.on_frame(b'{"type":"response.output_text.delta","delta":"hi"}') is None
     verdict = book.on_frame(_frame("response.completed", id="r1", status="completed", output=[{"a": 1}]))
-    assert isinstance(verdict, Record)
-    assert verdict.pending is pending
+    assert verdict is not None
+    assert verdict.response is not None
+    assert verdict.ended == (pending,)
     assert verdict.output == [{"a": 1}]
     assert verdict.response.id == "r1"
     assert verdict.response.store is None
     anchor = _anchor("r1")
     book.settle(pending, anchor)
-    assert book.overlay(None).find([anchor.view]) == {anchor.view: anchor}
-    assert book.overlay("other").find([anchor.view]) == {}  # never on another lane
-    assert book.overlay("other").get("r1") is anchor  # the server resolves forks by id
-    assert book.overlay(None).is_local(anchor)
+    assert book.find(None, [anchor.view]) == {anchor.view: anchor}
+    assert book.find("other", [anchor.view]) == {}  # never on another lane
+    assert book.local("r1") is anchor  # the server resolves forks by id
+    assert book.holds(anchor)
 
 
 def test_output_items_are_taken_from_item_done_events_when_the_response_has_none() -> None:
@@ -80,7 +81,8 @@ def test_output_items_are_taken_from_item_done_events_when_the_response_has_none
     item = {"type": "response.output_item.done", "output_index": 0, "item": {"x": 1}, "stream_id": "a"}
     book.on_frame(json.dumps(item).encode())
     verdict = book.on_frame(_frame("response.completed", lane="a", id="r1", status="completed"))
-    assert isinstance(verdict, Record)
+    assert verdict is not None
+    assert verdict.response is not None
     assert verdict.output == [{"x": 1}]
 
 
@@ -92,8 +94,8 @@ def test_a_lane_with_a_create_in_flight_offers_no_local_anchor() -> None:
     anchor = _anchor("r1")
     book.settle(first, anchor)
     _sent(book, _plan())
-    assert not book.overlay(None).usable()
-    assert book.overlay(None).find([anchor.view]) == {}
+    assert book.usable(None) is None
+    assert book.find(None, [anchor.view]) == {}
 
 
 def test_a_newer_response_of_the_lane_replaces_its_local_anchor() -> None:
@@ -105,8 +107,8 @@ def test_a_newer_response_of_the_lane_replaces_its_local_anchor() -> None:
     # A stored (or caller-managed, unrecorded) response on the lane: r1 is no longer the latest.
     second = _sent(book, SocketPlan({"type": "response.create"}))
     book.on_frame(_frame("response.created", id="r2"))
-    assert book.on_frame(_frame("response.completed", id="r2", status="completed")) == Ended((second,))
-    assert book.overlay(None).get("r1") is None
+    assert book.on_frame(_frame("response.completed", id="r2", status="completed")) == Verdict((second,))
+    assert book.local("r1") is None
 
 
 def test_a_failed_response_evicts_the_local_anchor_it_referenced() -> None:
@@ -118,8 +120,9 @@ def test_a_failed_response_evicts_the_local_anchor_it_referenced() -> None:
     _sent(book, _plan(previous="r1"))
     book.on_frame(_frame("response.created", id="r2", previous_response_id="r1"))
     verdict = book.on_frame(_frame("response.failed", id="r2", status="failed", previous_response_id="r1"))
-    assert isinstance(verdict, Record)  # recorded as not completed by the tracker
-    assert book.overlay(None).get("r1") is None
+    assert verdict is not None
+    assert verdict.response is not None
+    assert book.local("r1") is None
 
 
 def test_a_stale_anchor_error_for_a_chained_create_is_refused_once() -> None:
@@ -127,12 +130,13 @@ def test_a_stale_anchor_error_for_a_chained_create_is_refused_once() -> None:
     anchor = _anchor("r1")
     pending = _sent(book, _plan(lane="a", previous="r1", chained=anchor))
     verdict = book.on_frame(_error("previous_response_not_found", lane="a"))
-    assert isinstance(verdict, Refused)
-    assert verdict.pending is pending
-    assert classify(verdict.error, "r1") is Reason.STALE_ANCHOR
+    assert verdict is not None
+    assert verdict.refusal is not None
+    assert verdict.ended == (pending,)
+    assert classify(verdict.refusal, "r1") is Reason.STALE_ANCHOR
     # The resend is marked retried: a second refusal reaches the caller.
     resent = _sent(book, attrs.evolve(pending.plan, retried=True, anchor=None))
-    assert book.on_frame(_error("previous_response_not_found", lane="a")) == Ended((resent,))
+    assert book.on_frame(_error("previous_response_not_found", lane="a")) == Verdict((resent,))
 
 
 def test_an_error_with_creates_queued_behind_passes_and_mirrors_the_eviction() -> None:
@@ -143,8 +147,8 @@ def test_an_error_with_creates_queued_behind_passes_and_mirrors_the_eviction() -
     book.settle(first, _anchor("r1"))
     chained = _sent(book, _plan(previous="r1", chained=_anchor("r1")))
     _sent(book, _plan())
-    assert book.on_frame(_error("previous_response_not_found")) == Ended((chained,))
-    assert book.overlay(None).get("r1") is None
+    assert book.on_frame(_error("previous_response_not_found")) == Verdict((chained,))
+    assert book.local("r1") is None
 
 
 def test_connection_scoped_errors_and_other_lanes_frames_touch_nothing() -> None:
@@ -154,14 +158,17 @@ def test_connection_scoped_errors_and_other_lanes_frames_touch_nothing() -> None
     assert book.on_frame(_error("previous_response_not_found", lane="elsewhere")) is None
     book.on_frame(_frame("response.created", id="r1"))
     verdict = book.on_frame(_frame("response.completed", id="r1", status="completed"))
-    assert isinstance(verdict, Record)
-    assert verdict.pending is pending
+    assert verdict is not None
+    assert verdict.response is not None
+    assert verdict.ended == (pending,)
 
 
 def test_a_response_naming_another_parent_is_not_paired_with_the_create() -> None:
     book = SocketBook()
     pending = _sent(book, _plan(previous="r1"))
-    assert book.on_frame(_frame("response.created", id="rX", previous_response_id="r0")) == Ended((pending,))
+    assert book.on_frame(_frame("response.created", id="rX", previous_response_id="r0")) == Verdict(
+        (pending,)
+    )
     assert book.on_frame(_frame("response.completed", id="rX", status="completed")) is None
 
 
@@ -173,16 +180,16 @@ def test_reset_drops_local_anchors_and_creates_in_flight() -> None:
     book.settle(first, _anchor("r1"))
     stale = book.pending(attrs.evolve(_plan(previous="r1", chained=_anchor("r1")), local=True))
     in_flight = _sent(book, _plan())
-    assert book.attach(object()) == ([], 0)  # the first socket
+    assert book.attach() == ([], 0)  # the first socket
     assert book.reset() == ([in_flight], 1)
-    assert book.attach(object()) == ([], 0)  # already reset for this socket
+    assert book.attach() == ([], 0)  # already reset for this socket
     assert book.stale(stale)
-    assert book.overlay(None).get("r1") is None
+    assert book.local("r1") is None
     # A completion of the old socket's create is nobody's now.
     assert book.on_frame(_frame("response.completed", id="r2", status="completed")) is None
-    assert book.attach(object()) == ([], 0)
+    assert book.attach() == ([], 0)
     again = _sent(book, _plan())
-    assert book.attach(object()) == ([again], 0)  # a new socket without a reset in between
+    assert book.attach() == ([again], 0)  # a new socket without a reset in between
 
 
 def test_planned_frames_are_known_by_identity_once() -> None:

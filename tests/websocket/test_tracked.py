@@ -439,10 +439,7 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
         history = [user("one"), *output_items(first), user("two")]
         # Planned now, against the socket about to drop; sent only after the reconnect.
         socket = conn._anchortrack  # type: ignore[attr-defined]
-        plan = socket.calls.plan(
-            {"type": "response.create", "model": "scripted", "input": history, "store": False},
-            socket.book.overlay(None),
-        )
+        plan = socket.plan({"type": "response.create", "model": "scripted", "input": history, "store": False})
         assert plan.local
         text = _serialized(plan.body)
         socket.book.register(text, socket.book.pending(plan))
