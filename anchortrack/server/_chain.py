@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anchortrack.server._errors import APIError, previous_response_not_found
+from anchortrack.server._errors import APIError, bad_request, previous_response_not_found
 from anchortrack.server._items import ITEM_TYPES, OUTPUTS, item_type
 from anchortrack.server._records import ChainLink
 
@@ -60,21 +60,13 @@ def resolve_chain(
     seen: set[str] = set()
     current: str | None = previous_response_id
     while current is not None:
+        chain_of = f"The chain of previous response '{previous_response_id}'"
         if len(chain) >= max_depth:
-            raise APIError(
-                400,
-                f"The chain of previous response '{previous_response_id}' holds more than "
-                f"{max_depth} responses.",
-                param="previous_response_id",
-                code="previous_response_chain_too_long",
-            )
+            message = f"{chain_of} holds more than {max_depth} responses."
+            raise bad_request("previous_response_id", "previous_response_chain_too_long", message)
         if current in seen:
-            raise APIError(
-                400,
-                f"The chain of previous response '{previous_response_id}' contains a cycle at '{current}'.",
-                param="previous_response_id",
-                code="previous_response_chain_cycle",
-            )
+            message = f"{chain_of} contains a cycle at '{current}'."
+            raise bad_request("previous_response_id", "previous_response_chain_cycle", message)
         seen.add(current)
         record = get(current)
         if record is None or record.status not in CHAINABLE_STATUSES:
@@ -95,7 +87,7 @@ def chain_items(chain: Sequence[ChainLink]) -> list[Item]:
 
 
 def _input_error(message: str) -> APIError:
-    return APIError(400, message, param="input")
+    return bad_request("input", None, message)
 
 
 def check_context(context: Sequence[Item]) -> None:
@@ -149,15 +141,9 @@ def check_context(context: Sequence[Item]) -> None:
 
 def is_reference(item: Item) -> bool:
     """An ``item_reference``, spelled with ``type`` or as a bare ``{"id": …}``."""
-    kind = item.get("type")
-    if kind == "item_reference":
+    if item.get("type") == "item_reference":
         return True
-    return (
-        kind is None
-        and "role" not in item
-        and isinstance(item.get("id"), str)
-        and set(item) <= {"id", "type"}
-    )
+    return item.get("type") is None and isinstance(item.get("id"), str) and set(item) <= {"id", "type"}
 
 
 def _by_id_reasoning(item: Item) -> bool:

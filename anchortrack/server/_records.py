@@ -2,20 +2,13 @@
 What the server's response stores share: the records, the store contract, the
 row codec and the save policy.
 
-The backends (`MemoryResponseStore` in ``_memory``, `SQLiteResponseStore` in
-``_sqlite``) implement `ResponseStore`: ``get``, ``save`` (with the save
-policy), ``delete``, plus ``link`` (the cheap read chain resolution uses) and
-what OpenAI semantics add: a retention period after which a response is gone,
-and ``expire`` so tests can make one look old.  `ResponseStore` holds all of
-that once; a backend only reads, writes and counts rows.
-
-Records are kept as JSON text (a `Row`) in both backends, so a caller can
-never change a stored response by mutating what it saved or read, and both
-backends give byte-for-byte the same data back.
-
-Every method of a store is thread-safe: the running app and a test thread may
-use one store at once.  Time comes from an injectable clock, so retention can
-be tested without sleeping.
+`ResponseStore` implements OpenAI's semantics once (``get``, ``link`` for
+chain resolution, ``save`` with the save policy, ``delete``, retention and
+``expire`` for tests) over five row primitives that each backend
+(`MemoryResponseStore`, `SQLiteResponseStore`) supplies.  Records are kept as
+JSON text (a `Row`), so what a caller saved or read can never change what is
+stored, and both backends give back the same data.  Stores are thread-safe and
+take an injectable clock, so retention is tested without sleeping.
 """
 
 from __future__ import annotations
@@ -167,30 +160,30 @@ def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> 
     )
 
 
+def _chain_fields(row: Row) -> dict[str, Any]:
+    """The fields a `StoredResponse` and a `ChainLink` share."""
+    return {
+        "id": row.id,
+        "previous_response_id": row.previous_response_id,
+        "status": row.status,
+        "input_items": json.loads(row.input_json),
+        "owner": row.owner,
+    }
+
+
 def decode_row(row: Row) -> StoredResponse:
     """Decode a row into a fresh, caller-owned record."""
     return StoredResponse(
-        id=row.id,
-        previous_response_id=row.previous_response_id,
-        status=row.status,
-        input_items=json.loads(row.input_json),
+        **_chain_fields(row),
         response=json.loads(row.response_json),
         created_at=row.created_at,
         expires_at=row.expires_at,
-        owner=row.owner,
     )
 
 
 def row_link(row: Row) -> ChainLink:
     """Decode the chain data of a row."""
-    return ChainLink(
-        id=row.id,
-        previous_response_id=row.previous_response_id,
-        status=row.status,
-        input_items=json.loads(row.input_json),
-        output=json.loads(row.output_json),
-        owner=row.owner,
-    )
+    return ChainLink(**_chain_fields(row), output=json.loads(row.output_json))
 
 
 def _check_save_policy(
@@ -222,10 +215,8 @@ class ResponseStore:
     """
     The storage contract the server relies on (thread-safe), written once over rows.
 
-    `get`, `link`, `save` with the save policy, `delete`, and retention
-    (`expire`, `purge_expired`, `count`) are here; a backend supplies five
-    row primitives (`_live`, `_put`, `_drop`, `_drop_expired`, `_count`),
-    always called with the store's lock held, and
+    A backend supplies the row primitives (`_live`, `_put`, `_drop`,
+    `_drop_expired`, `_count`), always called with the store's lock held, and
     may widen `_transaction` (SQLite makes a save's read-check-write one
     database transaction, so the policy holds across processes too).
     """
@@ -264,16 +255,18 @@ class ResponseStore:
 
     # -- the contract ------------------------------------------------------------------
 
+    def _read(self, response_id: str) -> Row | None:
+        with self._lock:
+            return self._live(response_id, self._clock())
+
     def get(self, response_id: str) -> StoredResponse | None:
         """Return the live record for *response_id*, or ``None`` if absent or expired."""
-        with self._lock:
-            row = self._live(response_id, self._clock())
+        row = self._read(response_id)
         return None if row is None else decode_row(row)
 
     def link(self, response_id: str) -> ChainLink | None:
         """The live record's chain data (cheaper than `get`: no response object), or ``None``."""
-        with self._lock:
-            row = self._live(response_id, self._clock())
+        row = self._read(response_id)
         return None if row is None else row_link(row)
 
     def save(

@@ -19,12 +19,14 @@ from typing import Any
 
 from anchortrack.server._errors import (
     APIError,
+    bad_request,
     invalid_json,
     invalid_type,
     invalid_value,
     json_type_name,
     missing_parameter,
     unknown_parameter,
+    unsupported,
 )
 from anchortrack.server._items import OUTPUTS, item_type
 
@@ -148,12 +150,11 @@ def _check_item(item: object, where: str) -> Item:
 
 def _check_previous_response_id(value: str) -> None:
     if not value:
-        raise APIError(
-            400,
+        raise bad_request(
+            "previous_response_id",
+            "empty_string",
             "Invalid 'previous_response_id': empty string. Expected a string with minimum "
             "length 1, but got an empty string instead.",
-            param="previous_response_id",
-            code="empty_string",
         )
     if not _ID_PATTERN.fullmatch(value):
         raise invalid_value(
@@ -193,19 +194,16 @@ def parse_create_request(body: object) -> CreateRequest:
                 raise invalid_type(name, expected, body[name])
     max_output_tokens = body.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 16:
-        raise APIError(
-            400,
+        raise bad_request(
+            "max_output_tokens",
+            "integer_below_min_value",
             "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, "
             f"but got {max_output_tokens} instead.",
-            param="max_output_tokens",
-            code="integer_below_min_value",
         )
-    for name in ("tools", "include"):
+    for name, kind, expected in (("tools", dict, "an object"), ("include", str, "a string")):
         for index, element in enumerate(body.get(name) or ()):
-            if name == "tools" and not isinstance(element, dict):
-                raise invalid_type(f"tools[{index}]", "an object", element)
-            if name == "include" and not isinstance(element, str):
-                raise invalid_type(f"include[{index}]", "a string", element)
+            if not isinstance(element, kind):
+                raise invalid_type(f"{name}[{index}]", expected, element)
     instructions = body.get("instructions")
     if isinstance(instructions, list):
         for index, element in enumerate(instructions):
@@ -224,28 +222,20 @@ def parse_create_request(body: object) -> CreateRequest:
     previous = body.get("previous_response_id")
     conversation = body.get("conversation")
     if previous is not None and conversation is not None:
-        raise APIError(
-            400,
+        raise bad_request(
+            "conversation",
+            "mutually_exclusive_parameters",
             "Mutually exclusive parameters: 'previous_response_id' and 'conversation'. "
             "Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
-            param="conversation",
-            code="mutually_exclusive_parameters",
         )
     if conversation is not None:
-        raise APIError(
-            400,
+        raise unsupported(
+            "conversation",
             "The anchortrack server does not support conversations; "
             "use previous_response_id or send the full input.",
-            param="conversation",
-            code="unsupported_parameter",
         )
     if body.get("background") is True:
-        raise APIError(
-            400,
-            "The anchortrack server does not support background responses.",
-            param="background",
-            code="unsupported_parameter",
-        )
+        raise unsupported("background", "The anchortrack server does not support background responses.")
     if previous is not None:
         _check_previous_response_id(previous)
     return CreateRequest(

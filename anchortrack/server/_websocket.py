@@ -1,45 +1,33 @@
 """
 The Responses API's WebSocket mode at ``/v1/responses`` (``client.responses.connect()``).
 
-One socket carries many ``response.create`` events (the body of ``POST
-/v1/responses`` plus the envelope fields ``type``, ``stream_id`` and
-``generate``).  Each is answered with the same event sequence as an HTTP
-stream (``response.created`` … one terminal event), every event echoing the
-create's ``stream_id`` when it had one.  The semantics follow OpenAI's
-WebSocket-mode guide and the openai SDK (``openai.lib.responses_websocket``):
+One socket carries many ``response.create`` events (a ``POST /v1/responses``
+body plus the envelope fields ``type``, ``stream_id`` and ``generate``), each
+answered with the event sequence of an HTTP stream, echoing its ``stream_id``.
+The semantics follow OpenAI's WebSocket-mode guide and the openai SDK:
 
 * **Lanes.** Creates with the same ``stream_id`` (one default lane without)
-  run FIFO, one at a time; different lanes run concurrently.  A connection
-  accepts `MAX_NAMED_STREAMS` distinct named lanes
-  (``websocket_stream_limit_reached``); a malformed id is
-  ``invalid_stream_id``.
-* **Connection-local cache.** The latest chainable (``completed`` or
-  ``incomplete``) response of each lane is kept in memory while the socket is
-  open.  ``previous_response_id`` to it works on this socket even with
-  ``store: false`` or zero data retention, also from another lane (a fork).
-  An older response of the socket, or a response of another socket, resolves
-  only from the store — never under zero data retention.  A closed socket
-  loses its cache.
-* **Eviction.** A create that fails (an error frame, or a ``failed``
-  response) evicts the cached response it referenced when that is its own
-  lane's latest; a failed fork leaves the source lane's response cached.
+  run FIFO, one at a time; different lanes run concurrently.  At most
+  `MAX_NAMED_STREAMS` named lanes (``websocket_stream_limit_reached``); a
+  malformed id is ``invalid_stream_id``.
+* **Connection-local cache.** Each lane's latest ``completed``/``incomplete``
+  response is kept while the socket is open and chains on this socket even
+  with ``store: false`` or zero data retention, also from another lane (a
+  fork).  Anything else resolves only from the store, never under zero data
+  retention.  A closed socket loses its cache.
+* **Eviction.** A failed create (error frame or ``failed`` response) evicts
+  the cached response it referenced when that is its own lane's latest.
 * **Warm-up.** ``generate: false`` answers ``completed`` with no output,
   without running the model; its id can be chained from.
-* **Refusals** are error frames — ``{"type": "error", "status": 400, "error":
-  {"type", "code", "message", "param"}}``, plus ``stream_id`` — and the socket
-  stays open.  ``previous_response_not_found`` names the missing response.
-* **Storage.** Stored responses go to the shared store as over HTTP, so a
-  conversation moves between HTTP and sockets.  One chained from a parent
-  that only the cache knows is stored with its whole context as its input,
-  so it resolves anywhere.
-* **Lifetime.** A connection lives at most `WebSocketHub.max_age`
-  seconds (60 minutes, like OpenAI's), then gets a
-  ``websocket_connection_limit_reached`` error frame and a 1001 close.  The
-  exact closing sequence of the real service is not documented; this is an
-  inference.
-
-`WebSocketHub` holds the open connections; the app serves
-`WebSocketHub.serve` and, with test hooks, `WebSocketHub.test_routes`.
+* **Refusals** are error frames (``{"type": "error", "status", "error":
+  {…}}`` plus ``stream_id``); the socket stays open.
+* **Storage.** Stored responses go to the shared store as over HTTP.  One
+  chained from a parent only the cache knows is stored with its whole context
+  as its input, so it resolves anywhere.
+* **Lifetime.** A connection lives at most `WebSocketHub.max_age` seconds
+  (60 minutes, like OpenAI's), then gets a
+  ``websocket_connection_limit_reached`` error frame and a 1001 close (the
+  real closing sequence is not documented; this is an inference).
 """
 
 from __future__ import annotations
@@ -138,11 +126,10 @@ def parse_client_event(event: object) -> CreateEvent:
         )
     stream_id = event.get("stream_id")
     if stream_id is not None and not (isinstance(stream_id, str) and _STREAM_ID.fullmatch(stream_id)):
-        raise APIError(
-            400,
+        raise _errors.bad_request(
+            "stream_id",
+            "invalid_stream_id",
             "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or periods.",
-            param="stream_id",
-            code="invalid_stream_id",
         )
     generate = event.get("generate", True)
     if not isinstance(generate, bool):
@@ -163,12 +150,8 @@ def error_frame(error: APIError, stream_id: str | None, sequence_number: int | N
 
 def stream_limit_reached() -> APIError:
     """A connection asked for one named lane too many."""
-    return APIError(
-        400,
-        "This WebSocket connection has reached its stream limit.",
-        param="stream_id",
-        code="websocket_stream_limit_reached",
-    )
+    message = "This WebSocket connection has reached its stream limit."
+    return _errors.bad_request("stream_id", "websocket_stream_limit_reached", message)
 
 
 def connection_limit_reached(max_age: float) -> APIError:
@@ -393,14 +376,14 @@ class WebSocketHub:
                 conn.cache.clear()
 
     async def _receive(self, conn: _Connection, raw: str | bytes) -> None:
-        size = len(raw.encode() if isinstance(raw, str) else raw)
+        data = raw.encode() if isinstance(raw, str) else raw
         try:
-            decoded = decode_json(raw.encode() if isinstance(raw, str) else raw)
+            decoded = decode_json(data)
         except APIError as error:
-            self._record(ReceivedFrame(conn.id, size, None))
+            self._record(ReceivedFrame(conn.id, len(data), None))
             await conn.send(error_frame(error, None))
             return
-        self._record(ReceivedFrame(conn.id, size, decoded))
+        self._record(ReceivedFrame(conn.id, len(data), decoded))
         try:
             event = parse_client_event(decoded)
             lane = event.stream_id
@@ -448,11 +431,11 @@ class WebSocketHub:
             parent_cached = parent is not None and conn.cache.lookup(parent) is not None
         try:
             if self.state.backend is not None:
-                raise APIError(
-                    400,
+                raise _errors.bad_request(
+                    None,
+                    "unsupported_websocket_upstream",
                     "The WebSocket mode is not served in front of an upstream provider; "
                     "send this request over HTTP (POST /v1/responses).",
-                    code="unsupported_websocket_upstream",
                 )
             pending = self.state.prepare(
                 event.body, owner=conn.owner, link=self._link(conn), generate=event.generate
@@ -543,18 +526,15 @@ class WebSocketHub:
         """
 
         async def connections(request: Request) -> Response:
-            data = []
             with self._lock:
-                for conn in self._connections.values():
-                    cached = conn.cache.snapshot()
-                    data.append(
-                        {
-                            "id": conn.id,
-                            "cached": [
-                                {"stream_id": lane, "response_id": rid} for lane, rid in cached.items()
-                            ],
-                        }
-                    )
+                caches = {conn.id: conn.cache.snapshot() for conn in self._connections.values()}
+            data = [
+                {
+                    "id": conn_id,
+                    "cached": [{"stream_id": lane, "response_id": rid} for lane, rid in cached.items()],
+                }
+                for conn_id, cached in caches.items()
+            ]
             return JSONResponse({"object": "list", "data": data})
 
         async def drop(request: Request) -> Response:
