@@ -109,31 +109,17 @@ class StreamAssembler:
             item = message_item("", item_id=live.item_id, status="in_progress")
         else:
             call = self._calls[int(key.partition(":")[2])]
-            identity = self.plan.tools.for_provider(call.name)
-            name = identity.requested_name if identity is not None else call.name
-            item = {"id": live.item_id, "type": "function_call", "call_id": call.call_id, "name": name}
+            item = {"id": live.item_id, "type": "function_call", "call_id": call.call_id, "name": call.name}
         # the opening events of the item as a whole stream announces it (a message's first part too)
         return live, item_events(item, live.index)[: 2 if kind == "message" else 1]
 
-    def _text_delta(self, delta: str) -> list[Event]:
-        self._text.append(delta)
-        if self.plan.may_call_tools:
-            return []
+    def _item_delta(self, kind: str, prefix: str, delta: str) -> list[Event]:
+        """The events for *delta* of the reasoning or message item, opening it first if need be."""
         events: list[Event] = []
-        live = self._live.get("message")
+        live = self._live.get(kind)
         if live is None:
-            live, events = self._open("message", "message", "msg")
-        events += _delta_events(live, live.lag.push(delta))
-        return events
-
-    def _reasoning_delta(self, delta: str) -> list[Event]:
-        self._reasoning.append(delta)
-        events: list[Event] = []
-        live = self._live.get("reasoning")
-        if live is None:
-            live, events = self._open("reasoning", "reasoning", "rs")
-        events += _delta_events(live, live.lag.push(delta))
-        return events
+            live, events = self._open(kind, kind, prefix)
+        return events + _delta_events(live, live.lag.push(delta))
 
     def _call_delta(self, position: int, raw: object) -> list[Event]:
         if not isinstance(raw, dict):
@@ -201,10 +187,13 @@ class StreamAssembler:
                 raise MalformedReply("a chunk's delta is not an object")
             reasoning = reasoning_text(delta)
             if reasoning:
-                events += self._reasoning_delta(reasoning)
+                self._reasoning.append(reasoning)
+                events += self._item_delta("reasoning", "rs", reasoning)
             text = content_text(delta.get("content"), "a chunk's content")
             if text:
-                events += self._text_delta(text)
+                self._text.append(text)
+                if not self.plan.may_call_tools:
+                    events += self._item_delta("message", "msg", text)
             calls = delta.get("tool_calls") or []
             if not isinstance(calls, list):
                 raise MalformedReply("a chunk's tool_calls is not a list")

@@ -19,8 +19,8 @@ Completions accepts:
 
 Tools: ``function`` tools go as they are; ``custom``, ``shell``,
 ``local_shell`` and ``apply_patch`` tools become function tools with a JSON
-schema wrapper, recorded in a `ToolIdentityMap` that the reply is
-restored through.  ``text.format`` ``json_schema`` becomes a
+schema wrapper; `ChatPlan.tools` keeps each tool's type for restoring
+the reply.  ``text.format`` ``json_schema`` becomes a
 ``response_format``; when degraded to ``json_object`` the plan remembers that
 the output must be valid JSON.
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from anchortrack.server._errors import APIError, missing_parameter
@@ -94,59 +94,14 @@ _WRAPPER_DESCRIPTIONS = {
 
 
 @dataclass(frozen=True)
-class ToolIdentity:
-    """One tool as requested and as the provider knows it."""
-
-    requested_type: str
-    requested_name: str
-    provider_name: str
-
-
-@dataclass
-class ToolIdentityMap:
-    """
-    Requested tool name/type ↔ provider function name, both ways.
-
-    Tools of types without a name (``shell``, ``local_shell``,
-    ``apply_patch``) are named after their type.
-    """
-
-    _by_provider: dict[str, ToolIdentity] = field(default_factory=dict)
-
-    def add(self, requested_type: str, requested_name: str) -> ToolIdentity:
-        """
-        Record a tool; return its identity.
-
-        Raises:
-            ValueError: Another tool already maps to the same provider name.
-        """
-        identity = ToolIdentity(requested_type, requested_name, requested_name)
-        existing = self._by_provider.get(identity.provider_name)
-        if existing is not None:
-            raise ValueError(
-                f"Tools '{existing.requested_name}' ({existing.requested_type}) and "
-                f"'{requested_name}' ({requested_type}) would both be called "
-                f"'{identity.provider_name}' by the upstream provider."
-            )
-        self._by_provider[identity.provider_name] = identity
-        return identity
-
-    def for_provider(self, provider_name: str) -> ToolIdentity | None:
-        """The identity of a provider-side name, or ``None`` if no tool has it."""
-        return self._by_provider.get(provider_name)
-
-    def __len__(self) -> int:
-        return len(self._by_provider)
-
-
-@dataclass(frozen=True)
 class ChatPlan:
     """
     One Chat Completions request and what the reply is restored with.
 
     Attributes:
         body: The JSON body for ``POST /chat/completions``.
-        tools: The tool identity map.
+        tools: Tool name → the type it was requested as (``function``,
+            ``custom``, ``shell``…): a provider call is restored to that type.
         requires_valid_json: ``json_schema`` was degraded to ``json_object``:
             the output must parse as JSON.
         json_schema: The ``response_format`` sent is ``json_schema`` (so it
@@ -154,7 +109,7 @@ class ChatPlan:
     """
 
     body: dict[str, Any]
-    tools: ToolIdentityMap
+    tools: dict[str, str]
     requires_valid_json: bool = False
     json_schema: bool = False
 
@@ -351,15 +306,18 @@ def _tool_error(message: str, index: int) -> APIError:
     return APIError(400, message, param=f"tools[{index}]", code="unsupported_parameter")
 
 
-def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
+def build_tools(tools: Sequence[Item]) -> tuple[list[Item], dict[str, str]]:
     """
-    The chat ``tools`` and the identity map for the request's *tools*.
+    The chat ``tools`` for the request's *tools*, and each tool's requested type by name.
+
+    Tools without a name (``shell``, ``local_shell``, ``apply_patch``) are
+    named after their type.
 
     Raises:
         APIError: 400 for a tool type no Chat Completions provider can run,
             or two tools that would share one provider name.
     """
-    identities = ToolIdentityMap()
+    types: dict[str, str] = {}
     chat_tools: list[Item] = []
     for index, tool in enumerate(tools):
         kind = tool.get("type")
@@ -397,12 +355,15 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
                 "(it only runs function tools).",
                 index,
             )
-        try:
-            identities.add(str(kind), name)
-        except ValueError as error:
-            raise _tool_error(str(error), index) from None
+        if name in types:
+            raise _tool_error(
+                f"Tools '{name}' ({types[name]}) and '{name}' ({kind}) would both be called "
+                f"'{name}' by the upstream provider.",
+                index,
+            )
+        types[name] = str(kind)
         chat_tools.append({"type": "function", "function": function})
-    return chat_tools, identities
+    return chat_tools, types
 
 
 def _tool_choice(choice: object) -> object:
@@ -448,7 +409,7 @@ def build_chat_request(
     """
     body = request.body
     chat: dict[str, Any] = {"model": model, "messages": build_messages(context, request.instructions)}
-    tools, identities = build_tools(body.get("tools") or [])
+    tools, types = build_tools(body.get("tools") or [])
     if tools:
         chat["tools"] = tools
         choice = _tool_choice(body.get("tool_choice"))
@@ -467,7 +428,7 @@ def build_chat_request(
 
     text = body.get("text")
     fmt = text.get("format") if isinstance(text, dict) else None
-    plan = ChatPlan(body=chat, tools=identities)
+    plan = ChatPlan(body=chat, tools=types)
     if isinstance(fmt, dict) and fmt.get("type") == "json_object":
         chat["response_format"] = {"type": "json_object"}
     elif isinstance(fmt, dict) and fmt.get("type") == "json_schema":
