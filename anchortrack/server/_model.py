@@ -164,23 +164,22 @@ def _is_user_message(item: Item) -> bool:
     return item.get("role") == "user" and item.get("type", "message") in ("message", None)
 
 
-def content_text(content: object) -> str:
-    """The text of a message's ``content`` (a string, or parts with ``text``)."""
+def _texts(parts: list[Any]) -> list[str]:
+    return [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
+
+
+def _message_text(content: object) -> str:
+    """The text of a message's ``content`` (a string, or parts with ``text``, one per line)."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        texts = [part.get("text") for part in content if isinstance(part, dict)]
-        return "\n".join(text for text in texts if isinstance(text, str))
-    return ""
+    return "\n".join(_texts(content)) if isinstance(content, list) else ""
 
 
 def _output_text(output: object) -> str:
+    """A tool output as the ``tool results`` reply lists it."""
     if isinstance(output, str):
         return output
-    if isinstance(output, list):
-        texts = [part.get("text") for part in output if isinstance(part, dict)]
-        return "".join(text for text in texts if isinstance(text, str))
-    return canonical_json(output)
+    return "".join(_texts(output)) if isinstance(output, list) else canonical_json(output)
 
 
 def message_item(text: str, *, item_id: str, status: str) -> Item:
@@ -235,54 +234,35 @@ class ScriptedModel:
         self, context: Sequence[Item], *, instructions: str | Sequence[Any] | None = None
     ) -> ModelReply:
         """Answer the resolved *context* (oldest item first)."""
-        user_index = -1
-        for index in range(len(context) - 1, -1, -1):
-            if _is_user_message(context[index]):
-                user_index = index
-                break
-        script = (
-            parse_script(content_text(context[user_index].get("content"))) if user_index >= 0 else Script()
-        )
+        users = [index for index, item in enumerate(context) if _is_user_message(item)]
+        user_index = users[-1] if users else -1
+        script = parse_script(_message_text(context[user_index].get("content"))) if users else Script()
         after = context[user_index + 1 :]
         tags = f"[ctx:{context_digest(context)}] [items:{len(context)}]"
         instructions_tag = instructions_digest(instructions)
         if instructions_tag is not None:
             tags += f" [instr:{instructions_tag}]"
         delay = script.sleep_ms / 1000.0
-
         if script.fail:
-            return ModelReply(
-                status="failed",
-                error={
-                    "code": "server_error",
-                    "message": "The scripted model failed as asked (!fail).",
-                },
-                delay=delay,
-            )
+            error = {"code": "server_error", "message": "The scripted model failed as asked (!fail)."}
+            return ModelReply(status="failed", error=error, delay=delay)
         output: list[Item] = [self._reasoning(tags)] if script.reason else []
         echo = f"echo: {script.text} {tags}" if script.text else f"echo: {tags}"
         if script.incomplete:
             output.append(self._message(echo[: max(1, len(echo) // 2)], status="incomplete"))
-            return ModelReply(
-                status="incomplete",
-                output=output,
-                incomplete_details={"reason": "max_output_tokens"},
-                delay=delay,
-            )
+            details = {"reason": "max_output_tokens"}
+            return ModelReply(status="incomplete", output=output, incomplete_details=details, delay=delay)
         if script.calls:
             calls_made = sum(1 for item in after if item.get("type") == "function_call")
             rounds_done = -(-calls_made // len(script.calls))
             if rounds_done < script.rounds:
                 output.extend(self._call(name, arguments) for name, arguments in script.calls)
             else:
-                results = [
-                    _output_text(item.get("output"))
-                    for item in after
-                    if item.get("type") == "function_call_output"
-                ]
-                output.append(self._message(f"tool results: {' | '.join(results)} {tags}"))
-            return ModelReply(status="completed", output=output, delay=delay)
-        output.append(self._message(echo))
+                outputs = [item.get("output") for item in after if item.get("type") == "function_call_output"]
+                results = " | ".join(_output_text(value) for value in outputs)
+                output.append(self._message(f"tool results: {results} {tags}"))
+        else:
+            output.append(self._message(echo))
         return ModelReply(status="completed", output=output, delay=delay)
 
     def _message(self, text: str, *, status: str = "completed") -> Item:

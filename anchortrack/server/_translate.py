@@ -42,49 +42,55 @@ Message = dict[str, Any]
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
 
+
+def _object(properties: dict[str, Any], *required: str, **extra: Any) -> dict[str, Any]:
+    """A JSON schema of an object."""
+    return {"type": "object", "properties": properties, "required": list(required), **extra}
+
+
+_STRING: dict[str, Any] = {"type": "string"}
+_INTEGER: dict[str, Any] = {"type": "integer"}
+_STRINGS: dict[str, Any] = {"type": "array", "items": _STRING}
+
 #: The function schemas standing in for the tools Chat Completions lacks.
 WRAPPER_SCHEMAS: dict[str, dict[str, Any]] = {
-    "custom": {
-        "type": "object",
-        "properties": {"input": {"type": "string", "description": "The tool's input, verbatim."}},
-        "required": ["input"],
-        "additionalProperties": False,
-    },
-    "shell": {
-        "type": "object",
-        "properties": {
-            "commands": {"type": "array", "items": {"type": "string"}, "description": "Commands to run."},
-            "timeout_ms": {"type": "integer"},
-            "max_output_length": {"type": "integer"},
+    "custom": _object(
+        {"input": {**_STRING, "description": "The tool's input, verbatim."}},
+        "input",
+        additionalProperties=False,
+    ),
+    "shell": _object(
+        {
+            "commands": {**_STRINGS, "description": "Commands to run."},
+            "timeout_ms": _INTEGER,
+            "max_output_length": _INTEGER,
         },
-        "required": ["commands"],
-    },
-    "local_shell": {
-        "type": "object",
-        "properties": {
-            "command": {"type": "array", "items": {"type": "string"}, "description": "The argv to run."},
-            "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "timeout_ms": {"type": "integer"},
-            "working_directory": {"type": "string"},
-            "user": {"type": "string"},
+        "commands",
+    ),
+    "local_shell": _object(
+        {
+            "command": {**_STRINGS, "description": "The argv to run."},
+            "env": {"type": "object", "additionalProperties": _STRING},
+            "timeout_ms": _INTEGER,
+            "working_directory": _STRING,
+            "user": _STRING,
         },
-        "required": ["command"],
-    },
-    "apply_patch": {
-        "type": "object",
-        "properties": {
-            "operation": {
-                "type": "object",
-                "properties": {
-                    "type": {"type": "string", "enum": ["create_file", "update_file", "delete_file"]},
-                    "path": {"type": "string"},
-                    "diff": {"type": "string"},
+        "command",
+    ),
+    "apply_patch": _object(
+        {
+            "operation": _object(
+                {
+                    "type": {**_STRING, "enum": ["create_file", "update_file", "delete_file"]},
+                    "path": _STRING,
+                    "diff": _STRING,
                 },
-                "required": ["type", "path"],
-            }
+                "type",
+                "path",
+            )
         },
-        "required": ["operation"],
-    },
+        "operation",
+    ),
 }
 _WRAPPER_DESCRIPTIONS = {
     "shell": "Run shell commands.",
@@ -197,6 +203,11 @@ def call_arguments(item: Item) -> tuple[str, str]:
     return "apply_patch", _json({"operation": item.get("operation")})
 
 
+def _tool_call(call: Item) -> Item:
+    name, arguments = call_arguments(call)
+    return {"id": call["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
 def _output_call_id(item: Item) -> str | None:
     call_id = item.get("call_id")
     if not isinstance(call_id, str) and item.get("type") == "local_shell_call_output":
@@ -255,32 +266,13 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
     def flush() -> None:
         paired = [call for call in calls if call["call_id"] in outputs and call["call_id"] not in answered]
         if paired:
-            tool_calls = []
-            for call in paired:
-                name, arguments = call_arguments(call)
-                tool_calls.append(
-                    {
-                        "id": call["call_id"],
-                        "type": "function",
-                        "function": {"name": name, "arguments": arguments},
-                    }
-                )
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": "\n".join(texts) if texts else None,
-                    "tool_calls": tool_calls,
-                }
-            )
+            content = "\n".join(texts) if texts else None
+            tool_calls = [_tool_call(call) for call in paired]
+            messages.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
             for call in paired:
                 answered.add(call["call_id"])
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call["call_id"],
-                        "content": _output_text(outputs[call["call_id"]]),
-                    }
-                )
+                output = _output_text(outputs[call["call_id"]])
+                messages.append({"role": "tool", "tool_call_id": call["call_id"], "content": output})
         else:
             messages.extend({"role": "assistant", "content": text} for text in texts)
         texts.clear()
