@@ -1,18 +1,13 @@
 """
 Chain resolution and context checks (pure), with OpenAI's semantics.
 
-`resolve_chain` walks ``previous_response_id`` pointers through a
-store's ``get`` and returns the ancestors oldest first; `chain_items`
-flattens them into the context the model sees.  The semantics are OpenAI's:
-
-* ``instructions`` of ancestors are **not** part of the context;
-* an ancestor that is unknown, expired, deleted, unstored, ``failed`` or
-  still ``in_progress`` gives ``previous_response_not_found`` (``incomplete``
-  ancestors are chainable, as on OpenAI);
-* the depth guard defaults to `DEFAULT_MAX_DEPTH`.
-
-`check_context` then refuses what the real API refuses: an item id that
-occurs twice, a tool output without its call, a call without its output.
+`resolve_chain` walks ``previous_response_id`` pointers and `chain_items`
+flattens the ancestors into the context the model sees: their inputs and
+outputs, never their ``instructions``.  An ancestor that is unknown, expired,
+deleted, unstored, ``failed`` or still ``in_progress`` gives
+``previous_response_not_found`` (``incomplete`` ones chain, as on OpenAI).
+`resolve_context` replaces the items named by id; `check_context` refuses
+what the real API refuses.
 """
 
 from __future__ import annotations
@@ -41,20 +36,12 @@ def resolve_chain(
     max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> list[ChainLink]:
     """
-    Return the chain ending at *previous_response_id*, oldest first.
-
-    Args:
-        previous_response_id: The parent the request chains from.
-        get: Returns a live stored response's chain data by id, or ``None``
-            (a store's ``link``).
-        max_depth: Most stored responses a chain may hold.
+    Return the chain ending at *previous_response_id*, oldest first; *get* is a store's ``link``.
 
     Raises:
-        APIError: ``previous_response_not_found`` for a missing or
-            unchainable ancestor (naming that ancestor);
-            ``previous_response_chain_too_long`` beyond *max_depth*;
-            ``previous_response_chain_cycle`` for a cycle.  All are 400 with
-            ``param: previous_response_id``.
+        APIError: 400 ``previous_response_not_found`` naming a missing or
+            unchainable ancestor, ``previous_response_chain_too_long`` beyond
+            *max_depth*, ``previous_response_chain_cycle`` for a cycle.
     """
     chain: list[ChainLink] = []
     seen: set[str] = set()
@@ -95,10 +82,8 @@ def check_context(context: Sequence[Item]) -> None:
     Refuse a context the real API would refuse.
 
     Raises:
-        APIError: 400 ``param: input`` when an item id occurs twice
-            ("Duplicate item found with id …"), a tool output has no call
-            ("No tool call found for function call output with call_id …"),
-            or a call has no output ("No tool output found for function call …").
+        APIError: 400 ``param: input`` when an item id occurs twice, a tool
+            output has no call, or a call has no output.
     """
     by_id: dict[str, Item] = {}
     for item in context:
@@ -169,19 +154,13 @@ def resolve_context(
     """
     Return the context the model sees: every item an id stands for, resolved.
 
-    The first *resolved* items (a stored chain) are taken as they are: they
-    are the items the server holds, not pointers to them.
-
-    * an item reference (``{"type": "item_reference", "id": …}`` or a bare
-      ``{"id": …}``) becomes the item it names;
-    * a ``reasoning`` item without ``encrypted_content`` becomes the stored
-      reasoning item with its id (its own summary and content are not used).
-
-    An id is looked up among the earlier items of *context* first, then by
-    *lookup* (items of stored responses).  Then the answers are checked: an
-    ``mcp_approval_response`` must name an ``mcp_approval_request`` of the
-    context, and a ``local_shell_call_output`` must name (by its ``id``, or
-    ``call_id``) a ``local_shell_call`` of the context.
+    An item reference becomes the item it names; a ``reasoning`` item without
+    ``encrypted_content`` becomes the stored reasoning item with its id.  An
+    id is looked up among the earlier items first, then by *lookup* (items of
+    stored responses).  The first *resolved* items (a stored chain) are taken
+    as they are.  Then an ``mcp_approval_response`` must name an
+    ``mcp_approval_request`` of the context, and a ``local_shell_call_output``
+    a ``local_shell_call``.
 
     Raises:
         APIError: 404 ``param: input`` for an id that names no item (or a

@@ -41,8 +41,7 @@ def owner_digest(api_key: str | None) -> str:
     """
     Whom a response belongs to: a digest of the API key that made it (``""`` without a key).
 
-    Stores keep the digest, never the key; it is stable across restarts so a
-    SQLite store keeps each key's responses apart.
+    Stores keep the digest, never the key; it is stable across restarts.
     """
     if not api_key:
         return ""
@@ -76,18 +75,13 @@ class StoredResponse:
     One stored response: what the request sent and what the server answered.
 
     Attributes:
-        id: The response id (``resp_…``).
-        previous_response_id: The parent the request chained from, if any.
-        status: The response status (``completed``, ``incomplete``,
-            ``failed``, ``in_progress``).
-        input_items: This request's input items exactly as received (a string
-            input is stored as one user message item).  Not the chain's.
+        input_items: This request's own input items (a string input is one
+            user message item), not the chain's.
         response: The response object as returned to the client.
         created_at: Store-clock time of the first save (set by the store).
-        expires_at: Store-clock time after which the record is gone (set by
-            the store).
-        owner: Digest of the API key that created it (see `owner_digest`);
-            ``""`` for a request without a key.  Only that key sees it.
+        expires_at: Store-clock time the record is gone at (set by the store).
+        owner: Digest of the API key that created it (`owner_digest`); only
+            that key sees it.
     """
 
     id: str
@@ -145,6 +139,10 @@ class Row:
     owner: str = ""
 
 
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> Row:
     """Encode *record* with its store times."""
     return Row(
@@ -153,9 +151,9 @@ def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> 
         status=record.status,
         created_at=created_at,
         expires_at=expires_at,
-        input_json=json.dumps(record.input_items, separators=(",", ":")),
-        output_json=json.dumps(record.output, separators=(",", ":")),
-        response_json=json.dumps(record.response, separators=(",", ":")),
+        input_json=_json(record.input_items),
+        output_json=_json(record.output),
+        response_json=_json(record.response),
         owner=record.owner,
     )
 
