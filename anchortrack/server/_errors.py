@@ -148,6 +148,11 @@ def invalid_api_key(api_key: str) -> APIError:
 SAVE_FAILED = "The server could not save the response."
 
 
+def error_event(code: str | None, message: str, param: str | None = None) -> dict[str, Any]:
+    """The ``error`` event a stream ends with when it fails after its status line went out."""
+    return {"type": "error", "code": code, "message": message, "param": param}
+
+
 def server_error(message: str, status: int = 500, code: str | None = None) -> APIError:
     """A failure on the server's side: an internal one (500), or a model backend's (5xx, with a code)."""
     return APIError(status, message, type="server_error", code=code)

@@ -428,8 +428,8 @@ class ServerState:
                 yield event
             finished = True
             if to_save is not None and not self.save_final_or_log(to_save):
-                error = {"code": "server_error", "message": _errors.SAVE_FAILED, "param": None}
-                yield {"type": "error", **error, "sequence_number": events[-1]["sequence_number"]}
+                failed = _errors.error_event("server_error", _errors.SAVE_FAILED)
+                yield {**failed, "sequence_number": events[-1]["sequence_number"]}
                 return
             yield events[-1]
         finally:

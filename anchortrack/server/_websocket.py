@@ -509,21 +509,7 @@ class WebSocketHub:
     # -- test hooks -----------------------------------------------------------------
 
     def test_routes(self) -> list[Route]:
-        """
-        The WebSocket test hooks, under ``/_test/websockets``:
-
-        * ``GET /_test/websockets`` — the open connections, oldest first:
-          ``{"object": "list", "data": [{"id", "cached": [{"stream_id",
-          "response_id"}]}]}``.
-        * ``POST /_test/websockets/{id}/drop`` with optional ``{"code": int,
-          "when": "now" | "after_created"}`` — close it server-side (default
-          code 1012); ``{"id", "code", "when"}`` or 404.
-        * ``DELETE /_test/websockets/responses/{id}`` — evict a response from
-          every connection's cache; ``{"id", "forgotten": true}`` or 404.
-        * ``GET /_test/websockets/requests`` — every client frame received:
-          ``{"object": "list", "data": [{"connection", "bytes", "event"}]}``;
-          ``DELETE`` forgets them.
-        """
+        """The WebSocket test hooks under ``/_test/websockets``: list, drop, evict, recorded frames."""
 
         async def connections(request: Request) -> Response:
             with self._lock:
