@@ -1,23 +1,17 @@
 """
 The HTTP shell: Starlette routes over `ServerState`.
 
-Routes (all errors in OpenAI's ``{"error": {...}}`` shape):
+``POST /v1/responses`` (JSON, or Server-Sent Events with ``stream: true``);
+``GET``/``DELETE /v1/responses/{id}`` (``?stream=true&starting_after=N``
+replays a finished response's events); ``GET …/input_items``; ``POST
+…/cancel`` (always refused: there are no background responses); the
+WebSocket mode at ``/v1/responses`` (`anchortrack.server._websocket`); with
+``test_hooks=True``, the ``/_test`` hooks.  Errors have OpenAI's shape and
+every response an ``x-request-id`` header.
 
-* ``POST /v1/responses`` — JSON, or Server-Sent Events with ``stream: true``.
-* ``GET /v1/responses/{id}`` (``?stream=true&starting_after=N`` replays the
-  events of a finished response), ``DELETE /v1/responses/{id}``,
-  ``GET /v1/responses/{id}/input_items``, ``POST /v1/responses/{id}/cancel``
-  (always refused: there are no background responses).
-* WebSocket ``/v1/responses`` — the Responses WebSocket mode
-  (``client.responses.connect()``): see `anchortrack.server._websocket`.
-* With ``test_hooks=True`` only, under ``/_test``: see `create_app`.
-
-Every response carries an ``x-request-id`` header, like OpenAI's.
-
-Every stored response belongs to the API key that created it (the
-``Authorization: Bearer`` key, kept as a digest): another key gets OpenAI's
-answer for an unknown response.  With ``api_keys`` given, only those keys are
-served under ``/v1`` (401 otherwise, in OpenAI's shape).
+A stored response belongs to the API key that created it (kept as a digest):
+another key gets OpenAI's answer for an unknown response.  With ``api_keys``,
+only those keys are served under ``/v1`` (401 otherwise).
 """
 
 from __future__ import annotations

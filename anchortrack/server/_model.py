@@ -1,68 +1,26 @@
 """
 The scripted model: a deterministic stand-in for an LLM (pure).
 
-Its reply depends only on the resolved context (and the request's
-instructions), so a chained request and the equivalent stateless request get
+Its reply depends only on the resolved context and the request's
+instructions, so a chained request and the equivalent stateless request get
 the same answer, and a test can tell from the reply when the server saw a
-different conversation.
+different conversation.  The text of the last user message is echoed as
+``echo: <text> [ctx:<digest>] [items:<n>]`` (plus ``[instr:<digest>]`` with
+instructions; see `context_digest`, `instructions_digest`).  Its lines that
+start with ``!`` are commands:
 
-Convention (commands are lines of the **last user message** — the last item
-with ``role: "user"`` — that start with ``!``; every other line is the user's
-text).  A message's text is its string content, or the ``text`` of its
-content parts joined with newlines.
+* ``!call NAME JSON_ARGS`` (one line per parallel call): function calls, then
+  ``tool results: <outputs joined by ' | '> [ctx:…] [items:…]`` once answered;
+* ``!rounds K``: make the calls K times before the final message;
+* ``!reason``: a reasoning item first, in every turn answering the message;
+* ``!fail``: a ``failed`` response with no output (wins over everything);
+* ``!incomplete``: ``incomplete``, with the first half of the echo (wins over
+  ``!call``);
+* ``!sleep MS``: wait MS milliseconds (at most 60000) before answering.
 
-``(plain text)``
-    One assistant message:
-    ``echo: <text> [ctx:<digest>] [items:<n>]`` where ``<text>`` is the last
-    user text with command lines removed, trimmed; ``<digest>`` is the first
-    12 hex digits of the SHA-256 of
-    ``json.dumps(context, sort_keys=True, separators=(",", ":"))``
-    (UTF-8; ``ensure_ascii`` left at its default) over the whole resolved
-    context; ``<n>`` is ``len(context)``.  When the request has non-empty
-    ``instructions``, `` [instr:<8 hex of sha256(instructions)>]`` is
-    appended (a string is hashed as UTF-8, an item list as canonical JSON).
-    With no text, the reply starts ``echo: [ctx:…``.
-
-``!call NAME JSON_ARGS`` (one or more lines)
-    On the first model turn after that user message: one ``function_call``
-    per line (parallel calls, fresh ``call_id``s, ``arguments`` = the
-    ``JSON_ARGS`` text as written, ``{}`` when absent) and no message.  Once
-    the calls are answered: one message
-    ``tool results: <outputs joined by ' | '> [ctx:…] [items:…]`` listing,
-    in context order, every ``function_call_output`` after the user message
-    (a string output as is; a content list as its parts' texts joined with
-    no separator).
-
-``!rounds K``
-    With ``!call``: emit the calls K times (each round after the previous
-    round's outputs arrived, fresh ``call_id``s) before the final message.
-    Rounds done = ceil(function calls after the user message / calls per
-    round).  Default 1.
-
-``!reason``
-    Prepend one reasoning item (``summary_text`` ``scripted reasoning
-    [ctx:…] [items:…]``, opaque ``encrypted_content``) to the output of every
-    turn answering this user message.
-
-``!fail``
-    The response ends ``failed`` with ``error: {"code": "server_error",
-    "message": …}`` and no output.  Wins over every other command.
-
-``!incomplete``
-    The response ends ``incomplete`` (``incomplete_details: {"reason":
-    "max_output_tokens"}``) with one message of status ``incomplete`` holding
-    the first half (at least one character) of the ``echo: …`` reply.  Wins
-    over ``!call``.
-
-``!sleep MS``
-    Wait MS milliseconds (0 to 60000) before answering (in a stream: after
-    ``response.in_progress``).
-
-Unknown commands and malformed arguments are ignored (a bad ``!rounds`` or
-``!sleep`` value counts as absent).
-
-`build_response` turns any model's `ModelReply` (the scripted model's or an
-upstream provider's) into the response object the API returns.
+Unknown commands and malformed arguments are ignored.  The server guide
+spells the convention out in full.  `build_response` turns any model's
+`ModelReply` into the response object the API returns.
 """
 
 from __future__ import annotations

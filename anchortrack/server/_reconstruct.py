@@ -1,25 +1,13 @@
 """
 Response reconstruction: a Chat Completions reply → Responses output (pure).
 
-Finish reasons map to the response's status (`FINISH_REASONS`)::
-
-    stop, tool_calls                          → completed
-    length, model_context_window_exceeded     → incomplete (max_output_tokens)
-    content_filter, sensitive                 → incomplete (content_filter)
-    network_error                             → failed (server_error)
-    missing                                   → failed ("provider returned no finish reason")
-    anything else                             → failed ("unexpected finish reason")
-
-Tool calls are restored to their tool's requested type,
-`~anchortrack.server._translate.ChatPlan.tools` (``function_call``,
-``custom_tool_call`` with its ``input``, ``shell_call``, ``local_shell_call``,
-``apply_patch_call``), falling back to a plain ``function_call`` when the
-arguments do not parse.  ``reasoning_content`` (or ``reasoning``) becomes a
-reasoning item.  Output order: reasoning, tool calls, then the assistant
-message (when there is text or no tool calls).
-
+The finish reason gives the status (`FINISH_REASONS`).  Tool calls are
+restored to their tool's requested type (`ChatPlan.tools`), falling back to a
+plain ``function_call`` when the arguments do not fit; ``reasoning_content``
+(or ``reasoning``) becomes a reasoning item.  Output order: reasoning, tool
+calls, then the assistant message (when there is text or no tool calls).
 Streamed replies are assembled by `anchortrack.server._assembler` into the
-same reply `reconstruct` gives for the equivalent non-streamed completion.
+same reply.
 """
 
 from __future__ import annotations
@@ -270,14 +258,10 @@ def reconstruct(
     ids: dict[str, str] | None = None,
 ) -> ModelReply:
     """
-    The reply for a non-streamed Chat Completion.
+    The reply for a non-streamed Chat Completion (*completion*, the decoded body) answering *plan*.
 
-    Args:
-        completion: The decoded JSON body.
-        plan: The request it answers.
-        origin: The provider, model and response id (for error messages).
-        ids: Item ids already announced in a stream: ``"reasoning"``,
-            ``"message"`` and ``"call:<index>"``; fresh ones otherwise.
+    *ids* are the item ids a stream already announced (``"reasoning"``,
+    ``"message"``, ``"call:<index>"``); other items get fresh ones.
 
     Raises:
         MalformedReply: The body is not a Chat Completion.

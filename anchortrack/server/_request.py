@@ -44,14 +44,9 @@ class CreateRequest:
 
     Attributes:
         body: The body as received.
-        model: The requested model name (echoed back).
         input_items: The request's input items as received; a string input
-            becomes one ``{"type": "message", "role": "user", "content":
-            [{"type": "input_text", "text": …}]}`` item.
-        instructions: The request's instructions (string, item list or None).
-        previous_response_id: The parent to chain from, if any.
+            becomes one user message item (`user_message`).
         store: Whether the response is stored (``store`` defaults to true).
-        stream: Whether to answer with Server-Sent Events.
     """
 
     body: dict[str, Any]

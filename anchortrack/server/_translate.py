@@ -1,28 +1,17 @@
 """
 Request building for an upstream provider: Responses → Chat Completions (pure).
 
-`build_chat_request` turns a validated request and its resolved context
-into the body of ``POST /chat/completions``, sending only what Chat
-Completions accepts:
+`build_chat_request` sends only what Chat Completions accepts: the request's
+``instructions`` as a leading ``system`` message; messages with their text
+(chat ``image_url`` parts when a user message carries images; ``developer``
+becomes ``system``); consecutive calls of any tool type as one assistant
+message with ``tool_calls``, each followed by its ``tool`` message (a call
+with no output in the context is left out); no reasoning items.
 
-* the current request's ``instructions`` become one leading ``system``
-  message (earlier requests' instructions are never in the context);
-* ``user``/``system``/``assistant`` messages keep their text (a plain string
-  when every part is text; chat-style ``text``/``image_url`` parts when a
-  user message carries images); ``developer`` becomes ``system``;
-* consecutive calls (``function_call``, ``custom_tool_call``, ``shell_call``,
-  ``local_shell_call``, ``apply_patch_call``) become one assistant message
-  with ``tool_calls`` (with the text of the assistant messages among them),
-  followed at once by one ``tool`` message per call, paired by ``call_id``
-  in call order; a call with no output anywhere in the context is left out;
-* reasoning items are not sent.
-
-Tools: ``function`` tools go as they are; ``custom``, ``shell``,
-``local_shell`` and ``apply_patch`` tools become function tools with a JSON
-schema wrapper; `ChatPlan.tools` keeps each tool's type for restoring
-the reply.  ``text.format`` ``json_schema`` becomes a
-``response_format``; when degraded to ``json_object`` the plan remembers that
-the output must be valid JSON.
+Tools other than ``function`` become function tools with a JSON schema
+wrapper; `ChatPlan.tools` keeps each tool's type for restoring the reply.  A
+``json_schema`` text format becomes a ``response_format``; degraded to
+``json_object``, the plan remembers the output must be valid JSON.
 """
 
 from __future__ import annotations
@@ -389,12 +378,8 @@ def build_chat_request(
     """
     The Chat Completions request for *request* over its resolved *context*.
 
-    Args:
-        request: The validated Responses request.
-        context: The resolved context (chain items, then the new input).
-        model: The model name to send.
-        degrade_json_schema: Send ``json_object`` instead of ``json_schema``.
-        max_tokens_field: ``max_tokens`` or ``max_completion_tokens``.
+    *degrade_json_schema* sends ``json_object`` instead of ``json_schema``;
+    *max_tokens_field* names where ``max_output_tokens`` goes.
 
     Raises:
         APIError: 400 for tools or a ``tool_choice`` the provider cannot take.

@@ -261,8 +261,8 @@ class Upstream:
         self, client: httpx.AsyncClient, response: httpx.Response, plan: ChatPlan, turn: Turn
     ) -> AsyncIterator[dict[str, Any] | ModelReply]:
         assembler = StreamAssembler(plan, self._origin(plan, turn), secret=self._secret)
+        done = False
         try:
-            done = False
             try:
                 async for line in response.aiter_lines():
                     if not line.startswith("data:"):
@@ -274,19 +274,16 @@ class Upstream:
                     try:
                         chunk = json.loads(data)
                     except ValueError:
-                        raise self._malformed("a stream chunk is not JSON") from None
+                        raise MalformedReply("a stream chunk is not JSON") from None
                     if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
                         raise self._stream_error(data)
                     for event in assembler.feed(chunk):
                         yield event
+                if not done and assembler.completion()["choices"][0]["finish_reason"] is None:
+                    raise MalformedReply("the stream ended before the reply was complete")
+                events, reply = assembler.finish()
             except httpx.HTTPError as error:
                 raise self._transport_error(error) from None
-            except MalformedReply as error:
-                raise self._malformed(str(error)) from None
-            if not done and assembler.completion()["choices"][0]["finish_reason"] is None:
-                raise self._malformed("the stream ended before the reply was complete")
-            try:
-                events, reply = assembler.finish()
             except MalformedReply as error:
                 raise self._malformed(str(error)) from None
             for event in events:

@@ -323,16 +323,11 @@ class WebSocketHub:
 
     async def drop(self, connection_id: str, code: int = DEFAULT_DROP_CODE, *, when: str = "now") -> None:
         """
-        Close a connection from the server side (on the server's event loop).
+        Close a connection from the server side with *code* (on the server's event loop).
 
-        Args:
-            connection_id: The connection.
-            code: The close code (the SDK reconnects on 1001, 1011-1013 and
-                a few others).
-            when: ``"now"``, or ``"after_created"``: the next create this
-                connection serves is dropped right after its
-                ``response.created`` (its response still completes, as over
-                HTTP when the client goes away).
+        *when* is ``"now"``, or ``"after_created"``: right after the
+        ``response.created`` of the next create it serves (that response still
+        completes, as over HTTP when the client goes away).
 
         Raises:
             KeyError: No open connection has this id.
