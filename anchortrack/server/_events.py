@@ -19,11 +19,7 @@ Item = dict[str, Any]
 Event = dict[str, Any]
 
 #: Response status → the event that ends its stream.
-TERMINAL_EVENTS = {
-    "completed": "response.completed",
-    "incomplete": "response.incomplete",
-    "failed": "response.failed",
-}
+TERMINAL_EVENTS = {status: f"response.{status}" for status in ("completed", "incomplete", "failed")}
 _WORDS = re.compile(r"\S+\s*|\s+")
 _ARGUMENT_CHUNK = 8
 

@@ -219,12 +219,7 @@ class ServerState:
             return copy.deepcopy(items)
 
     def resolve_input(self, items: list[Item]) -> list[Item]:
-        """
-        The context the model would see for *items* sent without ``previous_response_id``.
-
-        Raises:
-            APIError: an id that names no stored item, or an answer without its request.
-        """
+        """The context the model would see for *items* sent without ``previous_response_id`` (or APIError)."""
         return copy.deepcopy(resolve_context(items, self.stored_item))
 
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
@@ -248,22 +243,12 @@ class ServerState:
         return record
 
     def expire(self, response_id: str) -> None:
-        """
-        Make a stored response look expired (chaining from it fails, retrieving it is a 404).
-
-        Raises:
-            KeyError: No live stored response has this id.
-        """
+        """Make a stored response look expired (chaining fails, retrieving 404s); KeyError if none is live."""
         if not self.store.expire(response_id):
             raise KeyError(response_id)
 
     def drop(self, response_id: str) -> None:
-        """
-        Delete a stored response from the store.
-
-        Raises:
-            KeyError: No stored response has this id.
-        """
+        """Delete a stored response from the store; KeyError if none has this id."""
         if not self.store.delete(response_id):
             raise KeyError(response_id)
 
@@ -276,11 +261,10 @@ class ServerState:
 
     def record_request(self, body: object) -> None:
         """Remember a received body while `record` is on (called for every parsed POST, rejected or not)."""
-        if not self.record:
-            return
-        snapshot = copy.deepcopy(body)
-        with self._lock:
-            self._requests.append(snapshot)
+        if self.record:
+            snapshot = copy.deepcopy(body)
+            with self._lock:
+                self._requests.append(snapshot)
 
     def prepare(
         self,

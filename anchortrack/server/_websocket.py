@@ -295,12 +295,7 @@ class WebSocketHub:
     # -- what tests read and drive (thread-safe) ------------------------------------
 
     def cached(self, connection_id: str) -> dict[Lane, str]:
-        """
-        Lane → cached (latest) response id of an open connection.
-
-        Raises:
-            KeyError: No open connection has this id.
-        """
+        """Lane → cached (latest) response id of an open connection; KeyError if none has this id."""
         with self._lock:
             return self._connections[connection_id].cache.snapshot()
 
@@ -396,10 +391,9 @@ class WebSocketHub:
         queue.put_nowait(event)
 
     def _record(self, frame: ReceivedFrame) -> None:
-        if not self.state.record:
-            return
-        with self._lock:
-            self._received.append(frame)
+        if self.state.record:
+            with self._lock:
+                self._received.append(frame)
 
     async def _work(self, conn: _Connection, lane: Lane, queue: asyncio.Queue[CreateEvent]) -> None:
         """One lane: its creates, FIFO, one at a time."""
