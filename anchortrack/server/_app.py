@@ -17,6 +17,7 @@ only those keys are served under ``/v1`` (401 otherwise).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import secrets
@@ -98,6 +99,13 @@ async def _refuse(scope: Scope, send: Send, error: APIError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _sse_response(content: bytes | AsyncIterator[bytes]) -> Response:
+    """A Server-Sent Events answer: whole, or streamed."""
+    if isinstance(content, bytes):
+        return Response(content, media_type="text/event-stream", headers=SSE_HEADERS)
+    return StreamingResponse(content, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
 def _error_response(error: APIError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status)
 
@@ -176,15 +184,11 @@ def create_app(
             ):
                 event = stale_in_stream_event(str(body.get("previous_response_id")))
                 data = f"data: {json.dumps(event)}\n\n".encode()  # no "event:" line, like llama-stack
-                return Response(data, media_type="text/event-stream", headers=SSE_HEADERS)
+                return _sse_response(data)
             raise
         if pending.request.stream:
             server_state.save_in_progress(pending)
-            return StreamingResponse(
-                _event_stream(server_state, pending),
-                media_type="text/event-stream",
-                headers=SSE_HEADERS,
-            )
+            return _sse_response(_event_stream(server_state, pending))
         if pending.delay > 0:
             await asyncio.sleep(pending.delay)
         server_state.save_final(pending)
@@ -203,7 +207,7 @@ def create_app(
                 400, f"Response '{response_id}' is still in progress and cannot be replayed yet."
             ) from None
         chunks = [encode_sse(event) for event in events if event["sequence_number"] > starting_after]
-        return Response(b"".join(chunks), media_type="text/event-stream", headers=SSE_HEADERS)
+        return _sse_response(b"".join(chunks))
 
     async def delete_response(request: Request) -> Response:
         owner = request_owner(request.headers)
@@ -278,11 +282,7 @@ async def _backend_response(state: ServerState, backend: AsyncModel, body: objec
     except BaseException:
         await _close(source)
         raise
-    return StreamingResponse(
-        _relay(state, turn, placeholder.response, source),
-        media_type="text/event-stream",
-        headers=SSE_HEADERS,
-    )
+    return _sse_response(_relay(state, turn, placeholder.response, source))
 
 
 async def _close(source: AsyncIterator[Any]) -> None:
@@ -306,13 +306,10 @@ async def _relay(
     placeholder: dict[str, Any],
     source: AsyncIterator[dict[str, Any] | ModelReply],
 ) -> AsyncIterator[bytes]:
-    sequence = 0
+    numbers = itertools.count()
 
     def sse(event: dict[str, Any]) -> bytes:
-        nonlocal sequence
-        data = encode_sse({**event, "sequence_number": sequence})
-        sequence += 1
-        return data
+        return encode_sse({**event, "sequence_number": next(numbers)})
 
     snapshot = in_progress_snapshot(placeholder)
     finished = False

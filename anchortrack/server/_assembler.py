@@ -77,15 +77,12 @@ class StreamAssembler:
     """
     Responses events from Chat Completions chunks, and the final reply.
 
-    Reasoning and function-call arguments stream as they arrive; the
-    assistant text streams as it arrives unless the request offered tools
-    (then it follows the calls once the reply is complete, so every
-    ``output_index`` is the item's final position).  Calls restored to other
-    types are announced whole at the end.  `finish` gives the closing
-    events and the reply, equal to `reconstruct` of the completion the
-    chunks add up to.  Every occurrence of *secret* is replaced by
-    ``[redacted]``, in the deltas too (a delta's last few characters wait
-    for the next one when they could be the start of the secret).
+    Reasoning, call arguments and the assistant text stream as they arrive
+    (the text only after the calls when tools were offered, so every
+    ``output_index`` is final); calls restored to other types are announced
+    whole at the end.  `finish` gives the closing events and what
+    `reconstruct` gives for the completion the chunks add up to.  *secret* is
+    redacted, in the deltas too (a delta's tail waits while it could start it).
     """
 
     plan: ChatPlan

@@ -275,16 +275,12 @@ class ResponseStore:
         expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
     ) -> StoredResponse:
         """
-        Store *record* and return it with ``created_at``/``expires_at`` set.
-
-        A replaced response keeps its creation time, and so its expiry.
-        Expired rows are purged here, at most once per `PURGE_INTERVAL`.
+        Store *record*; return it with ``created_at``/``expires_at`` set (a replaced one keeps its own).
 
         Raises:
             StoreConflictError: A live record with this id exists and
-                *overwrite* is false; or *expected_previous_response_id* is
-                given and differs from the record's (or the existing record's)
-                parent.
+                *overwrite* is false, or *expected_previous_response_id*
+                differs from the record's (or the existing record's) parent.
         """
         with self._transaction():
             now = self._clock()

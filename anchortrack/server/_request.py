@@ -97,6 +97,18 @@ KNOWN_PARAMETERS: frozenset[str] = frozenset(
 )
 
 
+def _required(
+    mapping: dict[str, Any], name: str, param: str, kind: type | tuple[type, ...], expected: str
+) -> Any:
+    """*mapping*'s value of *name*: present (not null) and of *kind*, else refused as *param*."""
+    value = mapping.get(name)
+    if value is None:
+        raise missing_parameter(param)
+    if not isinstance(value, kind):
+        raise invalid_type(param, expected, value)
+    return value
+
+
 def _check_item(item: object, where: str) -> Item:
     if not isinstance(item, dict):
         raise invalid_type(where, "an input item object", item)
@@ -131,15 +143,9 @@ def _check_item(item: object, where: str) -> Item:
                     raise invalid_type(f"{where}.content[{index}]", "an object", part)
         return item
     for name in item_type(kind).required:
-        if item.get(name) is None:
-            raise missing_parameter(f"{where}.{name}")
-        if not isinstance(item[name], str):
-            raise invalid_type(f"{where}.{name}", "a string", item[name])
+        _required(item, name, f"{where}.{name}", str, "a string")
     if item_type(OUTPUTS.get(kind)).paired:  # the output of a call the context checks pair
-        if item.get("output") is None:
-            raise missing_parameter(f"{where}.output")
-        if not isinstance(item["output"], (str, list)):
-            raise invalid_type(f"{where}.output", "a string or an array", item["output"])
+        _required(item, "output", f"{where}.output", (str, list), "a string or an array")
     return item
 
 
@@ -178,11 +184,7 @@ def parse_create_request(body: object) -> CreateRequest:
     for key in body:
         if key not in KNOWN_PARAMETERS:
             raise unknown_parameter(str(key))
-    model = body.get("model")
-    if model is None:
-        raise missing_parameter("model")
-    if not isinstance(model, str):
-        raise invalid_type("model", "a string", model)
+    model = _required(body, "model", "model", str, "a string")
     for names, check, expected in _OPTIONAL:
         for name in names:
             if body.get(name) is not None and not check(body[name]):
