@@ -96,7 +96,6 @@ def check_context(context: Sequence[Item]) -> None:
                 "Remove duplicate items from your input and try again."
             )
         by_id[item_id] = item
-
     calls: dict[tuple[str, str], str] = {}
     outputs: list[tuple[str, str]] = []
     for item in context:

@@ -281,7 +281,6 @@ def reconstruct(
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise MalformedReply("tool_calls is not a list")
-
     outcome = map_finish_reason(choice.get("finish_reason"))
     output: list[Item] = []
     if reasoning:
@@ -307,7 +306,6 @@ def reconstruct(
     if has_message:
         status = "completed" if outcome.status == "completed" else "incomplete"
         output.append(message_item(text, item_id=known.get("message") or new_id("msg"), status=status))
-
     if plan.requires_valid_json and outcome.status == "completed" and has_message:
         try:
             json.loads(text)

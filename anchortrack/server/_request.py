@@ -205,7 +205,6 @@ def parse_create_request(body: object) -> CreateRequest:
     if isinstance(instructions, list):
         for index, element in enumerate(instructions):
             _check_item(element, f"instructions[{index}]")
-
     raw_input = body.get("input")
     if raw_input is None:
         items: list[Item] = []
@@ -215,7 +214,6 @@ def parse_create_request(body: object) -> CreateRequest:
         items = [_check_item(item, f"input[{index}]") for index, item in enumerate(raw_input)]
     else:
         raise invalid_type("input", "a string or an array of input items", raw_input)
-
     previous = body.get("previous_response_id")
     conversation = body.get("conversation")
     if previous is not None and conversation is not None:

@@ -247,7 +247,6 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
             call_id = _output_call_id(item)
             if call_id is not None:
                 outputs.setdefault(call_id, item)
-
     texts: list[str] = []
     calls: list[Item] = []
     answered: set[str] = set()
@@ -402,7 +401,6 @@ def build_chat_request(
     if request.stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
-
     text = body.get("text")
     fmt = text.get("format") if isinstance(text, dict) else None
     plan = ChatPlan(body=chat, tools=types)

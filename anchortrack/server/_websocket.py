@@ -469,7 +469,7 @@ class WebSocketHub:
                     await conn.send(error_frame(error, event.stream_id, item["sequence_number"]))
                     return
                 if item["type"] in TERMINAL_EVENTS.values():
-                    self._update_cache(conn, lane, event, pending)
+                    self._update_cache(conn, lane, pending)
                 if not await conn.send({**item, **lane_id}):
                     return
                 if item["type"] == "response.created" and conn.drop_after_created is not None:
@@ -477,9 +477,7 @@ class WebSocketHub:
                     await conn.close(code, "dropped by the test hook")
                     return
 
-    def _update_cache(
-        self, conn: _Connection, lane: Lane, event: CreateEvent, pending: PendingResponse
-    ) -> None:
+    def _update_cache(self, conn: _Connection, lane: Lane, pending: PendingResponse) -> None:
         response = pending.response
         parent = pending.request.previous_response_id
         with self._lock:
