@@ -88,15 +88,14 @@ async def _refuse(scope: Scope, send: Send, error: APIError) -> None:
     """Answer *error* before the app sees the request (a WebSocket handshake gets it as HTTP)."""
     body = json.dumps(error.body()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if scope["type"] == "websocket":
+    kind = scope["type"]
+    if kind == "websocket":
         if "websocket.http.response" not in scope.get("extensions", {}):
             await send({"type": "websocket.close", "code": 1008})
             return
-        await send({"type": "websocket.http.response.start", "status": error.status, "headers": headers})
-        await send({"type": "websocket.http.response.body", "body": body})
-        return
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+        kind = "websocket.http"
+    await send({"type": f"{kind}.response.start", "status": error.status, "headers": headers})
+    await send({"type": f"{kind}.response.body", "body": body})
 
 
 def _sse_response(content: bytes | AsyncIterator[bytes]) -> Response:

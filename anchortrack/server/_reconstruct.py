@@ -292,16 +292,11 @@ def reconstruct(
         arguments = function.get("arguments")
         if isinstance(arguments, dict):  # some servers send an object
             arguments = json.dumps(arguments, separators=(",", ":"))
+        elif not isinstance(arguments, str):
+            arguments = ""
         call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else new_id("call")
-        output.append(
-            restore_tool_call(
-                plan,
-                call_id,
-                function["name"],
-                arguments if isinstance(arguments, str) else "",
-                item_id=known.get(f"call:{index}"),
-            )
-        )
+        item_id = known.get(f"call:{index}")
+        output.append(restore_tool_call(plan, call_id, function["name"], arguments, item_id=item_id))
     has_message = bool(text) or not raw_calls
     if has_message:
         status = "completed" if outcome.status == "completed" else "incomplete"

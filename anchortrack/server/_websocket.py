@@ -156,13 +156,11 @@ def stream_limit_reached() -> APIError:
 
 def connection_limit_reached(max_age: float) -> APIError:
     """A connection reached its maximum lifetime."""
-    minutes = max_age / 60
-    return APIError(
-        400,
-        f"This WebSocket connection has reached its maximum duration of {minutes:g} minutes. "
-        "Open a new connection to continue.",
-        code="websocket_connection_limit_reached",
+    message = (
+        f"This WebSocket connection has reached its maximum duration of {max_age / 60:g} minutes. "
+        "Open a new connection to continue."
     )
+    return _errors.bad_request(None, "websocket_connection_limit_reached", message)
 
 
 class ConnectionCache:
@@ -179,10 +177,7 @@ class ConnectionCache:
 
     def lookup(self, response_id: str) -> ChainLink | None:
         """The cached response *response_id* (the latest of some lane), or ``None``."""
-        for link in self._latest.values():
-            if link.id == response_id:
-                return link
-        return None
+        return next((link for link in self._latest.values() if link.id == response_id), None)
 
     def remember(
         self, lane: Lane, response_id: str, status: str, context: list[Item], output: list[Item]
