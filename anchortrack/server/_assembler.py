@@ -65,7 +65,6 @@ class _Call:
 class _Live:
     """An item opened in the stream."""
 
-    key: str
     kind: str
     index: int
     item_id: str
@@ -96,7 +95,7 @@ class StreamAssembler:
     _live: dict[str, _Live] = field(default_factory=dict)
 
     def _open(self, key: str, kind: str, prefix: str) -> tuple[_Live, list[Event]]:
-        live = _Live(key, kind, len(self._live), new_id(prefix), _Lag(self.secret))
+        live = _Live(kind, len(self._live), new_id(prefix), _Lag(self.secret))
         self._live[key] = live
         item: Item
         if kind == "reasoning":
@@ -228,15 +227,13 @@ class StreamAssembler:
             MalformedReply: The chunks do not add up to a Chat Completion.
         """
         completion = redact(self.completion(), self.secret)
-        positions = {f"call:{n}": key for n, key in enumerate(sorted(self._calls))}
         ids = {key: live.item_id for key, live in self._live.items() if not key.startswith("call:")}
-        for position, index in positions.items():
+        for position, index in enumerate(sorted(self._calls)):  # reconstruct numbers calls by position
             live = self._live.get(f"call:{index}")
             if live is not None:
-                ids[position] = live.item_id
+                ids[f"call:{position}"] = live.item_id
         reply = reconstruct(completion, self.plan, self.origin, ids=ids)
         by_id = {live.item_id: live for live in self._live.values()}
-        events: list[Event] = []
         next_index = len(self._live)
         closing: list[tuple[int, list[Event]]] = []
         for item in reply.output:
@@ -246,9 +243,8 @@ class StreamAssembler:
                 next_index += 1
             else:
                 closing.append((live.index, _delta_events(live, live.lag.flush()) + _closing(item, live)))
-        for _, announced in sorted(closing, key=lambda pair: pair[0]):
-            events.extend(announced)
-        return events, reply
+        closing.sort(key=lambda pair: pair[0])
+        return [event for _, announced in closing for event in announced], reply
 
 
 #: The delta event of each kind of streamed item, and what it adds to the item's position.

@@ -13,16 +13,7 @@ from typing import Any
 
 
 class APIError(Exception):
-    """
-    A request the server refuses, with the fields of OpenAI's error body.
-
-    Attributes:
-        status: The HTTP status code to answer with.
-        message: Human-readable message (OpenAI's wording where known).
-        type: OpenAI's error ``type``, e.g. ``invalid_request_error``.
-        param: The request parameter at fault, or ``None``.
-        code: OpenAI's error ``code``, or ``None``.
-    """
+    """A request the server refuses: the HTTP *status* and the fields of OpenAI's error body."""
 
     def __init__(
         self,

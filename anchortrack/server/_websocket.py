@@ -82,14 +82,7 @@ _DROP_WHEN = ("now", "after_created")
 
 @dataclass(frozen=True)
 class CreateEvent:
-    """
-    A validated ``response.create`` client event.
-
-    Attributes:
-        stream_id: Its lane (``None``: the default lane).
-        generate: ``False`` for a warm-up.
-        body: The event without its envelope: a ``POST /v1/responses`` body.
-    """
+    """A validated ``response.create`` client event: its lane, warm-up flag and ``POST`` body."""
 
     stream_id: str | None
     generate: bool
@@ -269,10 +262,7 @@ class ReceivedFrame:
 
 class WebSocketHub:
     """
-    The WebSocket endpoint over a `ServerState`: open connections and their caches.
-
-    Args:
-        state: The server state shared with the HTTP routes.
+    The WebSocket endpoint over the `ServerState` the HTTP routes share: open connections and their caches.
 
     Attributes:
         max_age: Seconds a connection stays open (for connections opened afterwards).
