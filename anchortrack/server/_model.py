@@ -154,16 +154,12 @@ def message_item(text: str, *, item_id: str, status: str) -> Item:
 @dataclass(frozen=True)
 class ModelReply:
     """
-    What the model produced for one turn.
+    What the model produced for one turn (OpenAI-shaped output).
 
     Attributes:
-        status: ``completed``, ``incomplete`` or ``failed``.
-        output: The output items, shaped like OpenAI's.
-        error: ``{"code", "message"}`` for a failed reply.
-        incomplete_details: ``{"reason": …}`` for an incomplete reply.
+        error: ``{"code", "message"}`` of a ``failed`` reply (``incomplete_details``: of an incomplete one).
         delay: Seconds to wait before answering.
-        usage: The response's ``usage``, when the backend measured it
-            (otherwise the server estimates it).
+        usage: The response's ``usage``, when the backend measured it (else the server estimates it).
         model: The model that answered, when it differs from the request's.
     """
 

@@ -72,14 +72,10 @@ class Model(Protocol):
 @dataclass(frozen=True)
 class Turn:
     """
-    A validated create request with its chain resolved, not yet answered.
+    A validated create request, not yet answered.
 
-    Attributes:
-        chain: The stored ancestors, oldest first.
-        context: The resolved context: the chain's items, then the new input.
-        created_at: When the request arrived (the response's ``created_at``).
-        owner: Digest of the caller's API key (see `owner_digest`): the
-            response will belong to it.
+    *chain* holds its stored ancestors (oldest first); *context* the chain's items, then the new input,
+    resolved; *owner* (an API key digest) will own the response.
     """
 
     request: CreateRequest

@@ -1,15 +1,11 @@
 """
 `Upstream`: a model backend that forwards to a Chat Completions provider.
 
-Each request's resolved context is sent as chat ``messages`` (see
-`anchortrack.server._translate`) to ``{base_url}/chat/completions`` and
-the reply is reconstructed into Responses output (see
-`anchortrack.server._reconstruct`).  It works with any server speaking
-Chat Completions: Ollama, vLLM, llama.cpp's server, Groq, OpenAI…
-
-HTTP goes through the openai client's own async HTTP stack (``httpx2`` with
-openai 3, ``httpx`` with openai 2); one connection per request, so the
-backend is bound to no event loop.
+Each request's resolved context goes to ``{base_url}/chat/completions`` as
+chat ``messages`` (`anchortrack.server._translate`) and the reply comes back
+as Responses output (`anchortrack.server._reconstruct`), with any server
+speaking Chat Completions.  HTTP goes through the openai client's own async
+stack, one connection per request, so the backend is bound to no event loop.
 
 Failures become OpenAI-shaped errors naming the upstream: unreachable → 502
 ``upstream_unreachable``; no answer within the timeout → 504
