@@ -24,7 +24,6 @@ from anchortrack.server._translate import ChatPlan
 
 Item = dict[str, Any]
 Event = dict[str, Any]
-IdFactory = Callable[[str], str]
 
 
 #: What a secret is replaced with.
