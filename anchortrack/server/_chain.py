@@ -138,15 +138,6 @@ def _by_id_reasoning(item: Item) -> bool:
     )
 
 
-def _item_not_found(item_id: str) -> APIError:
-    return APIError(
-        404,
-        f"Item with id '{item_id}' not found. Items are not persisted when `store` is set to false. "
-        "Try again with `store` set to true, or remove this item from your input.",
-        param="input",
-    )
-
-
 def resolve_context(
     context: Sequence[Item], lookup: Callable[[str], Item | None], *, resolved: int = 0
 ) -> list[Item]:
@@ -177,7 +168,12 @@ def resolve_context(
                 or is_reference(found)
                 or (item.get("type") == "reasoning" and found.get("type") != "reasoning")
             ):
-                raise _item_not_found(item_id)
+                raise APIError(
+                    404,
+                    f"Item with id '{item_id}' not found. Items are not persisted when `store` is set to "
+                    "false. Try again with `store` set to true, or remove this item from your input.",
+                    param="input",
+                )
             item = found
         item_id = item.get("id")
         if isinstance(item_id, str):

@@ -149,22 +149,6 @@ def _check_item(item: object, where: str) -> Item:
     return item
 
 
-def _check_previous_response_id(value: str) -> None:
-    if not value:
-        raise bad_request(
-            "previous_response_id",
-            "empty_string",
-            "Invalid 'previous_response_id': empty string. Expected a string with minimum "
-            "length 1, but got an empty string instead.",
-        )
-    if not _ID_PATTERN.fullmatch(value):
-        raise invalid_value(
-            "previous_response_id",
-            f"Invalid 'previous_response_id': '{value}'. Expected an ID that contains letters, "
-            "numbers, underscores, or dashes, but this value contained additional characters.",
-        )
-
-
 def parse_create_request(body: object) -> CreateRequest:
     """
     Validate a decoded ``POST /v1/responses`` body.
@@ -231,8 +215,19 @@ def parse_create_request(body: object) -> CreateRequest:
         )
     if body.get("background") is True:
         raise unsupported("background", "The anchortrack server does not support background responses.")
-    if previous is not None:
-        _check_previous_response_id(previous)
+    if previous == "":
+        raise bad_request(
+            "previous_response_id",
+            "empty_string",
+            "Invalid 'previous_response_id': empty string. Expected a string with minimum "
+            "length 1, but got an empty string instead.",
+        )
+    if previous is not None and not _ID_PATTERN.fullmatch(previous):
+        raise invalid_value(
+            "previous_response_id",
+            f"Invalid 'previous_response_id': '{previous}'. Expected an ID that contains letters, "
+            "numbers, underscores, or dashes, but this value contained additional characters.",
+        )
     return CreateRequest(
         body=body,
         model=model,

@@ -137,19 +137,15 @@ def _text_of(content: object) -> str:
     return "\n".join(texts)
 
 
-def _image_part(part: Item) -> Item | None:
-    url = part.get("image_url")
-    if not isinstance(url, str) or not url:
-        return None
-    image: Item = {"url": url}
-    if part.get("detail") in ("low", "high", "auto"):
-        image["detail"] = part["detail"]
-    return {"type": "image_url", "image_url": image}
-
-
 def _chat_part(part: Item) -> Item | None:
     if part.get("type") == "input_image":
-        return _image_part(part)
+        url = part.get("image_url")
+        if not isinstance(url, str) or not url:
+            return None
+        image: Item = {"url": url}
+        if part.get("detail") in ("low", "high", "auto"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
     text = _text_of([part])
     return {"type": "text", "text": text} if text else None
 

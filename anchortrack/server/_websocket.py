@@ -4,30 +4,16 @@ The Responses API's WebSocket mode at ``/v1/responses`` (``client.responses.conn
 One socket carries many ``response.create`` events (a ``POST /v1/responses``
 body plus the envelope fields ``type``, ``stream_id`` and ``generate``), each
 answered with the event sequence of an HTTP stream, echoing its ``stream_id``.
-The semantics follow OpenAI's WebSocket-mode guide and the openai SDK:
-
-* **Lanes.** Creates with the same ``stream_id`` (one default lane without)
-  run FIFO, one at a time; different lanes run concurrently.  At most
-  `MAX_NAMED_STREAMS` named lanes (``websocket_stream_limit_reached``); a
-  malformed id is ``invalid_stream_id``.
-* **Connection-local cache.** Each lane's latest ``completed``/``incomplete``
-  response is kept while the socket is open and chains on this socket even
-  with ``store: false`` or zero data retention, also from another lane (a
-  fork).  Anything else resolves only from the store, never under zero data
-  retention.  A closed socket loses its cache.
-* **Eviction.** A failed create (error frame or ``failed`` response) evicts
-  the cached response it referenced when that is its own lane's latest.
-* **Warm-up.** ``generate: false`` answers ``completed`` with no output,
-  without running the model; its id can be chained from.
-* **Refusals** are error frames (``{"type": "error", "status", "error":
-  {…}}`` plus ``stream_id``); the socket stays open.
-* **Storage.** Stored responses go to the shared store as over HTTP.  One
-  chained from a parent only the cache knows is stored with its whole context
-  as its input, so it resolves anywhere.
-* **Lifetime.** A connection lives at most `WebSocketHub.max_age` seconds
-  (60 minutes, like OpenAI's), then gets a
-  ``websocket_connection_limit_reached`` error frame and a 1001 close (the
-  real closing sequence is not documented; this is an inference).
+Creates of one lane (``stream_id``) run in order, lanes concurrently.  Each
+lane's latest chainable response stays in a connection-local cache that
+chains on this socket even with ``store: false`` or zero data retention; a
+failed create evicts the cached response it referenced when that is its own
+lane's latest, and a response chained from a parent only the cache knows is
+stored with its whole context as input.  ``generate: false`` is a warm-up
+without the model.  Refusals are error frames; the socket stays open until
+`WebSocketHub.max_age`.  The semantics follow OpenAI's WebSocket-mode guide
+and the openai SDK (the closing sequence at the age limit is an inference);
+the server guide spells them out.
 """
 
 from __future__ import annotations
