@@ -259,14 +259,10 @@ async def _backend_response(state: ServerState, backend: AsyncModel, body: objec
     """
     Answer one create request of *owner* (an API key digest) through an asynchronous *backend*.
 
-    Non-streamed: the reply is saved before its id reaches the client; a
-    backend failure is an OpenAI-shaped error and nothing is saved.  Streamed:
-    the backend is started first (a provider that is down or refuses gives an
-    HTTP error, not a broken stream); then the response is saved
-    ``in_progress`` and the backend's item events are relayed between the
-    lifecycle events, the final response saved before the terminal event.  A
-    failure mid-stream, or a client that goes away, ends it with an ``error``
-    event and removes the ``in_progress`` record.
+    A stream starts the backend first, so a provider that is down or refuses
+    gives an HTTP error, not a broken stream.  A failure mid-stream, or a
+    client that goes away, ends it with an ``error`` event and removes the
+    ``in_progress`` record.
     """
     turn = state.resolve(body, owner=owner)
     if not turn.request.stream:
