@@ -1,15 +1,13 @@
 """
 A local OpenAI Responses API server with ``previous_response_id`` chaining.
 
-It runs anywhere with no API key — for anchortrack's own end-to-end tests,
-``anchortrack demo``, and testing agents offline — and follows OpenAI's
-semantics: the context of a chained request is every stored input and output
-item of the chain followed by the new input; ``instructions`` are not carried
-over; unknown, expired, deleted, unstored or failed parents give 400
+It runs anywhere with no API key (for anchortrack's own end-to-end tests,
+``anchortrack demo``, and testing agents offline) and follows OpenAI's
+semantics: a chained request's context is every stored input and output item
+of the chain, then the new input; ``instructions`` are not carried over;
+unknown, expired, deleted, unstored or failed parents give 400
 ``previous_response_not_found``; a response is saved before its id reaches
 the client.
-
-In-process use:
 
 ```python
 from openai import OpenAI
@@ -24,25 +22,12 @@ with ResponsesServer(store="memory") as srv:        # or "sqlite:/path/file.db"
     srv.state.resolved_context(second.id)   # what the model saw
 ```
 
-The same server speaks the Responses WebSocket mode at ``/v1/responses``
-(``client.responses.connect()``, with lanes, warm-ups and the
-connection-local cache): see `anchortrack.server._websocket`.
-
-From the command line: ``anchortrack serve [--host] [--port]
-[--store memory|sqlite:PATH] [--retention SECONDS] [--test-hooks]``.
-
-In front of a Chat Completions provider (Ollama, vLLM, llama.cpp, Groq, …):
-``ResponsesServer(upstream="http://localhost:11434/v1")`` or
-``anchortrack serve --upstream BASE_URL [--upstream-model NAME]``; see
-`Upstream`.
-
-The model is `ScriptedModel`, deterministic; its command convention
-(``!call``, ``!rounds``, ``!reason``, ``!fail``, ``!incomplete``, ``!sleep``)
-is documented in `anchortrack.server._model` and ``docs/server.md``.
-
-``ResponsesServer`` and ``create_app`` need the ``anchortrack[server]`` extra
-(Starlette and uvicorn); they are imported on first use, so the rest of this
-package works without it.
+It also speaks the Responses WebSocket mode at ``/v1/responses`` (see
+`anchortrack.server._websocket`), runs as ``anchortrack serve``, and can front
+a Chat Completions provider (Ollama, vLLM, llama.cpp, Groq, …) instead of the
+deterministic `ScriptedModel`: see `Upstream`.  ``ResponsesServer`` and
+``create_app`` need the ``anchortrack[server]`` extra (Starlette and uvicorn),
+imported on first use.
 """
 
 from __future__ import annotations

@@ -1,28 +1,23 @@
 """
 The HTTP shell: Starlette routes over `ServerState`.
 
-Routes (all errors in OpenAI's ``{"error": {...}}`` shape):
+``POST /v1/responses`` (JSON, or Server-Sent Events with ``stream: true``);
+``GET``/``DELETE /v1/responses/{id}`` (``?stream=true&starting_after=N``
+replays a finished response's events); ``GET …/input_items``; ``POST
+…/cancel`` (always refused: there are no background responses); the
+WebSocket mode at ``/v1/responses`` (`anchortrack.server._websocket`); with
+``test_hooks=True``, the ``/_test`` hooks.  Errors have OpenAI's shape and
+every response an ``x-request-id`` header.
 
-* ``POST /v1/responses`` — JSON, or Server-Sent Events with ``stream: true``.
-* ``GET /v1/responses/{id}`` (``?stream=true&starting_after=N`` replays the
-  events of a finished response), ``DELETE /v1/responses/{id}``,
-  ``GET /v1/responses/{id}/input_items``, ``POST /v1/responses/{id}/cancel``
-  (always refused: there are no background responses).
-* WebSocket ``/v1/responses`` — the Responses WebSocket mode
-  (``client.responses.connect()``): see `anchortrack.server._websocket`.
-* With ``test_hooks=True`` only, under ``/_test``: see `create_app`.
-
-Every response carries an ``x-request-id`` header, like OpenAI's.
-
-Every stored response belongs to the API key that created it (the
-``Authorization: Bearer`` key, kept as a digest): another key gets OpenAI's
-answer for an unknown response.  With ``api_keys`` given, only those keys are
-served under ``/v1`` (401 otherwise, in OpenAI's shape).
+A stored response belongs to the API key that created it (kept as a digest):
+another key gets OpenAI's answer for an unknown response.  With ``api_keys``,
+only those keys are served under ``/v1`` (401 otherwise).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import secrets
@@ -30,6 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import aclosing
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -40,11 +36,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from anchortrack.server import _errors
 from anchortrack.server._errors import APIError
-from anchortrack.server._events import SSE_HEADERS, encode_sse, stream_events
+from anchortrack.server._events import (
+    SSE_HEADERS,
+    TERMINAL_EVENTS,
+    encode_sse,
+    in_progress_snapshot,
+    stream_events,
+)
+from anchortrack.server._model import ModelReply
 from anchortrack.server._records import api_key, owner_digest, request_owner
-from anchortrack.server._relay import respond_with_backend
 from anchortrack.server._request import decode_json
-from anchortrack.server._state import PendingResponse, ServerState, stale_in_stream_event
+from anchortrack.server._state import AsyncModel, PendingResponse, ServerState, Turn, stale_in_stream_event
 
 
 logger = logging.getLogger("anchortrack.server")
@@ -86,15 +88,21 @@ async def _refuse(scope: Scope, send: Send, error: APIError) -> None:
     """Answer *error* before the app sees the request (a WebSocket handshake gets it as HTTP)."""
     body = json.dumps(error.body()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if scope["type"] == "websocket":
+    kind = scope["type"]
+    if kind == "websocket":
         if "websocket.http.response" not in scope.get("extensions", {}):
             await send({"type": "websocket.close", "code": 1008})
             return
-        await send({"type": "websocket.http.response.start", "status": error.status, "headers": headers})
-        await send({"type": "websocket.http.response.body", "body": body})
-        return
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+        kind = "websocket.http"
+    await send({"type": f"{kind}.response.start", "status": error.status, "headers": headers})
+    await send({"type": f"{kind}.response.body", "body": body})
+
+
+def _sse_response(content: bytes | AsyncIterator[bytes]) -> Response:
+    """A Server-Sent Events answer: whole, or streamed."""
+    if isinstance(content, bytes):
+        return Response(content, media_type="text/event-stream", headers=SSE_HEADERS)
+    return StreamingResponse(content, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def _error_response(error: APIError) -> JSONResponse:
@@ -146,25 +154,10 @@ def create_app(
         api_keys: Serve only requests with one of these bearer keys (401
             otherwise); ``None`` serves any key, or none.  Either way a
             response is visible only to the key that created it.
-        test_hooks: Also serve the test hooks, for out-of-process tests:
-
-            * ``POST /_test/responses/{id}/expire`` — make a stored response
-              look expired; ``{"id", "expired": true}`` or 404.
-            * ``DELETE /_test/responses/{id}`` — drop it from the store;
-              ``{"id", "dropped": true}`` or 404.
-            * ``GET /_test/responses/{id}/context`` — the context the model
-              saw: ``{"object": "list", "data": [items]}`` or 404.
-            * ``POST /_test/zdr`` with ``{"enabled": bool}`` / ``GET /_test/zdr``
-              — turn the zero-data-retention refusal on or off; ``{"enabled"}``.
-            * ``POST /_test/stale_in_stream`` with ``{"enabled": bool}`` /
-              ``GET /_test/stale_in_stream`` — refuse a stale
-              ``previous_response_id`` inside the stream, as llama-stack does
-              (HTTP 200, then ``{"error": {…, "code": "404"}}``); ``{"enabled"}``.
-            * ``GET /_test/requests`` — every ``POST /v1/responses`` body
-              received: ``{"object": "list", "data": [...]}``;
-              ``DELETE /_test/requests`` forgets them.
-            * ``/_test/websockets…`` — the WebSocket connections: see
-              `WebSocketHub.test_routes`.
+        test_hooks: Also serve the ``/_test`` hooks for out-of-process tests
+            (expire, drop, the context a response saw, the zero-data-retention
+            and stale-in-stream switches, the recorded requests, the
+            WebSocket connections); the server guide lists them.
 
     The WebSocket connections are ``app.state.websockets`` (a ``WebSocketHub``).
     """
@@ -178,7 +171,7 @@ def create_app(
         server_state.record_request(body)
         owner = request_owner(request.headers)
         if server_state.backend is not None:  # an upstream provider answers instead
-            return await respond_with_backend(server_state, server_state.backend, body, owner)
+            return await _backend_response(server_state, server_state.backend, body, owner)
         try:
             pending = server_state.prepare(body, owner=owner)
         except APIError as error:
@@ -190,15 +183,11 @@ def create_app(
             ):
                 event = stale_in_stream_event(str(body.get("previous_response_id")))
                 data = f"data: {json.dumps(event)}\n\n".encode()  # no "event:" line, like llama-stack
-                return Response(data, media_type="text/event-stream", headers=SSE_HEADERS)
+                return _sse_response(data)
             raise
         if pending.request.stream:
             server_state.save_in_progress(pending)
-            return StreamingResponse(
-                _event_stream(server_state, pending),
-                media_type="text/event-stream",
-                headers=SSE_HEADERS,
-            )
+            return _sse_response(_event_stream(server_state, pending))
         if pending.delay > 0:
             await asyncio.sleep(pending.delay)
         server_state.save_final(pending)
@@ -217,7 +206,7 @@ def create_app(
                 400, f"Response '{response_id}' is still in progress and cannot be replayed yet."
             ) from None
         chunks = [encode_sse(event) for event in events if event["sequence_number"] > starting_after]
-        return Response(b"".join(chunks), media_type="text/event-stream", headers=SSE_HEADERS)
+        return _sse_response(b"".join(chunks))
 
     async def delete_response(request: Request) -> Response:
         owner = request_owner(request.headers)
@@ -264,6 +253,88 @@ def create_app(
     owners = None if api_keys is None else frozenset(owner_digest(key) for key in api_keys if key)
     app.add_middleware(_Gate, owners=owners)
     return app
+
+
+async def _backend_response(state: ServerState, backend: AsyncModel, body: object, owner: str) -> Response:
+    """
+    Answer one create request of *owner* (an API key digest) through an asynchronous *backend*.
+
+    A stream starts the backend first, so a provider that is down or refuses
+    gives an HTTP error, not a broken stream.  A failure mid-stream, or a
+    client that goes away, ends it with an ``error`` event and removes the
+    ``in_progress`` record.
+    """
+    turn = state.resolve(body, owner=owner)
+    if not turn.request.stream:
+        reply = await backend.reply(turn)
+        pending = state.finish(turn, reply)
+        state.save_final(pending)
+        return JSONResponse(pending.response)
+    source = await backend.open_stream(turn)
+    try:
+        placeholder = state.finish(turn, ModelReply(status="in_progress"), record=False)
+        state.save_in_progress(placeholder)
+    except BaseException:
+        await _close(source)
+        raise
+    return _sse_response(_relay(state, turn, placeholder.response, source))
+
+
+async def _close(source: AsyncIterator[Any]) -> None:
+    aclose = getattr(source, "aclose", None)
+    if aclose is not None:
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+def _forget(state: ServerState, turn: Turn) -> None:
+    if turn.request.store:
+        try:
+            state.store.delete(turn.response_id)
+        except Exception as exc:
+            logger.error("anchortrack.server.delete_failed", exc_info=exc)
+
+
+async def _relay(
+    state: ServerState,
+    turn: Turn,
+    placeholder: dict[str, Any],
+    source: AsyncIterator[dict[str, Any] | ModelReply],
+) -> AsyncIterator[bytes]:
+    numbers = itertools.count()
+
+    def sse(event: dict[str, Any]) -> bytes:
+        return encode_sse({**event, "sequence_number": next(numbers)})
+
+    snapshot = in_progress_snapshot(placeholder)
+    finished = False
+    try:
+        yield sse({"type": "response.created", "response": snapshot})
+        yield sse({"type": "response.in_progress", "response": snapshot})
+        reply: ModelReply | None = None
+        try:
+            async for piece in source:
+                if isinstance(piece, ModelReply):
+                    reply = piece
+                    break
+                yield sse(piece)
+            if reply is None:
+                raise _errors.server_error("The model backend ended without a reply.", 502)
+        except APIError as error:
+            finished = True
+            _forget(state, turn)
+            yield sse(_errors.error_event(error.code, error.message, error.param))
+            return
+        pending = state.finish(turn, reply)
+        finished = True
+        if not state.save_final_or_log(pending):  # the status line is gone; report in-stream
+            yield sse(_errors.error_event("server_error", _errors.SAVE_FAILED))
+            return
+        yield sse({"type": TERMINAL_EVENTS[pending.response["status"]], "response": pending.response})
+    finally:
+        if not finished:  # the client went away: there is no response to keep
+            _forget(state, turn)
+        await _close(source)
 
 
 async def _event_stream(state: ServerState, pending: PendingResponse) -> AsyncIterator[bytes]:

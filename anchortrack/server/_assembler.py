@@ -65,7 +65,6 @@ class _Call:
 class _Live:
     """An item opened in the stream."""
 
-    key: str
     kind: str
     index: int
     item_id: str
@@ -77,15 +76,12 @@ class StreamAssembler:
     """
     Responses events from Chat Completions chunks, and the final reply.
 
-    Reasoning and function-call arguments stream as they arrive; the
-    assistant text streams as it arrives unless the request offered tools
-    (then it follows the calls once the reply is complete, so every
-    ``output_index`` is the item's final position).  Calls restored to other
-    types are announced whole at the end.  `finish` gives the closing
-    events and the reply, equal to `reconstruct` of the completion the
-    chunks add up to.  Every occurrence of *secret* is replaced by
-    ``[redacted]``, in the deltas too (a delta's last few characters wait
-    for the next one when they could be the start of the secret).
+    Reasoning, call arguments and the assistant text stream as they arrive
+    (the text only after the calls when tools were offered, so every
+    ``output_index`` is final); calls restored to other types are announced
+    whole at the end.  `finish` gives the closing events and what
+    `reconstruct` gives for the completion the chunks add up to.  *secret* is
+    redacted, in the deltas too (a delta's tail waits while it could start it).
     """
 
     plan: ChatPlan
@@ -99,7 +95,7 @@ class StreamAssembler:
     _live: dict[str, _Live] = field(default_factory=dict)
 
     def _open(self, key: str, kind: str, prefix: str) -> tuple[_Live, list[Event]]:
-        live = _Live(key, kind, len(self._live), new_id(prefix), _Lag(self.secret))
+        live = _Live(kind, len(self._live), new_id(prefix), _Lag(self.secret))
         self._live[key] = live
         item: Item
         if kind == "reasoning":
@@ -109,31 +105,17 @@ class StreamAssembler:
             item = message_item("", item_id=live.item_id, status="in_progress")
         else:
             call = self._calls[int(key.partition(":")[2])]
-            identity = self.plan.tools.for_provider(call.name)
-            name = identity.requested_name if identity is not None else call.name
-            item = {"id": live.item_id, "type": "function_call", "call_id": call.call_id, "name": name}
+            item = {"id": live.item_id, "type": "function_call", "call_id": call.call_id, "name": call.name}
         # the opening events of the item as a whole stream announces it (a message's first part too)
         return live, item_events(item, live.index)[: 2 if kind == "message" else 1]
 
-    def _text_delta(self, delta: str) -> list[Event]:
-        self._text.append(delta)
-        if self.plan.may_call_tools:
-            return []
+    def _item_delta(self, kind: str, prefix: str, delta: str) -> list[Event]:
+        """The events for *delta* of the reasoning or message item, opening it first if need be."""
         events: list[Event] = []
-        live = self._live.get("message")
+        live = self._live.get(kind)
         if live is None:
-            live, events = self._open("message", "message", "msg")
-        events += _delta_events(live, live.lag.push(delta))
-        return events
-
-    def _reasoning_delta(self, delta: str) -> list[Event]:
-        self._reasoning.append(delta)
-        events: list[Event] = []
-        live = self._live.get("reasoning")
-        if live is None:
-            live, events = self._open("reasoning", "reasoning", "rs")
-        events += _delta_events(live, live.lag.push(delta))
-        return events
+            live, events = self._open(kind, kind, prefix)
+        return events + _delta_events(live, live.lag.push(delta))
 
     def _call_delta(self, position: int, raw: object) -> list[Event]:
         if not isinstance(raw, dict):
@@ -201,10 +183,13 @@ class StreamAssembler:
                 raise MalformedReply("a chunk's delta is not an object")
             reasoning = reasoning_text(delta)
             if reasoning:
-                events += self._reasoning_delta(reasoning)
+                self._reasoning.append(reasoning)
+                events += self._item_delta("reasoning", "rs", reasoning)
             text = content_text(delta.get("content"), "a chunk's content")
             if text:
-                events += self._text_delta(text)
+                self._text.append(text)
+                if not self.plan.may_call_tools:
+                    events += self._item_delta("message", "msg", text)
             calls = delta.get("tool_calls") or []
             if not isinstance(calls, list):
                 raise MalformedReply("a chunk's tool_calls is not a list")
@@ -242,15 +227,13 @@ class StreamAssembler:
             MalformedReply: The chunks do not add up to a Chat Completion.
         """
         completion = redact(self.completion(), self.secret)
-        positions = {f"call:{n}": key for n, key in enumerate(sorted(self._calls))}
         ids = {key: live.item_id for key, live in self._live.items() if not key.startswith("call:")}
-        for position, index in positions.items():
+        for position, index in enumerate(sorted(self._calls)):  # reconstruct numbers calls by position
             live = self._live.get(f"call:{index}")
             if live is not None:
-                ids[position] = live.item_id
+                ids[f"call:{position}"] = live.item_id
         reply = reconstruct(completion, self.plan, self.origin, ids=ids)
         by_id = {live.item_id: live for live in self._live.values()}
-        events: list[Event] = []
         next_index = len(self._live)
         closing: list[tuple[int, list[Event]]] = []
         for item in reply.output:
@@ -260,9 +243,8 @@ class StreamAssembler:
                 next_index += 1
             else:
                 closing.append((live.index, _delta_events(live, live.lag.flush()) + _closing(item, live)))
-        for _, announced in sorted(closing, key=lambda pair: pair[0]):
-            events.extend(announced)
-        return events, reply
+        closing.sort(key=lambda pair: pair[0])
+        return [event for _, announced in closing for event in announced], reply
 
 
 #: The delta event of each kind of streamed item, and what it adds to the item's position.

@@ -1,18 +1,13 @@
 """
 Chain resolution and context checks (pure), with OpenAI's semantics.
 
-`resolve_chain` walks ``previous_response_id`` pointers through a
-store's ``get`` and returns the ancestors oldest first; `chain_items`
-flattens them into the context the model sees.  The semantics are OpenAI's:
-
-* ``instructions`` of ancestors are **not** part of the context;
-* an ancestor that is unknown, expired, deleted, unstored, ``failed`` or
-  still ``in_progress`` gives ``previous_response_not_found`` (``incomplete``
-  ancestors are chainable, as on OpenAI);
-* the depth guard defaults to `DEFAULT_MAX_DEPTH`.
-
-`check_context` then refuses what the real API refuses: an item id that
-occurs twice, a tool output without its call, a call without its output.
+`resolve_chain` walks ``previous_response_id`` pointers and `chain_items`
+flattens the ancestors into the context the model sees: their inputs and
+outputs, never their ``instructions``.  An ancestor that is unknown, expired,
+deleted, unstored, ``failed`` or still ``in_progress`` gives
+``previous_response_not_found`` (``incomplete`` ones chain, as on OpenAI).
+`resolve_context` replaces the items named by id; `check_context` refuses
+what the real API refuses.
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anchortrack.server._errors import APIError, previous_response_not_found
+from anchortrack.server._errors import APIError, bad_request, previous_response_not_found
 from anchortrack.server._items import ITEM_TYPES, OUTPUTS, item_type
 from anchortrack.server._records import ChainLink
 
@@ -41,40 +36,24 @@ def resolve_chain(
     max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> list[ChainLink]:
     """
-    Return the chain ending at *previous_response_id*, oldest first.
-
-    Args:
-        previous_response_id: The parent the request chains from.
-        get: Returns a live stored response's chain data by id, or ``None``
-            (a store's ``link``).
-        max_depth: Most stored responses a chain may hold.
+    Return the chain ending at *previous_response_id*, oldest first; *get* is a store's ``link``.
 
     Raises:
-        APIError: ``previous_response_not_found`` for a missing or
-            unchainable ancestor (naming that ancestor);
-            ``previous_response_chain_too_long`` beyond *max_depth*;
-            ``previous_response_chain_cycle`` for a cycle.  All are 400 with
-            ``param: previous_response_id``.
+        APIError: 400 ``previous_response_not_found`` naming a missing or
+            unchainable ancestor, ``previous_response_chain_too_long`` beyond
+            *max_depth*, ``previous_response_chain_cycle`` for a cycle.
     """
     chain: list[ChainLink] = []
     seen: set[str] = set()
     current: str | None = previous_response_id
     while current is not None:
+        chain_of = f"The chain of previous response '{previous_response_id}'"
         if len(chain) >= max_depth:
-            raise APIError(
-                400,
-                f"The chain of previous response '{previous_response_id}' holds more than "
-                f"{max_depth} responses.",
-                param="previous_response_id",
-                code="previous_response_chain_too_long",
-            )
+            message = f"{chain_of} holds more than {max_depth} responses."
+            raise bad_request("previous_response_id", "previous_response_chain_too_long", message)
         if current in seen:
-            raise APIError(
-                400,
-                f"The chain of previous response '{previous_response_id}' contains a cycle at '{current}'.",
-                param="previous_response_id",
-                code="previous_response_chain_cycle",
-            )
+            message = f"{chain_of} contains a cycle at '{current}'."
+            raise bad_request("previous_response_id", "previous_response_chain_cycle", message)
         seen.add(current)
         record = get(current)
         if record is None or record.status not in CHAINABLE_STATUSES:
@@ -95,7 +74,7 @@ def chain_items(chain: Sequence[ChainLink]) -> list[Item]:
 
 
 def _input_error(message: str) -> APIError:
-    return APIError(400, message, param="input")
+    return bad_request("input", None, message)
 
 
 def check_context(context: Sequence[Item]) -> None:
@@ -103,10 +82,8 @@ def check_context(context: Sequence[Item]) -> None:
     Refuse a context the real API would refuse.
 
     Raises:
-        APIError: 400 ``param: input`` when an item id occurs twice
-            ("Duplicate item found with id …"), a tool output has no call
-            ("No tool call found for function call output with call_id …"),
-            or a call has no output ("No tool output found for function call …").
+        APIError: 400 ``param: input`` when an item id occurs twice, a tool
+            output has no call, or a call has no output.
     """
     by_id: dict[str, Item] = {}
     for item in context:
@@ -119,7 +96,6 @@ def check_context(context: Sequence[Item]) -> None:
                 "Remove duplicate items from your input and try again."
             )
         by_id[item_id] = item
-
     calls: dict[tuple[str, str], str] = {}
     outputs: list[tuple[str, str]] = []
     for item in context:
@@ -149,15 +125,9 @@ def check_context(context: Sequence[Item]) -> None:
 
 def is_reference(item: Item) -> bool:
     """An ``item_reference``, spelled with ``type`` or as a bare ``{"id": …}``."""
-    kind = item.get("type")
-    if kind == "item_reference":
+    if item.get("type") == "item_reference":
         return True
-    return (
-        kind is None
-        and "role" not in item
-        and isinstance(item.get("id"), str)
-        and set(item) <= {"id", "type"}
-    )
+    return item.get("type") is None and isinstance(item.get("id"), str) and set(item) <= {"id", "type"}
 
 
 def _by_id_reasoning(item: Item) -> bool:
@@ -168,34 +138,19 @@ def _by_id_reasoning(item: Item) -> bool:
     )
 
 
-def _item_not_found(item_id: str) -> APIError:
-    return APIError(
-        404,
-        f"Item with id '{item_id}' not found. Items are not persisted when `store` is set to false. "
-        "Try again with `store` set to true, or remove this item from your input.",
-        param="input",
-    )
-
-
 def resolve_context(
     context: Sequence[Item], lookup: Callable[[str], Item | None], *, resolved: int = 0
 ) -> list[Item]:
     """
     Return the context the model sees: every item an id stands for, resolved.
 
-    The first *resolved* items (a stored chain) are taken as they are: they
-    are the items the server holds, not pointers to them.
-
-    * an item reference (``{"type": "item_reference", "id": …}`` or a bare
-      ``{"id": …}``) becomes the item it names;
-    * a ``reasoning`` item without ``encrypted_content`` becomes the stored
-      reasoning item with its id (its own summary and content are not used).
-
-    An id is looked up among the earlier items of *context* first, then by
-    *lookup* (items of stored responses).  Then the answers are checked: an
-    ``mcp_approval_response`` must name an ``mcp_approval_request`` of the
-    context, and a ``local_shell_call_output`` must name (by its ``id``, or
-    ``call_id``) a ``local_shell_call`` of the context.
+    An item reference becomes the item it names; a ``reasoning`` item without
+    ``encrypted_content`` becomes the stored reasoning item with its id.  An
+    id is looked up among the earlier items first, then by *lookup* (items of
+    stored responses).  The first *resolved* items (a stored chain) are taken
+    as they are.  Then an ``mcp_approval_response`` must name an
+    ``mcp_approval_request`` of the context, and a ``local_shell_call_output``
+    a ``local_shell_call``.
 
     Raises:
         APIError: 404 ``param: input`` for an id that names no item (or a
@@ -213,7 +168,12 @@ def resolve_context(
                 or is_reference(found)
                 or (item.get("type") == "reasoning" and found.get("type") != "reasoning")
             ):
-                raise _item_not_found(item_id)
+                raise APIError(
+                    404,
+                    f"Item with id '{item_id}' not found. Items are not persisted when `store` is set to "
+                    "false. Try again with `store` set to true, or remove this item from your input.",
+                    param="input",
+                )
             item = found
         item_id = item.get("id")
         if isinstance(item_id, str):

@@ -1,10 +1,10 @@
 """
 Errors in OpenAI's shape, raised by the pure parts of the server.
 
-Every refusal the server sends is an `APIError`; the HTTP layer turns
-it into ``{"error": {"message", "type", "param", "code"}}`` with its status.
-The constructors below hold the exact messages the real API sends, so the
-rest of the server never spells an error message twice.
+Every refusal the server sends is an `APIError`; the HTTP layer turns it into
+``{"error": {"message", "type", "param", "code"}}`` with its status.  The
+constructors below hold the exact messages the real API sends, so the rest of
+the server never spells an error message twice.
 """
 
 from __future__ import annotations
@@ -13,16 +13,7 @@ from typing import Any
 
 
 class APIError(Exception):
-    """
-    A request the server refuses, with the fields of OpenAI's error body.
-
-    Attributes:
-        status: The HTTP status code to answer with.
-        message: Human-readable message (OpenAI's wording where known).
-        type: OpenAI's error ``type``, e.g. ``invalid_request_error``.
-        param: The request parameter at fault, or ``None``.
-        code: OpenAI's error ``code``, or ``None``.
-    """
+    """A request the server refuses: the HTTP *status* and the fields of OpenAI's error body."""
 
     def __init__(
         self,
@@ -42,14 +33,7 @@ class APIError(Exception):
 
     def body(self) -> dict[str, Any]:
         """The JSON body OpenAI sends for this error."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def __repr__(self) -> str:
         return (
@@ -58,23 +42,26 @@ class APIError(Exception):
         )
 
 
+def bad_request(param: str | None, code: str | None, message: str) -> APIError:
+    """A 400 ``invalid_request_error`` about *param*."""
+    return APIError(400, message, param=param, code=code)
+
+
+_JSON_TYPE_NAMES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "a boolean"),  # before int: a bool is an int
+    (int, "an integer"),
+    (float, "a decimal"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "an object"),
+)
+
+
 def json_type_name(value: object) -> str:
     """Name a JSON value's type the way OpenAI's validation messages do."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a decimal"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return "an unknown type"
+    return next((name for kind, name in _JSON_TYPE_NAMES if isinstance(value, kind)), "an unknown type")
 
 
 def invalid_json() -> APIError:
@@ -90,51 +77,41 @@ def invalid_json() -> APIError:
 
 def invalid_type(param: str, expected: str, value: object) -> APIError:
     """A parameter has the wrong JSON type."""
-    return APIError(
-        400,
-        f"Invalid type for '{param}': expected {expected}, but got {json_type_name(value)} instead.",
-        param=param,
-        code="invalid_type",
-    )
+    message = f"Invalid type for '{param}': expected {expected}, but got {json_type_name(value)} instead."
+    return bad_request(param, "invalid_type", message)
 
 
 def missing_parameter(param: str) -> APIError:
     """A required parameter is absent."""
-    return APIError(
-        400,
-        f"Missing required parameter: '{param}'.",
-        param=param,
-        code="missing_required_parameter",
-    )
+    return bad_request(param, "missing_required_parameter", f"Missing required parameter: '{param}'.")
 
 
 def unknown_parameter(param: str) -> APIError:
     """A parameter the Responses API does not know."""
-    return APIError(400, f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
+    return bad_request(param, "unknown_parameter", f"Unknown parameter: '{param}'.")
 
 
 def invalid_value(param: str, message: str) -> APIError:
     """A parameter has an allowed type but a refused value."""
-    return APIError(400, message, param=param, code="invalid_value")
+    return bad_request(param, "invalid_value", message)
+
+
+def unsupported(param: str, message: str) -> APIError:
+    """A parameter (or value of it) this server cannot serve."""
+    return bad_request(param, "unsupported_parameter", message)
 
 
 def previous_response_not_found(response_id: str) -> APIError:
     """The parent is unknown, expired, deleted, unstored or not chainable."""
-    return APIError(
-        400,
-        f"Previous response with id '{response_id}' not found.",
-        param="previous_response_id",
-        code="previous_response_not_found",
-    )
+    message = f"Previous response with id '{response_id}' not found."
+    return bad_request("previous_response_id", "previous_response_not_found", message)
 
 
 def zero_data_retention() -> APIError:
     """The organization refuses ``previous_response_id`` (zero data retention)."""
-    return APIError(
-        400,
+    return unsupported(
+        "previous_response_id",
         "Previous response cannot be used for this organization due to Zero Data Retention.",
-        param="previous_response_id",
-        code="unsupported_parameter",
     )
 
 
@@ -160,6 +137,11 @@ def invalid_api_key(api_key: str) -> APIError:
 
 #: What a client is told when its response could not be saved after the status line went out.
 SAVE_FAILED = "The server could not save the response."
+
+
+def error_event(code: str | None, message: str, param: str | None = None) -> dict[str, Any]:
+    """The ``error`` event a stream ends with when it fails after its status line went out."""
+    return {"type": "error", "code": code, "message": message, "param": param}
 
 
 def server_error(message: str, status: int = 500, code: str | None = None) -> APIError:

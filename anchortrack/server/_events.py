@@ -1,20 +1,10 @@
 """
 Server-Sent Events for a response (pure).
 
-`stream_events` renders a finished response object as the event
-sequence OpenAI streams, each event with its ``sequence_number`` (from 0):
-
-``response.created`` → ``response.in_progress`` → for every output item
-``response.output_item.added`` → its content events → ``response.output_item.done``
-→ one terminal ``response.completed`` / ``response.incomplete`` / ``response.failed``.
-
-Content events: a message gets ``response.content_part.added``,
-``response.output_text.delta``… , ``response.output_text.done``,
-``response.content_part.done``; a function call gets
-``response.function_call_arguments.delta``… and ``…done``; a reasoning item
-gets ``response.reasoning_summary_part.added``,
-``response.reasoning_summary_text.delta``/``done`` and
-``response.reasoning_summary_part.done`` per summary part.
+`stream_events` renders a finished response object as the event sequence
+OpenAI streams, numbered from 0: ``response.created``,
+``response.in_progress``, each output item's added / content / done events
+(`item_events`), then one terminal event.
 """
 
 from __future__ import annotations
@@ -29,11 +19,7 @@ Item = dict[str, Any]
 Event = dict[str, Any]
 
 #: Response status → the event that ends its stream.
-TERMINAL_EVENTS = {
-    "completed": "response.completed",
-    "incomplete": "response.incomplete",
-    "failed": "response.failed",
-}
+TERMINAL_EVENTS = {status: f"response.{status}" for status in ("completed", "incomplete", "failed")}
 _WORDS = re.compile(r"\S+\s*|\s+")
 _ARGUMENT_CHUNK = 8
 

@@ -1,12 +1,8 @@
 """
 What the server knows about each item type, in one table.
 
-Every module that treats item types apart reads `ITEM_TYPES`: request
-validation (the string fields an item must have), the context checks (a call
-must meet its output), the upstream bridge (calls become tool calls, outputs
-tool messages, a provider's call is restored to the type of its tool) and the
-ids the server makes up (restored calls, listed items sent without an id).
-Adding an item type is one row here.
+Request validation, the context checks, the upstream bridge and the ids the
+server makes up all read `ITEM_TYPES`: adding an item type is one row here.
 """
 
 from __future__ import annotations

@@ -10,13 +10,7 @@ from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, Res
 
 
 class MemoryResponseStore(ResponseStore):
-    """
-    Responses kept in memory, for tests and single-process servers.
-
-    Args:
-        retention: Seconds a response stays retrievable and chainable.
-        clock: Returns the current time in seconds; ``time.time`` by default.
-    """
+    """Responses kept in memory, for tests and single-process servers (*retention* in seconds)."""
 
     def __init__(self, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> None:
         super().__init__(retention, clock)

@@ -1,68 +1,26 @@
 """
 The scripted model: a deterministic stand-in for an LLM (pure).
 
-Its reply depends only on the resolved context (and the request's
-instructions), so a chained request and the equivalent stateless request get
+Its reply depends only on the resolved context and the request's
+instructions, so a chained request and the equivalent stateless request get
 the same answer, and a test can tell from the reply when the server saw a
-different conversation.
+different conversation.  The text of the last user message is echoed as
+``echo: <text> [ctx:<digest>] [items:<n>]`` (plus ``[instr:<digest>]`` with
+instructions; see `context_digest`, `instructions_digest`).  Its lines that
+start with ``!`` are commands:
 
-Convention (commands are lines of the **last user message** — the last item
-with ``role: "user"`` — that start with ``!``; every other line is the user's
-text).  A message's text is its string content, or the ``text`` of its
-content parts joined with newlines.
+* ``!call NAME JSON_ARGS`` (one line per parallel call): function calls, then
+  ``tool results: <outputs joined by ' | '> [ctx:…] [items:…]`` once answered;
+* ``!rounds K``: make the calls K times before the final message;
+* ``!reason``: a reasoning item first, in every turn answering the message;
+* ``!fail``: a ``failed`` response with no output (wins over everything);
+* ``!incomplete``: ``incomplete``, with the first half of the echo (wins over
+  ``!call``);
+* ``!sleep MS``: wait MS milliseconds (at most 60000) before answering.
 
-``(plain text)``
-    One assistant message:
-    ``echo: <text> [ctx:<digest>] [items:<n>]`` where ``<text>`` is the last
-    user text with command lines removed, trimmed; ``<digest>`` is the first
-    12 hex digits of the SHA-256 of
-    ``json.dumps(context, sort_keys=True, separators=(",", ":"))``
-    (UTF-8; ``ensure_ascii`` left at its default) over the whole resolved
-    context; ``<n>`` is ``len(context)``.  When the request has non-empty
-    ``instructions``, `` [instr:<8 hex of sha256(instructions)>]`` is
-    appended (a string is hashed as UTF-8, an item list as canonical JSON).
-    With no text, the reply starts ``echo: [ctx:…``.
-
-``!call NAME JSON_ARGS`` (one or more lines)
-    On the first model turn after that user message: one ``function_call``
-    per line (parallel calls, fresh ``call_id``s, ``arguments`` = the
-    ``JSON_ARGS`` text as written, ``{}`` when absent) and no message.  Once
-    the calls are answered: one message
-    ``tool results: <outputs joined by ' | '> [ctx:…] [items:…]`` listing,
-    in context order, every ``function_call_output`` after the user message
-    (a string output as is; a content list as its parts' texts joined with
-    no separator).
-
-``!rounds K``
-    With ``!call``: emit the calls K times (each round after the previous
-    round's outputs arrived, fresh ``call_id``s) before the final message.
-    Rounds done = ceil(function calls after the user message / calls per
-    round).  Default 1.
-
-``!reason``
-    Prepend one reasoning item (``summary_text`` ``scripted reasoning
-    [ctx:…] [items:…]``, opaque ``encrypted_content``) to the output of every
-    turn answering this user message.
-
-``!fail``
-    The response ends ``failed`` with ``error: {"code": "server_error",
-    "message": …}`` and no output.  Wins over every other command.
-
-``!incomplete``
-    The response ends ``incomplete`` (``incomplete_details: {"reason":
-    "max_output_tokens"}``) with one message of status ``incomplete`` holding
-    the first half (at least one character) of the ``echo: …`` reply.  Wins
-    over ``!call``.
-
-``!sleep MS``
-    Wait MS milliseconds (0 to 60000) before answering (in a stream: after
-    ``response.in_progress``).
-
-Unknown commands and malformed arguments are ignored (a bad ``!rounds`` or
-``!sleep`` value counts as absent).
-
-`build_response` turns any model's `ModelReply` (the scripted model's or an
-upstream provider's) into the response object the API returns.
+Unknown commands and malformed arguments are ignored.  The server guide
+spells the convention out in full.  `build_response` turns any model's
+`ModelReply` into the response object the API returns.
 """
 
 from __future__ import annotations
@@ -165,23 +123,22 @@ def _is_user_message(item: Item) -> bool:
     return item.get("role") == "user" and item.get("type", "message") in ("message", None)
 
 
-def content_text(content: object) -> str:
-    """The text of a message's ``content`` (a string, or parts with ``text``)."""
+def _texts(parts: list[Any]) -> list[str]:
+    return [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
+
+
+def _message_text(content: object) -> str:
+    """The text of a message's ``content`` (a string, or parts with ``text``, one per line)."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        texts = [part.get("text") for part in content if isinstance(part, dict)]
-        return "\n".join(text for text in texts if isinstance(text, str))
-    return ""
+    return "\n".join(_texts(content)) if isinstance(content, list) else ""
 
 
 def _output_text(output: object) -> str:
+    """A tool output as the ``tool results`` reply lists it."""
     if isinstance(output, str):
         return output
-    if isinstance(output, list):
-        texts = [part.get("text") for part in output if isinstance(part, dict)]
-        return "".join(text for text in texts if isinstance(text, str))
-    return canonical_json(output)
+    return "".join(_texts(output)) if isinstance(output, list) else canonical_json(output)
 
 
 def message_item(text: str, *, item_id: str, status: str) -> Item:
@@ -198,16 +155,12 @@ def message_item(text: str, *, item_id: str, status: str) -> Item:
 @dataclass(frozen=True)
 class ModelReply:
     """
-    What the model produced for one turn.
+    What the model produced for one turn (OpenAI-shaped output).
 
     Attributes:
-        status: ``completed``, ``incomplete`` or ``failed``.
-        output: The output items, shaped like OpenAI's.
-        error: ``{"code", "message"}`` for a failed reply.
-        incomplete_details: ``{"reason": …}`` for an incomplete reply.
+        error: ``{"code", "message"}`` of a ``failed`` reply (``incomplete_details``: of an incomplete one).
         delay: Seconds to wait before answering.
-        usage: The response's ``usage``, when the backend measured it
-            (otherwise the server estimates it).
+        usage: The response's ``usage``, when the backend measured it (else the server estimates it).
         model: The model that answered, when it differs from the request's.
     """
 
@@ -236,54 +189,35 @@ class ScriptedModel:
         self, context: Sequence[Item], *, instructions: str | Sequence[Any] | None = None
     ) -> ModelReply:
         """Answer the resolved *context* (oldest item first)."""
-        user_index = -1
-        for index in range(len(context) - 1, -1, -1):
-            if _is_user_message(context[index]):
-                user_index = index
-                break
-        script = (
-            parse_script(content_text(context[user_index].get("content"))) if user_index >= 0 else Script()
-        )
+        users = [index for index, item in enumerate(context) if _is_user_message(item)]
+        user_index = users[-1] if users else -1
+        script = parse_script(_message_text(context[user_index].get("content"))) if users else Script()
         after = context[user_index + 1 :]
         tags = f"[ctx:{context_digest(context)}] [items:{len(context)}]"
         instructions_tag = instructions_digest(instructions)
         if instructions_tag is not None:
             tags += f" [instr:{instructions_tag}]"
         delay = script.sleep_ms / 1000.0
-
         if script.fail:
-            return ModelReply(
-                status="failed",
-                error={
-                    "code": "server_error",
-                    "message": "The scripted model failed as asked (!fail).",
-                },
-                delay=delay,
-            )
+            error = {"code": "server_error", "message": "The scripted model failed as asked (!fail)."}
+            return ModelReply(status="failed", error=error, delay=delay)
         output: list[Item] = [self._reasoning(tags)] if script.reason else []
         echo = f"echo: {script.text} {tags}" if script.text else f"echo: {tags}"
         if script.incomplete:
             output.append(self._message(echo[: max(1, len(echo) // 2)], status="incomplete"))
-            return ModelReply(
-                status="incomplete",
-                output=output,
-                incomplete_details={"reason": "max_output_tokens"},
-                delay=delay,
-            )
+            details = {"reason": "max_output_tokens"}
+            return ModelReply(status="incomplete", output=output, incomplete_details=details, delay=delay)
         if script.calls:
             calls_made = sum(1 for item in after if item.get("type") == "function_call")
             rounds_done = -(-calls_made // len(script.calls))
             if rounds_done < script.rounds:
                 output.extend(self._call(name, arguments) for name, arguments in script.calls)
             else:
-                results = [
-                    _output_text(item.get("output"))
-                    for item in after
-                    if item.get("type") == "function_call_output"
-                ]
-                output.append(self._message(f"tool results: {' | '.join(results)} {tags}"))
-            return ModelReply(status="completed", output=output, delay=delay)
-        output.append(self._message(echo))
+                outputs = [item.get("output") for item in after if item.get("type") == "function_call_output"]
+                results = " | ".join(_output_text(value) for value in outputs)
+                output.append(self._message(f"tool results: {results} {tags}"))
+        else:
+            output.append(self._message(echo))
         return ModelReply(status="completed", output=output, delay=delay)
 
     def _message(self, text: str, *, status: str = "completed") -> Item:

@@ -1,25 +1,13 @@
 """
 Response reconstruction: a Chat Completions reply → Responses output (pure).
 
-Finish reasons map to the response's status (`FINISH_REASONS`)::
-
-    stop, tool_calls                          → completed
-    length, model_context_window_exceeded     → incomplete (max_output_tokens)
-    content_filter, sensitive                 → incomplete (content_filter)
-    network_error                             → failed (server_error)
-    missing                                   → failed ("provider returned no finish reason")
-    anything else                             → failed ("unexpected finish reason")
-
-Tool calls are restored to their requested type through the
-`~anchortrack.server._translate.ToolIdentityMap` (``function_call``,
-``custom_tool_call`` with its ``input``, ``shell_call``, ``local_shell_call``,
-``apply_patch_call``), falling back to a plain ``function_call`` when the
-arguments do not parse.  ``reasoning_content`` (or ``reasoning``) becomes a
-reasoning item.  Output order: reasoning, tool calls, then the assistant
-message (when there is text or no tool calls).
-
+The finish reason gives the status (`FINISH_REASONS`).  Tool calls are
+restored to their tool's requested type (`ChatPlan.tools`), falling back to a
+plain ``function_call`` when the arguments do not fit; ``reasoning_content``
+(or ``reasoning``) becomes a reasoning item.  Output order: reasoning, tool
+calls, then the assistant message (when there is text or no tool calls).
 Streamed replies are assembled by `anchortrack.server._assembler` into the
-same reply `reconstruct` gives for the equivalent non-streamed completion.
+same reply.
 """
 
 from __future__ import annotations
@@ -36,7 +24,6 @@ from anchortrack.server._translate import ChatPlan
 
 Item = dict[str, Any]
 Event = dict[str, Any]
-IdFactory = Callable[[str], str]
 
 
 #: What a secret is replaced with.
@@ -99,73 +86,63 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _restored(kind: str, arguments: Any, call_id: str, item_id: str) -> Item | None:
-    if not isinstance(arguments, dict):
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _custom(arguments: dict[str, Any]) -> Item | None:
+    return {"input": arguments["input"]} if isinstance(arguments.get("input"), str) else None
+
+
+def _shell(arguments: dict[str, Any]) -> Item | None:
+    if not _strings(arguments.get("commands")):
         return None
-    if kind == "custom":
-        if not isinstance(arguments.get("input"), str):
-            return None
-        return {"id": item_id, "type": "custom_tool_call", "call_id": call_id, "input": arguments["input"]}
-    if kind == "shell":
-        if not _strings(arguments.get("commands")):
-            return None
-        action = {
-            "commands": arguments["commands"],
-            "timeout_ms": _int_or_none(arguments.get("timeout_ms")),
-            "max_output_length": _int_or_none(arguments.get("max_output_length")),
-        }
-        return {
-            "id": item_id,
-            "type": "shell_call",
-            "call_id": call_id,
-            "action": action,
-            "status": "completed",
-            "environment": None,
-        }
-    if kind == "local_shell":
-        env = arguments.get("env", {})
-        if not _strings(arguments.get("command")) or not isinstance(env, dict):
-            return None
-        if not all(isinstance(v, str) for v in env.values()):
-            return None
-        action = {
-            "type": "exec",
-            "command": arguments["command"],
-            "env": env,
-            "timeout_ms": _int_or_none(arguments.get("timeout_ms")),
-            "working_directory": arguments.get("working_directory")
-            if isinstance(arguments.get("working_directory"), str)
-            else None,
-            "user": arguments.get("user") if isinstance(arguments.get("user"), str) else None,
-        }
-        return {
-            "id": item_id,
-            "type": "local_shell_call",
-            "call_id": call_id,
-            "action": action,
-            "status": "completed",
-        }
-    if kind == "apply_patch":
-        operation = arguments.get("operation")
-        if not isinstance(operation, dict) or not isinstance(operation.get("path"), str):
-            return None
-        if operation.get("type") not in ("create_file", "update_file", "delete_file"):
-            return None
-        return {
-            "id": item_id,
-            "type": "apply_patch_call",
-            "call_id": call_id,
-            "operation": operation,
-            "status": "completed",
-        }
-    return None
+    action = {
+        "commands": arguments["commands"],
+        "timeout_ms": _int_or_none(arguments.get("timeout_ms")),
+        "max_output_length": _int_or_none(arguments.get("max_output_length")),
+    }
+    return {"action": action, "status": "completed", "environment": None}
+
+
+def _local_shell(arguments: dict[str, Any]) -> Item | None:
+    env = arguments.get("env", {})
+    if not _strings(arguments.get("command")) or not isinstance(env, dict):
+        return None
+    if not all(isinstance(v, str) for v in env.values()):
+        return None
+    action = {
+        "type": "exec",
+        "command": arguments["command"],
+        "env": env,
+        "timeout_ms": _int_or_none(arguments.get("timeout_ms")),
+        "working_directory": _str_or_none(arguments.get("working_directory")),
+        "user": _str_or_none(arguments.get("user")),
+    }
+    return {"action": action, "status": "completed"}
+
+
+def _apply_patch(arguments: dict[str, Any]) -> Item | None:
+    operation = arguments.get("operation")
+    if not isinstance(operation, dict) or not isinstance(operation.get("path"), str):
+        return None
+    if operation.get("type") not in ("create_file", "update_file", "delete_file"):
+        return None
+    return {"operation": operation, "status": "completed"}
+
+
+#: Tool type → the fields of its call item, from the provider's parsed arguments (None: they do not fit).
+_RESTORE: dict[str, Callable[[dict[str, Any]], Item | None]] = {
+    "custom": _custom,
+    "shell": _shell,
+    "local_shell": _local_shell,
+    "apply_patch": _apply_patch,
+}
 
 
 def restored_type(plan: ChatPlan, provider_name: str) -> str:
     """The item type a call to *provider_name* is restored to (if its arguments parse)."""
-    identity = plan.tools.for_provider(provider_name)
-    kind = identity.requested_type if identity is not None else "function"
-    return CALL_OF_TOOL.get(kind, "function_call")
+    return CALL_OF_TOOL.get(plan.tools.get(provider_name, "function"), "function_call")
 
 
 def restore_tool_call(
@@ -174,28 +151,32 @@ def restore_tool_call(
     """
     One provider tool call as the Responses item of its requested type.
 
-    Falls back to a ``function_call`` named as requested when the arguments
-    do not fit the requested type.
+    Falls back to a ``function_call`` when the arguments do not fit the
+    requested type.
     """
-    identity = plan.tools.for_provider(provider_name)
-    kind = identity.requested_type if identity is not None else "function"
-    name = identity.requested_name if identity is not None else provider_name
-    if kind != "function":
+    kind = plan.tools.get(provider_name, "function")
+    if kind in _RESTORE:
         try:
             parsed = json.loads(arguments)
         except ValueError:
             parsed = None
-        item_type = restored_type(plan, provider_name)
-        item = _restored(kind, parsed, call_id, item_id or new_id(ITEM_TYPES[item_type].prefix))
-        if item is not None:
+        fields = _RESTORE[kind](parsed) if isinstance(parsed, dict) else None
+        if fields is not None:
+            item_type = CALL_OF_TOOL[kind]
+            item = {
+                "id": item_id or new_id(ITEM_TYPES[item_type].prefix),
+                "type": item_type,
+                "call_id": call_id,
+            }
+            item.update(fields)
             if kind == "custom":
-                item["name"] = name
+                item["name"] = provider_name
             return item
     return {
         "id": item_id if item_id and item_id.startswith("fc_") else new_id("fc"),
         "type": "function_call",
         "call_id": call_id,
-        "name": name,
+        "name": provider_name,
         "arguments": arguments,
         "status": "completed",
     }
@@ -276,14 +257,10 @@ def reconstruct(
     ids: dict[str, str] | None = None,
 ) -> ModelReply:
     """
-    The reply for a non-streamed Chat Completion.
+    The reply for a non-streamed Chat Completion (*completion*, the decoded body) answering *plan*.
 
-    Args:
-        completion: The decoded JSON body.
-        plan: The request it answers.
-        origin: The provider, model and response id (for error messages).
-        ids: Item ids already announced in a stream: ``"reasoning"``,
-            ``"message"`` and ``"call:<index>"``; fresh ones otherwise.
+    *ids* are the item ids a stream already announced (``"reasoning"``,
+    ``"message"``, ``"call:<index>"``); other items get fresh ones.
 
     Raises:
         MalformedReply: The body is not a Chat Completion.
@@ -303,7 +280,6 @@ def reconstruct(
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise MalformedReply("tool_calls is not a list")
-
     outcome = map_finish_reason(choice.get("finish_reason"))
     output: list[Item] = []
     if reasoning:
@@ -315,21 +291,15 @@ def reconstruct(
         arguments = function.get("arguments")
         if isinstance(arguments, dict):  # some servers send an object
             arguments = json.dumps(arguments, separators=(",", ":"))
+        elif not isinstance(arguments, str):
+            arguments = ""
         call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else new_id("call")
-        output.append(
-            restore_tool_call(
-                plan,
-                call_id,
-                function["name"],
-                arguments if isinstance(arguments, str) else "",
-                item_id=known.get(f"call:{index}"),
-            )
-        )
+        item_id = known.get(f"call:{index}")
+        output.append(restore_tool_call(plan, call_id, function["name"], arguments, item_id=item_id))
     has_message = bool(text) or not raw_calls
     if has_message:
         status = "completed" if outcome.status == "completed" else "incomplete"
         output.append(message_item(text, item_id=known.get("message") or new_id("msg"), status=status))
-
     if plan.requires_valid_json and outcome.status == "completed" and has_message:
         try:
             json.loads(text)

@@ -2,20 +2,13 @@
 What the server's response stores share: the records, the store contract, the
 row codec and the save policy.
 
-The backends (`MemoryResponseStore` in ``_memory``, `SQLiteResponseStore` in
-``_sqlite``) implement `ResponseStore`: ``get``, ``save`` (with the save
-policy), ``delete``, plus ``link`` (the cheap read chain resolution uses) and
-what OpenAI semantics add: a retention period after which a response is gone,
-and ``expire`` so tests can make one look old.  `ResponseStore` holds all of
-that once; a backend only reads, writes and counts rows.
-
-Records are kept as JSON text (a `Row`) in both backends, so a caller can
-never change a stored response by mutating what it saved or read, and both
-backends give byte-for-byte the same data back.
-
-Every method of a store is thread-safe: the running app and a test thread may
-use one store at once.  Time comes from an injectable clock, so retention can
-be tested without sleeping.
+`ResponseStore` implements OpenAI's semantics once (``get``, ``link`` for
+chain resolution, ``save`` with the save policy, ``delete``, retention and
+``expire`` for tests) over five row primitives that each backend
+(`MemoryResponseStore`, `SQLiteResponseStore`) supplies.  Records are kept as
+JSON text (a `Row`), so what a caller saved or read can never change what is
+stored, and both backends give back the same data.  Stores are thread-safe and
+take an injectable clock, so retention is tested without sleeping.
 """
 
 from __future__ import annotations
@@ -48,8 +41,7 @@ def owner_digest(api_key: str | None) -> str:
     """
     Whom a response belongs to: a digest of the API key that made it (``""`` without a key).
 
-    Stores keep the digest, never the key; it is stable across restarts so a
-    SQLite store keeps each key's responses apart.
+    Stores keep the digest, never the key; it is stable across restarts.
     """
     if not api_key:
         return ""
@@ -83,18 +75,13 @@ class StoredResponse:
     One stored response: what the request sent and what the server answered.
 
     Attributes:
-        id: The response id (``resp_…``).
-        previous_response_id: The parent the request chained from, if any.
-        status: The response status (``completed``, ``incomplete``,
-            ``failed``, ``in_progress``).
-        input_items: This request's input items exactly as received (a string
-            input is stored as one user message item).  Not the chain's.
+        input_items: This request's own input items (a string input is one
+            user message item), not the chain's.
         response: The response object as returned to the client.
         created_at: Store-clock time of the first save (set by the store).
-        expires_at: Store-clock time after which the record is gone (set by
-            the store).
-        owner: Digest of the API key that created it (see `owner_digest`);
-            ``""`` for a request without a key.  Only that key sees it.
+        expires_at: Store-clock time the record is gone at (set by the store).
+        owner: Digest of the API key that created it (`owner_digest`); only
+            that key sees it.
     """
 
     id: str
@@ -152,6 +139,10 @@ class Row:
     owner: str = ""
 
 
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> Row:
     """Encode *record* with its store times."""
     return Row(
@@ -160,37 +151,37 @@ def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> 
         status=record.status,
         created_at=created_at,
         expires_at=expires_at,
-        input_json=json.dumps(record.input_items, separators=(",", ":")),
-        output_json=json.dumps(record.output, separators=(",", ":")),
-        response_json=json.dumps(record.response, separators=(",", ":")),
+        input_json=_json(record.input_items),
+        output_json=_json(record.output),
+        response_json=_json(record.response),
         owner=record.owner,
     )
+
+
+def _chain_fields(row: Row) -> dict[str, Any]:
+    """The fields a `StoredResponse` and a `ChainLink` share."""
+    return {
+        "id": row.id,
+        "previous_response_id": row.previous_response_id,
+        "status": row.status,
+        "input_items": json.loads(row.input_json),
+        "owner": row.owner,
+    }
 
 
 def decode_row(row: Row) -> StoredResponse:
     """Decode a row into a fresh, caller-owned record."""
     return StoredResponse(
-        id=row.id,
-        previous_response_id=row.previous_response_id,
-        status=row.status,
-        input_items=json.loads(row.input_json),
+        **_chain_fields(row),
         response=json.loads(row.response_json),
         created_at=row.created_at,
         expires_at=row.expires_at,
-        owner=row.owner,
     )
 
 
 def row_link(row: Row) -> ChainLink:
     """Decode the chain data of a row."""
-    return ChainLink(
-        id=row.id,
-        previous_response_id=row.previous_response_id,
-        status=row.status,
-        input_items=json.loads(row.input_json),
-        output=json.loads(row.output_json),
-        owner=row.owner,
-    )
+    return ChainLink(**_chain_fields(row), output=json.loads(row.output_json))
 
 
 def _check_save_policy(
@@ -222,10 +213,8 @@ class ResponseStore:
     """
     The storage contract the server relies on (thread-safe), written once over rows.
 
-    `get`, `link`, `save` with the save policy, `delete`, and retention
-    (`expire`, `purge_expired`, `count`) are here; a backend supplies five
-    row primitives (`_live`, `_put`, `_drop`, `_drop_expired`, `_count`),
-    always called with the store's lock held, and
+    A backend supplies the row primitives (`_live`, `_put`, `_drop`,
+    `_drop_expired`, `_count`), always called with the store's lock held, and
     may widen `_transaction` (SQLite makes a save's read-check-write one
     database transaction, so the policy holds across processes too).
     """
@@ -264,16 +253,18 @@ class ResponseStore:
 
     # -- the contract ------------------------------------------------------------------
 
+    def _read(self, response_id: str) -> Row | None:
+        with self._lock:
+            return self._live(response_id, self._clock())
+
     def get(self, response_id: str) -> StoredResponse | None:
         """Return the live record for *response_id*, or ``None`` if absent or expired."""
-        with self._lock:
-            row = self._live(response_id, self._clock())
+        row = self._read(response_id)
         return None if row is None else decode_row(row)
 
     def link(self, response_id: str) -> ChainLink | None:
         """The live record's chain data (cheaper than `get`: no response object), or ``None``."""
-        with self._lock:
-            row = self._live(response_id, self._clock())
+        row = self._read(response_id)
         return None if row is None else row_link(row)
 
     def save(
@@ -284,16 +275,12 @@ class ResponseStore:
         expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
     ) -> StoredResponse:
         """
-        Store *record* and return it with ``created_at``/``expires_at`` set.
-
-        A replaced response keeps its creation time, and so its expiry.
-        Expired rows are purged here, at most once per `PURGE_INTERVAL`.
+        Store *record*; return it with ``created_at``/``expires_at`` set (a replaced one keeps its own).
 
         Raises:
             StoreConflictError: A live record with this id exists and
-                *overwrite* is false; or *expected_previous_response_id* is
-                given and differs from the record's (or the existing record's)
-                parent.
+                *overwrite* is false, or *expected_previous_response_id*
+                differs from the record's (or the existing record's) parent.
         """
         with self._transaction():
             now = self._clock()

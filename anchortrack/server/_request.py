@@ -19,12 +19,14 @@ from typing import Any
 
 from anchortrack.server._errors import (
     APIError,
+    bad_request,
     invalid_json,
     invalid_type,
     invalid_value,
     json_type_name,
     missing_parameter,
     unknown_parameter,
+    unsupported,
 )
 from anchortrack.server._items import OUTPUTS, item_type
 
@@ -42,14 +44,9 @@ class CreateRequest:
 
     Attributes:
         body: The body as received.
-        model: The requested model name (echoed back).
         input_items: The request's input items as received; a string input
-            becomes one ``{"type": "message", "role": "user", "content":
-            [{"type": "input_text", "text": …}]}`` item.
-        instructions: The request's instructions (string, item list or None).
-        previous_response_id: The parent to chain from, if any.
+            becomes one user message item (`user_message`).
         store: Whether the response is stored (``store`` defaults to true).
-        stream: Whether to answer with Server-Sent Events.
     """
 
     body: dict[str, Any]
@@ -100,6 +97,18 @@ KNOWN_PARAMETERS: frozenset[str] = frozenset(
 )
 
 
+def _required(
+    mapping: dict[str, Any], name: str, param: str, kind: type | tuple[type, ...], expected: str
+) -> Any:
+    """*mapping*'s value of *name*: present (not null) and of *kind*, else refused as *param*."""
+    value = mapping.get(name)
+    if value is None:
+        raise missing_parameter(param)
+    if not isinstance(value, kind):
+        raise invalid_type(param, expected, value)
+    return value
+
+
 def _check_item(item: object, where: str) -> Item:
     if not isinstance(item, dict):
         raise invalid_type(where, "an input item object", item)
@@ -134,33 +143,10 @@ def _check_item(item: object, where: str) -> Item:
                     raise invalid_type(f"{where}.content[{index}]", "an object", part)
         return item
     for name in item_type(kind).required:
-        if item.get(name) is None:
-            raise missing_parameter(f"{where}.{name}")
-        if not isinstance(item[name], str):
-            raise invalid_type(f"{where}.{name}", "a string", item[name])
+        _required(item, name, f"{where}.{name}", str, "a string")
     if item_type(OUTPUTS.get(kind)).paired:  # the output of a call the context checks pair
-        if item.get("output") is None:
-            raise missing_parameter(f"{where}.output")
-        if not isinstance(item["output"], (str, list)):
-            raise invalid_type(f"{where}.output", "a string or an array", item["output"])
+        _required(item, "output", f"{where}.output", (str, list), "a string or an array")
     return item
-
-
-def _check_previous_response_id(value: str) -> None:
-    if not value:
-        raise APIError(
-            400,
-            "Invalid 'previous_response_id': empty string. Expected a string with minimum "
-            "length 1, but got an empty string instead.",
-            param="previous_response_id",
-            code="empty_string",
-        )
-    if not _ID_PATTERN.fullmatch(value):
-        raise invalid_value(
-            "previous_response_id",
-            f"Invalid 'previous_response_id': '{value}'. Expected an ID that contains letters, "
-            "numbers, underscores, or dashes, but this value contained additional characters.",
-        )
 
 
 def parse_create_request(body: object) -> CreateRequest:
@@ -182,35 +168,27 @@ def parse_create_request(body: object) -> CreateRequest:
     for key in body:
         if key not in KNOWN_PARAMETERS:
             raise unknown_parameter(str(key))
-    model = body.get("model")
-    if model is None:
-        raise missing_parameter("model")
-    if not isinstance(model, str):
-        raise invalid_type("model", "a string", model)
+    model = _required(body, "model", "model", str, "a string")
     for names, check, expected in _OPTIONAL:
         for name in names:
             if body.get(name) is not None and not check(body[name]):
                 raise invalid_type(name, expected, body[name])
     max_output_tokens = body.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 16:
-        raise APIError(
-            400,
+        raise bad_request(
+            "max_output_tokens",
+            "integer_below_min_value",
             "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, "
             f"but got {max_output_tokens} instead.",
-            param="max_output_tokens",
-            code="integer_below_min_value",
         )
-    for name in ("tools", "include"):
+    for name, kind, expected in (("tools", dict, "an object"), ("include", str, "a string")):
         for index, element in enumerate(body.get(name) or ()):
-            if name == "tools" and not isinstance(element, dict):
-                raise invalid_type(f"tools[{index}]", "an object", element)
-            if name == "include" and not isinstance(element, str):
-                raise invalid_type(f"include[{index}]", "a string", element)
+            if not isinstance(element, kind):
+                raise invalid_type(f"{name}[{index}]", expected, element)
     instructions = body.get("instructions")
     if isinstance(instructions, list):
         for index, element in enumerate(instructions):
             _check_item(element, f"instructions[{index}]")
-
     raw_input = body.get("input")
     if raw_input is None:
         items: list[Item] = []
@@ -220,34 +198,36 @@ def parse_create_request(body: object) -> CreateRequest:
         items = [_check_item(item, f"input[{index}]") for index, item in enumerate(raw_input)]
     else:
         raise invalid_type("input", "a string or an array of input items", raw_input)
-
     previous = body.get("previous_response_id")
     conversation = body.get("conversation")
     if previous is not None and conversation is not None:
-        raise APIError(
-            400,
+        raise bad_request(
+            "conversation",
+            "mutually_exclusive_parameters",
             "Mutually exclusive parameters: 'previous_response_id' and 'conversation'. "
             "Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
-            param="conversation",
-            code="mutually_exclusive_parameters",
         )
     if conversation is not None:
-        raise APIError(
-            400,
+        raise unsupported(
+            "conversation",
             "The anchortrack server does not support conversations; "
             "use previous_response_id or send the full input.",
-            param="conversation",
-            code="unsupported_parameter",
         )
     if body.get("background") is True:
-        raise APIError(
-            400,
-            "The anchortrack server does not support background responses.",
-            param="background",
-            code="unsupported_parameter",
+        raise unsupported("background", "The anchortrack server does not support background responses.")
+    if previous == "":
+        raise bad_request(
+            "previous_response_id",
+            "empty_string",
+            "Invalid 'previous_response_id': empty string. Expected a string with minimum "
+            "length 1, but got an empty string instead.",
         )
-    if previous is not None:
-        _check_previous_response_id(previous)
+    if previous is not None and not _ID_PATTERN.fullmatch(previous):
+        raise invalid_value(
+            "previous_response_id",
+            f"Invalid 'previous_response_id': '{previous}'. Expected an ID that contains letters, "
+            "numbers, underscores, or dashes, but this value contained additional characters.",
+        )
     return CreateRequest(
         body=body,
         model=model,

@@ -2,14 +2,11 @@
 `ResponsesServer`: the app served by uvicorn in a background thread; `uvicorn_config` for both it and
 ``anchortrack serve``.
 
-The listening socket is bound before uvicorn starts, so ``port=0`` picks a
-free port that is known at once and can never be taken by someone else in
-between; `ResponsesServer.start` returns once uvicorn serves it.
-
-A client cannot hold the server: a request's headers must arrive within
-`Timeouts.header` seconds and its body within `Timeouts.body` (else the
-connection is closed), and a shutdown waits at most `Timeouts.shutdown`
-seconds for requests in flight before cancelling them.
+The socket is bound before uvicorn starts, so ``port=0`` picks a free port
+known at once that nobody can take in between.  A client cannot hold the
+server: headers and body must arrive within `Timeouts` (else the connection
+is closed), and a shutdown cancels requests still in flight after
+`Timeouts.shutdown` seconds.
 """
 
 from __future__ import annotations

@@ -53,10 +53,7 @@ class SQLiteResponseStore(ResponseStore):
     schema version lives in ``PRAGMA user_version``; a file written by a newer
     schema is refused rather than misread.
 
-    Args:
-        path: The database file (``":memory:"`` for a private in-memory one).
-        retention: Seconds a response stays retrievable and chainable.
-        clock: Returns the current time in seconds; ``time.time`` by default.
+    *path* may be ``":memory:"`` for a private in-memory database.
     """
 
     def __init__(

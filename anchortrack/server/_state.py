@@ -45,12 +45,7 @@ logger = logging.getLogger("anchortrack.server")
 
 def open_store(spec: str, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> ResponseStore:
     """
-    Open a store from its command-line spelling.
-
-    Args:
-        spec: ``"memory"`` or ``"sqlite:PATH"``.
-        retention: Seconds a response stays retrievable and chainable.
-        clock: The store's clock.
+    Open a store from its command-line spelling, ``"memory"`` or ``"sqlite:PATH"``.
 
     Raises:
         ValueError: For any other spelling, or a negative retention.
@@ -77,16 +72,10 @@ class Model(Protocol):
 @dataclass(frozen=True)
 class Turn:
     """
-    A validated create request with its chain resolved, not yet answered.
+    A validated create request, not yet answered.
 
-    Attributes:
-        request: The validated request.
-        chain: The stored ancestors, oldest first.
-        context: The resolved context: the chain's items, then the new input.
-        response_id: The id the response will have.
-        created_at: When the request arrived (the response's ``created_at``).
-        owner: Digest of the caller's API key (see `owner_digest`): the
-            response will belong to it.
+    *chain* holds its stored ancestors (oldest first); *context* the chain's items, then the new input,
+    resolved; *owner* (an API key digest) will own the response.
     """
 
     request: CreateRequest
@@ -99,12 +88,10 @@ class Turn:
 
 class AsyncModel(Protocol):
     """
-    An asynchronous model backend (the upstream provider bridge is one).
+    An asynchronous model backend (the upstream provider bridge is one): it answers every HTTP create.
 
-    When a server has one, it answers every create request instead of the
-    scripted model.  Both methods raise
-    `~anchortrack.server._errors.APIError` for a call that failed
-    before a response existed.
+    Both methods raise `~anchortrack.server._errors.APIError` for a call that
+    failed before a response existed.
     """
 
     async def reply(self, turn: Turn) -> ModelReply:
@@ -113,11 +100,10 @@ class AsyncModel(Protocol):
 
     async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
         """
-        Start answering *turn* as a stream.
+        Start answering *turn* as a stream; return once the backend accepted it.
 
-        Returns once the backend accepted the request: an iterator of output
-        item events (``response.output_item.added`` …, no sequence numbers,
-        no lifecycle events) ending with the final `ModelReply`.
+        The iterator gives output item events (no sequence numbers, no
+        lifecycle events), then the final `ModelReply`.
         """
         ...
 
@@ -149,23 +135,21 @@ class ServerState:
         max_depth: Most stored responses one chain may hold.
         model: The backend; a `ScriptedModel` by default.
         clock: Time source for timestamps and (for a spelled store) retention.
-        record: Keep what tests look at — every request body received
-            (`requests`), every WebSocket client frame, the context of every
-            response (`resolved_context`).  Memory grows with traffic and
-            holds content sent with ``store: false``: ``anchortrack serve``
-            records only with ``--test-hooks``.
+        record: Keep what tests look at: request bodies (`requests`),
+            WebSocket client frames, every response's context
+            (`resolved_context`).  Memory grows with traffic and holds
+            ``store: false`` content: ``anchortrack serve`` records only with
+            ``--test-hooks``.
         backend: An asynchronous backend (e.g. an upstream provider) that
             answers instead of *model*.
 
     Attributes:
-        store: The response store.
         zdr: When true, every request carrying ``previous_response_id`` gets
             OpenAI's zero-data-retention error.
         stale_in_stream: When true, a streamed request whose
-            ``previous_response_id`` is not found is refused the way
-            llama-stack refuses it: HTTP 200, then one event
-            ``{"error": {"message": "Response '…' not found. …", "code": "404"}}``
-            (the HTTP shell does it; see `stale_in_stream_event`).
+            ``previous_response_id`` is not found gets llama-stack's refusal:
+            HTTP 200, then one ``{"error": {…, "code": "404"}}`` event
+            (see `stale_in_stream_event`).
     """
 
     def __init__(
@@ -217,13 +201,11 @@ class ServerState:
         """
         The items the model saw for *response_id*, oldest first.
 
-        Every item of the chain (inputs and outputs of the ancestors), then
-        the request's own input items, as the model saw them: item
-        references and reasoning items without ``encrypted_content`` are the
-        items their ids name (see `resolve_context`), every other item is
-        exactly as received.  Instructions and
-        the response's own output are not included.  Available for every
-        response created (stored or not) while `record` is on.
+        The chain's inputs and outputs, then the request's own input, with
+        item references and by-id reasoning items resolved (see
+        `resolve_context`); no instructions, not the response's own output.
+        Available for every response created (stored or not) while `record`
+        is on.
 
         Raises:
             KeyError: The server created no such response (or was not recording).
@@ -236,12 +218,7 @@ class ServerState:
             return copy.deepcopy(items)
 
     def resolve_input(self, items: list[Item]) -> list[Item]:
-        """
-        The context the model would see for *items* sent without ``previous_response_id``.
-
-        Raises:
-            APIError: an id that names no stored item, or an answer without its request.
-        """
+        """The context the model would see for *items* sent without ``previous_response_id`` (or APIError)."""
         return copy.deepcopy(resolve_context(items, self.stored_item))
 
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
@@ -265,23 +242,12 @@ class ServerState:
         return record
 
     def expire(self, response_id: str) -> None:
-        """
-        Make a stored response look expired: chaining from it gives
-        ``previous_response_not_found`` and retrieving it gives 404.
-
-        Raises:
-            KeyError: No live stored response has this id.
-        """
+        """Make a stored response look expired (chaining fails, retrieving 404s); KeyError if none is live."""
         if not self.store.expire(response_id):
             raise KeyError(response_id)
 
     def drop(self, response_id: str) -> None:
-        """
-        Delete a stored response from the store.
-
-        Raises:
-            KeyError: No stored response has this id.
-        """
+        """Delete a stored response from the store; KeyError if none has this id."""
         if not self.store.delete(response_id):
             raise KeyError(response_id)
 
@@ -294,11 +260,10 @@ class ServerState:
 
     def record_request(self, body: object) -> None:
         """Remember a received body while `record` is on (called for every parsed POST, rejected or not)."""
-        if not self.record:
-            return
-        snapshot = copy.deepcopy(body)
-        with self._lock:
-            self._requests.append(snapshot)
+        if self.record:
+            snapshot = copy.deepcopy(body)
+            with self._lock:
+                self._requests.append(snapshot)
 
     def prepare(
         self,
@@ -309,30 +274,15 @@ class ServerState:
         generate: bool = True,
     ) -> PendingResponse:
         """
-        Validate *body*, resolve its chain, check its context and run the model.
+        `resolve` *body*, then answer it with the model.
 
-        Args:
-            body: The decoded request body.
-            owner: Digest of the caller's API key: only its stored responses
-                and items resolve, and the response belongs to it.  ``None``
-                (in-process callers) resolves every owner's and saves the
-                response as keyless.
-            link: Resolve parents through this lookup instead of the store's
-                (the WebSocket endpoint puts its connection-local cache in
-                front of the store); the zero-data-retention refusal is then
-                the lookup's business.
-            generate: ``False`` answers without the model: a ``completed``
-                response with no output (a WebSocket warm-up).
-
-        Raises:
-            APIError: For every refusal, in OpenAI's shape.
+        *generate* ``False`` answers without the model: a ``completed``
+        response with no output (a WebSocket warm-up).
         """
         turn = self.resolve(body, owner=owner, link=link)
-        if generate:
-            reply = self.model.respond(turn.context, instructions=turn.request.instructions)
-        else:
-            reply = ModelReply(status="completed")
-        return self.finish(turn, reply)
+        if not generate:
+            return self.finish(turn, ModelReply(status="completed"))
+        return self.finish(turn, self.model.respond(turn.context, instructions=turn.request.instructions))
 
     def resolve(
         self,
@@ -345,10 +295,14 @@ class ServerState:
         Validate *body*, resolve its chain and check its context.
 
         Args:
-            body: The decoded request body.
-            owner: Digest of the caller's API key (see `prepare`).
+            owner: Digest of the caller's API key: only its stored responses
+                and items resolve, and the response belongs to it.  ``None``
+                (in-process callers) resolves every owner's and saves the
+                response as keyless.
             link: Resolve parents through this lookup instead of the store's
-                (see `prepare`).
+                (the WebSocket endpoint puts its connection-local cache in
+                front of the store); the zero-data-retention refusal is then
+                the lookup's business.
 
         Raises:
             APIError: For every refusal, in OpenAI's shape.
@@ -428,12 +382,7 @@ class ServerState:
                     )
 
     def save_final_or_log(self, pending: PendingResponse) -> bool:
-        """
-        Save the finished *pending* over its in-progress record, once its status line is gone.
-
-        A failure can no longer be an HTTP error: it is logged, and False
-        tells the caller to report it in the stream.
-        """
+        """Save the finished *pending* over its in-progress record; a failure is logged and gives False."""
         try:
             self.save_final(pending, overwrite=True)
         except Exception as exc:
@@ -448,10 +397,9 @@ class ServerState:
         *pending*'s events as a live stream sends them (HTTP and WebSocket alike).
 
         Its delay is waited after ``response.in_progress``; *to_save* (if
-        any) is saved over its in-progress record before the terminal event,
-        which becomes an ``error`` event (same sequence number) when that
-        fails.  Closed early — the client went away — it still saves: the
-        response completes.  Close it with `contextlib.aclosing`.
+        any) is saved before the terminal event, which becomes an ``error``
+        event when that fails.  Closed early (the client went away) it still
+        saves.  Close it with `contextlib.aclosing`.
         """
         events = stream_events(pending.response)
         finished = False
@@ -464,8 +412,8 @@ class ServerState:
                 yield event
             finished = True
             if to_save is not None and not self.save_final_or_log(to_save):
-                error = {"code": "server_error", "message": _errors.SAVE_FAILED, "param": None}
-                yield {"type": "error", **error, "sequence_number": events[-1]["sequence_number"]}
+                failed = _errors.error_event("server_error", _errors.SAVE_FAILED)
+                yield {**failed, "sequence_number": events[-1]["sequence_number"]}
                 return
             yield events[-1]
         finally:
@@ -477,8 +425,7 @@ class ServerState:
         The stored response object, when it belongs to *owner* (any, for None).
 
         Raises:
-            APIError: 404 when it is not stored (unknown, expired, deleted,
-                unstored, another key's).
+            APIError: 404 when it is not stored (or another key's).
         """
         return self._get(response_id, owner).response
 
@@ -506,24 +453,20 @@ class ServerState:
         """
         One page of the items used to generate a stored response.
 
-        The items are the chain's stored inputs and outputs followed by the
-        response's own input, read from the store now (the walk stops at the
-        first ancestor no longer stored).  Items that arrived without an
-        ``id`` are listed with a stable synthetic one.
+        The chain's stored inputs and outputs, then the response's own input,
+        read from the store now (the walk stops at the first ancestor no
+        longer stored); an item without an ``id`` is listed with a stable one.
 
         Raises:
             APIError: 404 when the response is not stored (or another
                 key's); 400 for a bad ``limit`` or ``order``.
         """
         if not 1 <= limit <= 100:
-            raise _errors.invalid_value(
-                "limit", f"Invalid 'limit': expected a value between 1 and 100, but got {limit}."
-            )
+            message = f"Invalid 'limit': expected a value between 1 and 100, but got {limit}."
+            raise _errors.invalid_value("limit", message)
         if order not in ("asc", "desc"):
-            raise _errors.invalid_value(
-                "order",
-                f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.",
-            )
+            message = f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'."
+            raise _errors.invalid_value("order", message)
         record = self._get(response_id, owner)
 
         def ancestor(parent: str) -> tuple[str | None, list[Item], list[Item]] | None:
@@ -541,11 +484,12 @@ class ServerState:
             ids = [item.get("id") for item in items]
             start = ids.index(after) + 1 if after in ids else len(items)
         page = items[start : start + limit]
+        first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
         return {
             "object": "list",
             "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
+            "first_id": first,
+            "last_id": last,
             "has_more": start + limit < len(items),
         }
 
@@ -576,15 +520,16 @@ def _unwind(
 
 
 def _listed(response_id: str, items: list[Item]) -> list[Item]:
-    listed = []
-    for index, item in enumerate(items):
-        if isinstance(item.get("id"), str):
-            listed.append(item)
-            continue
-        prefix = item_type(item.get("type", "message")).prefix
-        digest = hashlib.sha256(f"{response_id}:{index}".encode()).hexdigest()[:48]
-        listed.append({"id": f"{prefix}_{digest}", **item})
-    return listed
+    """*items* with a stable made-up id on each that arrived without one."""
+    return [
+        item if isinstance(item.get("id"), str) else {"id": _made_up_id(response_id, index, item), **item}
+        for index, item in enumerate(items)
+    ]
+
+
+def _made_up_id(response_id: str, index: int, item: Item) -> str:
+    digest = hashlib.sha256(f"{response_id}:{index}".encode()).hexdigest()[:48]
+    return f"{item_type(item.get('type', 'message')).prefix}_{digest}"
 
 
 def stale_in_stream_event(response_id: str) -> dict[str, Any]:

@@ -1,35 +1,24 @@
 """
 Request building for an upstream provider: Responses → Chat Completions (pure).
 
-`build_chat_request` turns a validated request and its resolved context
-into the body of ``POST /chat/completions``, sending only what Chat
-Completions accepts:
+`build_chat_request` sends only what Chat Completions accepts: the request's
+``instructions`` as a leading ``system`` message; messages with their text
+(chat ``image_url`` parts when a user message carries images; ``developer``
+becomes ``system``); consecutive calls of any tool type as one assistant
+message with ``tool_calls``, each followed by its ``tool`` message (a call
+with no output in the context is left out); no reasoning items.
 
-* the current request's ``instructions`` become one leading ``system``
-  message (earlier requests' instructions are never in the context);
-* ``user``/``system``/``assistant`` messages keep their text (a plain string
-  when every part is text; chat-style ``text``/``image_url`` parts when a
-  user message carries images); ``developer`` becomes ``system``;
-* consecutive calls (``function_call``, ``custom_tool_call``, ``shell_call``,
-  ``local_shell_call``, ``apply_patch_call``) become one assistant message
-  with ``tool_calls`` (with the text of the assistant messages among them),
-  followed at once by one ``tool`` message per call, paired by ``call_id``
-  in call order; a call with no output anywhere in the context is left out;
-* reasoning items are not sent.
-
-Tools: ``function`` tools go as they are; ``custom``, ``shell``,
-``local_shell`` and ``apply_patch`` tools become function tools with a JSON
-schema wrapper, recorded in a `ToolIdentityMap` that the reply is
-restored through.  ``text.format`` ``json_schema`` becomes a
-``response_format``; when degraded to ``json_object`` the plan remembers that
-the output must be valid JSON.
+Tools other than ``function`` become function tools with a JSON schema
+wrapper; `ChatPlan.tools` keeps each tool's type for restoring the reply.  A
+``json_schema`` text format becomes a ``response_format``; degraded to
+``json_object``, the plan remembers the output must be valid JSON.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from anchortrack.server._errors import APIError, missing_parameter
@@ -42,49 +31,55 @@ Message = dict[str, Any]
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
 
+
+def _object(properties: dict[str, Any], *required: str, **extra: Any) -> dict[str, Any]:
+    """A JSON schema of an object."""
+    return {"type": "object", "properties": properties, "required": list(required), **extra}
+
+
+_STRING: dict[str, Any] = {"type": "string"}
+_INTEGER: dict[str, Any] = {"type": "integer"}
+_STRINGS: dict[str, Any] = {"type": "array", "items": _STRING}
+
 #: The function schemas standing in for the tools Chat Completions lacks.
 WRAPPER_SCHEMAS: dict[str, dict[str, Any]] = {
-    "custom": {
-        "type": "object",
-        "properties": {"input": {"type": "string", "description": "The tool's input, verbatim."}},
-        "required": ["input"],
-        "additionalProperties": False,
-    },
-    "shell": {
-        "type": "object",
-        "properties": {
-            "commands": {"type": "array", "items": {"type": "string"}, "description": "Commands to run."},
-            "timeout_ms": {"type": "integer"},
-            "max_output_length": {"type": "integer"},
+    "custom": _object(
+        {"input": {**_STRING, "description": "The tool's input, verbatim."}},
+        "input",
+        additionalProperties=False,
+    ),
+    "shell": _object(
+        {
+            "commands": {**_STRINGS, "description": "Commands to run."},
+            "timeout_ms": _INTEGER,
+            "max_output_length": _INTEGER,
         },
-        "required": ["commands"],
-    },
-    "local_shell": {
-        "type": "object",
-        "properties": {
-            "command": {"type": "array", "items": {"type": "string"}, "description": "The argv to run."},
-            "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "timeout_ms": {"type": "integer"},
-            "working_directory": {"type": "string"},
-            "user": {"type": "string"},
+        "commands",
+    ),
+    "local_shell": _object(
+        {
+            "command": {**_STRINGS, "description": "The argv to run."},
+            "env": {"type": "object", "additionalProperties": _STRING},
+            "timeout_ms": _INTEGER,
+            "working_directory": _STRING,
+            "user": _STRING,
         },
-        "required": ["command"],
-    },
-    "apply_patch": {
-        "type": "object",
-        "properties": {
-            "operation": {
-                "type": "object",
-                "properties": {
-                    "type": {"type": "string", "enum": ["create_file", "update_file", "delete_file"]},
-                    "path": {"type": "string"},
-                    "diff": {"type": "string"},
+        "command",
+    ),
+    "apply_patch": _object(
+        {
+            "operation": _object(
+                {
+                    "type": {**_STRING, "enum": ["create_file", "update_file", "delete_file"]},
+                    "path": _STRING,
+                    "diff": _STRING,
                 },
-                "required": ["type", "path"],
-            }
+                "type",
+                "path",
+            )
         },
-        "required": ["operation"],
-    },
+        "operation",
+    ),
 }
 _WRAPPER_DESCRIPTIONS = {
     "shell": "Run shell commands.",
@@ -94,59 +89,14 @@ _WRAPPER_DESCRIPTIONS = {
 
 
 @dataclass(frozen=True)
-class ToolIdentity:
-    """One tool as requested and as the provider knows it."""
-
-    requested_type: str
-    requested_name: str
-    provider_name: str
-
-
-@dataclass
-class ToolIdentityMap:
-    """
-    Requested tool name/type ↔ provider function name, both ways.
-
-    Tools of types without a name (``shell``, ``local_shell``,
-    ``apply_patch``) are named after their type.
-    """
-
-    _by_provider: dict[str, ToolIdentity] = field(default_factory=dict)
-
-    def add(self, requested_type: str, requested_name: str) -> ToolIdentity:
-        """
-        Record a tool; return its identity.
-
-        Raises:
-            ValueError: Another tool already maps to the same provider name.
-        """
-        identity = ToolIdentity(requested_type, requested_name, requested_name)
-        existing = self._by_provider.get(identity.provider_name)
-        if existing is not None:
-            raise ValueError(
-                f"Tools '{existing.requested_name}' ({existing.requested_type}) and "
-                f"'{requested_name}' ({requested_type}) would both be called "
-                f"'{identity.provider_name}' by the upstream provider."
-            )
-        self._by_provider[identity.provider_name] = identity
-        return identity
-
-    def for_provider(self, provider_name: str) -> ToolIdentity | None:
-        """The identity of a provider-side name, or ``None`` if no tool has it."""
-        return self._by_provider.get(provider_name)
-
-    def __len__(self) -> int:
-        return len(self._by_provider)
-
-
-@dataclass(frozen=True)
 class ChatPlan:
     """
     One Chat Completions request and what the reply is restored with.
 
     Attributes:
         body: The JSON body for ``POST /chat/completions``.
-        tools: The tool identity map.
+        tools: Tool name → the type it was requested as (``function``,
+            ``custom``, ``shell``…): a provider call is restored to that type.
         requires_valid_json: ``json_schema`` was degraded to ``json_object``:
             the output must parse as JSON.
         json_schema: The ``response_format`` sent is ``json_schema`` (so it
@@ -154,7 +104,7 @@ class ChatPlan:
     """
 
     body: dict[str, Any]
-    tools: ToolIdentityMap
+    tools: dict[str, str]
     requires_valid_json: bool = False
     json_schema: bool = False
 
@@ -187,19 +137,15 @@ def _text_of(content: object) -> str:
     return "\n".join(texts)
 
 
-def _image_part(part: Item) -> Item | None:
-    url = part.get("image_url")
-    if not isinstance(url, str) or not url:
-        return None
-    image: Item = {"url": url}
-    if part.get("detail") in ("low", "high", "auto"):
-        image["detail"] = part["detail"]
-    return {"type": "image_url", "image_url": image}
-
-
 def _chat_part(part: Item) -> Item | None:
     if part.get("type") == "input_image":
-        return _image_part(part)
+        url = part.get("image_url")
+        if not isinstance(url, str) or not url:
+            return None
+        image: Item = {"url": url}
+        if part.get("detail") in ("low", "high", "auto"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
     text = _text_of([part])
     return {"type": "text", "text": text} if text else None
 
@@ -240,6 +186,11 @@ def call_arguments(item: Item) -> tuple[str, str]:
         keys = ("command", "env", "timeout_ms", "working_directory", "user")
         return "local_shell", _json(_without_none(item.get("action"), keys))
     return "apply_patch", _json({"operation": item.get("operation")})
+
+
+def _tool_call(call: Item) -> Item:
+    name, arguments = call_arguments(call)
+    return {"id": call["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def _output_call_id(item: Item) -> str | None:
@@ -292,7 +243,6 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
             call_id = _output_call_id(item)
             if call_id is not None:
                 outputs.setdefault(call_id, item)
-
     texts: list[str] = []
     calls: list[Item] = []
     answered: set[str] = set()
@@ -300,32 +250,13 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
     def flush() -> None:
         paired = [call for call in calls if call["call_id"] in outputs and call["call_id"] not in answered]
         if paired:
-            tool_calls = []
-            for call in paired:
-                name, arguments = call_arguments(call)
-                tool_calls.append(
-                    {
-                        "id": call["call_id"],
-                        "type": "function",
-                        "function": {"name": name, "arguments": arguments},
-                    }
-                )
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": "\n".join(texts) if texts else None,
-                    "tool_calls": tool_calls,
-                }
-            )
+            content = "\n".join(texts) if texts else None
+            tool_calls = [_tool_call(call) for call in paired]
+            messages.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
             for call in paired:
                 answered.add(call["call_id"])
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call["call_id"],
-                        "content": _output_text(outputs[call["call_id"]]),
-                    }
-                )
+                output = _output_text(outputs[call["call_id"]])
+                messages.append({"role": "tool", "tool_call_id": call["call_id"], "content": output})
         else:
             messages.extend({"role": "assistant", "content": text} for text in texts)
         texts.clear()
@@ -351,15 +282,18 @@ def _tool_error(message: str, index: int) -> APIError:
     return APIError(400, message, param=f"tools[{index}]", code="unsupported_parameter")
 
 
-def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
+def build_tools(tools: Sequence[Item]) -> tuple[list[Item], dict[str, str]]:
     """
-    The chat ``tools`` and the identity map for the request's *tools*.
+    The chat ``tools`` for the request's *tools*, and each tool's requested type by name.
+
+    Tools without a name (``shell``, ``local_shell``, ``apply_patch``) are
+    named after their type.
 
     Raises:
         APIError: 400 for a tool type no Chat Completions provider can run,
             or two tools that would share one provider name.
     """
-    identities = ToolIdentityMap()
+    types: dict[str, str] = {}
     chat_tools: list[Item] = []
     for index, tool in enumerate(tools):
         kind = tool.get("type")
@@ -397,12 +331,15 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], ToolIdentityMap]:
                 "(it only runs function tools).",
                 index,
             )
-        try:
-            identities.add(str(kind), name)
-        except ValueError as error:
-            raise _tool_error(str(error), index) from None
+        if name in types:
+            raise _tool_error(
+                f"Tools '{name}' ({types[name]}) and '{name}' ({kind}) would both be called "
+                f"'{name}' by the upstream provider.",
+                index,
+            )
+        types[name] = str(kind)
         chat_tools.append({"type": "function", "function": function})
-    return chat_tools, identities
+    return chat_tools, types
 
 
 def _tool_choice(choice: object) -> object:
@@ -436,19 +373,15 @@ def build_chat_request(
     """
     The Chat Completions request for *request* over its resolved *context*.
 
-    Args:
-        request: The validated Responses request.
-        context: The resolved context (chain items, then the new input).
-        model: The model name to send.
-        degrade_json_schema: Send ``json_object`` instead of ``json_schema``.
-        max_tokens_field: ``max_tokens`` or ``max_completion_tokens``.
+    *degrade_json_schema* sends ``json_object`` instead of ``json_schema``;
+    *max_tokens_field* names where ``max_output_tokens`` goes.
 
     Raises:
         APIError: 400 for tools or a ``tool_choice`` the provider cannot take.
     """
     body = request.body
     chat: dict[str, Any] = {"model": model, "messages": build_messages(context, request.instructions)}
-    tools, identities = build_tools(body.get("tools") or [])
+    tools, types = build_tools(body.get("tools") or [])
     if tools:
         chat["tools"] = tools
         choice = _tool_choice(body.get("tool_choice"))
@@ -464,10 +397,9 @@ def build_chat_request(
     if request.stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
-
     text = body.get("text")
     fmt = text.get("format") if isinstance(text, dict) else None
-    plan = ChatPlan(body=chat, tools=identities)
+    plan = ChatPlan(body=chat, tools=types)
     if isinstance(fmt, dict) and fmt.get("type") == "json_object":
         chat["response_format"] = {"type": "json_object"}
     elif isinstance(fmt, dict) and fmt.get("type") == "json_schema":

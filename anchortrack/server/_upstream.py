@@ -1,15 +1,11 @@
 """
 `Upstream`: a model backend that forwards to a Chat Completions provider.
 
-Each request's resolved context is sent as chat ``messages`` (see
-`anchortrack.server._translate`) to ``{base_url}/chat/completions`` and
-the reply is reconstructed into Responses output (see
-`anchortrack.server._reconstruct`).  It works with any server speaking
-Chat Completions: Ollama, vLLM, llama.cpp's server, Groq, OpenAI…
-
-HTTP goes through the openai client's own async HTTP stack (``httpx2`` with
-openai 3, ``httpx`` with openai 2); one connection per request, so the
-backend is bound to no event loop.
+Each request's resolved context goes to ``{base_url}/chat/completions`` as
+chat ``messages`` (`anchortrack.server._translate`) and the reply comes back
+as Responses output (`anchortrack.server._reconstruct`), with any server
+speaking Chat Completions.  HTTP goes through the openai client's own async
+stack, one connection per request, so the backend is bound to no event loop.
 
 Failures become OpenAI-shaped errors naming the upstream: unreachable → 502
 ``upstream_unreachable``; no answer within the timeout → 504
@@ -261,8 +257,8 @@ class Upstream:
         self, client: httpx.AsyncClient, response: httpx.Response, plan: ChatPlan, turn: Turn
     ) -> AsyncIterator[dict[str, Any] | ModelReply]:
         assembler = StreamAssembler(plan, self._origin(plan, turn), secret=self._secret)
+        done = False
         try:
-            done = False
             try:
                 async for line in response.aiter_lines():
                     if not line.startswith("data:"):
@@ -274,19 +270,16 @@ class Upstream:
                     try:
                         chunk = json.loads(data)
                     except ValueError:
-                        raise self._malformed("a stream chunk is not JSON") from None
+                        raise MalformedReply("a stream chunk is not JSON") from None
                     if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
                         raise self._stream_error(data)
                     for event in assembler.feed(chunk):
                         yield event
+                if not done and assembler.completion()["choices"][0]["finish_reason"] is None:
+                    raise MalformedReply("the stream ended before the reply was complete")
+                events, reply = assembler.finish()
             except httpx.HTTPError as error:
                 raise self._transport_error(error) from None
-            except MalformedReply as error:
-                raise self._malformed(str(error)) from None
-            if not done and assembler.completion()["choices"][0]["finish_reason"] is None:
-                raise self._malformed("the stream ended before the reply was complete")
-            try:
-                events, reply = assembler.finish()
             except MalformedReply as error:
                 raise self._malformed(str(error)) from None
             for event in events:

@@ -1,45 +1,19 @@
 """
 The Responses API's WebSocket mode at ``/v1/responses`` (``client.responses.connect()``).
 
-One socket carries many ``response.create`` events (the body of ``POST
-/v1/responses`` plus the envelope fields ``type``, ``stream_id`` and
-``generate``).  Each is answered with the same event sequence as an HTTP
-stream (``response.created`` … one terminal event), every event echoing the
-create's ``stream_id`` when it had one.  The semantics follow OpenAI's
-WebSocket-mode guide and the openai SDK (``openai.lib.responses_websocket``):
-
-* **Lanes.** Creates with the same ``stream_id`` (one default lane without)
-  run FIFO, one at a time; different lanes run concurrently.  A connection
-  accepts `MAX_NAMED_STREAMS` distinct named lanes
-  (``websocket_stream_limit_reached``); a malformed id is
-  ``invalid_stream_id``.
-* **Connection-local cache.** The latest chainable (``completed`` or
-  ``incomplete``) response of each lane is kept in memory while the socket is
-  open.  ``previous_response_id`` to it works on this socket even with
-  ``store: false`` or zero data retention, also from another lane (a fork).
-  An older response of the socket, or a response of another socket, resolves
-  only from the store — never under zero data retention.  A closed socket
-  loses its cache.
-* **Eviction.** A create that fails (an error frame, or a ``failed``
-  response) evicts the cached response it referenced when that is its own
-  lane's latest; a failed fork leaves the source lane's response cached.
-* **Warm-up.** ``generate: false`` answers ``completed`` with no output,
-  without running the model; its id can be chained from.
-* **Refusals** are error frames — ``{"type": "error", "status": 400, "error":
-  {"type", "code", "message", "param"}}``, plus ``stream_id`` — and the socket
-  stays open.  ``previous_response_not_found`` names the missing response.
-* **Storage.** Stored responses go to the shared store as over HTTP, so a
-  conversation moves between HTTP and sockets.  One chained from a parent
-  that only the cache knows is stored with its whole context as its input,
-  so it resolves anywhere.
-* **Lifetime.** A connection lives at most `WebSocketHub.max_age`
-  seconds (60 minutes, like OpenAI's), then gets a
-  ``websocket_connection_limit_reached`` error frame and a 1001 close.  The
-  exact closing sequence of the real service is not documented; this is an
-  inference.
-
-`WebSocketHub` holds the open connections; the app serves
-`WebSocketHub.serve` and, with test hooks, `WebSocketHub.test_routes`.
+One socket carries many ``response.create`` events (a ``POST /v1/responses``
+body plus the envelope fields ``type``, ``stream_id`` and ``generate``), each
+answered with the event sequence of an HTTP stream, echoing its ``stream_id``.
+Creates of one lane (``stream_id``) run in order, lanes concurrently.  Each
+lane's latest chainable response stays in a connection-local cache that
+chains on this socket even with ``store: false`` or zero data retention; a
+failed create evicts the cached response it referenced when that is its own
+lane's latest, and a response chained from a parent only the cache knows is
+stored with its whole context as input.  ``generate: false`` is a warm-up
+without the model.  Refusals are error frames; the socket stays open until
+`WebSocketHub.max_age`.  The semantics follow OpenAI's WebSocket-mode guide
+and the openai SDK (the closing sequence at the age limit is an inference);
+the server guide spells them out.
 """
 
 from __future__ import annotations
@@ -94,14 +68,7 @@ _DROP_WHEN = ("now", "after_created")
 
 @dataclass(frozen=True)
 class CreateEvent:
-    """
-    A validated ``response.create`` client event.
-
-    Attributes:
-        stream_id: Its lane (``None``: the default lane).
-        generate: ``False`` for a warm-up.
-        body: The event without its envelope: a ``POST /v1/responses`` body.
-    """
+    """A validated ``response.create`` client event: its lane, warm-up flag and ``POST`` body."""
 
     stream_id: str | None
     generate: bool
@@ -138,11 +105,10 @@ def parse_client_event(event: object) -> CreateEvent:
         )
     stream_id = event.get("stream_id")
     if stream_id is not None and not (isinstance(stream_id, str) and _STREAM_ID.fullmatch(stream_id)):
-        raise APIError(
-            400,
+        raise _errors.bad_request(
+            "stream_id",
+            "invalid_stream_id",
             "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or periods.",
-            param="stream_id",
-            code="invalid_stream_id",
         )
     generate = event.get("generate", True)
     if not isinstance(generate, bool):
@@ -163,23 +129,17 @@ def error_frame(error: APIError, stream_id: str | None, sequence_number: int | N
 
 def stream_limit_reached() -> APIError:
     """A connection asked for one named lane too many."""
-    return APIError(
-        400,
-        "This WebSocket connection has reached its stream limit.",
-        param="stream_id",
-        code="websocket_stream_limit_reached",
-    )
+    message = "This WebSocket connection has reached its stream limit."
+    return _errors.bad_request("stream_id", "websocket_stream_limit_reached", message)
 
 
 def connection_limit_reached(max_age: float) -> APIError:
     """A connection reached its maximum lifetime."""
-    minutes = max_age / 60
-    return APIError(
-        400,
-        f"This WebSocket connection has reached its maximum duration of {minutes:g} minutes. "
-        "Open a new connection to continue.",
-        code="websocket_connection_limit_reached",
+    message = (
+        f"This WebSocket connection has reached its maximum duration of {max_age / 60:g} minutes. "
+        "Open a new connection to continue."
     )
+    return _errors.bad_request(None, "websocket_connection_limit_reached", message)
 
 
 class ConnectionCache:
@@ -196,10 +156,7 @@ class ConnectionCache:
 
     def lookup(self, response_id: str) -> ChainLink | None:
         """The cached response *response_id* (the latest of some lane), or ``None``."""
-        for link in self._latest.values():
-            if link.id == response_id:
-                return link
-        return None
+        return next((link for link in self._latest.values() if link.id == response_id), None)
 
     def remember(
         self, lane: Lane, response_id: str, status: str, context: list[Item], output: list[Item]
@@ -291,10 +248,7 @@ class ReceivedFrame:
 
 class WebSocketHub:
     """
-    The WebSocket endpoint over a `ServerState`: open connections and their caches.
-
-    Args:
-        state: The server state shared with the HTTP routes.
+    The WebSocket endpoint over the `ServerState` the HTTP routes share: open connections and their caches.
 
     Attributes:
         max_age: Seconds a connection stays open (for connections opened afterwards).
@@ -312,12 +266,7 @@ class WebSocketHub:
     # -- what tests read and drive (thread-safe) ------------------------------------
 
     def cached(self, connection_id: str) -> dict[Lane, str]:
-        """
-        Lane → cached (latest) response id of an open connection.
-
-        Raises:
-            KeyError: No open connection has this id.
-        """
+        """Lane → cached (latest) response id of an open connection; KeyError if none has this id."""
         with self._lock:
             return self._connections[connection_id].cache.snapshot()
 
@@ -340,16 +289,11 @@ class WebSocketHub:
 
     async def drop(self, connection_id: str, code: int = DEFAULT_DROP_CODE, *, when: str = "now") -> None:
         """
-        Close a connection from the server side (on the server's event loop).
+        Close a connection from the server side with *code* (on the server's event loop).
 
-        Args:
-            connection_id: The connection.
-            code: The close code (the SDK reconnects on 1001, 1011-1013 and
-                a few others).
-            when: ``"now"``, or ``"after_created"``: the next create this
-                connection serves is dropped right after its
-                ``response.created`` (its response still completes, as over
-                HTTP when the client goes away).
+        *when* is ``"now"``, or ``"after_created"``: right after the
+        ``response.created`` of the next create it serves (that response still
+        completes, as over HTTP when the client goes away).
 
         Raises:
             KeyError: No open connection has this id.
@@ -393,14 +337,14 @@ class WebSocketHub:
                 conn.cache.clear()
 
     async def _receive(self, conn: _Connection, raw: str | bytes) -> None:
-        size = len(raw.encode() if isinstance(raw, str) else raw)
+        data = raw.encode() if isinstance(raw, str) else raw
         try:
-            decoded = decode_json(raw.encode() if isinstance(raw, str) else raw)
+            decoded = decode_json(data)
         except APIError as error:
-            self._record(ReceivedFrame(conn.id, size, None))
+            self._record(ReceivedFrame(conn.id, len(data), None))
             await conn.send(error_frame(error, None))
             return
-        self._record(ReceivedFrame(conn.id, size, decoded))
+        self._record(ReceivedFrame(conn.id, len(data), decoded))
         try:
             event = parse_client_event(decoded)
             lane = event.stream_id
@@ -418,10 +362,9 @@ class WebSocketHub:
         queue.put_nowait(event)
 
     def _record(self, frame: ReceivedFrame) -> None:
-        if not self.state.record:
-            return
-        with self._lock:
-            self._received.append(frame)
+        if self.state.record:
+            with self._lock:
+                self._received.append(frame)
 
     async def _work(self, conn: _Connection, lane: Lane, queue: asyncio.Queue[CreateEvent]) -> None:
         """One lane: its creates, FIFO, one at a time."""
@@ -448,11 +391,11 @@ class WebSocketHub:
             parent_cached = parent is not None and conn.cache.lookup(parent) is not None
         try:
             if self.state.backend is not None:
-                raise APIError(
-                    400,
+                raise _errors.bad_request(
+                    None,
+                    "unsupported_websocket_upstream",
                     "The WebSocket mode is not served in front of an upstream provider; "
                     "send this request over HTTP (POST /v1/responses).",
-                    code="unsupported_websocket_upstream",
                 )
             pending = self.state.prepare(
                 event.body, owner=conn.owner, link=self._link(conn), generate=event.generate
@@ -497,7 +440,7 @@ class WebSocketHub:
                     await conn.send(error_frame(error, event.stream_id, item["sequence_number"]))
                     return
                 if item["type"] in TERMINAL_EVENTS.values():
-                    self._update_cache(conn, lane, event, pending)
+                    self._update_cache(conn, lane, pending)
                 if not await conn.send({**item, **lane_id}):
                     return
                 if item["type"] == "response.created" and conn.drop_after_created is not None:
@@ -505,9 +448,7 @@ class WebSocketHub:
                     await conn.close(code, "dropped by the test hook")
                     return
 
-    def _update_cache(
-        self, conn: _Connection, lane: Lane, event: CreateEvent, pending: PendingResponse
-    ) -> None:
+    def _update_cache(self, conn: _Connection, lane: Lane, pending: PendingResponse) -> None:
         response = pending.response
         parent = pending.request.previous_response_id
         with self._lock:
@@ -526,35 +467,18 @@ class WebSocketHub:
     # -- test hooks -----------------------------------------------------------------
 
     def test_routes(self) -> list[Route]:
-        """
-        The WebSocket test hooks, under ``/_test/websockets``:
-
-        * ``GET /_test/websockets`` — the open connections, oldest first:
-          ``{"object": "list", "data": [{"id", "cached": [{"stream_id",
-          "response_id"}]}]}``.
-        * ``POST /_test/websockets/{id}/drop`` with optional ``{"code": int,
-          "when": "now" | "after_created"}`` — close it server-side (default
-          code 1012); ``{"id", "code", "when"}`` or 404.
-        * ``DELETE /_test/websockets/responses/{id}`` — evict a response from
-          every connection's cache; ``{"id", "forgotten": true}`` or 404.
-        * ``GET /_test/websockets/requests`` — every client frame received:
-          ``{"object": "list", "data": [{"connection", "bytes", "event"}]}``;
-          ``DELETE`` forgets them.
-        """
+        """The WebSocket test hooks under ``/_test/websockets``: list, drop, evict, recorded frames."""
 
         async def connections(request: Request) -> Response:
-            data = []
             with self._lock:
-                for conn in self._connections.values():
-                    cached = conn.cache.snapshot()
-                    data.append(
-                        {
-                            "id": conn.id,
-                            "cached": [
-                                {"stream_id": lane, "response_id": rid} for lane, rid in cached.items()
-                            ],
-                        }
-                    )
+                caches = {conn.id: conn.cache.snapshot() for conn in self._connections.values()}
+            data = [
+                {
+                    "id": conn_id,
+                    "cached": [{"stream_id": lane, "response_id": rid} for lane, rid in cached.items()],
+                }
+                for conn_id, cached in caches.items()
+            ]
             return JSONResponse({"object": "list", "data": data})
 
         async def drop(request: Request) -> Response:

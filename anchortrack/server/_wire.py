@@ -1,12 +1,10 @@
 """
 `WireTap`: the exact request bodies an openai client puts on the wire.
 
-A `WireTap` is an HTTP ``request`` event hook on the openai client's own
-HTTP client: it keeps the bytes of every ``POST …/responses`` body that leaves
-the process, in order, for tests, demos and benchmarks that check or measure
-what a client sent to the server.
-`http_client_classes` names the openai client's default HTTP client classes,
-which differ between openai 2 and 3.
+A `WireTap` is a ``request`` event hook on the openai client's own HTTP
+client, for tests, demos and benchmarks that check or measure what a client
+sent.  `http_client_classes` names those classes (they differ between openai
+2 and 3).
 """
 
 from __future__ import annotations
