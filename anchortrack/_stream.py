@@ -45,12 +45,13 @@ class Recorder(Protocol):
 class _Call:
     """The call a tracked stream carries the response of: records it, or reports it abandoned, once."""
 
-    __slots__ = ("done", "recorder", "reported", "target")
+    __slots__ = ("done", "held", "recorder", "reported", "target")
 
     def __init__(self, target: tuple[Recorder, Ticket] | None) -> None:
         self.target = target  # None once the stream is discarded: nothing to record or report
         self.recorder = StreamRecorder()
-        self.reported = False  # also while a peek holds the report back
+        self.reported = False
+        self.held = False  # while a peeked error awaits the tracker's decision
         self.done = False
 
     def completes(self, event: ResponseStreamEvent) -> Recorder | None:
@@ -65,31 +66,23 @@ class _Call:
     def end(self) -> None:
         """The stream's iteration stopped or its response was closed, whichever comes first."""
         self.done = True
-        if self.reported or self.target is None:
+        if self.held or self.reported or self.target is None:
             return
         self.reported = True
         if self.recorder.terminal is None:
             self.target[0].abandoned(self.target[1])
 
-    def hold(self) -> bool:
-        """Keep `end` from reporting until `release`; whether there was anything to hold."""
-        if self.reported:
-            return False
-        self.reported = True
-        return True
+    def release(self) -> None:
+        """Stop holding `end` back, and report at once if the stream has already ended."""
+        self.held = False
+        if self.done:
+            self.end()
 
-    def release(self, held: bool) -> None:
-        """Let `end` report again, and report at once if the stream has already ended."""
-        if held:
-            self.reported = False
-            if self.done:
-                self.end()
-
-    def refusal(self, held: bool, first: object, response: Any) -> BaseException | None:
-        """The error the peeked *first* event is or carries; without one, `release` the report."""
+    def refusal(self, first: object, response: Any) -> BaseException | None:
+        """The error the peeked *first* event is or carries; without one, `release` the stream."""
         error = first if isinstance(first, BaseException) else _error_event(first, response)
         if error is None:
-            self.release(held)
+            self.release()
         return error
 
 
@@ -129,17 +122,17 @@ class TrackedStream(Stream[ResponseStreamEvent]):
         `_discard` (it recovers) or `_release` (the error is the caller's).
         """
         call = self._call or _Call(None)
-        held = call.hold()
+        call.held = True
         first: ResponseStreamEvent | BaseException
         try:
             first = next(self._iterator)
         except StopIteration:
-            call.release(held)
+            call.release()
             return None
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
             first = caught
         self._iterator = _replay(first, self._iterator)
-        return call.refusal(held, first, self.response)
+        return call.refusal(first, self.response)
 
     def _discard(self) -> None:
         """Close a refused stream without counting it anywhere."""
@@ -150,7 +143,7 @@ class TrackedStream(Stream[ResponseStreamEvent]):
     def _release(self) -> None:
         """Count a stream whose first-event error is the caller's, as if it had ended now."""
         if self._call is not None:
-            self._call.release(held=True)
+            self._call.release()
 
 
 class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
@@ -184,17 +177,17 @@ class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
     async def _peek(self) -> BaseException | None:
         """Async twin of `TrackedStream._peek`."""
         call = self._call or _Call(None)
-        held = call.hold()
+        call.held = True
         first: ResponseStreamEvent | BaseException
         try:
             first = await self._iterator.__anext__()
         except StopAsyncIteration:
-            call.release(held)
+            call.release()
             return None
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
             first = caught
         self._iterator = _areplay(first, self._iterator)
-        return call.refusal(held, first, self.response)
+        return call.refusal(first, self.response)
 
     async def _discard(self) -> None:
         """Async twin of `TrackedStream._discard`."""
@@ -205,7 +198,7 @@ class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
     async def _release(self) -> None:
         """Async twin of `TrackedStream._release`."""
         if self._call is not None:
-            self._call.release(held=True)
+            self._call.release()
 
 
 def _error_event(event: object, response: Any) -> openai.APIError | None:
