@@ -290,12 +290,7 @@ def _ours(tb: types.TracebackType) -> bool:
 
 
 def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
-    """
-    `functools.wraps`: the override gets the SDK method's name, docstring and ``__wrapped__``.
-
-    So `inspect.signature` reports the installed SDK's signature and
-    ``typing.get_overloads`` finds its overloads.
-    """
+    """`functools.wraps`, so `inspect.signature` and ``typing.get_overloads`` report the SDK method's."""
     return functools.wraps(source)  # type: ignore[return-value]
 
 

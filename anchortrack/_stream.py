@@ -1,17 +1,13 @@
 """
 Tracked event streams: the openai ``Stream`` classes, recording on completion.
 
-They subclass ``openai.Stream`` / ``openai.AsyncStream``, so ``isinstance``
-holds and every helper (``responses.stream()``, raw responses, ``close()``)
-works unchanged. A response is recorded when its terminal event arrives,
-before that event reaches the caller; a stream that ends or is closed without
-one records nothing and is counted (``stream_abandoned``) then, not at
-garbage collection.
+A response is recorded when its terminal event arrives, before that event
+reaches the caller; a stream that ends or is closed without one records nothing
+and is counted (``stream_abandoned``) then, not at garbage collection.
 
-A chained stream is *peeked* before the caller gets it: its first event is
-read at once, so that a server refusing a stale anchor inside the stream
-(HTTP 200, then an error event) can be recovered from like an HTTP refusal.
-The caller then gets that event as if it had never been read.
+A chained stream is *peeked*: its first event is read at once, so a server
+refusing a stale anchor inside the stream (HTTP 200, then an error event) can
+be recovered from like an HTTP refusal. The caller still gets that event.
 """
 
 from __future__ import annotations
