@@ -79,9 +79,7 @@ def _load() -> None:
     """Import every public name into this module's namespace."""
     for name, home in _HOMES.items():
         value = getattr(importlib.import_module(home, __name__), name)
-        # Names defined in private modules say where users import them from (as
-        # httpx does): reprs and documentation show ``anchortrack.Plan``, not
-        # ``anchortrack._plan``.
+        # A name from a private module says where users import it from, as httpx's do: anchortrack.Plan
         if getattr(value, "__module__", "").startswith("anchortrack._"):
             value.__module__ = "anchortrack"
         globals()[name] = value

@@ -1,35 +1,18 @@
 """
 Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
 
-`wrap` returns a shallow copy of the client whose class is a subclass of the
+`wrap` returns a shallow copy of the client whose class subclasses the
 original's, so ``isinstance`` holds and typed code and frameworks accept it.
-The copy carries every attribute of the original — every constructor option,
-private ones such as ``_strict_response_validation`` included, and any the SDK
-adds later — and shares its connection pool; only the cached resource
-properties (``responses``, ``beta``, ``with_raw_response``, ...) are dropped, so
-they are built again for the copy. A tracer's patches on the original's
-resources (``client.responses.create = traced``, as langsmith's and
-braintrust's ``wrap_openai`` do) are carried over to the copy's, pointed at
-it (`carry_patches`, in `anchortrack._patches`); ``with_options()`` and ``copy()`` carry them too. The
-original is untouched.
+The copy keeps every attribute of the original (private options included) and
+its connection pool; the original is untouched. A tracer's patches on the
+original's resources are carried to the copy's (`anchortrack._patches`).
 
-An error the SDK raises through the wrapped client is re-raised as it is,
-with anchortrack's own frames taken out of its traceback (`_trimmed`).
-
-Two public seams are used:
-
-* ``client.responses`` (and ``client.beta.responses``, where the SDK has it)
-  is a subclass of the SDK's resource whose ``create`` (and ``parse``) plan the
-  call *before* the SDK serializes anything, so a chained call only serializes
-  its delta. ``stream()`` and the ``with_raw_response`` /
-  ``with_streaming_response`` forms call these.
-* ``client.post`` attaches the recorder to the one ``POST /responses`` that a
-  planned call makes (a ``post_parser`` for parsed responses, a
-  ``Stream`` subclass for event streams).
-
-Every overridden method carries the SDK's own signature, docstring and
-overloads (see `_mirror`), taken from the installed SDK when the class is
-built.
+Two public seams of the SDK are used: ``client.responses`` (and
+``client.beta.responses``) plans ``create`` / ``parse`` before the SDK
+serializes anything, and ``client.post`` attaches the recorder to the one
+``POST /responses`` a planned call makes. Overrides carry the SDK's own
+signatures, docstrings and overloads. An error the SDK raises is re-raised as
+it is, without anchortrack's frames in its traceback.
 """
 
 from __future__ import annotations
@@ -52,7 +35,6 @@ from openai.resources.responses import AsyncResponses, Responses
 from . import _otel
 from ._flow import Ticket
 from ._fork import ForkSafeLock
-from ._hashing import Scope
 from ._mode import Mode, coerce
 from ._patches import TRACKER_ATTR, carry_patches, clone, is_cached
 from ._stream import AsyncTrackedStream, TrackedStream
@@ -64,8 +46,6 @@ from .stores._open import coerce_store
 
 ClientT = TypeVar("ClientT", openai.OpenAI, openai.AsyncOpenAI)
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])
-
-_RESPONSES_PATH = "/responses"
 
 
 def wrap(
@@ -90,29 +70,26 @@ def wrap(
             a new private memory store; ``"sqlite:PATH"``; ``"redis://…"``).
             Default: one bounded in-process `MemoryStore` shared by every
             client wrapped without ``store=`` in this process, so a sync and
-            an async client continue each other's conversations; there,
-            anchors are also kept apart by API key. Share a `SQLiteStore` or
-            `RedisStore` to continue conversations across processes.
+            an async client continue each other's conversations. Share a
+            `SQLiteStore` or `RedisStore` to continue them across processes.
         mode: ``"chained"`` (default), ``"shadow"`` or ``"off"``. The
             ``ANCHORTRACK_MODE`` environment variable wins over this.
         namespace: Keep these anchors apart from other clients' anchors.
         record_incomplete: Anchor on ``incomplete`` responses too.
-        store_timeout: Seconds a store call may take (sync or async) before
-            anchortrack gives up on it and sends the request in full; also the
-            most the anchor write after a response may delay handing it back
-            (a write that misses it waits in a bounded backlog).
-        scope_by_api_key: Keep anchors apart per API key (the default): a
-            keyed digest of the client's API key, never the key itself, is
-            part of the scope, so clients with different keys sharing a
-            store never share anchors. Pass False to keep using anchors
-            across a key rotation (then separate tenants with *namespace*).
+        store_timeout: Seconds a store call may take before anchortrack gives
+            up on it and sends the request in full; also the most the anchor
+            write after a response may delay handing it back (a write that
+            misses it waits in a bounded backlog).
+        scope_by_api_key: Keep anchors apart per API key (a keyed digest of
+            the key, never the key itself, is part of the scope). Pass False
+            to keep using anchors across a key rotation (then separate
+            tenants with *namespace*).
 
     Returns:
-        A client of the same class as *client*, with every option of it
-        (private ones included) and sharing its connection pool.
-        ``with_options()`` and ``copy()`` on it do what the SDK's do and keep
-        tracking, with the same tracker. Wrapping a client that `wrap` made
-        returns it unchanged (the same client, the same tracker).
+        A client of the same class as *client*, with every option of it and
+        sharing its connection pool. ``with_options()`` and ``copy()`` on it
+        keep tracking with the same tracker. Wrapping a client that `wrap`
+        made returns it unchanged.
 
     Raises:
         TypeError: *client* is not an openai client; *store* is neither a
@@ -122,81 +99,25 @@ def wrap(
             *client* is already wrapped and other settings were asked for.
         ImportError: a ``redis://`` spec without the ``redis`` extra.
     """
-    if isinstance(client, openai.AsyncOpenAI):
-        is_async = True
-    elif isinstance(client, openai.OpenAI):
-        is_async = False
-    else:
-        raise TypeError(
-            f"anchortrack.wrap() takes an openai.OpenAI or openai.AsyncOpenAI, not {type(client).__name__}"
-        )
-    coerced_mode = coerce(mode) if mode is not None else None
-    if namespace is not None and not isinstance(namespace, str):
-        raise TypeError(
-            f"anchortrack.wrap(namespace=...) takes a string or None, not {type(namespace).__name__}"
-        )
-    if isinstance(store_timeout, bool) or not isinstance(store_timeout, (int, float)):
-        raise TypeError(
-            "anchortrack.wrap(store_timeout=...) takes seconds (a number), "
-            f"not {type(store_timeout).__name__}"
-        )
-    if not store_timeout > 0:
-        raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
+    is_async, coerced_mode = _checked(client, mode, namespace, store_timeout)
     existing = client.__dict__.get(TRACKER_ATTR)
     if isinstance(existing, Tracker):
         _check_rewrap(
             existing, store, coerced_mode, namespace, record_incomplete, store_timeout, scope_by_api_key
         )
         return client
-    resolved = coerce_store(store) if store is not None else None
     tracker = Tracker(
-        resolved,
+        coerce_store(store) if store is not None else None,
         mode=coerced_mode,
         namespace=namespace,
         record_incomplete=record_incomplete,
         store_timeout=store_timeout,
         scope_by_api_key=scope_by_api_key,
     )
-    base = _untracked_class(type(client))
-    tracked: ClientT = clone(client, _tracked_class(base, is_async=is_async))
+    tracked: ClientT = clone(client, _tracked_class(_untracked_class(type(client)), is_async=is_async))
     setattr(tracked, TRACKER_ATTR, tracker)
     carry_patches(client, tracked)
     return tracked
-
-
-def _check_rewrap(
-    tracker: Tracker,
-    store: object,
-    mode: Mode | None,
-    namespace: str | None,
-    record_incomplete: bool,
-    store_timeout: float,
-    scope_by_api_key: bool = True,
-) -> None:
-    """
-    Refuse to wrap a wrapped client again with other settings.
-
-    Settings left at their defaults ask for nothing; the existing tracker's
-    are kept.
-
-    Raises:
-        ValueError: a setting differs from the existing tracker's.
-    """
-    asked = {
-        "store": store is not None and store is not tracker.store,
-        "mode": mode is not None and mode is not tracker.mode,
-        "namespace": namespace is not None and namespace != tracker.namespace,
-        "record_incomplete": record_incomplete and not tracker.record_incomplete,
-        "store_timeout": store_timeout != 1.0 and store_timeout != tracker.store_timeout,
-        "scope_by_api_key": not scope_by_api_key and tracker.scope_by_api_key,
-    }
-    differing = [name for name, differs in asked.items() if differs]
-    if differing:
-        raise ValueError(
-            f"this client is already wrapped by anchortrack with other settings ({', '.join(differing)}); "
-            "wrap the original, unwrapped client instead, or use anchortrack.tracker(client) "
-            "to reach the existing tracker"
-        )
 
 
 def tracker(client: object) -> Tracker:
@@ -212,124 +133,10 @@ def tracker(client: object) -> Tracker:
     return found
 
 
-def _scope(client: Any, tracker: Tracker) -> Scope:
-    return tracker.scope_for(client)
+# -- the tracked call: the tracker plans it, then sends it through the SDK ---------------------
 
-
-#: The recorder for the ``POST /responses`` the current planned call makes.
+#: The tracker and ticket for the ``POST /responses`` the current planned call makes.
 _pending: ContextVar[tuple[Tracker, Ticket] | None] = ContextVar("anchortrack_pending", default=None)
-
-
-class _Observer:
-    """
-    A ``post_parser`` that hands the parsed result to the tracker.
-
-    A sync client's response is written to the store at once; an async one's
-    on the next await (the tracker's ``aflush``).
-    """
-
-    __slots__ = ("inner", "is_sync", "ticket", "tracker")
-
-    def __init__(
-        self, tracker: Tracker, ticket: Ticket, inner: Callable[[Any], Any] | None, *, is_sync: bool
-    ) -> None:
-        self.tracker = tracker
-        self.ticket = ticket
-        self.inner = inner
-        self.is_sync = is_sync
-
-    def __call__(self, parsed: Any) -> Any:
-        _otel.sent()
-        if self.inner is not None:
-            parsed = self.inner(parsed)
-        if isinstance(parsed, (TrackedStream, AsyncTrackedStream)):
-            parsed._bind(self.tracker, self.ticket)
-            built = sent_streams.get()
-            if built is not None:
-                built.append(parsed)
-        elif not isinstance(parsed, (Stream, AsyncStream)):
-            self.tracker.observe(self.ticket, parsed)
-            if self.is_sync:
-                self.tracker.flush()
-        return parsed
-
-
-def _observed(path: str, kwargs: dict[str, Any], stream_cls: type[Any]) -> dict[str, Any]:
-    """The ``post`` arguments with the pending recorder attached, if any."""
-    pending = _pending.get()
-    if pending is None or path.partition("?")[0] != _RESPONSES_PATH:
-        return kwargs
-    _pending.set(None)
-    tracker, ticket = pending
-    options = kwargs.get("options") or {}
-    out = dict(kwargs)
-    observer = _Observer(
-        tracker, ticket, options.get("post_parser"), is_sync=not issubclass(stream_cls, AsyncStream)
-    )
-    out["options"] = {**options, "post_parser": observer}
-    if kwargs.get("stream"):
-        out["stream_cls"] = _stream_class(kwargs.get("stream_cls"), stream_cls)
-    return out
-
-
-_stream_classes: dict[tuple[type[Any], Any], type[Any]] = {}
-
-
-def _stream_class(requested: Any, tracked: type[Any]) -> Any:
-    """
-    The tracked stream class for the ``stream_cls`` the SDK asked for.
-
-    ``Stream[E]`` becomes a tracked stream that yields ``E`` (the beta resource
-    streams beta events); a class anchortrack does not know is kept, and that
-    response is then not recorded.
-    """
-    if requested is None:
-        return tracked
-    generic = typing.get_origin(requested)
-    args = typing.get_args(requested)
-    if generic not in (Stream, AsyncStream) or len(args) != 1:
-        return requested
-    (event,) = args
-    if typing.get_args(tracked.__orig_bases__[0]) == args:
-        return tracked
-    key = (tracked, event)
-    cls = _stream_classes.get(key)
-    if cls is None:
-        # The SDK reads the event type from ``__orig_bases__``.
-        namespace = {"__orig_bases__": (generic[event],), "__module__": tracked.__module__}
-        cls = types.new_class(tracked.__name__, (tracked,), exec_body=lambda ns: ns.update(namespace))
-        cls.__qualname__ = tracked.__qualname__
-        _stream_classes[key] = cls
-    return cls
-
-
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _trimmed(error: BaseException) -> BaseException:
-    """
-    *error* with anchortrack's frames taken out of its traceback, if the SDK raised it.
-
-    The caller's traceback then shows the entry point (``create``) and the
-    SDK's frames, as unwrapped; the exception itself is unchanged. An error
-    anchortrack raised itself keeps every frame.
-    """
-    frames: list[types.TracebackType] = []
-    tb = error.__traceback__
-    while tb is not None:
-        frames.append(tb)
-        tb = tb.tb_next
-    if not frames or _ours(frames[-1]):
-        return error
-    kept: types.TracebackType | None = None
-    for frame in reversed(frames):
-        if not _ours(frame):
-            kept = types.TracebackType(kept, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
-    return error.with_traceback(kept)
-
-
-def _ours(tb: types.TracebackType) -> bool:
-    return tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
 
 
 def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
@@ -347,7 +154,7 @@ def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -
             _pending.reset(token)
 
     try:
-        return tracker.call(params, lambda: _scope(client, tracker), send)
+        return tracker.call(params, lambda: tracker.scope_for(client), send)
     except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
         raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
 
@@ -367,26 +174,9 @@ async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, 
             _pending.reset(token)
 
     try:
-        return await tracker.acall(params, lambda: _scope(client, tracker), send)
+        return await tracker.acall(params, lambda: tracker.scope_for(client), send)
     except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
         raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
-
-
-def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
-    """
-    Give an override the SDK method's identity: name, docstring, annotations.
-
-    ``__wrapped__`` makes `inspect.signature` report the SDK's exact signature,
-    and the SDK's ``__module__`` / ``__qualname__`` make
-    ``typing.get_overloads`` find its overloads. Taken from the installed SDK
-    when the class is built, so they follow whatever version is installed.
-    """
-
-    def apply(func: FuncT) -> FuncT:
-        functools.update_wrapper(func, source)
-        return func
-
-    return apply
 
 
 def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -395,7 +185,113 @@ def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], k
     tracker = client.__dict__.get(TRACKER_ATTR)
     if tracker is None:
         return method(*args, **kwargs)
-    return connect_tracked(tracker, lambda: _scope(client, tracker), method, args, kwargs)
+    return connect_tracked(tracker, lambda: tracker.scope_for(client), method, args, kwargs)
+
+
+def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str, Any]:
+    """
+    The ``post`` arguments, with the pending call's recorder attached if this is its ``POST /responses``.
+
+    The recorder is a ``post_parser``: it binds a tracked stream to the call,
+    or hands a parsed response to the tracker (a sync client writes it at once,
+    an async one on its next await).
+    """
+    pending = _pending.get()
+    if pending is None or path.partition("?")[0] != "/responses":
+        return kwargs
+    _pending.set(None)
+    tracker, ticket = pending
+    options = kwargs.get("options") or {}
+    inner: Callable[[Any], Any] | None = options.get("post_parser")
+
+    def observe(parsed: Any) -> Any:
+        _otel.sent()
+        if inner is not None:
+            parsed = inner(parsed)
+        if isinstance(parsed, (TrackedStream, AsyncTrackedStream)):
+            parsed._bind(tracker, ticket)
+            built = sent_streams.get()
+            if built is not None:
+                built.append(parsed)
+        elif not isinstance(parsed, (Stream, AsyncStream)):
+            tracker.observe(ticket, parsed)
+            if not is_async:
+                tracker.flush()
+        return parsed
+
+    out = {**kwargs, "options": {**options, "post_parser": observe}}
+    if kwargs.get("stream"):
+        out["stream_cls"] = _stream_class(
+            kwargs.get("stream_cls"), AsyncTrackedStream if is_async else TrackedStream
+        )
+    return out
+
+
+def _stream_class(requested: Any, tracked: type[Any]) -> Any:
+    """
+    The tracked stream class for the ``stream_cls`` the SDK asked for.
+
+    ``Stream[E]`` becomes a tracked stream that yields ``E`` (the beta resource
+    streams beta events); a class anchortrack does not know is kept, and that
+    response is then not recorded.
+    """
+    if requested is None:
+        return tracked
+    args = typing.get_args(requested)
+    if typing.get_origin(requested) not in (Stream, AsyncStream) or len(args) != 1:
+        return requested
+    if typing.get_args(tracked.__orig_bases__[0]) == args:
+        return tracked
+    key = (tracked, args[0])
+    if key not in _stream_classes:
+        # The SDK reads the event type from ``__orig_bases__``.
+        namespace = {
+            "__orig_bases__": (typing.get_origin(requested)[args[0]],),
+            "__module__": tracked.__module__,
+        }
+        cls = types.new_class(tracked.__name__, (tracked,), exec_body=lambda ns: ns.update(namespace))
+        cls.__qualname__ = tracked.__qualname__
+        _stream_classes[key] = cls
+    return _stream_classes[key]
+
+
+_stream_classes: dict[tuple[type[Any], Any], type[Any]] = {}
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _trimmed(error: BaseException) -> BaseException:
+    """
+    *error* with anchortrack's frames taken out of its traceback, if the SDK raised it.
+
+    The caller then sees the entry point (``create``) and the SDK's frames, as
+    unwrapped; an error anchortrack raised itself keeps every frame.
+    """
+    frames: list[types.TracebackType] = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    if not frames or _ours(frames[-1]):
+        return error
+    kept: types.TracebackType | None = None
+    for frame in reversed(frames):
+        if not _ours(frame):
+            kept = types.TracebackType(kept, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return error.with_traceback(kept)
+
+
+def _ours(tb: types.TracebackType) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
+
+
+# -- the tracked classes ----------------------------------------------------------------------
+
+
+def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
+    """`functools.wraps`, so `inspect.signature` and ``typing.get_overloads`` report the SDK method's."""
+    return functools.wraps(source)  # type: ignore[return-value]
 
 
 class _TrackedResponses(Responses):
@@ -430,13 +326,26 @@ class _AsyncTrackedResponses(AsyncResponses):
         return _connect(self, super().connect, args, kwargs)
 
 
-def _beta_resources() -> tuple[type[Any], type[Any]] | None:
-    """The SDK's beta ``Responses`` / ``AsyncResponses`` (openai 3.x and late 2.x)."""
-    try:
-        from openai.resources.beta import responses
-    except ImportError:  # pragma: no cover - depends on the installed SDK
-        return None
-    return responses.Responses, responses.AsyncResponses
+def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], Any]], Any]:
+    """A cached property overriding *owner*'s *name*, with its docstring."""
+
+    def apply(func: Callable[[Any], Any]) -> Any:
+        source = inspect.getattr_static(owner, name, None)
+        getter = getattr(source, "func", None) or getattr(source, "fget", None)
+        if getter is not None:
+            func.__doc__ = getter.__doc__
+        prop = cached_property(func)
+        prop.__doc__ = func.__doc__
+        return prop
+
+    return apply
+
+
+def _named_like(cls: type[Any], base: type[Any]) -> type[Any]:
+    """*cls*, named (and documented) as *base*, the SDK class it stands in for."""
+    cls.__name__, cls.__qualname__, cls.__module__ = base.__name__, base.__qualname__, base.__module__
+    cls.__doc__ = base.__doc__
+    return cls
 
 
 def _beta_classes() -> tuple[type[Any], type[Any]] | None:
@@ -444,29 +353,25 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     The tracked ``client.beta`` classes (sync, async), if the SDK has beta Responses.
 
     ``client.beta.responses.create`` posts to the same ``/responses`` endpoint
-    (with ``?beta=true`` and an ``openai-beta`` header) and its responses chain
-    by ``previous_response_id`` like the stable ones, so it is planned,
-    recorded and recovered exactly as ``client.responses.create`` is (one
-    tracker serves both, so a conversation may move between them). Its other
-    methods are the SDK's, untouched: ``retrieve``, ``cancel``, ``delete`` and
-    ``input_items`` read or change stored responses and send no history;
-    ``compact`` returns a compacted item list rather than a response to chain
-    from; ``connect()`` is passed through untouched (``client.responses.connect()``
-    is the tracked WebSocket mode: `anchortrack._websocket`).
+    and chains like the stable one, so one tracker plans and records both (a
+    conversation may move between them). Its other methods are the SDK's:
+    they send no history or return nothing to chain from; its ``connect()`` is
+    passed through (``client.responses.connect()`` is the tracked WebSocket mode).
     """
-    found = _beta_resources()
-    if found is None:
+    try:
+        from openai.resources.beta.responses import AsyncResponses as AsyncBetaResponses
+        from openai.resources.beta.responses import Responses as BetaResponses
+    except ImportError:  # pragma: no cover - depends on the installed SDK
         return None
-    BetaResponses, AsyncBetaResponses = found
 
-    class _TrackedBetaResponses(BetaResponses):  # type: ignore[misc,valid-type]
+    class _TrackedBetaResponses(BetaResponses):
         """``client.beta.responses`` of a tracked sync client."""
 
         @_mirror(BetaResponses.create)
         def create(self, **params: Any) -> Any:
             return _create(self, super().create, params)
 
-    class _AsyncTrackedBetaResponses(AsyncBetaResponses):  # type: ignore[misc,valid-type]
+    class _AsyncTrackedBetaResponses(AsyncBetaResponses):
         """``client.beta.responses`` of a tracked async client."""
 
         @_mirror(AsyncBetaResponses.create)
@@ -483,45 +388,38 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
         def responses(self) -> Any:
             return _AsyncTrackedBetaResponses(self._client)
 
-    for cls, base in ((_TrackedBeta, Beta), (_AsyncTrackedBeta, AsyncBeta)):
-        cls.__name__, cls.__qualname__, cls.__doc__ = base.__name__, base.__qualname__, base.__doc__
-        cls.__module__ = base.__module__
-    return _TrackedBeta, _AsyncTrackedBeta
-
-
-def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], Any]], Any]:
-    """A cached property overriding *owner*'s *name*, with its docstring."""
-
-    def apply(func: Callable[[Any], Any]) -> Any:
-        source = inspect.getattr_static(owner, name, None)
-        getter = getattr(source, "func", None) or getattr(source, "fget", None)
-        if getter is not None:
-            func.__doc__ = getter.__doc__
-        prop = cached_property(func)
-        prop.__doc__ = func.__doc__
-        return prop
-
-    return apply
+    return _named_like(_TrackedBeta, Beta), _named_like(_AsyncTrackedBeta, AsyncBeta)
 
 
 _BETA = _beta_classes()
 
 
 def _copied(source: Any, new: Any) -> Any:
-    """Carry the tracker over to a client made by ``copy()``/``with_options()``."""
+    """Carry the tracker and a tracer's patches over to a client made by ``copy()``/``with_options()``."""
     setattr(new, TRACKER_ATTR, source.__dict__.get(TRACKER_ATTR))
     carry_patches(source, new)
     return new
 
 
-def _make_sync_class(base: type[Any]) -> type[Any]:
+def _make_class(base: type[Any], *, is_async: bool) -> type[Any]:
+    """The tracked subclass of the client class *base*."""
+    responses_cls = _AsyncTrackedResponses if is_async else _TrackedResponses
+    beta_cls = _BETA[is_async] if _BETA is not None and is_cached(base, "beta") else None
+
     class Tracked(base):  # type: ignore[misc]
         @_mirror_property(base, "responses")
-        def responses(self) -> Responses:
-            return _TrackedResponses(self)
+        def responses(self) -> Any:
+            return responses_cls(self)
 
-        def post(self, path: str, **kwargs: Any) -> Any:
-            return super().post(path, **_observed(path, kwargs, TrackedStream))
+        if is_async:
+
+            async def post(self, path: str, **kwargs: Any) -> Any:
+                return await super().post(path, **_observed(path, kwargs, is_async=True))
+
+        else:
+
+            def post(self, path: str, **kwargs: Any) -> Any:  # type: ignore[misc]
+                return super().post(path, **_observed(path, kwargs, is_async=False))
 
         @_mirror(base.copy)
         def copy(self, *args: Any, **kwargs: Any) -> Any:
@@ -531,37 +429,11 @@ def _make_sync_class(base: type[Any]) -> type[Any]:
         def with_options(self, *args: Any, **kwargs: Any) -> Any:
             return _copied(self, super().with_options(*args, **kwargs))
 
-        if _BETA is not None and is_cached(base, "beta"):
+        if beta_cls is not None:
 
             @_mirror_property(base, "beta")
             def beta(self) -> Any:
-                return _BETA[0](self)
-
-    return Tracked
-
-
-def _make_async_class(base: type[Any]) -> type[Any]:
-    class Tracked(base):  # type: ignore[misc]
-        @_mirror_property(base, "responses")
-        def responses(self) -> AsyncResponses:
-            return _AsyncTrackedResponses(self)
-
-        async def post(self, path: str, **kwargs: Any) -> Any:
-            return await super().post(path, **_observed(path, kwargs, AsyncTrackedStream))
-
-        @_mirror(base.copy)
-        def copy(self, *args: Any, **kwargs: Any) -> Any:
-            return _copied(self, super().copy(*args, **kwargs))
-
-        @_mirror(base.with_options)
-        def with_options(self, *args: Any, **kwargs: Any) -> Any:
-            return _copied(self, super().with_options(*args, **kwargs))
-
-        if _BETA is not None and is_cached(base, "beta"):
-
-            @_mirror_property(base, "beta")
-            def beta(self) -> Any:
-                return _BETA[1](self)
+                return beta_cls(self)
 
     return Tracked
 
@@ -582,10 +454,68 @@ def _tracked_class(base: type[Any], *, is_async: bool) -> type[Any]:
     with _classes_lock:
         cls = _classes.get(base)
         if cls is None:
-            cls = (_make_async_class if is_async else _make_sync_class)(base)
-            cls.__name__ = base.__name__
-            cls.__qualname__ = base.__qualname__
-            cls.__module__ = base.__module__
+            cls = _named_like(_make_class(base, is_async=is_async), base)
             setattr(cls, _BASE_ATTR, base)
             _classes[base] = cls
         return cls
+
+
+# -- arguments --------------------------------------------------------------------------------
+
+
+def _checked(
+    client: Any, mode: Mode | str | None, namespace: object, store_timeout: object
+) -> tuple[bool, Mode | None]:
+    """Whether *client* is async, and *mode* as a `Mode`; raise on an argument `wrap` does not take."""
+    if isinstance(client, openai.AsyncOpenAI):
+        is_async = True
+    elif isinstance(client, openai.OpenAI):
+        is_async = False
+    else:
+        raise TypeError(
+            f"anchortrack.wrap() takes an openai.OpenAI or openai.AsyncOpenAI, not {type(client).__name__}"
+        )
+    coerced_mode = coerce(mode) if mode is not None else None
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(
+            f"anchortrack.wrap(namespace=...) takes a string or None, not {type(namespace).__name__}"
+        )
+    if isinstance(store_timeout, bool) or not isinstance(store_timeout, (int, float)):
+        raise TypeError(
+            "anchortrack.wrap(store_timeout=...) takes seconds (a number), "
+            f"not {type(store_timeout).__name__}"
+        )
+    if not store_timeout > 0:
+        raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
+    return is_async, coerced_mode
+
+
+def _check_rewrap(
+    tracker: Tracker,
+    store: object,
+    mode: Mode | None,
+    namespace: str | None,
+    record_incomplete: bool,
+    store_timeout: float,
+    scope_by_api_key: bool,
+) -> None:
+    """
+    Refuse to wrap a wrapped client again with other settings.
+
+    Settings left at their defaults ask for nothing; the existing tracker's are kept.
+    """
+    asked = {
+        "store": store is not None and store is not tracker.store,
+        "mode": mode is not None and mode is not tracker.mode,
+        "namespace": namespace is not None and namespace != tracker.namespace,
+        "record_incomplete": record_incomplete and not tracker.record_incomplete,
+        "store_timeout": store_timeout != 1.0 and store_timeout != tracker.store_timeout,
+        "scope_by_api_key": not scope_by_api_key and tracker.scope_by_api_key,
+    }
+    differing = [name for name, differs in asked.items() if differs]
+    if differing:
+        raise ValueError(
+            f"this client is already wrapped by anchortrack with other settings ({', '.join(differing)}); "
+            "wrap the original, unwrapped client instead, or use anchortrack.tracker(client) "
+            "to reach the existing tracker"
+        )

@@ -1,11 +1,10 @@
 """
 Locks that a forked child can take.
 
-A lock held by another thread when the process forks stays held forever in the
-child: that thread does not exist there to release it. Prefork servers (gunicorn,
-uWSGI) and ``multiprocessing`` with the fork start method fork while the parent's
-threads use the wrapped client, so every lock anchortrack takes on a call's path is a
-`ForkSafeLock`: the child starts with a fresh, unheld one.
+A lock another thread holds when the process forks stays held forever in the
+child, where that thread does not exist. Prefork servers (gunicorn, uWSGI) and
+``multiprocessing`` fork while threads use the wrapped client, so every lock on
+a call's path is a `ForkSafeLock`: the child starts with a fresh, unheld one.
 """
 
 from __future__ import annotations
@@ -20,25 +19,13 @@ _locks: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
 
 
 class ForkSafeLock:
-    """A `threading.Lock` that is replaced by a fresh, unheld one in a forked child."""
+    """A `threading.Lock` (taken with ``with``) that is replaced by a fresh, unheld one in a forked child."""
 
     __slots__ = ("__weakref__", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         _locks.add(self)
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        """Take the lock (as `threading.Lock.acquire`)."""
-        return self._lock.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        """Release the lock."""
-        self._lock.release()
-
-    def locked(self) -> bool:
-        """Whether the lock is held."""
-        return self._lock.locked()
 
     def __enter__(self) -> bool:
         return self._lock.acquire()

@@ -1,19 +1,13 @@
 """
 Logger acquisition (the library never configures logging).
 
-If the application configured structlog, events go through it.
-Otherwise they go to the standard library logger ``anchortrack`` through a
-structlog wrapper, so nothing below WARNING shows until the application
-configures logging.
-Each record's message is the event name followed by its key/values
-(``anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' using='off'``),
-so they show whatever renders it: Python's last-resort handler when nothing
-is configured, ``logging.basicConfig``, or any formatter; the key/values also
-arrive as ``extra`` attributes (and the bare name as ``event``) for
-structured handlers.
+Events go through structlog if the application configured it; otherwise to
+the standard library logger ``anchortrack``, as records whose message is the
+event name and its key/values (readable by any handler or formatter) and whose
+``extra`` carries the key/values and the bare name as ``event``.
 
-Every event is namespaced, past tense, with flat snake_case keys and never
-item content (at most 12-hex-character digest prefixes). See docs/events.md.
+Events are namespaced, past tense, with flat snake_case keys and never item
+content (at most 12-hex-character digest prefixes). See docs/events.md.
 """
 
 from __future__ import annotations
@@ -29,13 +23,7 @@ _stdlib_logger = logging.getLogger("anchortrack")
 
 
 def render_to_record(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> dict[str, Any]:
-    """
-    Turn an event into ``Logger._log`` keyword arguments.
-
-    The message carries the event and its key/values (``repr`` of each
-    value, like structlog's key/value renderer); ``extra`` carries the
-    key/values themselves and the bare event name as ``event``.
-    """
+    """Turn an event into ``Logger._log`` keyword arguments (each value as its ``repr``)."""
     fields = dict(event_dict)
     event = str(fields.pop("event", ""))
     pairs = " ".join(f"{key}={value!r}" for key, value in fields.items())
@@ -56,13 +44,9 @@ class _Fallback(structlog.stdlib.BoundLogger):
         return super().info(event, *args, **kw)
 
 
-#: Used while the application has not configured structlog: events below the
-#: stdlib logger's level are dropped before any rendering (one bound logger,
-#: made once: a lazy proxy would bind a new one for every event).
+#: Used while the application has not configured structlog (made once: a lazy proxy binds one per event).
 _fallback = _Fallback(
-    _stdlib_logger,
-    processors=[structlog.stdlib.filter_by_level, render_to_record],
-    context={},
+    _stdlib_logger, processors=[structlog.stdlib.filter_by_level, render_to_record], context={}
 )
 
 

@@ -1,15 +1,11 @@
 """
 A tracked copy of a client, and a tracer's patches carried onto it.
 
-`clone` makes the shallow copy `anchortrack.wrap` returns, without the
-original's cached resources (``responses``, ``chat``, ...), which are built
-again for the copy. Tracers such as langsmith's and braintrust's
-``wrap_openai`` patch those resource objects in place
-(``client.responses.create = traced``), their patch holding the original
-resource's bound method; `carry_patches` carries each such patch over with the
-references it holds to the original client's objects pointed at the copy's, so
-the tracer sees every call made through the wrapped client, before anchortrack
-plans it. A patch that cannot be carried is named in one warning.
+Tracers such as langsmith's and braintrust's ``wrap_openai`` patch a client's
+resources in place (``client.responses.create = traced``), the patch holding
+the original resource's bound method. `carry_patches` carries each patch to the
+copy with those references pointed at the copy's objects, so the tracer sees
+every call made through the wrapped client, before anchortrack plans it.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import functools
 import inspect
 import types
 import warnings
-from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
@@ -26,24 +21,22 @@ from typing import Any
 #: The attribute a tracked client keeps its tracker under (never copied).
 TRACKER_ATTR = "_anchortrack_tracker"
 
+#: The original client's objects by id: (the original, its counterpart in the copy, its path for warnings).
+_Pairs = dict[int, tuple[Any, Any, str]]
+
 
 def clone(client: Any, cls: type[Any]) -> Any:
     """
     A shallow copy of *client* as an instance of *cls*, without its cached resources.
 
-    No constructor runs, so nothing the SDK's ``copy()`` would reset or drop is
-    lost. Values are shared (the connection pool, credential providers), except
-    top-level dicts and lists, which are copied so that mutating one client's
-    headers or query never changes the other's. Cached properties hold
-    resources bound to *client*; they are left out, to be built for the copy.
+    No constructor runs, so nothing the SDK's ``copy()`` would reset is lost.
+    Top-level dicts and lists are copied (one client's headers never change the
+    other's); cached resources are bound to *client*, so the copy builds its own.
     """
-    state: dict[str, Any] = {}
-    for name, value in vars(client).items():
-        if name == TRACKER_ATTR or is_cached(type(client), name):
-            continue
-        state[name] = value.copy() if type(value) in (dict, list) else value
     new = object.__new__(cls)
-    new.__dict__.update(state)
+    for name, value in vars(client).items():
+        if name != TRACKER_ATTR and not is_cached(type(client), name):
+            new.__dict__[name] = value.copy() if type(value) in (dict, list) else value
     return new
 
 
@@ -60,10 +53,8 @@ def is_cached(cls: type[Any], name: str) -> bool:
 
 
 _cached_names: dict[type[Any], frozenset[str]] = {}
-
-
-_MAX_DEPTH = 8
 _warned: set[tuple[str, str]] = set()
+_MISSING = object()
 
 
 def carry_patches(source: Any, target: Any) -> None:
@@ -73,7 +64,7 @@ def carry_patches(source: Any, target: Any) -> None:
     A patch whose references to *source*'s objects cannot be found is left out
     (the copy stays tracked, not traced by it) and `wrap` warns once per patch.
     """
-    pairs: dict[int, tuple[Any, Any, str]] = {id(source): (source, target, "client")}
+    pairs: _Pairs = {id(source): (source, target, "client")}
     _pair(source, target, "client", pairs, 0)
     for original, copy, path in list(pairs.values()):
         for name, value in list(vars(original).items()):
@@ -89,14 +80,11 @@ def carry_patches(source: Any, target: Any) -> None:
             carried = _rebind(value, pairs, 0, {})
             if carried is not None:
                 copy.__dict__[name] = carried
-            elif original is not source:  # the client's own (`_clone` copied them) keep working as they are
+            elif original is not source:  # the client's own (`clone` copied them) keep working as they are
                 _warn_uncarried(f"{path}.{name}", value)
 
 
-_MISSING = object()
-
-
-def _pair(original: Any, copy: Any, path: str, pairs: dict[int, tuple[Any, Any, str]], depth: int) -> None:
+def _pair(original: Any, copy: Any, path: str, pairs: _Pairs, depth: int) -> None:
     """Pair each resource *original* has built with the same resource of *copy*, recursively."""
     if depth > 3:
         return
@@ -110,7 +98,7 @@ def _pair(original: Any, copy: Any, path: str, pairs: dict[int, tuple[Any, Any, 
         _pair(value, counterpart, f"{path}.{name}", pairs, depth + 1)
 
 
-def _same_kind(value: Any, present: Any, pairs: Mapping[int, tuple[Any, Any, str]]) -> bool:
+def _same_kind(value: Any, present: Any, pairs: _Pairs) -> bool:
     """Whether *value* (the original's) is what the SDK itself put where the copy has *present*."""
     if type(value) is types.MethodType and type(present) is types.MethodType:
         pair = pairs.get(id(value.__self__))
@@ -120,15 +108,15 @@ def _same_kind(value: Any, present: Any, pairs: Mapping[int, tuple[Any, Any, str
     return type(value) is type(present) and not hasattr(value, "__wrapped__")
 
 
-def _rebind(value: Any, pairs: Mapping[int, tuple[Any, Any, str]], depth: int, memo: dict[int, Any]) -> Any:
+def _rebind(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
     """
-    *value* with its references to the original client's objects pointed at the copy's.
+    *value* with its references to the original client's objects pointed at the copy's, or None.
 
     Follows bound methods, functions' closures and ``__wrapped__``, wrapt's
-    function wrappers and ``functools.partial``; returns None when nothing in
-    *value* refers to the original's objects.
+    function wrappers and ``functools.partial``; None when nothing in *value*
+    refers to the original's objects.
     """
-    if depth > _MAX_DEPTH:
+    if depth > 8:
         return None
     if id(value) not in memo:
         memo[id(value)] = None  # a cycle through *value* refers to nothing new
@@ -136,7 +124,8 @@ def _rebind(value: Any, pairs: Mapping[int, tuple[Any, Any, str]], depth: int, m
     return memo[id(value)]
 
 
-def _rebound(value: Any, pairs: Mapping[int, tuple[Any, Any, str]], depth: int, memo: dict[int, Any]) -> Any:
+def _rebound(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
+    """`_rebind`, uncached."""
     pair = pairs.get(id(value))
     if pair is not None:
         return pair[1]
@@ -163,11 +152,10 @@ def _rebound(value: Any, pairs: Mapping[int, tuple[Any, Any, str]], depth: int, 
 
 
 def _rebind_function(
-    func: types.FunctionType, pairs: Mapping[int, tuple[Any, Any, str]], depth: int, memo: dict[int, Any]
+    func: types.FunctionType, pairs: _Pairs, depth: int, memo: dict[int, Any]
 ) -> types.FunctionType | None:
     """A copy of *func* whose closure and ``__wrapped__`` refer to the copy's objects, or None."""
     cells = func.__closure__ or ()
-    changed = False
     closure: list[types.CellType] = []
     for cell in cells:
         try:
@@ -176,17 +164,14 @@ def _rebind_function(
             closure.append(cell)
             continue
         rebound = _rebind(content, pairs, depth + 1, memo)
-        if rebound is None:
-            closure.append(cell)
-        else:
-            closure.append(types.CellType(rebound))
-            changed = True
+        closure.append(cell if rebound is None else types.CellType(rebound))
     wrapped = func.__dict__.get("__wrapped__")
     new_wrapped = _rebind(wrapped, pairs, depth + 1, memo) if wrapped is not None else None
-    if not changed:
+    if all(new is old for new, old in zip(closure, cells, strict=True)):
         return None
-    code, defaults = func.__code__, func.__defaults__
-    new = types.FunctionType(code, func.__globals__, func.__name__, defaults, tuple(closure))
+    new = types.FunctionType(
+        func.__code__, func.__globals__, func.__name__, func.__defaults__, tuple(closure)
+    )
     new.__kwdefaults__ = func.__kwdefaults__
     new.__dict__.update(func.__dict__)
     if new_wrapped is not None:
@@ -204,10 +189,11 @@ def _warn_uncarried(path: str, patch: Any) -> None:
     if key in _warned:
         return
     _warned.add(key)
-    message = (
+    warnings.warn(
         f"anchortrack.wrap(): {path} was replaced on this client by {origin}.{name}, which anchortrack "
         "cannot carry over to the wrapped client: calls through the wrapped client are chained but "
         "that patch does not see them. Apply it to the wrapped client instead: "
-        "tracer(anchortrack.wrap(client))."
+        "tracer(anchortrack.wrap(client)).",
+        RuntimeWarning,
+        stacklevel=4,
     )
-    warnings.warn(message, RuntimeWarning, stacklevel=4)

@@ -1,22 +1,13 @@
 """
 Tracked event streams: the openai ``Stream`` classes, recording on completion.
 
-They subclass ``openai.Stream`` / ``openai.AsyncStream`` so that
-``isinstance`` holds and every helper (``responses.stream()``, raw responses,
-``close()``, ``response``) works unchanged.
-A response is recorded when its terminal event arrives — before that event is
-handed to the caller — and never at ``response.created``; a stream that ends
-or is abandoned early records nothing, and is counted (``stream_abandoned``)
-when its iteration stops or its response is closed (``close()``, ``with``
-exit), not at garbage collection.
-Each twin writes its anchor itself right after observing it: the sync one with
-``flush()``, the async one with ``await aflush()``.
+A response is recorded when its terminal event arrives, before that event
+reaches the caller; a stream that ends or is closed without one records nothing
+and is counted (``stream_abandoned``) then, not at garbage collection.
 
-A chained stream is *peeked* before the caller gets it (`TrackedStream._peek`):
-its first event is read at once, so that a server that refuses a stale anchor
-inside the stream (HTTP 200, then an error event, as llama-stack does) can be
-recovered from like an HTTP refusal. The first event is then handed to the
-caller as if it had never been read (an error, raised on the first ``next()``).
+A chained stream is *peeked*: its first event is read at once, so a server
+refusing a stale anchor inside the stream (HTTP 200, then an error event) can
+be recovered from like an HTTP refusal. The caller still gets that event.
 """
 
 from __future__ import annotations
@@ -47,173 +38,163 @@ class Recorder(Protocol):
     def abandoned(self, ticket: Ticket | None) -> None: ...
 
 
-class _Ending:
-    """
-    Reports a bound stream that ends without its terminal event, once.
+class _Call:
+    """The call a tracked stream carries the response of: records it, or reports it abandoned, once."""
 
-    It ends when its iteration stops, or when its HTTP response is closed —
-    by ``close()``, a ``with`` block's exit, or ``responses.stream()``'s
-    manager — whichever comes first; never later, at garbage collection.
-    """
-
-    __slots__ = ("done", "recorder", "reported", "target")
+    __slots__ = ("done", "held", "recorder", "reported", "target")
 
     def __init__(self, target: tuple[Recorder, Ticket] | None) -> None:
-        self.target = target
+        self.target = target  # None once the stream is discarded: nothing to record or report
         self.recorder = StreamRecorder()
         self.reported = False
+        self.held = False  # while a peeked error awaits the tracker's decision
         self.done = False
 
+    def completes(self, event: ResponseStreamEvent) -> Recorder | None:
+        """Feed *event*; if it is the terminal one, record the response and return the tracker to flush."""
+        final = self.recorder.feed(event)
+        if final is None or self.target is None:
+            return None
+        tracker, ticket = self.target
+        tracker.observe(ticket, final[0], final[1])
+        return tracker
+
     def end(self) -> None:
+        """The stream's iteration stopped or its response was closed, whichever comes first."""
         self.done = True
-        if self.reported or self.target is None:
+        if self.held or self.reported or self.target is None:
             return
         self.reported = True
         if self.recorder.terminal is None:
             self.target[0].abandoned(self.target[1])
 
+    def release(self) -> None:
+        """Stop holding `end` back, and report at once if the stream has already ended."""
+        self.held = False
+        if self.done:
+            self.end()
+
+    def refusal(self, first: object, response: Any) -> BaseException | None:
+        """The error the peeked *first* event is or carries; without one, `release` the stream."""
+        error = first if isinstance(first, BaseException) else _error_event(first, response)
+        if error is None:
+            self.release()
+        return error
+
 
 class TrackedStream(Stream[ResponseStreamEvent]):
     """A ``Stream`` of Responses events that records the response it carries."""
 
-    _anchortrack: tuple[Recorder, Ticket] | None = None
-    _ending: _Ending | None = None
+    _call: _Call | None = None
 
     def _bind(self, tracker: Recorder, ticket: Ticket) -> None:
-        self._anchortrack = (tracker, ticket)
-        ending = self._ending = _Ending(self._anchortrack)
-        response, close = self.response, self.response.close
+        call = self._call = _Call((tracker, ticket))
+        close = self.response.close
 
         def closed() -> None:
             try:
                 close()
             finally:
-                ending.end()
+                call.end()
 
-        response.close = closed  # type: ignore[method-assign]
+        self.response.close = closed  # type: ignore[method-assign]
 
     def __stream__(self) -> Iterator[ResponseStreamEvent]:
-        ending = self._ending or _Ending(None)
-        recorder = ending.recorder
+        call = self._call or _Call(None)
         try:
             for event in super().__stream__():
-                final = recorder.feed(event)
-                if final is not None and self._anchortrack is not None:
-                    tracker, ticket = self._anchortrack
-                    tracker.observe(ticket, final[0], final[1])
+                tracker = call.completes(event)
+                if tracker is not None:
                     tracker.flush()
                 yield event
         finally:
-            ending.end()
+            call.end()
 
     def _peek(self) -> BaseException | None:
         """
         Read the first event now; return the error it is or carries, if any.
 
-        After an error, the stream is counted nowhere until the tracker
-        decides: `_discard` (it recovers) or `_release` (the error is the
-        caller's).
+        After an error the stream is counted nowhere until the tracker decides:
+        `_discard` (it recovers) or `_release` (the error is the caller's).
         """
-        held = _hold(self._ending)
+        call = self._call or _Call(None)
+        call.held = True
+        first: ResponseStreamEvent | BaseException
         try:
             first = next(self._iterator)
         except StopIteration:
-            error = None
+            call.release()
+            return None
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
-            error = caught
-            self._iterator = _raising(caught)
-        else:
-            self._iterator = _prepend(first, self._iterator)
-            error = _error_event(first, self.response)
-        if error is None:
-            _release(self._ending, held)
-        return error
+            first = caught
+        self._iterator = _replay(first, self._iterator)
+        return call.refusal(first, self.response)
 
     def _discard(self) -> None:
         """Close a refused stream without counting it anywhere."""
-        self._anchortrack = None
+        if self._call is not None:
+            self._call.target = None
         self.close()
 
     def _release(self) -> None:
         """Count a stream whose first-event error is the caller's, as if it had ended now."""
-        _release(self._ending, held=True)
+        if self._call is not None:
+            self._call.release()
 
 
 class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
     """An ``AsyncStream`` of Responses events that records the response it carries."""
 
-    _anchortrack: tuple[Recorder, Ticket] | None = None
-    _ending: _Ending | None = None
+    _call: _Call | None = None
 
     def _bind(self, tracker: Recorder, ticket: Ticket) -> None:
-        self._anchortrack = (tracker, ticket)
-        ending = self._ending = _Ending(self._anchortrack)
-        response, aclose = self.response, self.response.aclose
+        call = self._call = _Call((tracker, ticket))
+        aclose = self.response.aclose
 
         async def closed() -> None:
             try:
                 await aclose()
             finally:
-                ending.end()
+                call.end()
 
-        response.aclose = closed  # type: ignore[method-assign]
+        self.response.aclose = closed  # type: ignore[method-assign]
 
     async def __stream__(self) -> AsyncIterator[ResponseStreamEvent]:
-        ending = self._ending or _Ending(None)
-        recorder = ending.recorder
+        call = self._call or _Call(None)
         try:
             async for event in super().__stream__():
-                final = recorder.feed(event)
-                if final is not None and self._anchortrack is not None:
-                    tracker, ticket = self._anchortrack
-                    tracker.observe(ticket, final[0], final[1])
+                tracker = call.completes(event)
+                if tracker is not None:
                     await tracker.aflush()
                 yield event
         finally:
-            ending.end()
+            call.end()
 
     async def _peek(self) -> BaseException | None:
         """Async twin of `TrackedStream._peek`."""
-        held = _hold(self._ending)
+        call = self._call or _Call(None)
+        call.held = True
+        first: ResponseStreamEvent | BaseException
         try:
             first = await self._iterator.__anext__()
         except StopAsyncIteration:
-            error = None
+            call.release()
+            return None
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
-            error = caught
-            self._iterator = _araising(caught)
-        else:
-            self._iterator = _aprepend(first, self._iterator)
-            error = _error_event(first, self.response)
-        if error is None:
-            _release(self._ending, held)
-        return error
+            first = caught
+        self._iterator = _areplay(first, self._iterator)
+        return call.refusal(first, self.response)
 
     async def _discard(self) -> None:
         """Async twin of `TrackedStream._discard`."""
-        self._anchortrack = None
+        if self._call is not None:
+            self._call.target = None
         await self.close()
 
     async def _release(self) -> None:
         """Async twin of `TrackedStream._release`."""
-        _release(self._ending, held=True)
-
-
-def _hold(ending: _Ending | None) -> bool:
-    """Keep *ending* from reporting for now; whether it was holding anything."""
-    if ending is None or ending.reported:
-        return False
-    ending.reported = True
-    return True
-
-
-def _release(ending: _Ending | None, held: bool) -> None:
-    """Let *ending* report again, and report at once if its stream has already ended."""
-    if ending is None or not held:
-        return
-    ending.reported = False
-    if ending.done:
-        ending.end()
+        if self._call is not None:
+            self._call.release()
 
 
 def _error_event(event: object, response: Any) -> openai.APIError | None:
@@ -225,29 +206,22 @@ def _error_event(event: object, response: Any) -> openai.APIError | None:
     return openai.APIError(message, response.request, body=body)
 
 
-def _prepend(
-    first: ResponseStreamEvent, rest: Iterator[ResponseStreamEvent]
+def _replay(
+    first: ResponseStreamEvent | BaseException, rest: Iterator[ResponseStreamEvent]
 ) -> Iterator[ResponseStreamEvent]:
+    """*first* (an event, or an error raised on the first ``next()``), then *rest*."""
+    if isinstance(first, BaseException):
+        raise first
     yield first
     yield from rest
 
 
-async def _aprepend(
-    first: ResponseStreamEvent, rest: AsyncIterator[ResponseStreamEvent]
+async def _areplay(
+    first: ResponseStreamEvent | BaseException, rest: AsyncIterator[ResponseStreamEvent]
 ) -> AsyncIterator[ResponseStreamEvent]:
+    """Async twin of `_replay`."""
+    if isinstance(first, BaseException):
+        raise first
     yield first
     async for event in rest:
         yield event
-
-
-def _raising(error: BaseException) -> Iterator[ResponseStreamEvent]:
-    """A generator that raises *error* on the first ``next()``."""
-    yield from ()
-    raise error
-
-
-async def _araising(error: BaseException) -> AsyncIterator[ResponseStreamEvent]:
-    """An async generator that raises *error* on the first ``anext()``."""
-    for _ in ():
-        yield _
-    raise error
