@@ -506,34 +506,53 @@ def _reported(mode: Mode, plan: Plan) -> Log:
 
 
 def drive(flow: Generator[Any, Any, R], run: Callable[[Any], Any]) -> R:
-    """Run *flow* to completion, performing each effect with *run* (sync)."""
-    value: Any = None
-    error: BaseException | None = None
+    """Run *flow* to completion, performing each effect with *run* (sync); what *run* raises goes in."""
+    resume: Callable[[Any], Any] = flow.send
+    answer: Any = None
     while True:
         try:
-            effect = flow.throw(error) if error is not None else flow.send(value)
+            effect = resume(answer)
         except StopIteration as stop:
             result: R = stop.value
             return result
-        error = None
         try:
-            value = run(effect)
-        except Exception as exc:  # noqa: BLE001 - handed to the flow to decide
-            value, error = None, exc
+            resume, answer = flow.send, run(effect)
+        except Exception as error:  # noqa: BLE001 - handed to the flow to decide
+            resume, answer = flow.throw, error
 
 
 async def adrive(flow: Generator[Any, Any, R], run: Callable[[Any], Awaitable[Any]]) -> R:
-    """Run *flow* to completion, performing each effect with *run* (async)."""
-    value: Any = None
-    error: BaseException | None = None
+    """Run *flow* to completion, performing each effect with *run* (async): the twin of `drive`."""
+    resume: Callable[[Any], Any] = flow.send
+    answer: Any = None
     while True:
         try:
-            effect = flow.throw(error) if error is not None else flow.send(value)
+            effect = resume(answer)
         except StopIteration as stop:
             result: R = stop.value
             return result
-        error = None
         try:
-            value = await run(effect)
-        except Exception as exc:  # noqa: BLE001 - handed to the flow to decide
-            value, error = None, exc
+            resume, answer = flow.send, await run(effect)
+        except Exception as error:  # noqa: BLE001 - handed to the flow to decide
+            resume, answer = flow.throw, error
+
+
+def relay(
+    flow: Generator[Any, Any, R], step: Callable[[Any], Generator[Any, Any, Any]]
+) -> Generator[Any, Any, R]:
+    """
+    Run *flow* inside another flow: *step* turns each of its effects into a sub-flow whose
+    effects go out; what that sub-flow returns or raises goes back into *flow*.
+    """
+    resume: Callable[[Any], Any] = flow.send
+    answer: Any = None
+    while True:
+        try:
+            effect = resume(answer)
+        except StopIteration as stop:
+            result: R = stop.value
+            return result
+        try:
+            resume, answer = flow.send, (yield from step(effect))
+        except Exception as error:  # noqa: BLE001 - handed to the flow to decide
+            resume, answer = flow.throw, error

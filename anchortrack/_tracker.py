@@ -2,23 +2,24 @@
 The tracker: one wrapped client's state, and the performer of its effects.
 
 One tracker serves one wrapped client and every copy made from it
-(``with_options()``, ``copy()``).
-The decisions live in `anchortrack._flow`; this module performs the effects
-the flow yields — store operations through the fail-open `Guard`, sends
-through the client, bookkeeping into `Stats` and the log — and writes the
-anchors recorded responses become.
-It is also the call's fail-open entry (`Tracker.call` / `Tracker.acall`):
-a fault while planning sends the call through unchanged. The WebSocket
-transport performs its calls itself (`anchortrack._socketcalls`), through the
-same public methods.
+(``with_options()``, ``copy()``). The decisions live in `anchortrack._flow`;
+the tracker performs the effects the flow yields (store operations through
+the fail-open `FailOpen`, sends through the client, bookkeeping into `Stats`
+and the log) and builds the anchors recorded responses become. A fault inside
+anchortrack sends the call through unchanged. The WebSocket transport performs
+its calls itself (`anchortrack._socketcalls`), through the same public methods.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextlib import closing
 from contextvars import ContextVar
 from typing import Any
+
+import attrs
 
 from . import _otel
 from ._failopen import FailOpen, is_store_effect
@@ -34,6 +35,7 @@ from ._flow import (
     adrive,
     call_flow,
     drive,
+    relay,
 )
 from ._fork import ForkSafeLock
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
@@ -56,6 +58,9 @@ sent_streams: ContextVar[list[Any] | None] = ContextVar("anchortrack_sent_stream
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
 AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
+
+#: How many entries each of a tracker's small caches holds before it starts over.
+_CACHE_SIZE = 64
 
 
 class CallState:
@@ -119,17 +124,12 @@ class Tracker:
     Raises:
         TypeError: *store* is not a store or a store spec.
 
-    The wrapped client, its streams and its WebSocket connections use it
-    through these methods only (an internal interface, not for applications):
-    `call` / `acall` (one HTTP call), `observe` (a response to record),
-    `flush` / `aflush` (write what was recorded), `abandoned` (a stream that
-    ended early). A transport that performs a call's effects itself (the
-    WebSocket's `anchortrack._socketcalls.SocketCalls`) also uses `begin` (a
-    call's context), `note` (a bookkeeping effect into a `CallState`),
-    `settle` / `publish` (a call's outcome), `fault` (a fault inside
-    anchortrack), `chaining_disabled` (a scope under zero data retention),
-    `anchor_of` (the anchor a response becomes), and the attributes `mode`,
-    `failopen` (store effects, fail-open), `stats` and `record_incomplete`.
+    An internal interface, not for applications: the wrapped client, its
+    streams and its WebSocket connections use `call` / `acall`, `observe`,
+    `flush` / `aflush` and `abandoned`; a transport that performs a call's
+    effects itself (`anchortrack._socketcalls.SocketCalls`) also uses `begin`,
+    `note`, `settle` / `publish`, `fault`, `chaining_disabled`, `anchor_of`
+    and the attributes `mode`, `failopen`, `stats` and `record_incomplete`.
 
     Attributes:
         store: The anchor store.
@@ -176,8 +176,6 @@ class Tracker:
         self.backlog = self.failopen.backlog
         self._memo = Memo()
         self._zdr: set[str] = set()
-        self._roots: dict[Scope, tuple[str, bytes]] = {}
-        self._last_root: tuple[Scope | None, tuple[str, bytes]] = (None, ("", b""))
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
         self._lock = ForkSafeLock()
         self._subscribers: tuple[Callable[[Outcome], object], ...] = ()
@@ -192,23 +190,16 @@ class Tracker:
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
         return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
 
-    @property
-    def store_cooldown(self) -> float:
-        """Seconds the store is skipped after a failure before it is tried again."""
-        return self.failopen.cooldown
-
-    @store_cooldown.setter
-    def store_cooldown(self, seconds: float) -> None:
-        self.failopen.cooldown = seconds
-
-    @property
-    def store_timeout(self) -> float:
-        """Seconds a store operation may take before the call goes without it."""
-        return self.failopen.timeout
-
-    @store_timeout.setter
-    def store_timeout(self, seconds: float) -> None:
-        self.failopen.timeout = seconds
+    store_cooldown = property(
+        lambda self: self.failopen.cooldown,
+        lambda self, seconds: setattr(self.failopen, "cooldown", seconds),
+        doc="Seconds the store is skipped after a failure before it is tried again.",
+    )
+    store_timeout = property(
+        lambda self: self.failopen.timeout,
+        lambda self, seconds: setattr(self.failopen, "timeout", seconds),
+        doc="Seconds a store operation may take before the call goes without it.",
+    )
 
     def scope_for(self, client: Any) -> Scope:
         """
@@ -228,8 +219,7 @@ class Tracker:
             and getattr(client, "_api_key_provider", None) is None
         )
         secret = self.store.secret_key
-        # Every call asks: the same settings give the same scope, so it is made
-        # once. The key is named by its (cached) string hash, never held.
+        # Asked on every call, so made once per client and settings; the key is named by its hash, never held.
         settings = (
             client.base_url,
             getattr(client, "organization", None),
@@ -248,11 +238,15 @@ class Tracker:
             namespace=self.namespace,
             api_key_digest=api_key_digest(api_key, secret) if by_key else None,  # type: ignore[arg-type]
         )
-        with self._lock:
-            if len(self._scopes) >= 64:
-                self._scopes.clear()
-            self._scopes[id(client)] = (settings, scope)
+        self._remember(self._scopes, id(client), (settings, scope))
         return scope
+
+    def _remember(self, cache: dict[Any, Any], key: object, value: object) -> None:
+        """Put *value* in one of the small caches, which starts over when full."""
+        with self._lock:
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            cache[key] = value
 
     # -- outcomes -------------------------------------------------------------
 
@@ -276,36 +270,13 @@ class Tracker:
         return unsubscribe
 
     def publish(self, outcome: Outcome) -> None:
-        """Hand one call's outcome to `stats` and every subscriber."""
+        """Hand one call's outcome to `stats` and every subscriber; what a subscriber raises is logged."""
         self.stats.observe(outcome)
         for callback in self._subscribers:
-            _notify(callback, outcome)
-
-    def _hint_once(self, event: str) -> bool:
-        """Whether the hint *event* is due: the first time on this tracker."""
-        with self._lock:
-            due = event not in self._hinted
-            self._hinted.add(event)
-        return due
-
-    def _grown(self, scope_key: str, hashes: Sequence[bytes]) -> None:
-        """
-        Note a history with no model output; hint once when one keeps growing that way.
-
-        A history that extends the previous one of its scope but holds no model
-        output skipped that call's response: the loop forgot ``history +=
-        response.output``, and no call of it can ever chain.
-        """
-        last = self._no_output.get(scope_key)
-        grew = last is not None and last[0] < len(hashes) and hashes[last[0] - 1] == last[1]
-        streak = last[2] + 1 if grew and last is not None else 0
-        with self._lock:
-            if len(self._no_output) >= 64:
-                self._no_output.clear()
-            self._no_output[scope_key] = (len(hashes), hashes[-1], streak)
-        event = "anchortrack.hint_output_missing"
-        if streak >= 2 and self._hint_once(event):
-            get_logger().warning(event, items=len(hashes), calls=streak + 1, hint=HINTS[event])
+            try:
+                callback(outcome)
+            except Exception as error:  # noqa: BLE001, PERF203 - an observer never breaks the call
+                get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
 
     def settle(self, state: CallState) -> None:
         """Publish the call's outcome, once, if it was planned."""
@@ -325,7 +296,20 @@ class Tracker:
             )
         )
 
-    # -- the fail-open entry ------------------------------------------------
+    def fault(self, error: Exception, transport: str = HTTP, *, counted: bool = True) -> None:
+        """
+        Report a fault inside anchortrack; the call goes out (or its answer comes in) exactly as given.
+
+        *counted*: publish it as the call's outcome (a fault once the outcome
+        is known, or outside any call, is only logged).
+        """
+        if counted:
+            self.publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, transport))
+        get_logger().warning(
+            "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", **_via(transport)
+        )
+
+    # -- one HTTP call: a flow of effects, performed by `call` or `acall` ---------
 
     def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
         """
@@ -336,39 +320,101 @@ class Tracker:
         unchanged; once something was sent, only what the SDK raised reaches
         the caller.
         """
-        try:
-            begun = self.begin(params, scope())
-        except Exception as error:  # noqa: BLE001 - fail open
-            self.fault(error)
-            return send(params, None)
-        if begun is None:
-            return send(params, None)
-        state = CallState(begun[0])
-        try:
-            return self._run(state, begun[1], send)
-        except Exception as error:
-            if error is state.sdk_error:
-                raise
-            self.fault(error)
-            return state.response if state.answered else send(params, None)
+        failopen = self.failopen
+
+        def perform(effect: Any) -> Any:
+            if type(effect) is Send:
+                return send(effect.body, effect.ticket)
+            if effect is _FLUSH:
+                return failopen.flush()
+            if type(effect) is _StreamStep:
+                return getattr(effect.stream, effect.method)()
+            return failopen.perform(effect)
+
+        with closing(self._call(params, scope)) as flow:
+            return drive(flow, perform)
 
     async def acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
         """Make one tracked call (async): the twin of `call`."""
+        failopen = self.failopen
+
+        async def perform(effect: Any) -> Any:
+            if type(effect) is Send:
+                return await send(effect.body, effect.ticket)
+            if effect is _FLUSH:
+                return await failopen.aflush()
+            if type(effect) is _StreamStep:
+                return await getattr(effect.stream, effect.method)()
+            return await failopen.aperform(effect)
+
+        with closing(self._call(params, scope)) as flow:
+            return await adrive(flow, perform)
+
+    def _call(self, params: dict[str, Any], scope: Callable[[], Scope]) -> Generator[Any, Any, Any]:
+        """
+        One HTTP call, failing open, as a flow: the bookkeeping is done here; the
+        store effects, the sends, the flushes and a stream's peek are yielded out.
+        """
         try:
             begun = self.begin(params, scope())
         except Exception as error:  # noqa: BLE001 - fail open
             self.fault(error)
-            return await send(params, None)
+            begun = None
         if begun is None:
-            return await send(params, None)
+            return (yield Send(params, None))
         state = CallState(begun[0])
+
+        def step(effect: Any) -> Generator[Any, Any, Any]:
+            if type(effect) is Send:
+                return (yield from self._send(state, effect))
+            if is_store_effect(effect):
+                return (yield effect)
+            self.note(state, effect)
+            return None
+
         try:
-            return await self._arun(state, begun[1], send)
+            yield _FLUSH
+            try:
+                return (yield from relay(call_flow(state.context, begun[1]), step))
+            finally:
+                self.settle(state)
         except Exception as error:
             if error is state.sdk_error:
                 raise
             self.fault(error)
-            return state.response if state.answered else await send(params, None)
+            return state.response if state.answered else (yield Send(params, None))
+
+    def _send(self, state: CallState, effect: Send) -> Generator[Any, Any, Any]:
+        """
+        Send; what the SDK raises is the caller's unless the flow recovers from it.
+
+        A chained stream is peeked first: a stale-anchor or ZDR refusal as its
+        first event is raised into the flow like an HTTP refusal (which evicts
+        and resends); any other error stays the caller's, in its stream.
+        """
+        state.sent = True
+        try:
+            built: list[Any] = []
+            token = sent_streams.set(built)
+            try:
+                response = yield effect
+            finally:
+                sent_streams.reset(token)
+            stream = built[0] if built else None
+            if effect.anchor_id is not None and stream is not None:
+                refusal = yield _StreamStep(stream, "_peek")
+                if refusal is not None:
+                    if classify(refusal, effect.anchor_id) is not None:
+                        yield _StreamStep(stream, "_discard")
+                        raise refusal
+                    yield _StreamStep(stream, "_release")
+        except Exception as error:
+            state.sdk_error = error
+            raise
+        state.response = response
+        state.answered = True
+        yield _FLUSH
+        return response
 
     def begin(
         self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
@@ -390,7 +436,7 @@ class Tracker:
             )
             return None
         request = read_request(params, scope.base_url)
-        key, root = self._root(scope)
+        key, root = _keys(scope, self.store.secret_key)
         context = CallContext(
             scope_key=key,
             root=root,
@@ -405,115 +451,9 @@ class Tracker:
         )
         return context, request
 
-    def _root(self, scope: Scope) -> tuple[str, bytes]:
-        last = self._last_root
-        if last[0] is scope:
-            return last[1]
-        cached = self._roots.get(scope)
-        if cached is None:
-            secret = self.store.secret_key
-            cached = (scope.store_key(secret), scope.root(secret))
-            with self._lock:
-                if len(self._roots) > 64:
-                    self._roots.clear()
-                self._roots[scope] = cached
-        self._last_root = (scope, cached)
-        return cached
-
-    def fault(self, error: Exception, transport: str = HTTP, *, counted: bool = True) -> None:
-        """
-        Report a fault inside anchortrack; the call goes out (or its answer comes in) exactly as given.
-
-        *counted*: publish it as the call's outcome (a fault once the outcome
-        is known, or outside any call, is only logged).
-        """
-        if counted:
-            self.publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, transport))
-        get_logger().warning(
-            "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", **_via(transport)
-        )
-
     def chaining_disabled(self, scope_key: str) -> bool:
         """Whether the scope *scope_key* refused stored anchors (zero data retention)."""
         return scope_key in self._zdr
-
-    # -- performing effects: run and arun differ only in awaiting ------------
-
-    def _run(self, state: CallState, request: Request, send: SendFn) -> Any:
-        failopen = self.failopen
-        failopen.flush()
-
-        def perform(effect: Any) -> Any:
-            if is_store_effect(effect):
-                return failopen.perform(effect)
-            if type(effect) is Send:
-                state.sent = True
-                try:
-                    built: list[Any] = []
-                    token = sent_streams.set(built)
-                    try:
-                        response = send(effect.body, effect.ticket)
-                    finally:
-                        sent_streams.reset(token)
-                    stream = built[0] if built else None
-                    if effect.anchor_id is not None and stream is not None:
-                        refusal = stream._peek()
-                        if refusal is not None:
-                            if _recoverable(refusal, effect.anchor_id):
-                                stream._discard()
-                                raise refusal
-                            stream._release()
-                except Exception as error:
-                    state.sdk_error = error
-                    raise
-                state.response = response
-                state.answered = True
-                failopen.flush()
-                return response
-            return self.note(state, effect)
-
-        try:
-            return drive(call_flow(state.context, request), perform)
-        finally:
-            self.settle(state)
-
-    async def _arun(self, state: CallState, request: Request, send: AsyncSendFn) -> Any:
-        failopen = self.failopen
-        await failopen.aflush()
-
-        async def perform(effect: Any) -> Any:
-            if is_store_effect(effect):
-                return await failopen.aperform(effect)
-            if type(effect) is Send:
-                state.sent = True
-                try:
-                    built: list[Any] = []
-                    token = sent_streams.set(built)
-                    try:
-                        response = await send(effect.body, effect.ticket)
-                    finally:
-                        sent_streams.reset(token)
-                    stream = built[0] if built else None
-                    if effect.anchor_id is not None and stream is not None:
-                        refusal = await stream._peek()
-                        if refusal is not None:
-                            if _recoverable(refusal, effect.anchor_id):
-                                await stream._discard()
-                                raise refusal
-                            await stream._release()
-                except Exception as error:
-                    state.sdk_error = error
-                    raise
-                state.response = response
-                state.answered = True
-                await failopen.aflush()
-                return response
-            return self.note(state, effect)
-
-        try:
-            return await adrive(call_flow(state.context, request), perform)
-        finally:
-            self.settle(state)
 
     def note(self, state: CallState, effect: Any) -> None:
         """Perform a bookkeeping effect (the same for sync and async calls)."""
@@ -537,14 +477,35 @@ class Tracker:
         else:
             raise TypeError(f"unknown effect {effect!r}")
 
+    # -- hints: logged once per tracker ---------------------------------------
+
+    def _hint_once(self, event: str) -> bool:
+        """Whether the hint *event* is due: the first time on this tracker."""
+        with self._lock:
+            due = event not in self._hinted
+            self._hinted.add(event)
+        return due
+
+    def _grown(self, scope_key: str, hashes: Sequence[bytes]) -> None:
+        """
+        Note a history with no model output; hint once when one keeps growing that way.
+
+        A history that extends the previous one of its scope but holds no model
+        output skipped that call's response: the loop forgot ``history +=
+        response.output``, and no call of it can ever chain.
+        """
+        last = self._no_output.get(scope_key)
+        grew = last is not None and last[0] < len(hashes) and hashes[last[0] - 1] == last[1]
+        streak = last[2] + 1 if grew and last is not None else 0
+        self._remember(self._no_output, scope_key, (len(hashes), hashes[-1], streak))
+        event = "anchortrack.hint_output_missing"
+        if streak >= 2 and self._hint_once(event):
+            get_logger().warning(event, items=len(hashes), calls=streak + 1, hint=HINTS[event])
+
     # -- recording ----------------------------------------------------------
 
     def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
-        """
-        Decide whether *response* becomes an anchor; queue it if so. Never raises.
-
-        The caller writes it: `flush` or `aflush`.
-        """
+        """Decide whether *response* becomes an anchor; queue it if so (`flush` writes it). Never raises."""
         try:
             self._record(ticket, response, output)
         except Exception as error:  # noqa: BLE001 - recording must never break a call
@@ -605,10 +566,8 @@ class Tracker:
         self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
         get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
 
-    # -- writing anchors: at most one deadline after a response ---------------
-
     def flush(self) -> None:
-        """Write the anchors recorded, then some of the backlog (sync; see `FailOpen.flush`)."""
+        """Write the anchors recorded, then some of the backlog, within one deadline (sync)."""
         self.failopen.flush()
 
     async def aflush(self) -> None:
@@ -616,15 +575,22 @@ class Tracker:
         await self.failopen.aflush()
 
 
-def _recoverable(error: BaseException, anchor_id: str) -> bool:
-    """
-    Whether the flow recovers from a chained stream's first-event *error*.
+#: The effect that writes what was recorded (`FailOpen.flush` / ``aflush``).
+_FLUSH = object()
 
-    A stale-anchor or ZDR refusal inside the stream is raised into the flow,
-    which evicts and resends, like an HTTP refusal; any other error stays the
-    caller's, in its stream.
-    """
-    return classify(error, anchor_id) is not None
+
+@attrs.frozen
+class _StreamStep:
+    """Call the tracked stream's ``_peek``, ``_discard`` or ``_release`` (awaited on an async call)."""
+
+    stream: Any
+    method: str
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _keys(scope: Scope, secret_key: bytes | None) -> tuple[str, bytes]:
+    """The store key and the root ``h(0)`` of *scope* under *secret_key*."""
+    return scope.store_key(secret_key), scope.root(secret_key)
 
 
 def recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any) -> None:
@@ -643,11 +609,3 @@ def recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any)
 def _via(transport: str) -> dict[str, str]:
     """The log field naming a transport other than HTTP (HTTP events carry none)."""
     return {} if transport == HTTP else {"transport": transport}
-
-
-def _notify(callback: Callable[[Outcome], object], outcome: Outcome) -> None:
-    """Hand *outcome* to one subscriber; what it raises is logged, never raised."""
-    try:
-        callback(outcome)
-    except Exception as error:  # noqa: BLE001 - an observer never breaks the call
-        get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
