@@ -63,34 +63,20 @@ AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
 _CACHE_SIZE = 64
 
 
+@attrs.define(eq=False)
 class CallState:
     """What the performer of one call's effects keeps: its context, its plan, its sends (HTTP or socket)."""
 
-    __slots__ = (
-        "answered",
-        "context",
-        "plan",
-        "published",
-        "refused",
-        "response",
-        "sdk_error",
-        "seconds",
-        "sent",
-        "transport",
-    )
-
-    def __init__(self, context: CallContext, transport: str = HTTP) -> None:
-        self.context = context
-        self.transport = transport
-        self.plan: Plan | None = None
-        self.seconds: float | None = None
-        self.refused: Reason | None = None
-        #: The call's outcome was published (once, when its decision is final).
-        self.published = False
-        self.sent = False
-        self.answered = False
-        self.response: Any = None
-        self.sdk_error: BaseException | None = None
+    context: CallContext
+    transport: str = HTTP
+    plan: Plan | None = None
+    seconds: float | None = None
+    refused: Reason | None = None
+    published: bool = False  # the outcome was published (once, when the decision is final)
+    sent: bool = False
+    answered: bool = False
+    response: Any = None
+    sdk_error: BaseException | None = None
 
 
 class Tracker:
@@ -124,27 +110,20 @@ class Tracker:
     Raises:
         TypeError: *store* is not a store or a store spec.
 
-    An internal interface, not for applications: the wrapped client, its
-    streams and its WebSocket connections use `call` / `acall`, `observe`,
-    `flush` / `aflush` and `abandoned`; a transport that performs a call's
-    effects itself (`anchortrack._socketcalls.SocketCalls`) also uses `begin`,
-    `note`, `settle` / `publish`, `fault`, `chaining_disabled`, `anchor_of`
-    and the attributes `mode`, `failopen`, `stats` and `record_incomplete`.
+    Its methods other than `scope_for` and `subscribe` are an internal
+    interface of the wrapped client, its streams and its WebSocket calls.
 
     Attributes:
-        store: The anchor store.
         shared_default: Whether *store* is the process-wide default store.
         stats: What this tracker did (`Stats`).
         recent: The views this tracker recorded lately; hand them to
             ``anchortrack.explain(..., recent=...)`` to locate where a
             diverged history first differs.
         backlog: Anchor writes the store did not take in time, written when
-            it answers again (``len()`` of them); with a store that may block
-            (SQLite, Redis, your own) it also holds the anchors this tracker
-            wrote last. Planning looks there too, so a conversation keeps
-            chaining from its own anchors while the store is down or slow, or
-            after it came back empty. Its ``limit`` is the bound (10,000 by
-            default).
+            it answers again; with a store that may block it also holds the
+            anchors this tracker wrote last, and planning looks there too, so
+            a conversation keeps chaining while the store is down, slow or
+            came back empty. Its ``limit`` is the bound (10,000 by default).
     """
 
     def __init__(
@@ -203,13 +182,11 @@ class Tracker:
 
     def scope_for(self, client: Any) -> Scope:
         """
-        The scope this tracker records *client*'s anchors under.
+        The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``).
 
         Its base URL, organization and project, this tracker's namespace and,
-        with ``scope_by_api_key``, a keyed digest of its API key (a key that
-        comes from a provider or workload identity changes as it rotates, so
-        it is left out: separate such tenants with a namespace). Hand it to
-        ``anchortrack.explain`` or ``plan_request`` to look at the same anchors.
+        with ``scope_by_api_key``, a keyed digest of its API key (not of a key
+        from a provider, which rotates: separate such tenants with a namespace).
         """
         api_key = getattr(client, "api_key", None)
         by_key = (
@@ -312,14 +289,7 @@ class Tracker:
     # -- one HTTP call: a flow of effects, performed by `call` or `acall` ---------
 
     def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
-        """
-        Make one tracked call (sync): plan it, send it, record its response.
-
-        *send* sends keyword arguments through the SDK and records the response
-        with the ticket, if any. A fault while planning sends *params* through
-        unchanged; once something was sent, only what the SDK raised reaches
-        the caller.
-        """
+        """Make one tracked call (sync); *send* sends keyword arguments through the SDK (see `_call`)."""
         failopen = self.failopen
 
         def perform(effect: Any) -> Any:
@@ -352,8 +322,10 @@ class Tracker:
 
     def _call(self, params: dict[str, Any], scope: Callable[[], Scope]) -> Generator[Any, Any, Any]:
         """
-        One HTTP call, failing open, as a flow: the bookkeeping is done here; the
-        store effects, the sends, the flushes and a stream's peek are yielded out.
+        One HTTP call as a flow: the bookkeeping is done here; the store effects,
+        sends, flushes and stream steps are yielded out. A fault while planning
+        sends *params* through unchanged; once something was sent, only what
+        the SDK raised reaches the caller.
         """
         try:
             begun = self.begin(params, scope())
@@ -465,10 +437,7 @@ class Tracker:
         elif isinstance(effect, Log):
             if effect.event in HINTS and not self._hint_once(effect.event):
                 return
-            fields = (
-                effect.fields if state.transport == HTTP else {**effect.fields, "transport": state.transport}
-            )
-            getattr(get_logger(), effect.level)(effect.event, **fields)
+            getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
         elif isinstance(effect, FellBack):
             state.refused = effect.reason
             _otel.fell_back(effect.reason.value)
@@ -488,11 +457,8 @@ class Tracker:
 
     def _grown(self, scope_key: str, hashes: Sequence[bytes]) -> None:
         """
-        Note a history with no model output; hint once when one keeps growing that way.
-
-        A history that extends the previous one of its scope but holds no model
-        output skipped that call's response: the loop forgot ``history +=
-        response.output``, and no call of it can ever chain.
+        Note a history with no model output; hint once when one keeps growing that way: the loop
+        forgot ``history += response.output``, and no call of it can ever chain.
         """
         last = self._no_output.get(scope_key)
         grew = last is not None and last[0] < len(hashes) and hashes[last[0] - 1] == last[1]
@@ -507,27 +473,24 @@ class Tracker:
     def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
         """Decide whether *response* becomes an anchor; queue it if so (`flush` writes it). Never raises."""
         try:
-            self._record(ticket, response, output)
+            response_id = getattr(response, "id", None)
+            reason = ticket.skip_reason or unrecordable(response, record_incomplete=self.record_incomplete)
+            if reason is not None:
+                self.stats.skipped_response(reason.value)
+                status = getattr(response, "status", None)
+                get_logger().debug(
+                    "anchortrack.response_not_recorded",
+                    response_id=response_id,
+                    status=status,
+                    reason=reason.value,
+                )
+                return
+            assert isinstance(response_id, str)
+            anchor, outputs = self.anchor_of(ticket, response_id, response, output, parent=ticket.parent)
+            self.failopen.record(ticket.scope, anchor)
+            recorded_event(response_id, anchor, outputs)
         except Exception as error:  # noqa: BLE001 - recording must never break a call
             get_logger().warning("anchortrack.record_failed", error=type(error).__name__)
-
-    def _record(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> None:
-        response_id = getattr(response, "id", None)
-        status = getattr(response, "status", None)
-        reason = ticket.skip_reason or unrecordable(response, record_incomplete=self.record_incomplete)
-        if reason is not None:
-            self.stats.skipped_response(reason.value)
-            get_logger().debug(
-                "anchortrack.response_not_recorded",
-                response_id=response_id,
-                status=status,
-                reason=reason.value,
-            )
-            return
-        assert isinstance(response_id, str)
-        anchor, outputs = self.anchor_of(ticket, response_id, response, output, parent=ticket.parent)
-        self.failopen.record(ticket.scope, anchor)
-        recorded_event(response_id, anchor, outputs)
 
     def anchor_of(
         self,
