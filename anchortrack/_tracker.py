@@ -51,9 +51,8 @@ from .stores._base import Anchor, AnchorStore
 from .stores._open import coerce_store, default_store
 
 
-#: The tracked streams the SDK built while one request was sent (the client's
-#: post_parser adds them): the one peeked for an in-stream refusal, whatever
-#: object a tracer hands back around it.
+#: The tracked streams the SDK built while one request was sent (the client's post_parser adds them):
+#: the one peeked for an in-stream refusal, whatever object a tracer hands back around it.
 sent_streams: ContextVar[list[Any] | None] = ContextVar("anchortrack_sent_streams", default=None)
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
@@ -94,13 +93,10 @@ class Tracker:
             namespace are never used under another.
         record_incomplete: Also anchor on ``incomplete`` responses (OpenAI
             stores them and accepts them as ``previous_response_id``).
-        store_timeout: Seconds a store operation may take (sync or async; for
-            a sync store that may block, on a worker thread) before the call
-            goes out stateless; also the most the write after a response may
-            delay handing the response back.
+        store_timeout: Seconds a store operation may take before the call goes
+            out stateless; also the most the write after a response may delay it.
         store_cooldown: Seconds between two probes of a store that is down
-            (one call tries it, the others go without it); also settable on
-            a live tracker (``anchortrack.tracker(client).store_cooldown = 0``).
+            (one call tries it, the others go without it); settable on a live tracker.
         scope_by_api_key: Put a keyed digest of the client's API key in the
             scope (the default), so clients with different keys sharing a
             store never share anchors. False keeps anchors usable across a
@@ -159,8 +155,7 @@ class Tracker:
         self._lock = ForkSafeLock()
         self._subscribers: tuple[Callable[[Outcome], object], ...] = ()
         self._hinted: set[str] = set()
-        #: Per scope, the last history with no model output: its length, h(n), and how often in a row
-        #: a history extended it without the output in between.
+        #: Per scope, the last history without model output: its length, h(n), how often in a row it grew.
         self._no_output: dict[str, tuple[int, bytes, int]] = {}
 
     def __repr__(self) -> str:
@@ -168,123 +163,6 @@ class Tracker:
         store = type(self.store).__name__ + (" (shared default)" if self.shared_default else "")
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
         return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
-
-    store_cooldown = property(
-        lambda self: self.failopen.cooldown,
-        lambda self, seconds: setattr(self.failopen, "cooldown", seconds),
-        doc="Seconds the store is skipped after a failure before it is tried again.",
-    )
-    store_timeout = property(
-        lambda self: self.failopen.timeout,
-        lambda self, seconds: setattr(self.failopen, "timeout", seconds),
-        doc="Seconds a store operation may take before the call goes without it.",
-    )
-
-    def scope_for(self, client: Any) -> Scope:
-        """
-        The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``).
-
-        Its base URL, organization and project, this tracker's namespace and,
-        with ``scope_by_api_key``, a keyed digest of its API key (not of a key
-        from a provider, which rotates: separate such tenants with a namespace).
-        """
-        api_key = getattr(client, "api_key", None)
-        by_key = (
-            self.scope_by_api_key
-            and isinstance(api_key, str)
-            and api_key
-            and getattr(client, "_api_key_provider", None) is None
-        )
-        secret = self.store.secret_key
-        # Asked on every call, so made once per client and settings; the key is named by its hash, never held.
-        settings = (
-            client.base_url,
-            getattr(client, "organization", None),
-            getattr(client, "project", None),
-            self.namespace,
-            (len(api_key), hash(api_key)) if by_key else None,  # type: ignore[arg-type]
-            secret,
-        )
-        cached = self._scopes.get(id(client))
-        if cached is not None and cached[0] == settings:
-            return cached[1]
-        scope = Scope(
-            base_url=str(settings[0]),
-            organization=settings[1],
-            project=settings[2],
-            namespace=self.namespace,
-            api_key_digest=api_key_digest(api_key, secret) if by_key else None,  # type: ignore[arg-type]
-        )
-        self._remember(self._scopes, id(client), (settings, scope))
-        return scope
-
-    def _remember(self, cache: dict[Any, Any], key: object, value: object) -> None:
-        """Put *value* in one of the small caches, which starts over when full."""
-        with self._lock:
-            if len(cache) >= _CACHE_SIZE:
-                cache.clear()
-            cache[key] = value
-
-    # -- outcomes -------------------------------------------------------------
-
-    def subscribe(self, callback: Callable[[Outcome], object]) -> Callable[[], None]:
-        """
-        Call *callback* with the `Outcome` of every call from now on; return the function that stops it.
-
-        It runs on the caller's thread (or task) as the call's decision is
-        final: before an HTTP call returns, so the caller's tracing span is
-        still current; when the server answers, for a WebSocket create. An
-        exception it raises is logged (``anchortrack.subscriber_failed``) and
-        never reaches the call.
-        """
-        with self._lock:
-            self._subscribers = (*self._subscribers, callback)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                self._subscribers = tuple(c for c in self._subscribers if c is not callback)
-
-        return unsubscribe
-
-    def publish(self, outcome: Outcome) -> None:
-        """Hand one call's outcome to `stats` and every subscriber; what a subscriber raises is logged."""
-        self.stats.observe(outcome)
-        for callback in self._subscribers:
-            try:
-                callback(outcome)
-            except Exception as error:  # noqa: BLE001, PERF203 - an observer never breaks the call
-                get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
-
-    def settle(self, state: CallState) -> None:
-        """Publish the call's outcome, once, if it was planned."""
-        plan = state.plan
-        if plan is None or state.published:
-            return
-        state.published = True
-        response_id = getattr(state.response, "id", None) if state.answered else None
-        self.publish(
-            outcome_of(
-                state.context.mode,
-                state.transport,
-                plan,
-                refused=state.refused,
-                seconds=state.seconds,
-                response_id=response_id if isinstance(response_id, str) else None,
-            )
-        )
-
-    def fault(self, error: Exception, transport: str = HTTP, *, counted: bool = True) -> None:
-        """
-        Report a fault inside anchortrack; the call goes out (or its answer comes in) exactly as given.
-
-        *counted*: publish it as the call's outcome (a fault once the outcome
-        is known, or outside any call, is only logged).
-        """
-        if counted:
-            self.publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, transport))
-        get_logger().warning(
-            "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", **_via(transport)
-        )
 
     # -- one HTTP call: a flow of effects, performed by `call` or `acall` ---------
 
@@ -297,8 +175,8 @@ class Tracker:
                 return send(effect.body, effect.ticket)
             if effect is _FLUSH:
                 return failopen.flush()
-            if type(effect) is _StreamStep:
-                return getattr(effect.stream, effect.method)()
+            if callable(effect):  # a tracked stream's step
+                return effect()
             return failopen.perform(effect)
 
         with closing(self._call(params, scope)) as flow:
@@ -313,8 +191,8 @@ class Tracker:
                 return await send(effect.body, effect.ticket)
             if effect is _FLUSH:
                 return await failopen.aflush()
-            if type(effect) is _StreamStep:
-                return await getattr(effect.stream, effect.method)()
+            if callable(effect):  # a tracked stream's step
+                return await effect()
             return await failopen.aperform(effect)
 
         with closing(self._call(params, scope)) as flow:
@@ -322,10 +200,9 @@ class Tracker:
 
     def _call(self, params: dict[str, Any], scope: Callable[[], Scope]) -> Generator[Any, Any, Any]:
         """
-        One HTTP call as a flow: the bookkeeping is done here; the store effects,
-        sends, flushes and stream steps are yielded out. A fault while planning
-        sends *params* through unchanged; once something was sent, only what
-        the SDK raised reaches the caller.
+        One HTTP call as a flow. Bookkeeping is done here; store effects, sends, flushes and a stream's
+        steps (its methods) are yielded out. A fault while planning sends *params* through unchanged;
+        once something was sent, only what the SDK raised reaches the caller.
         """
         try:
             begun = self.begin(params, scope())
@@ -358,11 +235,8 @@ class Tracker:
 
     def _send(self, state: CallState, effect: Send) -> Generator[Any, Any, Any]:
         """
-        Send; what the SDK raises is the caller's unless the flow recovers from it.
-
-        A chained stream is peeked first: a stale-anchor or ZDR refusal as its
-        first event is raised into the flow like an HTTP refusal (which evicts
-        and resends); any other error stays the caller's, in its stream.
+        Send. A chained stream is peeked: a stale-anchor or ZDR refusal as its first event is raised into
+        the flow like an HTTP refusal (which evicts and resends); any other error stays in the stream.
         """
         state.sent = True
         try:
@@ -374,12 +248,12 @@ class Tracker:
                 sent_streams.reset(token)
             stream = built[0] if built else None
             if effect.anchor_id is not None and stream is not None:
-                refusal = yield _StreamStep(stream, "_peek")
+                refusal = yield stream._peek
                 if refusal is not None:
                     if classify(refusal, effect.anchor_id) is not None:
-                        yield _StreamStep(stream, "_discard")
+                        yield stream._discard
                         raise refusal
-                    yield _StreamStep(stream, "_release")
+                    yield stream._release
         except Exception as error:
             state.sdk_error = error
             raise
@@ -392,10 +266,8 @@ class Tracker:
         self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
     ) -> tuple[CallContext, Request] | None:
         """
-        Read one ``responses.create`` / ``parse`` call and build its context.
-
-        Returns None when the call must pass through untouched (mode ``off``;
-        its outcome is published, for *transport*).
+        Read one ``responses.create`` / ``parse`` call and build its context; None when it must pass
+        through untouched (mode ``off``: its outcome is published, for *transport*).
 
         Raises:
             TypeError: ``input`` has no Responses API shape.
@@ -445,6 +317,118 @@ class Tracker:
             self._zdr.add(effect.scope_key)
         else:
             raise TypeError(f"unknown effect {effect!r}")
+
+    # -- scope and store settings ---------------------------------------------
+
+    store_cooldown = property(
+        lambda self: self.failopen.cooldown,
+        lambda self, seconds: setattr(self.failopen, "cooldown", seconds),
+        doc="Seconds the store is skipped after a failure before it is tried again.",
+    )
+    store_timeout = property(
+        lambda self: self.failopen.timeout,
+        lambda self, seconds: setattr(self.failopen, "timeout", seconds),
+        doc="Seconds a store operation may take before the call goes without it.",
+    )
+
+    def scope_for(self, client: Any) -> Scope:
+        """
+        The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``).
+
+        Its base URL, organization and project, this tracker's namespace and,
+        with ``scope_by_api_key``, a keyed digest of its API key (not of a key
+        from a provider, which rotates: separate such tenants with a namespace).
+        """
+        api_key = getattr(client, "api_key", None)
+        provided = getattr(client, "_api_key_provider", None) is not None
+        by_key = self.scope_by_api_key and isinstance(api_key, str) and api_key and not provided
+        secret = self.store.secret_key
+        # Asked on every call, so made once per client and settings; the key is named by its hash, never held.
+        settings = (
+            client.base_url,
+            getattr(client, "organization", None),
+            getattr(client, "project", None),
+            self.namespace,
+            (len(api_key), hash(api_key)) if by_key else None,  # type: ignore[arg-type]
+            secret,
+        )
+        cached = self._scopes.get(id(client))
+        if cached is not None and cached[0] == settings:
+            return cached[1]
+        scope = Scope(
+            base_url=str(settings[0]),
+            organization=settings[1],
+            project=settings[2],
+            namespace=self.namespace,
+            api_key_digest=api_key_digest(api_key, secret) if by_key else None,  # type: ignore[arg-type]
+        )
+        self._remember(self._scopes, id(client), (settings, scope))
+        return scope
+
+    def _remember(self, cache: dict[Any, Any], key: object, value: object) -> None:
+        """Put *value* in one of the small caches, which starts over when full."""
+        with self._lock:
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            cache[key] = value
+
+    # -- outcomes -------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[Outcome], object]) -> Callable[[], None]:
+        """
+        Call *callback* with the `Outcome` of every call from now on; return the function that stops it.
+
+        It runs on the caller's thread (or task) once the call's decision is final
+        (before an HTTP call returns, so the caller's tracing span is still
+        current); what it raises is logged (``anchortrack.subscriber_failed``).
+        """
+        with self._lock:
+            self._subscribers = (*self._subscribers, callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = tuple(c for c in self._subscribers if c is not callback)
+
+        return unsubscribe
+
+    def publish(self, outcome: Outcome) -> None:
+        """Hand one call's outcome to `stats` and every subscriber; what a subscriber raises is logged."""
+        self.stats.observe(outcome)
+        for callback in self._subscribers:
+            try:
+                callback(outcome)
+            except Exception as error:  # noqa: BLE001, PERF203 - an observer never breaks the call
+                get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
+
+    def settle(self, state: CallState) -> None:
+        """Publish the call's outcome, once, if it was planned."""
+        plan = state.plan
+        if plan is None or state.published:
+            return
+        state.published = True
+        response_id = getattr(state.response, "id", None) if state.answered else None
+        self.publish(
+            outcome_of(
+                state.context.mode,
+                state.transport,
+                plan,
+                refused=state.refused,
+                seconds=state.seconds,
+                response_id=response_id if isinstance(response_id, str) else None,
+            )
+        )
+
+    def fault(self, error: Exception, transport: str = HTTP, *, counted: bool = True) -> None:
+        """
+        Report a fault inside anchortrack; the call goes out (or its answer comes in) exactly as given.
+
+        *counted*: publish it as the call's outcome (else, once the outcome is known, only log it).
+        """
+        if counted:
+            self.publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, transport))
+        get_logger().warning(
+            "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", **_via(transport)
+        )
 
     # -- hints: logged once per tracker ---------------------------------------
 
@@ -540,14 +524,6 @@ class Tracker:
 
 #: The effect that writes what was recorded (`FailOpen.flush` / ``aflush``).
 _FLUSH = object()
-
-
-@attrs.frozen
-class _StreamStep:
-    """Call the tracked stream's ``_peek``, ``_discard`` or ``_release`` (awaited on an async call)."""
-
-    stream: Any
-    method: str
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
