@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -461,36 +461,56 @@ def _reported(mode: Mode, plan: Plan) -> Log:
 # -- drivers: the only places where sync and async differ in the flow ---------
 
 
+class _Steps(Generic[R]):
+    """
+    A flow's effects, one at a time: `answer` one, or raise inside ``with steps:``
+    (the error goes into the flow, to decide), and the flow resumes for the next.
+    """
+
+    def __init__(self, flow: Generator[Any, Any, R]) -> None:
+        self._flow = flow
+        self._resume: Callable[[Any], Any] = flow.send
+        self._answer: Any = None
+
+    def __iter__(self) -> _Steps[R]:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return self._resume(self._answer)
+        except StopIteration as stop:
+            self.result: R = stop.value
+            raise
+
+    def answer(self, value: Any) -> None:
+        self._resume, self._answer = self._flow.send, value
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> bool:
+        if not isinstance(error, Exception):
+            return False
+        self._resume, self._answer = self._flow.throw, error
+        return True
+
+
 def drive(flow: Generator[Any, Any, R], run: Callable[[Any], Any]) -> R:
     """Run *flow* to completion, performing each effect with *run* (sync); what *run* raises goes in."""
-    resume: Callable[[Any], Any] = flow.send
-    answer: Any = None
-    while True:
-        try:
-            effect = resume(answer)
-        except StopIteration as stop:
-            result: R = stop.value
-            return result
-        try:
-            resume, answer = flow.send, run(effect)
-        except Exception as error:  # noqa: BLE001 - handed to the flow to decide
-            resume, answer = flow.throw, error
+    steps = _Steps(flow)
+    for effect in steps:
+        with steps:
+            steps.answer(run(effect))
+    return steps.result
 
 
 async def adrive(flow: Generator[Any, Any, R], run: Callable[[Any], Awaitable[Any]]) -> R:
     """Run *flow* to completion, performing each effect with *run* (async): the twin of `drive`."""
-    resume: Callable[[Any], Any] = flow.send
-    answer: Any = None
-    while True:
-        try:
-            effect = resume(answer)
-        except StopIteration as stop:
-            result: R = stop.value
-            return result
-        try:
-            resume, answer = flow.send, await run(effect)
-        except Exception as error:  # noqa: BLE001 - handed to the flow to decide
-            resume, answer = flow.throw, error
+    steps = _Steps(flow)
+    for effect in steps:
+        with steps:
+            steps.answer(await run(effect))
+    return steps.result
 
 
 def relay(
@@ -500,15 +520,8 @@ def relay(
     Run *flow* inside another flow: *step* turns each of its effects into a sub-flow whose
     effects go out; what that sub-flow returns or raises goes back into *flow*.
     """
-    resume: Callable[[Any], Any] = flow.send
-    answer: Any = None
-    while True:
-        try:
-            effect = resume(answer)
-        except StopIteration as stop:
-            result: R = stop.value
-            return result
-        try:
-            resume, answer = flow.send, (yield from step(effect))
-        except Exception as error:  # noqa: BLE001 - handed to the flow to decide
-            resume, answer = flow.throw, error
+    steps = _Steps(flow)
+    for effect in steps:
+        with steps:
+            steps.answer((yield from step(effect)))
+    return steps.result
