@@ -353,14 +353,13 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
                 fps, _, _ = fingerprint_items(request.items, ctx.memo)
             except ItemError:
                 fps = None
-            held = parent.count
-            if (
-                fps is not None
-                and 0 < held <= len(fps)
-                and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view
-            ):
-                yield _duplicate_items(parent_id, held)
             if fps is not None:
+                held = parent.count
+                if 0 < held <= len(fps) and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view:
+                    # The request repeats what its own previous_response_id holds (400 Duplicate item).
+                    event = "anchortrack.hint_duplicate_items"
+                    fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
+                    yield Log("warning", event, fields)
                 skip = None if request.store else Reason.STORE_FALSE
                 if skip is None and parent.properties != request.properties:
                     # A server may have carried the parent's properties over to
@@ -400,13 +399,6 @@ HINTS = {
         "(history += response.output) so the next call can chain"
     ),
 }
-
-
-def _duplicate_items(parent_id: str, held: int) -> Log:
-    """The hint that a request repeats what its own previous_response_id holds (400 Duplicate item)."""
-    event = "anchortrack.hint_duplicate_items"
-    fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
-    return Log("warning", event, fields)
 
 
 def _rejected(ctx: CallContext, plan: Plan) -> Log:
