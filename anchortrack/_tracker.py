@@ -1,13 +1,10 @@
 """
-The tracker: one wrapped client's state, and the performer of its effects.
+The tracker: one wrapped client's state (shared by its copies), and the performer of its effects.
 
-One tracker serves one wrapped client and every copy made from it
-(``with_options()``, ``copy()``). The decisions live in `anchortrack._flow`;
-the tracker performs the effects the flow yields (store operations through
-the fail-open `FailOpen`, sends through the client, bookkeeping into `Stats`
-and the log) and builds the anchors recorded responses become. A fault inside
-anchortrack sends the call through unchanged. The WebSocket transport performs
-its calls itself (`anchortrack._socketcalls`), through the same public methods.
+The decisions live in `anchortrack._flow`; the tracker performs the effects the flow yields (store
+operations through the fail-open `FailOpen`, sends through the client, bookkeeping into `Stats` and
+the log), builds the anchors recorded responses become, and fails open: a fault inside anchortrack
+sends the call through unchanged. The WebSocket calls (`anchortrack._socketcalls`) use it too.
 """
 
 from __future__ import annotations
@@ -167,7 +164,7 @@ class Tracker:
     # -- one HTTP call: a flow of effects, performed by `call` or `acall` ---------
 
     def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
-        """Make one tracked call (sync); *send* sends keyword arguments through the SDK (see `_call`)."""
+        """Make one tracked call (sync); *send* sends keyword arguments through the SDK."""
         failopen = self.failopen
 
         def perform(effect: Any) -> Any:
@@ -269,8 +266,7 @@ class Tracker:
         Read one ``responses.create`` / ``parse`` call and build its context; None when it must pass
         through untouched (mode ``off``: its outcome is published, for *transport*).
 
-        Raises:
-            TypeError: ``input`` has no Responses API shape.
+        Raises TypeError when ``input`` has no Responses API shape.
         """
         mode = resolve(self.mode)
         if mode is Mode.OFF:
@@ -307,9 +303,8 @@ class Tracker:
                 self._grown(state.context.scope_key, effect.hashes)
             _otel.planned(effect.plan, state.context.mode.value)
         elif isinstance(effect, Log):
-            if effect.event in HINTS and not self._hint_once(effect.event):
-                return
-            getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
+            if effect.event not in HINTS or self._hint_once(effect.event):
+                getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
         elif isinstance(effect, FellBack):
             state.refused = effect.reason
             _otel.fell_back(effect.reason.value)
@@ -320,16 +315,23 @@ class Tracker:
 
     # -- scope and store settings ---------------------------------------------
 
-    store_cooldown = property(
-        lambda self: self.failopen.cooldown,
-        lambda self, seconds: setattr(self.failopen, "cooldown", seconds),
-        doc="Seconds the store is skipped after a failure before it is tried again.",
-    )
-    store_timeout = property(
-        lambda self: self.failopen.timeout,
-        lambda self, seconds: setattr(self.failopen, "timeout", seconds),
-        doc="Seconds a store operation may take before the call goes without it.",
-    )
+    @property
+    def store_cooldown(self) -> float:
+        """Seconds the store is skipped after a failure before it is tried again."""
+        return self.failopen.cooldown
+
+    @store_cooldown.setter
+    def store_cooldown(self, seconds: float) -> None:
+        self.failopen.cooldown = seconds
+
+    @property
+    def store_timeout(self) -> float:
+        """Seconds a store operation may take before the call goes without it."""
+        return self.failopen.timeout
+
+    @store_timeout.setter
+    def store_timeout(self, seconds: float) -> None:
+        self.failopen.timeout = seconds
 
     def scope_for(self, client: Any) -> Scope:
         """
@@ -378,9 +380,8 @@ class Tracker:
         """
         Call *callback* with the `Outcome` of every call from now on; return the function that stops it.
 
-        It runs on the caller's thread (or task) once the call's decision is final
-        (before an HTTP call returns, so the caller's tracing span is still
-        current); what it raises is logged (``anchortrack.subscriber_failed``).
+        It runs on the caller's thread (or task) once the decision is final, before an HTTP call returns
+        (the caller's tracing span is still current); what it raises is logged, never raised.
         """
         with self._lock:
             self._subscribers = (*self._subscribers, callback)
@@ -421,7 +422,6 @@ class Tracker:
     def fault(self, error: Exception, transport: str = HTTP, *, counted: bool = True) -> None:
         """
         Report a fault inside anchortrack; the call goes out (or its answer comes in) exactly as given.
-
         *counted*: publish it as the call's outcome (else, once the outcome is known, only log it).
         """
         if counted:
@@ -440,10 +440,7 @@ class Tracker:
         return due
 
     def _grown(self, scope_key: str, hashes: Sequence[bytes]) -> None:
-        """
-        Note a history with no model output; hint once when one keeps growing that way: the loop
-        forgot ``history += response.output``, and no call of it can ever chain.
-        """
+        """Note a history without model output; hint once when one keeps growing so (none of it can chain)."""
         last = self._no_output.get(scope_key)
         grew = last is not None and last[0] < len(hashes) and hashes[last[0] - 1] == last[1]
         streak = last[2] + 1 if grew and last is not None else 0
@@ -508,10 +505,9 @@ class Tracker:
 
     def abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
-        if ticket is None:
-            return
-        self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
-        get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
+        if ticket is not None:
+            self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
+            get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
 
     def flush(self) -> None:
         """Write the anchors recorded, then some of the backlog, within one deadline (sync)."""
