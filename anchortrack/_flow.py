@@ -276,7 +276,10 @@ def plan_history(
 
 
 def call_flow(ctx: CallContext, request: Request) -> Flow:
-    """The decisions for one call, as a generator of effects."""
+    """
+    The decisions for one call: plan its history, send the delta after the plan's anchor (or all of
+    it: shadow mode, no anchor, an item that cannot be read), and recover if the anchor is refused.
+    """
     if request.caller_managed:
         return (yield from _caller_managed(ctx, request))
     n = len(request.items)
