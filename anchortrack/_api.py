@@ -1,12 +1,9 @@
 """
 The do-it-yourself API, for people writing their own Responses loop.
 
-``plan_request`` answers "what would the wrapped client send for this
-history?" with the very planning pipeline the client runs, and
-``record_response`` records a response so later histories can chain from it,
-with the very anchor builder the client's tracker uses.
-Both take the scope and the store explicitly and call the store (with
-`RedisStore`, that is network I/O); nothing else is shared or remembered.
+``plan_request`` plans with the wrapped client's planning pipeline and
+``record_response`` records with its anchor builder. Both take the scope and
+the store explicitly and call the store; nothing else is shared or remembered.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._flow import CallContext, Find, drive, plan_history, read_history
+from ._flow import CallContext, drive, plan_history, read_history
 from ._hashing import Scope, fingerprint_items, prefix_hashes
 from ._plan import Plan, new_anchor, unrecordable
 from ._properties import ANY, announced, properties_digest
@@ -55,12 +52,10 @@ def plan_request(
         scope_key=scope.store_key(secret), root=scope.root(secret), now=time.time(), mac_key=mac_key(secret)
     )
 
-    def find(effect: Find) -> Any:
-        return store.find(effect.scope, effect.views)
-
     history_read = read_history(context, list(history))
     properties = properties_digest(params or {}, scope.base_url)
-    plan: Plan = drive(plan_history(context, history_read, properties=properties), find)
+    planning = plan_history(context, history_read, properties=properties)
+    plan: Plan = drive(planning, lambda find: store.find(find.scope, find.views))
     return plan
 
 
@@ -89,6 +84,7 @@ def record_response(
     secret = store.secret_key
     root = scope.root(secret)
     key = scope.store_key(secret)
+    parent = getattr(response, "previous_response_id", None)
     anchor = new_anchor(
         response.id,
         base=root,
@@ -99,13 +95,7 @@ def record_response(
         properties=ANY if announced(response) else properties_digest(params or {}, scope.base_url),
         scope=key,
         mac_key=mac_key(secret),
-        parent=_parent_of(response),
+        parent=parent if isinstance(parent, str) and parent else None,
     )
     store.put(key, anchor)
     return anchor
-
-
-def _parent_of(response: Any) -> str | None:
-    """The response's ``previous_response_id``, when it says one."""
-    parent = getattr(response, "previous_response_id", None)
-    return parent if isinstance(parent, str) and parent else None

@@ -1,24 +1,21 @@
 """
-One ``responses.create`` call as a generator of effects (pure).
+One ``responses.create`` call as a generator of effects (pure): every decision, written once.
 
-`call_flow` takes a frozen `CallContext` (data) and the caller's `Request`,
-and yields every effect it needs: store I/O (`Find`, `Get`, `Evict`), the send
-(`Send`), and bookkeeping (`Planned`, `FellBack`, `DisableChaining`, `Log`).
-It receives the answers, and errors raised while sending are thrown back into
-it. It calls nothing back: every decision (which anchor, what to resend after
-a stale anchor or a ZDR refusal, when to stop chaining in a scope, what never
-to retry) is written here, once, and the tracker only performs effects.
-
-The planning pipeline — fingerprint → prefix hashes → find → choose → sizes —
-is `read_history` then `plan_history`; the wrapped client (through
-`call_flow`), ``plan_request`` and ``explain`` all run it.
+`call_flow` reads the history (`read_history`: fingerprint each item, hash
+every prefix), plans (`plan_history`: find the longest recorded prefix whose
+anchor is provably valid), sends the delta after ``previous_response_id`` or
+the full request, and on a stale-anchor or ZDR refusal evicts and resends in
+full (`refused_flow`). It yields store I/O (`Find`, `Get`, `Evict`), the
+`Send` and bookkeeping (`Planned`, `FellBack`, `DisableChaining`, `Log`);
+the answers, or the errors a send raised, come back in. A driver (`drive`,
+`adrive`; the tracker, the WebSocket calls) performs the effects.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -37,17 +34,16 @@ R = TypeVar("R")
 
 
 class Unavailable:
-    """The answer to a store effect the store could not perform."""
+    """The answer to a store effect the store could not perform (`UNAVAILABLE`)."""
 
     def __repr__(self) -> str:
         return "UNAVAILABLE"
 
 
-#: Sent into the flow instead of a store's answer when the store failed.
 UNAVAILABLE = Unavailable()
 
 
-# -- effects: I/O -------------------------------------------------------------
+# -- effects: store I/O, the send, and bookkeeping (answered with None) --------
 
 
 @attrs.frozen
@@ -80,17 +76,13 @@ class Ticket:
     What is needed to record the response to one request.
 
     Attributes:
-        scope: The store scope key.
-        base: ``h(n)``: the digest of the full context sent, before outputs.
-        count: How many items that context holds.
+        base: ``h(n)``: the digest of the full context sent, before outputs;
+            *count* is how many items that context holds.
         hashes: ``[h(1), …, h(n)]`` when known, to explain later fallbacks.
         skip_reason: Why the response must not be recorded, if so.
-        expires_at: When the response's chain expires, if it is chained: a
-            response cannot outlive the ancestors the server resolves it through.
-        properties: The request's carried-over properties digest, recorded
-            with the anchor.
-        parent: The response the request was chained from, if any: the
-            recorded anchor's parent.
+        expires_at: When the chain the request hangs from expires, if chained:
+            a response cannot outlive the ancestors the server resolves it through.
+        parent: The response the request was chained from, if any.
     """
 
     scope: str
@@ -108,17 +100,13 @@ class Send:
     """
     Call the SDK with *body* (keyword arguments); record the response with *ticket*.
 
-    *anchor_id* is set when the request is chained from that anchor and the
-    flow can recover from its refusal: a refusal that only shows as a
-    stream's first event is then raised into the flow like an HTTP one.
+    *anchor_id*: the request chains from it, so a refusal that only shows as a
+    stream's first event must be raised into the flow like an HTTP one.
     """
 
     body: Mapping[str, Any]
     ticket: Ticket | None
     anchor_id: str | None = None
-
-
-# -- effects: bookkeeping (answered with None) --------------------------------
 
 
 @attrs.frozen
@@ -164,20 +152,16 @@ class CallContext:
     Everything the flow knows about its call besides the request (data only).
 
     Attributes:
-        scope_key: The store scope key.
         root: ``h(0)`` of the scope, keyed by the store's secret key.
         mode: ``chained`` or ``shadow`` (``off`` never reaches the flow).
         zdr_disabled: Chaining was stopped in this scope by a ZDR refusal.
-        now: The Unix time, to reject expired anchors.
         memo: Fingerprints remembered from earlier calls, if any.
         recent: Views recorded lately, to locate a divergence, if any.
-        timer: A monotonic clock, to time the planning.
         mac_key: The key anchors are sealed with, if the store has a secret
             key: anchors read without a valid MAC are treated as absent.
         quiet: Debug events would not show: the flow does not yield them.
         local_store: The store answers in this process (a lookup costs no
-            round trip): a history that extends the last one first asks for
-            the views at or after where it stopped (see `plan_history`).
+            round trip; see `plan_history`).
     """
 
     scope_key: str
@@ -206,8 +190,7 @@ class History:
     A history, fingerprinted and hashed: the first half of planning.
 
     Attributes:
-        fingerprints: ``f(item)`` per item.
-        sizes: The canonical JSON size of each item.
+        fingerprints: ``f(item)`` per item; *sizes*, the canonical JSON size of each.
         has_model: Whether any item is model output.
         hashes: ``[h(1), …, h(n)]`` from the context's root.
         proven: How many leading items are the memo's last history, proven
@@ -223,12 +206,9 @@ class History:
 
 def read_history(ctx: CallContext, items: Sequence[object], *, kinds: list[Kind] | None = None) -> History:
     """
-    Fingerprint *items* and hash their prefixes (pure).
+    Fingerprint *items* and hash their prefixes from the context's root.
 
-    Args:
-        ctx: The call's context (its root and memo).
-        items: The history.
-        kinds: If given, the type and role of each item are appended to it.
+    *kinds*, if given, gets the type and role of each item appended (the memo is then not used).
 
     Raises:
         ItemError: an item has no Responses API shape.
@@ -245,20 +225,14 @@ def plan_history(
     ctx: CallContext, history: History, *, properties: bytes = b""
 ) -> Generator[Find, Any, Plan]:
     """
-    Plan a request for *history*: look the candidate views up, choose, size.
+    Plan a request for *history*: look the candidate views up (`Find`), choose, size.
 
-    Yields one `Find` when there is something to look up; a `UNAVAILABLE`
-    answer plans a stateless request (``store_unavailable``). Only anchors
-    made with the same carried-over *properties* are chosen, and, with a MAC
-    key, only anchors whose MAC verifies.
-
-    With a store in this process (``ctx.local_store``), a history whose first
-    items are the memo's last history (`History.proven`) is looked up in two
-    steps: first the views at or after the end of those items, where a loop
-    chains from (a handful, however long the history), and only if none of
-    them is usable, every view. The longest usable anchor is among the first
-    views if it is anywhere at or after them, so the plan is the one a single
-    lookup of every view gives.
+    Only anchors made with the same carried-over *properties* are chosen, and,
+    with a MAC key, only anchors whose MAC verifies; an `UNAVAILABLE` store
+    plans a stateless request. With a store in this process, a history that
+    extends the memo's last one (`History.proven`) first looks up only the
+    views after that point, where a loop chains from: the longest usable
+    anchor is there if it is anywhere at or after it, so the plan is the same.
     """
     hashes = history.hashes
     n = len(hashes)
@@ -303,7 +277,10 @@ def plan_history(
 
 
 def call_flow(ctx: CallContext, request: Request) -> Flow:
-    """The decisions for one call, as a generator of effects."""
+    """
+    The decisions for one call: plan its history, send the delta after the plan's anchor (or all of
+    it: shadow mode, no anchor, an item that cannot be read), and recover if the anchor is refused.
+    """
     if request.caller_managed:
         return (yield from _caller_managed(ctx, request))
     n = len(request.items)
@@ -317,33 +294,23 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
         yield _reported(ctx.mode, plan)
         return (yield Send(request.body, None))
     hashes = history.hashes
-    base = hashes[-1] if hashes else ctx.root
-    skip_reason = None if request.store else Reason.STORE_FALSE
     plan = yield from plan_history(ctx, history, properties=request.properties)
     yield Planned(plan, ctx.timer() - started, hashes)
     if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
         yield _reported(ctx.mode, plan)
     if plan.rejected:
         yield _rejected(ctx, plan)
+    skip_reason = None if request.store else Reason.STORE_FALSE
+    base = hashes[-1] if hashes else ctx.root
+    ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, properties=request.properties)
     anchor = plan.anchor
     if ctx.mode is Mode.SHADOW or anchor is None:
-        ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, None, request.properties)
         return (yield Send(request.body, ticket))
     try:
-        chained_ticket = Ticket(
-            ctx.scope_key,
-            base,
-            n,
-            hashes,
-            skip_reason,
-            anchor.expires_at,
-            request.properties,
-            anchor.response_id,
-        )
+        chained = attrs.evolve(ticket, expires_at=anchor.expires_at, parent=anchor.response_id)
         body = chained_body(request, plan.skip, anchor.response_id)
-        return (yield Send(body, chained_ticket, anchor_id=anchor.response_id))
+        return (yield Send(body, chained, anchor_id=anchor.response_id))
     except Exception as error:  # noqa: BLE001 - refused_flow raises again what is not a refusal
-        ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, None, request.properties)
         return (yield from refused_flow(ctx, request, anchor, ticket, error))
 
 
@@ -354,30 +321,22 @@ def refused_flow(
     A request chained to *anchor* was refused with *error*: the decisions after it.
 
     A stale anchor is evicted, a ZDR refusal stops chaining in the scope; both
-    resend the call in full, once (``Send`` with *ticket*, the unchained
-    ticket). Any other error is raised again, unchanged. `call_flow` runs this
-    when the send raises; a transport that learns of the refusal later (a
-    WebSocket error frame) runs it on its own.
+    resend the call in full, once, with the unchained *ticket*. Any other error
+    is raised again, unchanged. A transport that learns of the refusal after
+    its send (a WebSocket error frame) runs this on its own.
     """
     refusal = classify(error, anchor.response_id)
     if refusal is None:
         raise error
+    fields = {"reason": refusal.value, "anchor_id": anchor.response_id}
     if refusal is Reason.STALE_ANCHOR:
         yield Evict(ctx.scope_key, anchor.response_id)
     yield FellBack(refusal, anchor)
     if refusal is Reason.ZDR:
         yield DisableChaining(ctx.scope_key)
-        yield Log(
-            "warning",
-            "anchortrack.scope_disabled",
-            {"reason": Reason.ZDR.value, "anchor_id": anchor.response_id, "scope": ctx.scope_key},
-        )
+        yield Log("warning", "anchortrack.scope_disabled", {**fields, "scope": ctx.scope_key})
     else:
-        yield Log(
-            "warning",
-            "anchortrack.anchor_evicted",
-            {"reason": Reason.STALE_ANCHOR.value, "anchor_id": anchor.response_id, "resent": "stateless"},
-        )
+        yield Log("warning", "anchortrack.anchor_evicted", {**fields, "resent": "stateless"})
     return (yield Send(request.body, ticket))
 
 
@@ -398,14 +357,13 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
                 fps, _, _ = fingerprint_items(request.items, ctx.memo)
             except ItemError:
                 fps = None
-            held = parent.count
-            if (
-                fps is not None
-                and 0 < held <= len(fps)
-                and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view
-            ):
-                yield _duplicate_items(parent_id, held)
             if fps is not None:
+                held = parent.count
+                if 0 < held <= len(fps) and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view:
+                    # The request repeats what its own previous_response_id holds (400 Duplicate item).
+                    event = "anchortrack.hint_duplicate_items"
+                    fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
+                    yield Log("warning", event, fields)
                 skip = None if request.store else Reason.STORE_FALSE
                 if skip is None and not matches(parent.properties, request.properties):
                     # A server may have carried the parent's properties over to
@@ -445,13 +403,6 @@ HINTS = {
         "(history += response.output) so the next call can chain"
     ),
 }
-
-
-def _duplicate_items(parent_id: str, held: int) -> Log:
-    """The hint that a request repeats what its own previous_response_id holds (400 Duplicate item)."""
-    event = "anchortrack.hint_duplicate_items"
-    fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
-    return Log("warning", event, fields)
 
 
 def _rejected(ctx: CallContext, plan: Plan) -> Log:
@@ -506,35 +457,67 @@ def _reported(mode: Mode, plan: Plan) -> Log:
 # -- drivers: the only places where sync and async differ in the flow ---------
 
 
-def drive(flow: Generator[Any, Any, R], run: Callable[[Any], Any]) -> R:
-    """Run *flow* to completion, performing each effect with *run* (sync)."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
+class _Steps(Generic[R]):
+    """
+    A flow's effects, one at a time: `answer` one, or raise inside ``with steps:``
+    (the error goes into the flow, to decide), and the flow resumes for the next.
+    """
+
+    def __init__(self, flow: Generator[Any, Any, R]) -> None:
+        self._flow = flow
+        self._resume: Callable[[Any], Any] = flow.send
+        self._answer: Any = None
+
+    def __iter__(self) -> _Steps[R]:
+        return self
+
+    def __next__(self) -> Any:
         try:
-            effect = flow.throw(error) if error is not None else flow.send(value)
+            return self._resume(self._answer)
         except StopIteration as stop:
-            result: R = stop.value
-            return result
-        error = None
-        try:
-            value = run(effect)
-        except Exception as exc:  # noqa: BLE001 - handed to the flow to decide
-            value, error = None, exc
+            self.result: R = stop.value
+            raise
+
+    def answer(self, value: Any) -> None:
+        self._resume, self._answer = self._flow.send, value
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> bool:
+        if not isinstance(error, Exception):
+            return False
+        self._resume, self._answer = self._flow.throw, error
+        return True
+
+
+def drive(flow: Generator[Any, Any, R], run: Callable[[Any], Any]) -> R:
+    """Run *flow* to completion, performing each effect with *run* (sync); what *run* raises goes in."""
+    steps = _Steps(flow)
+    for effect in steps:
+        with steps:
+            steps.answer(run(effect))
+    return steps.result
 
 
 async def adrive(flow: Generator[Any, Any, R], run: Callable[[Any], Awaitable[Any]]) -> R:
-    """Run *flow* to completion, performing each effect with *run* (async)."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            effect = flow.throw(error) if error is not None else flow.send(value)
-        except StopIteration as stop:
-            result: R = stop.value
-            return result
-        error = None
-        try:
-            value = await run(effect)
-        except Exception as exc:  # noqa: BLE001 - handed to the flow to decide
-            value, error = None, exc
+    """Run *flow* to completion, performing each effect with *run* (async): the twin of `drive`."""
+    steps = _Steps(flow)
+    for effect in steps:
+        with steps:
+            steps.answer(await run(effect))
+    return steps.result
+
+
+def relay(
+    flow: Generator[Any, Any, R], step: Callable[[Any], Generator[Any, Any, Any]]
+) -> Generator[Any, Any, R]:
+    """
+    Run *flow* inside another flow: *step* turns each of its effects into a sub-flow whose
+    effects go out; what that sub-flow returns or raises goes back into *flow*.
+    """
+    steps = _Steps(flow)
+    for effect in steps:
+        with steps:
+            steps.answer((yield from step(effect)))
+    return steps.result

@@ -54,11 +54,9 @@ def coerce(value: Mode | str) -> Mode:
 
 def env_mode() -> tuple[str | None, Mode | None]:
     """
-    Return ``ANCHORTRACK_MODE`` as set, and the mode it puts in force.
+    ``ANCHORTRACK_MODE`` as set, and the mode it puts in force (``(None, None)`` when unset or empty).
 
-    ``(None, None)`` when the variable is unset or empty; an unknown value puts
-    ``off`` in force and logs ``anchortrack.mode_invalid`` (once per value), so
-    ``("chain", Mode.OFF)`` reports a typo rather than hiding it.
+    An unknown value puts ``off`` in force and logs ``anchortrack.mode_invalid`` (once per value).
     """
     env = os.environ.get(MODE_ENV)
     if not env:
@@ -89,12 +87,7 @@ def resolve(client_mode: Mode | None) -> Mode:
 
 
 def describe(client_mode: Mode | None) -> str:
-    """
-    The mode in force and where it comes from, for people to read.
-
-    ``chained``; ``shadow (ANCHORTRACK_MODE=shadow)``; or, for a typo,
-    ``off (ANCHORTRACK_MODE='chain' is not a mode: chained, shadow or off)``.
-    """
+    """The mode in force and where it comes from, for people: ``shadow (ANCHORTRACK_MODE=shadow)``."""
     raw, forced = env_mode()
     mode = resolve(client_mode).value
     if raw is None or forced is None:

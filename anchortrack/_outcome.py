@@ -1,11 +1,9 @@
 """
-What one call did: the one record every observer reads.
+What one call did: the one record (`Outcome`) every observer reads.
 
-The tracker makes one immutable `Outcome` per call once its decision is final
-(a chained request once the server accepted or refused it). `Stats` counts it,
-the demo prints it, and `Tracker.subscribe` hands it to anyone else (to put
-attributes on a tracing span, say): nobody re-derives what happened from the
-log. One vocabulary: a `Decision` and a `Reason`.
+The tracker makes one per call once its decision is final (a chained request
+once the server accepted or refused it); `Stats`, the demo and every
+`Tracker.subscribe` callback read it, in one vocabulary: a `Decision` and a `Reason`.
 """
 
 from __future__ import annotations
@@ -50,11 +48,7 @@ def decision_for(*, chained: bool, reason: str) -> str:
 
 
 def stateless_share(sent: int, stateless: int) -> float | None:
-    """
-    The share of the stateless bytes a run sent: input bytes sent / input bytes sent stateless.
-
-    The one definition `Stats`, the demo and the docs quote (None when nothing was sent stateless).
-    """
+    """The share of the stateless input bytes a run sent (None if nothing went stateless)."""
     return sent / stateless if stateless else None
 
 
@@ -111,10 +105,8 @@ def outcome_of(
     seconds: float | None = None,
     response_id: str | None = None,
 ) -> Outcome:
-    """
-    The outcome of a call planned as *plan*, or refused for *refused*: then the
-    full history went out, after the chained attempt if it was *attempted*.
-    """
+    """The outcome of a call planned as *plan*, or refused for *refused*: then the full history went out,
+    after the chained attempt if it was *attempted*."""
     shadow = mode is Mode.SHADOW
     anchor_id = plan.anchor.response_id if plan.anchor is not None else None
     if refused is not None:

@@ -1,11 +1,8 @@
 """
-Choosing the anchor, and building the anchor a response becomes (pure).
+Choosing the anchor, and building the anchor a response becomes (pure: no network, store or SDK calls).
 
 The anchor is the recorded view that is the *longest* prefix of the caller's
 history while leaving at least one item to send.
-"Pure" means, here and in the other core modules: no network, store or SDK
-calls. The caller looks the candidate views up in a store and hands the
-answers in; `RecentViews` is the one piece of (locked, in-memory) state.
 """
 
 from __future__ import annotations
@@ -144,13 +141,7 @@ _ABSENT = object()
 
 
 def _attribute(obj: object, name: str) -> Any:
-    """
-    ``getattr(obj, name, None)``, without an exception for a field a model lacks.
-
-    ``store`` is no field of the SDK's ``Response``: the server's value lands
-    among the model's extra fields, and asking the model for a name it lacks
-    costs a raised and caught ``AttributeError``.
-    """
+    """``getattr(obj, name, None)``, also for a model's extra field (``store`` is one), without raising."""
     fields = getattr(obj, "__dict__", None)
     if fields is not None and name in fields:
         return fields[name]
@@ -166,10 +157,9 @@ def unrecordable(
     """
     Why *response* must not become an anchor, or None if it may.
 
-    Only a completed response (optionally an incomplete one) with an id, that
-    was not created with ``store: false``, is an anchor. A *connection_local*
-    anchor (the latest response of a WebSocket lane, which that socket keeps
-    in memory) may have been created with ``store: false``.
+    Only a completed response (optionally an incomplete one) with an id, not
+    created with ``store: false``, is an anchor; a *connection_local* one (kept
+    in a WebSocket's memory) may have ``store: false``.
     """
     if _attribute(response, "store") is False and not connection_local:
         return Reason.STORE_FALSE
@@ -196,25 +186,12 @@ def new_anchor(
     parent: str | None = None,
 ) -> Anchor:
     """
-    Build the anchor a recorded response becomes: the one builder.
+    Build the anchor a recorded response becomes (the one builder), sealed for *scope* with *mac_key*.
 
-    Args:
-        response_id: The response's id.
-        base: The prefix hash the response's view continues (``h(0)``, the
-            scope root, when *hashes* covers the whole view).
-        count: How many items *base* covers.
-        hashes: The prefix hashes of the items after *base*, continued from
-            it: the view is the last of them.
-        now: The current Unix time.
-        ttl: How long the store keeps anchors, in seconds.
-        chain_expires_at: When the chain the response hangs from expires, if
-            it was chained: the server resolves a response through its
-            ancestors, so it cannot outlive them.
-        properties: The digest of the request's carried-over properties.
-        scope: The store scope key the anchor is recorded under.
-        mac_key: The key to seal the anchor with (see `anchortrack._seal`),
-            if the store has a secret key.
-        parent: The response it was chained from, if any.
+    Its view continues *base* (covering *count* items) with *hashes*, the
+    prefix hashes of the items after it. It expires after *ttl*, and never
+    after *chain_expires_at*: the server resolves a response through its
+    ancestors, so it cannot outlive them.
     """
     expires_at = now + ttl
     if chain_expires_at is not None:
@@ -235,11 +212,9 @@ def answers(anchor: Anchor, *, view: bytes | None = None, response_id: str | Non
     """
     Whether *anchor* is the one a store was asked for: its own view and response id are the requested ones.
 
-    A store hands back whatever it keeps under the key looked up. Its MAC
-    (`anchortrack._seal`) proves only that the anchor is one this deployment
-    recorded; a writer who copied another conversation's anchor under this
-    key would pass it. So the planner compares the anchor's claims with the
-    key first, and the MAC then covers exactly what the key names.
+    A MAC proves only that this deployment recorded the anchor, and a copy of
+    another conversation's anchor under this key would pass it; so the claims
+    are compared with the key first, and the MAC then covers what the key names.
     """
     if view is not None and anchor.view != view:
         return False
@@ -255,9 +230,7 @@ def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
     """Return *plan* with its byte estimates, from the canonical *sizes* of the history."""
     stateless = sizes_total(sizes)
     planned = sizes_total(sizes[plan.skip :]) if plan.anchor else stateless
-    return Plan(
-        plan.reason, plan.total, plan.skip, plan.anchor, plan.diverged_at, stateless, planned, plan.rejected
-    )
+    return attrs.evolve(plan, bytes_stateless=stateless, bytes_planned=planned)
 
 
 def candidates(hashes: Sequence[bytes]) -> list[bytes]:
@@ -278,24 +251,18 @@ def choose(
     shortest: int = 1,
 ) -> Plan:
     """
-    Pick the longest usable anchor for a history whose prefix hashes are *hashes*.
+    Pick the longest usable anchor among *found* for a history whose prefix hashes are *hashes*.
 
-    Usable: its view is that prefix (same digest, same count), it is live,
-    it was made with the same carried-over *properties*, and it passes
-    *authentic* (its MAC). An anchor the store returned under a view that is
-    not its own (`answers`) or that fails *authentic* is treated as absent
-    and listed in ``Plan.rejected``: a MAC proves what the anchor claims, so
-    the claim must be the view that was asked for.
+    Usable: its view is that prefix (same digest, same count), it is live at
+    *now*, it was made with the same carried-over *properties*, and it passes
+    *authentic* (its MAC; None accepts every anchor). One returned under a
+    view not its own (`answers`) or failing *authentic* is treated as absent
+    and listed in ``Plan.rejected``.
 
     Args:
-        hashes: ``[h(1), …, h(n)]`` of the caller's history.
-        found: Anchors the store returned for (some of) those hashes.
-        now: The current Unix time, to reject expired anchors.
         has_model_items: Whether the history holds model output at all (to
             tell a first turn from a diverged history).
         recent: Views this process recorded, to locate a divergence.
-        properties: The request's carried-over properties digest.
-        authentic: Checks an anchor's MAC; None accepts every anchor.
         shortest: Look at views of at least this many items only.
     """
     n = len(hashes)
@@ -326,17 +293,13 @@ def choose(
 
 class RecentViews:
     """
-    The prefix hashes of views this process recorded lately (bounded, in memory).
+    The prefix hashes of views this process recorded lately (bounded, in memory, digests only).
 
-    Only used to explain a fallback: where does the history first differ from
-    the closest view we know?
-    Holds digests only.
+    Only used to explain a fallback: where does the history first differ from the closest view we know?
     """
 
     def __init__(self, max_views: int = 128, max_hashes: int = 262_144) -> None:
-        # A view is kept as the two sequences it was given (never changed after):
-        # copying a long history's hashes on every record would cost more than
-        # the rare explanation that reads them.
+        # A view is kept as the two sequences it was given (never changed after), not copied.
         self._views: OrderedDict[bytes, tuple[Sequence[bytes], Sequence[bytes]]] = OrderedDict()
         self._max_views = max_views
         self._max_hashes = max_hashes
@@ -360,11 +323,7 @@ class RecentViews:
                 self._size -= len(first) + len(rest)
 
     def diverged_at(self, hashes: Sequence[bytes]) -> int | None:
-        """
-        Return the index of the first item of *hashes* that leaves the closest view.
-
-        ``None`` when no remembered view shares even the first item.
-        """
+        """The index of the first item of *hashes* that leaves the closest view (None: not even the first)."""
         with self._lock:
             views = list(self._views.values())
         best = 0
@@ -374,10 +333,7 @@ class RecentViews:
 
 
 def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
-    """Length of the common prefix of two prefix-hash lists (binary search).
-
-    Prefix hashes chain, so equality at ``i`` implies equality before ``i``.
-    """
+    """Length of the common prefix of two prefix-hash lists (binary search: equal at ``i``, equal before)."""
     lo, hi = 0, min(len(a), len(b))
     while lo < hi:
         mid = (lo + hi + 1) // 2

@@ -1,26 +1,14 @@
 """
 What a refused chained request means (pure).
 
-Only two refusals are ours to handle: the server forgot the anchor (evict it
-and resend once in full) and the organization refuses ``previous_response_id``
-(zero data retention: stop chaining in that scope and resend).
-Every other error belongs to the caller, unchanged.
-
-Servers say "I do not have that response" in different words
-(docs/compatibility.md has the exact bodies).
-A refusal is a stale anchor when
-
-* it is OpenAI's: ``code == "previous_response_not_found"`` or
-  ``param == "previous_response_id"`` (also Azure OpenAI, and our own server),
-  or one of the codes chain-resolving proxies answer instead;
-* or it is a 400 or 404 whose body names the anchor's response id anywhere:
-  agentic-api (``storage error: not found: Response with id '…'``),
-  llama-stack (``{"detail": "Response '…' not found. …"}`` and, inside a
-  stream, ``{"error": {"message": …, "code": "404"}}``), a LiteLLM proxy
-  (which names the id it decoded from its own ``resp_<base64>`` wrapping).
-
-A 5xx, a 404 for an unknown model, a 400 about another parameter and a 400 or
-404 that does not name the anchor are not stale anchors.
+Only two refusals are ours: the server forgot the anchor (evict it, resend
+once in full) and the organization refuses ``previous_response_id`` (zero data
+retention: stop chaining in that scope, resend). Every other error is the
+caller's, unchanged. A refusal is a stale anchor when it carries OpenAI's code
+or param (also Azure OpenAI's and our server's) or a chain-resolving proxy's
+code, or when it is a 400 or 404 whose body names the anchor's response id
+(agentic-api, llama-stack, a LiteLLM proxy's wrapped ``resp_<base64>`` id);
+docs/compatibility.md has the exact bodies.
 """
 
 from __future__ import annotations

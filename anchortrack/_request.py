@@ -1,10 +1,9 @@
 """
 Reading and rewriting the arguments of ``responses.create`` / ``parse`` (pure).
 
-anchortrack plans before the SDK serializes anything, so that a chained call
-only pays for serializing its delta.
-``extra_body`` keys win over the arguments, as in the client; the SDK's
-"not given" sentinels count as absent.
+Planning reads the arguments before the SDK serializes anything, so a chained
+call only serializes its delta. ``extra_body`` keys win over the arguments, as
+in the client; the SDK's "not given" sentinels count as absent.
 """
 
 from __future__ import annotations
@@ -32,8 +31,6 @@ class Request:
             caller's, with an iterable ``input`` turned into a list).
         options: ``{"extra_json": extra_body}`` when ``extra_body`` is given.
         items: The input items (a string input is one item).
-        previous_response_id: Set by the caller, if so.
-        conversation: Whether the caller set ``conversation``.
         store: False only when the request says ``store: false``.
         overridden: ``extra_body`` sets ``input`` or ``previous_response_id``,
             which would override any rewrite: the call is sent as given.

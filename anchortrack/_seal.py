@@ -1,20 +1,13 @@
 """
 MACs over stored anchors, for stores that other parties can write (pure).
 
-Anyone who can write to a shared store could otherwise rewrite a view's
-response id and steer another tenant's next request onto a chain of their
-choosing. With a secret key, every anchor carries a MAC over everything the
-tracker acts on — the scope, the view digest, the response id, the item
-count, the expiry and the carried-over properties digest — and an anchor
-whose MAC does not verify is treated as absent. The check is written once,
-here, and applied to whatever any backend returns. A MAC proves that an
-anchor is one this deployment recorded, not that it is the one asked for: the
-planner first checks that its view (or response id) is the key looked up
-(`anchortrack._plan.answers`), so the MAC then covers what the key names.
-
-What a MAC cannot prevent: deleting anchors (a larger request) and putting
-back an older anchor of the same view with its own valid MAC (the same
-context, so still an equivalent chain, until that anchor's own expiry).
+Anyone who can write to a shared store could otherwise steer another tenant's
+next request onto a chain of their choosing. With a secret key, every anchor
+carries a MAC over everything the tracker acts on (scope, view, response id,
+count, expiry, properties digest); an anchor whose MAC does not verify is
+treated as absent, whatever backend returned it. A MAC cannot prevent deleting
+anchors (a larger request) or putting back an older anchor of the same view
+(the same context: still an equivalent chain, until its own expiry).
 """
 
 from __future__ import annotations

@@ -1,24 +1,22 @@
 """
-The tracker: one wrapped client's state, and the performer of its effects.
+The tracker: one wrapped client's state (shared by its copies), and the performer of its effects.
 
-One tracker serves one wrapped client and every copy made from it
-(``with_options()``, ``copy()``).
-The decisions live in `anchortrack._flow`; this module performs the effects
-the flow yields — store operations through the fail-open `Guard`, sends
-through the client, bookkeeping into `Stats` and the log — and writes the
-anchors recorded responses become.
-It is also the call's fail-open entry (`Tracker.call` / `Tracker.acall`):
-a fault while planning sends the call through unchanged. The WebSocket
-transport performs its calls itself (`anchortrack._socketcalls`), through the
-same public methods.
+The decisions live in `anchortrack._flow`; the tracker performs the effects the flow yields (store
+operations through the fail-open `FailOpen`, sends through the client, bookkeeping into `Stats` and
+the log), builds the anchors recorded responses become, and fails open: a fault inside anchortrack
+sends the call through unchanged. The WebSocket calls (`anchortrack._socketcalls`) use it too.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextlib import closing
 from contextvars import ContextVar
 from typing import Any
+
+import attrs
 
 from . import _otel
 from ._failopen import FailOpen, is_store_effect
@@ -34,6 +32,7 @@ from ._flow import (
     adrive,
     call_flow,
     drive,
+    relay,
 )
 from ._fork import ForkSafeLock
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
@@ -50,43 +49,31 @@ from .stores._base import Anchor, AnchorStore
 from .stores._open import coerce_store, default_store
 
 
-#: The tracked streams the SDK built while one request was sent (the client's
-#: post_parser adds them): the one peeked for an in-stream refusal, whatever
-#: object a tracer hands back around it.
+#: The tracked streams the SDK built while one request was sent (the client's post_parser adds them):
+#: the one peeked for an in-stream refusal, whatever object a tracer hands back around it.
 sent_streams: ContextVar[list[Any] | None] = ContextVar("anchortrack_sent_streams", default=None)
 
 SendFn = Callable[[Mapping[str, Any], "Ticket | None"], Any]
 AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
 
+#: How many entries each of a tracker's small caches holds before it starts over.
+_CACHE_SIZE = 64
 
+
+@attrs.define(eq=False)
 class CallState:
     """What the performer of one call's effects keeps: its context, its plan, its sends (HTTP or socket)."""
 
-    __slots__ = (
-        "answered",
-        "context",
-        "plan",
-        "published",
-        "refused",
-        "response",
-        "sdk_error",
-        "seconds",
-        "sent",
-        "transport",
-    )
-
-    def __init__(self, context: CallContext, transport: str = HTTP) -> None:
-        self.context = context
-        self.transport = transport
-        self.plan: Plan | None = None
-        self.seconds: float | None = None
-        self.refused: Reason | None = None
-        #: The call's outcome was published (once, when its decision is final).
-        self.published = False
-        self.sent = False
-        self.answered = False
-        self.response: Any = None
-        self.sdk_error: BaseException | None = None
+    context: CallContext
+    transport: str = HTTP
+    plan: Plan | None = None
+    seconds: float | None = None
+    refused: Reason | None = None
+    published: bool = False  # the outcome was published (once, when the decision is final)
+    sent: bool = False
+    answered: bool = False
+    response: Any = None
+    sdk_error: BaseException | None = None
 
 
 class Tracker:
@@ -104,13 +91,10 @@ class Tracker:
             namespace are never used under another.
         record_incomplete: Also anchor on ``incomplete`` responses (OpenAI
             stores them and accepts them as ``previous_response_id``).
-        store_timeout: Seconds a store operation may take (sync or async; for
-            a sync store that may block, on a worker thread) before the call
-            goes out stateless; also the most the write after a response may
-            delay handing the response back.
+        store_timeout: Seconds a store operation may take before the call goes
+            out stateless; also the most the write after a response may delay it.
         store_cooldown: Seconds between two probes of a store that is down
-            (one call tries it, the others go without it); also settable on
-            a live tracker (``anchortrack.tracker(client).store_cooldown = 0``).
+            (one call tries it, the others go without it); settable on a live tracker.
         scope_by_api_key: Put a keyed digest of the client's API key in the
             scope (the default), so clients with different keys sharing a
             store never share anchors. False keeps anchors usable across a
@@ -120,32 +104,20 @@ class Tracker:
     Raises:
         TypeError: *store* is not a store or a store spec.
 
-    The wrapped client, its streams and its WebSocket connections use it
-    through these methods only (an internal interface, not for applications):
-    `call` / `acall` (one HTTP call), `observe` (a response to record),
-    `flush` / `aflush` (write what was recorded), `abandoned` (a stream that
-    ended early). A transport that performs a call's effects itself (the
-    WebSocket's `anchortrack._socketcalls.SocketCalls`) also uses `begin` (a
-    call's context), `note` (a bookkeeping effect into a `CallState`),
-    `settle` / `publish` (a call's outcome), `fault` (a fault inside
-    anchortrack), `chaining_disabled` (a scope under zero data retention),
-    `anchor_of` (the anchor a response becomes), and the attributes `mode`,
-    `failopen` (store effects, fail-open), `stats` and `record_incomplete`.
+    Its methods other than `scope_for` and `subscribe` are an internal
+    interface of the wrapped client, its streams and its WebSocket calls.
 
     Attributes:
-        store: The anchor store.
         shared_default: Whether *store* is the process-wide default store.
         stats: What this tracker did (`Stats`).
         recent: The views this tracker recorded lately; hand them to
             ``anchortrack.explain(..., recent=...)`` to locate where a
             diverged history first differs.
         backlog: Anchor writes the store did not take in time, written when
-            it answers again (``len()`` of them); with a store that may block
-            (SQLite, Redis, your own) it also holds the anchors this tracker
-            wrote last. Planning looks there too, so a conversation keeps
-            chaining from its own anchors while the store is down or slow, or
-            after it came back empty. Its ``limit`` is the bound (10,000 by
-            default).
+            it answers again; with a store that may block it also holds the
+            anchors this tracker wrote last, and planning looks there too, so
+            a conversation keeps chaining while the store is down, slow or
+            came back empty. Its ``limit`` is the bound (10,000 by default).
     """
 
     def __init__(
@@ -177,14 +149,11 @@ class Tracker:
         self.backlog = self.failopen.backlog
         self._memo = Memo()
         self._zdr: set[str] = set()
-        self._roots: dict[Scope, tuple[str, bytes]] = {}
-        self._last_root: tuple[Scope | None, tuple[str, bytes]] = (None, ("", b""))
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
         self._lock = ForkSafeLock()
         self._subscribers: tuple[Callable[[Outcome], object], ...] = ()
         self._hinted: set[str] = set()
-        #: Per scope, the last history with no model output: its length, h(n), and how often in a row
-        #: a history extended it without the output in between.
+        #: Per scope, the last history without model output: its length, h(n), how often in a row it grew.
         self._no_output: dict[str, tuple[int, bytes, int]] = {}
 
     def __repr__(self) -> str:
@@ -192,6 +161,160 @@ class Tracker:
         store = type(self.store).__name__ + (" (shared default)" if self.shared_default else "")
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
         return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
+
+    # -- one HTTP call: a flow of effects, performed by `call` or `acall` ---------
+
+    def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
+        """Make one tracked call (sync); *send* sends keyword arguments through the SDK."""
+        failopen = self.failopen
+
+        def perform(effect: Any) -> Any:
+            if type(effect) is Send:
+                return send(effect.body, effect.ticket)
+            if effect is _FLUSH:
+                return failopen.flush()
+            if callable(effect):  # a tracked stream's step
+                return effect()
+            return failopen.perform(effect)
+
+        with closing(self._call(params, scope)) as flow:
+            return drive(flow, perform)
+
+    async def acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
+        """Make one tracked call (async): the twin of `call`."""
+        failopen = self.failopen
+
+        async def perform(effect: Any) -> Any:
+            if type(effect) is Send:
+                return await send(effect.body, effect.ticket)
+            if effect is _FLUSH:
+                return await failopen.aflush()
+            if callable(effect):  # a tracked stream's step
+                return await effect()
+            return await failopen.aperform(effect)
+
+        with closing(self._call(params, scope)) as flow:
+            return await adrive(flow, perform)
+
+    def _call(self, params: dict[str, Any], scope: Callable[[], Scope]) -> Generator[Any, Any, Any]:
+        """
+        One HTTP call as a flow. Bookkeeping is done here; store effects, sends, flushes and a stream's
+        steps (its methods) are yielded out. A fault while planning sends *params* through unchanged;
+        once something was sent, only what the SDK raised reaches the caller.
+        """
+        try:
+            begun = self.begin(params, scope())
+        except Exception as error:  # noqa: BLE001 - fail open
+            self.fault(error)
+            begun = None
+        if begun is None:
+            return (yield Send(params, None))
+        state = CallState(begun[0])
+
+        def step(effect: Any) -> Generator[Any, Any, Any]:
+            if type(effect) is Send:
+                return (yield from self._send(state, effect))
+            if is_store_effect(effect):
+                return (yield effect)
+            self.note(state, effect)
+            return None
+
+        try:
+            yield _FLUSH
+            try:
+                return (yield from relay(call_flow(state.context, begun[1]), step))
+            finally:
+                self.settle(state)
+        except Exception as error:
+            if error is state.sdk_error:
+                raise
+            self.fault(error)
+            return state.response if state.answered else (yield Send(params, None))
+
+    def _send(self, state: CallState, effect: Send) -> Generator[Any, Any, Any]:
+        """
+        Send. A chained stream is peeked: a stale-anchor or ZDR refusal as its first event is raised into
+        the flow like an HTTP refusal (which evicts and resends); any other error stays in the stream.
+        """
+        state.sent = True
+        try:
+            built: list[Any] = []
+            token = sent_streams.set(built)
+            try:
+                response = yield effect
+            finally:
+                sent_streams.reset(token)
+            stream = built[0] if built else None
+            if effect.anchor_id is not None and stream is not None:
+                refusal = yield stream._peek
+                if refusal is not None:
+                    if classify(refusal, effect.anchor_id) is not None:
+                        yield stream._discard
+                        raise refusal
+                    yield stream._release
+        except Exception as error:
+            state.sdk_error = error
+            raise
+        state.response = response
+        state.answered = True
+        yield _FLUSH
+        return response
+
+    def begin(
+        self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
+    ) -> tuple[CallContext, Request] | None:
+        """
+        Read one ``responses.create`` / ``parse`` call and build its context; None when it must pass
+        through untouched (mode ``off``: its outcome is published, for *transport*).
+
+        Raises TypeError when ``input`` has no Responses API shape.
+        """
+        mode = resolve(self.mode)
+        if mode is Mode.OFF:
+            self.publish(passed_through(mode, Reason.MODE_OFF, transport))
+            get_logger().debug(
+                "anchortrack.request_passed_through", reason=Reason.MODE_OFF.value, **_via(transport)
+            )
+            return None
+        request = read_request(params, scope.base_url)
+        key, root = _keys(scope, self.store.secret_key)
+        context = CallContext(
+            scope_key=key,
+            root=root,
+            mode=mode,
+            zdr_disabled=key in self._zdr,
+            now=self.clock(),
+            memo=self._memo,
+            recent=self.recent,
+            mac_key=mac_key(self.store.secret_key),
+            quiet=not debug_enabled(),
+            local_store=self.failopen.inline,
+        )
+        return context, request
+
+    def chaining_disabled(self, scope_key: str) -> bool:
+        """Whether the scope *scope_key* refused stored anchors (zero data retention)."""
+        return scope_key in self._zdr
+
+    def note(self, state: CallState, effect: Any) -> None:
+        """Perform a bookkeeping effect (the same for sync and async calls)."""
+        if type(effect) is Planned:
+            state.plan, state.seconds = effect.plan, effect.seconds
+            if effect.plan.reason is Reason.NO_HISTORY and effect.hashes:
+                self._grown(state.context.scope_key, effect.hashes)
+            _otel.planned(effect.plan, state.context.mode.value)
+        elif isinstance(effect, Log):
+            if effect.event not in HINTS or self._hint_once(effect.event):
+                getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
+        elif isinstance(effect, FellBack):
+            state.refused = effect.reason
+            _otel.fell_back(effect.reason.value)
+        elif isinstance(effect, DisableChaining):
+            self._zdr.add(effect.scope_key)
+        else:
+            raise TypeError(f"unknown effect {effect!r}")
+
+    # -- scope and store settings ---------------------------------------------
 
     @property
     def store_cooldown(self) -> float:
@@ -213,24 +336,17 @@ class Tracker:
 
     def scope_for(self, client: Any) -> Scope:
         """
-        The scope this tracker records *client*'s anchors under.
+        The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``).
 
         Its base URL, organization and project, this tracker's namespace and,
-        with ``scope_by_api_key``, a keyed digest of its API key (a key that
-        comes from a provider or workload identity changes as it rotates, so
-        it is left out: separate such tenants with a namespace). Hand it to
-        ``anchortrack.explain`` or ``plan_request`` to look at the same anchors.
+        with ``scope_by_api_key``, a keyed digest of its API key (not of a key
+        from a provider, which rotates: separate such tenants with a namespace).
         """
         api_key = getattr(client, "api_key", None)
-        by_key = (
-            self.scope_by_api_key
-            and isinstance(api_key, str)
-            and api_key
-            and getattr(client, "_api_key_provider", None) is None
-        )
+        provided = getattr(client, "_api_key_provider", None) is not None
+        by_key = self.scope_by_api_key and isinstance(api_key, str) and api_key and not provided
         secret = self.store.secret_key
-        # Every call asks: the same settings give the same scope, so it is made
-        # once. The key is named by its (cached) string hash, never held.
+        # Asked on every call, so made once per client and settings; the key is named by its hash, never held.
         settings = (
             client.base_url,
             getattr(client, "organization", None),
@@ -249,11 +365,15 @@ class Tracker:
             namespace=self.namespace,
             api_key_digest=api_key_digest(api_key, secret) if by_key else None,  # type: ignore[arg-type]
         )
-        with self._lock:
-            if len(self._scopes) >= 64:
-                self._scopes.clear()
-            self._scopes[id(client)] = (settings, scope)
+        self._remember(self._scopes, id(client), (settings, scope))
         return scope
+
+    def _remember(self, cache: dict[Any, Any], key: object, value: object) -> None:
+        """Put *value* in one of the small caches, which starts over when full."""
+        with self._lock:
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            cache[key] = value
 
     # -- outcomes -------------------------------------------------------------
 
@@ -261,11 +381,8 @@ class Tracker:
         """
         Call *callback* with the `Outcome` of every call from now on; return the function that stops it.
 
-        It runs on the caller's thread (or task) as the call's decision is
-        final: before an HTTP call returns, so the caller's tracing span is
-        still current; when the server answers, for a WebSocket create. An
-        exception it raises is logged (``anchortrack.subscriber_failed``) and
-        never reaches the call.
+        It runs on the caller's thread (or task) once the decision is final, before an HTTP call returns
+        (the caller's tracing span is still current); what it raises is logged, never raised.
         """
         with self._lock:
             self._subscribers = (*self._subscribers, callback)
@@ -277,36 +394,13 @@ class Tracker:
         return unsubscribe
 
     def publish(self, outcome: Outcome) -> None:
-        """Hand one call's outcome to `stats` and every subscriber."""
+        """Hand one call's outcome to `stats` and every subscriber; what a subscriber raises is logged."""
         self.stats.observe(outcome)
         for callback in self._subscribers:
-            _notify(callback, outcome)
-
-    def _hint_once(self, event: str) -> bool:
-        """Whether the hint *event* is due: the first time on this tracker."""
-        with self._lock:
-            due = event not in self._hinted
-            self._hinted.add(event)
-        return due
-
-    def _grown(self, scope_key: str, hashes: Sequence[bytes]) -> None:
-        """
-        Note a history with no model output; hint once when one keeps growing that way.
-
-        A history that extends the previous one of its scope but holds no model
-        output skipped that call's response: the loop forgot ``history +=
-        response.output``, and no call of it can ever chain.
-        """
-        last = self._no_output.get(scope_key)
-        grew = last is not None and last[0] < len(hashes) and hashes[last[0] - 1] == last[1]
-        streak = last[2] + 1 if grew and last is not None else 0
-        with self._lock:
-            if len(self._no_output) >= 64:
-                self._no_output.clear()
-            self._no_output[scope_key] = (len(hashes), hashes[-1], streak)
-        event = "anchortrack.hint_output_missing"
-        if streak >= 2 and self._hint_once(event):
-            get_logger().warning(event, items=len(hashes), calls=streak + 1, hint=HINTS[event])
+            try:
+                callback(outcome)
+            except Exception as error:  # noqa: BLE001, PERF203 - an observer never breaks the call
+                get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
 
     def settle(self, state: CallState) -> None:
         """Publish the call's outcome, once, if it was planned."""
@@ -326,107 +420,10 @@ class Tracker:
             )
         )
 
-    # -- the fail-open entry ------------------------------------------------
-
-    def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
-        """
-        Make one tracked call (sync): plan it, send it, record its response.
-
-        *send* sends keyword arguments through the SDK and records the response
-        with the ticket, if any. A fault while planning sends *params* through
-        unchanged; once something was sent, only what the SDK raised reaches
-        the caller.
-        """
-        try:
-            begun = self.begin(params, scope())
-        except Exception as error:  # noqa: BLE001 - fail open
-            self.fault(error)
-            return send(params, None)
-        if begun is None:
-            return send(params, None)
-        state = CallState(begun[0])
-        try:
-            return self._run(state, begun[1], send)
-        except Exception as error:
-            if error is state.sdk_error:
-                raise
-            self.fault(error)
-            return state.response if state.answered else send(params, None)
-
-    async def acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
-        """Make one tracked call (async): the twin of `call`."""
-        try:
-            begun = self.begin(params, scope())
-        except Exception as error:  # noqa: BLE001 - fail open
-            self.fault(error)
-            return await send(params, None)
-        if begun is None:
-            return await send(params, None)
-        state = CallState(begun[0])
-        try:
-            return await self._arun(state, begun[1], send)
-        except Exception as error:
-            if error is state.sdk_error:
-                raise
-            self.fault(error)
-            return state.response if state.answered else await send(params, None)
-
-    def begin(
-        self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
-    ) -> tuple[CallContext, Request] | None:
-        """
-        Read one ``responses.create`` / ``parse`` call and build its context.
-
-        Returns None when the call must pass through untouched (mode ``off``;
-        its outcome is published, for *transport*).
-
-        Raises:
-            TypeError: ``input`` has no Responses API shape.
-        """
-        mode = resolve(self.mode)
-        if mode is Mode.OFF:
-            self.publish(passed_through(mode, Reason.MODE_OFF, transport))
-            get_logger().debug(
-                "anchortrack.request_passed_through", reason=Reason.MODE_OFF.value, **_via(transport)
-            )
-            return None
-        request = read_request(params, scope.base_url)
-        key, root = self._root(scope)
-        context = CallContext(
-            scope_key=key,
-            root=root,
-            mode=mode,
-            zdr_disabled=key in self._zdr,
-            now=self.clock(),
-            memo=self._memo,
-            recent=self.recent,
-            mac_key=mac_key(self.store.secret_key),
-            quiet=not debug_enabled(),
-            local_store=self.failopen.inline,
-        )
-        return context, request
-
-    def _root(self, scope: Scope) -> tuple[str, bytes]:
-        last = self._last_root
-        if last[0] is scope:
-            return last[1]
-        cached = self._roots.get(scope)
-        if cached is None:
-            secret = self.store.secret_key
-            cached = (scope.store_key(secret), scope.root(secret))
-            with self._lock:
-                if len(self._roots) > 64:
-                    self._roots.clear()
-                self._roots[scope] = cached
-        self._last_root = (scope, cached)
-        return cached
-
     def fault(self, error: Exception, transport: str = HTTP, *, counted: bool = True) -> None:
         """
         Report a fault inside anchortrack; the call goes out (or its answer comes in) exactly as given.
-
-        *counted*: publish it as the call's outcome (a fault once the outcome
-        is known, or outside any call, is only logged).
+        *counted*: publish it as the call's outcome (else, once the outcome is known, only log it).
         """
         if counted:
             self.publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, transport))
@@ -434,140 +431,48 @@ class Tracker:
             "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", **_via(transport)
         )
 
-    def chaining_disabled(self, scope_key: str) -> bool:
-        """Whether the scope *scope_key* refused stored anchors (zero data retention)."""
-        return scope_key in self._zdr
+    # -- hints: logged once per tracker ---------------------------------------
 
-    # -- performing effects: run and arun differ only in awaiting ------------
+    def _hint_once(self, event: str) -> bool:
+        """Whether the hint *event* is due: the first time on this tracker."""
+        with self._lock:
+            due = event not in self._hinted
+            self._hinted.add(event)
+        return due
 
-    def _run(self, state: CallState, request: Request, send: SendFn) -> Any:
-        failopen = self.failopen
-        failopen.flush()
-
-        def perform(effect: Any) -> Any:
-            if is_store_effect(effect):
-                return failopen.perform(effect)
-            if type(effect) is Send:
-                state.sent = True
-                try:
-                    built: list[Any] = []
-                    token = sent_streams.set(built)
-                    try:
-                        response = send(effect.body, effect.ticket)
-                    finally:
-                        sent_streams.reset(token)
-                    stream = built[0] if built else None
-                    if effect.anchor_id is not None and stream is not None:
-                        refusal = stream._peek()
-                        if refusal is not None:
-                            if _recoverable(refusal, effect.anchor_id):
-                                stream._discard()
-                                raise refusal
-                            stream._release()
-                except Exception as error:
-                    state.sdk_error = error
-                    raise
-                state.response = response
-                state.answered = True
-                failopen.flush()
-                return response
-            return self.note(state, effect)
-
-        try:
-            return drive(call_flow(state.context, request), perform)
-        finally:
-            self.settle(state)
-
-    async def _arun(self, state: CallState, request: Request, send: AsyncSendFn) -> Any:
-        failopen = self.failopen
-        await failopen.aflush()
-
-        async def perform(effect: Any) -> Any:
-            if is_store_effect(effect):
-                return await failopen.aperform(effect)
-            if type(effect) is Send:
-                state.sent = True
-                try:
-                    built: list[Any] = []
-                    token = sent_streams.set(built)
-                    try:
-                        response = await send(effect.body, effect.ticket)
-                    finally:
-                        sent_streams.reset(token)
-                    stream = built[0] if built else None
-                    if effect.anchor_id is not None and stream is not None:
-                        refusal = await stream._peek()
-                        if refusal is not None:
-                            if _recoverable(refusal, effect.anchor_id):
-                                await stream._discard()
-                                raise refusal
-                            await stream._release()
-                except Exception as error:
-                    state.sdk_error = error
-                    raise
-                state.response = response
-                state.answered = True
-                await failopen.aflush()
-                return response
-            return self.note(state, effect)
-
-        try:
-            return await adrive(call_flow(state.context, request), perform)
-        finally:
-            self.settle(state)
-
-    def note(self, state: CallState, effect: Any) -> None:
-        """Perform a bookkeeping effect (the same for sync and async calls)."""
-        if type(effect) is Planned:
-            state.plan, state.seconds = effect.plan, effect.seconds
-            if effect.plan.reason is Reason.NO_HISTORY and effect.hashes:
-                self._grown(state.context.scope_key, effect.hashes)
-            _otel.planned(effect.plan, state.context.mode.value)
-        elif isinstance(effect, Log):
-            if effect.event in HINTS and not self._hint_once(effect.event):
-                return
-            fields = (
-                effect.fields if state.transport == HTTP else {**effect.fields, "transport": state.transport}
-            )
-            getattr(get_logger(), effect.level)(effect.event, **fields)
-        elif isinstance(effect, FellBack):
-            state.refused = effect.reason
-            _otel.fell_back(effect.reason.value)
-        elif isinstance(effect, DisableChaining):
-            self._zdr.add(effect.scope_key)
-        else:
-            raise TypeError(f"unknown effect {effect!r}")
+    def _grown(self, scope_key: str, hashes: Sequence[bytes]) -> None:
+        """Note a history without model output; hint once when one keeps growing so (none of it can chain)."""
+        last = self._no_output.get(scope_key)
+        grew = last is not None and last[0] < len(hashes) and hashes[last[0] - 1] == last[1]
+        streak = last[2] + 1 if grew and last is not None else 0
+        self._remember(self._no_output, scope_key, (len(hashes), hashes[-1], streak))
+        event = "anchortrack.hint_output_missing"
+        if streak >= 2 and self._hint_once(event):
+            get_logger().warning(event, items=len(hashes), calls=streak + 1, hint=HINTS[event])
 
     # -- recording ----------------------------------------------------------
 
     def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
-        """
-        Decide whether *response* becomes an anchor; queue it if so. Never raises.
-
-        The caller writes it: `flush` or `aflush`.
-        """
+        """Decide whether *response* becomes an anchor; queue it if so (`flush` writes it). Never raises."""
         try:
-            self._record(ticket, response, output)
+            response_id = getattr(response, "id", None)
+            reason = ticket.skip_reason or unrecordable(response, record_incomplete=self.record_incomplete)
+            if reason is not None:
+                self.stats.skipped_response(reason.value)
+                status = getattr(response, "status", None)
+                get_logger().debug(
+                    "anchortrack.response_not_recorded",
+                    response_id=response_id,
+                    status=status,
+                    reason=reason.value,
+                )
+                return
+            assert isinstance(response_id, str)
+            anchor, outputs = self.anchor_of(ticket, response_id, response, output, parent=ticket.parent)
+            self.failopen.record(ticket.scope, anchor)
+            recorded_event(response_id, anchor, outputs)
         except Exception as error:  # noqa: BLE001 - recording must never break a call
             get_logger().warning("anchortrack.record_failed", error=type(error).__name__)
-
-    def _record(self, ticket: Ticket, response: object, output: Sequence[Any] | None) -> None:
-        response_id = getattr(response, "id", None)
-        status = getattr(response, "status", None)
-        reason = ticket.skip_reason or unrecordable(response, record_incomplete=self.record_incomplete)
-        if reason is not None:
-            self.stats.skipped_response(reason.value)
-            get_logger().debug(
-                "anchortrack.response_not_recorded",
-                response_id=response_id,
-                status=status,
-                reason=reason.value,
-            )
-            return
-        assert isinstance(response_id, str)
-        anchor, outputs = self.anchor_of(ticket, response_id, response, output, parent=ticket.parent)
-        self.failopen.record(ticket.scope, anchor)
-        recorded_event(response_id, anchor, outputs)
 
     def anchor_of(
         self,
@@ -601,15 +506,12 @@ class Tracker:
 
     def abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
-        if ticket is None:
-            return
-        self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
-        get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
-
-    # -- writing anchors: at most one deadline after a response ---------------
+        if ticket is not None:
+            self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
+            get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
 
     def flush(self) -> None:
-        """Write the anchors recorded, then some of the backlog (sync; see `FailOpen.flush`)."""
+        """Write the anchors recorded, then some of the backlog, within one deadline (sync)."""
         self.failopen.flush()
 
     async def aflush(self) -> None:
@@ -617,15 +519,14 @@ class Tracker:
         await self.failopen.aflush()
 
 
-def _recoverable(error: BaseException, anchor_id: str) -> bool:
-    """
-    Whether the flow recovers from a chained stream's first-event *error*.
+#: The effect that writes what was recorded (`FailOpen.flush` / ``aflush``).
+_FLUSH = object()
 
-    A stale-anchor or ZDR refusal inside the stream is raised into the flow,
-    which evicts and resends, like an HTTP refusal; any other error stays the
-    caller's, in its stream.
-    """
-    return classify(error, anchor_id) is not None
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _keys(scope: Scope, secret_key: bytes | None) -> tuple[str, bytes]:
+    """The store key and the root ``h(0)`` of *scope* under *secret_key*."""
+    return scope.store_key(secret_key), scope.root(secret_key)
 
 
 def recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any) -> None:
@@ -644,11 +545,3 @@ def recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any)
 def _via(transport: str) -> dict[str, str]:
     """The log field naming a transport other than HTTP (HTTP events carry none)."""
     return {} if transport == HTTP else {"transport": transport}
-
-
-def _notify(callback: Callable[[Outcome], object], outcome: Outcome) -> None:
-    """Hand *outcome* to one subscriber; what it raises is logged, never raised."""
-    try:
-        callback(outcome)
-    except Exception as error:  # noqa: BLE001 - an observer never breaks the call
-        get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
