@@ -16,7 +16,7 @@ import openai
 import pytest
 
 import anchortrack
-from anchortrack._properties import ANY, PER_REQUEST_ENV, applies_per_request
+from anchortrack._properties import ANY, PER_REQUEST_ENV, announced, applies_per_request
 from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import MemoryStore, SQLiteStore
 
@@ -71,6 +71,7 @@ def test_anchortrack_serve_is_recognised_by_what_its_responses_say(
     assert 0 == anchortrack.tracker(client).stats.count(reason="properties_changed")
     said = raw_client.responses.with_raw_response.create(model="scripted", input="hi").http_response.json()
     assert {"properties": "per_request"} == said["anchortrack"]
+    assert announced(said)  # what the server writes is what the library reads
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -153,8 +154,6 @@ def test_an_unknown_server_stays_strict_when_tools_change(
 
 def test_only_the_exact_announcement_counts() -> None:
     """Anything else under the field leaves the server unknown."""
-    from anchortrack._properties import announced
-
     assert announced({"anchortrack": {"properties": "per_request"}})
     for other in ({"anchortrack": {"properties": "carried"}}, {"anchortrack": "per_request"}, {}, None, "x"):
         assert not announced(other)
