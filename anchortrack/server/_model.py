@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from anchortrack._properties import announcement
 from anchortrack.server._request import CreateRequest
 
 
@@ -261,8 +260,9 @@ def build_response(
 
     With *announce*, it also says that this server applies ``tools``, ``text``
     and the other request properties to the one request that sets them, never
-    over a chain (see `anchortrack._properties.announcement`): clients that
-    read it keep chaining when those change.
+    over a chain: clients that read it (``anchortrack._properties.announced``)
+    keep chaining when those change.  Spelled here: the server imports nothing
+    of the library.
     """
     body = request.body
     input_tokens = _tokens(list(context)) + (_tokens(request.instructions) if request.instructions else 0)
@@ -307,4 +307,4 @@ def build_response(
         },
         "user": body.get("user"),
         "metadata": body.get("metadata") or {},
-    } | (announcement() if announce else {})
+    } | ({"anchortrack": {"properties": "per_request"}} if announce else {})
