@@ -245,11 +245,6 @@ class WebSocketHub:
 
     # -- what tests read and drive (thread-safe) ------------------------------------
 
-    def cached(self, connection_id: str) -> dict[Lane, str]:
-        """Lane → cached (latest) response id of an open connection; KeyError if none has this id."""
-        with self._lock:
-            return self._connections[connection_id].cache.snapshot()
-
     def forget(self, response_id: str) -> bool:
         """Evict *response_id* from every connection's cache; return whether one held it."""
         with self._lock:
