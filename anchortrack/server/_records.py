@@ -2,13 +2,11 @@
 What the server's response stores share: the records, the store contract, the
 row codec and the save policy.
 
-`ResponseStore` implements OpenAI's semantics once (``get``, ``link`` for
-chain resolution, ``save`` with the save policy, ``delete``, retention and
-``expire`` for tests) over five row primitives that each backend
-(`MemoryResponseStore`, `SQLiteResponseStore`) supplies.  Records are kept as
-JSON text (a `Row`), so what a caller saved or read can never change what is
-stored, and both backends give back the same data.  Stores are thread-safe and
-take an injectable clock, so retention is tested without sleeping.
+`ResponseStore` implements OpenAI's semantics once, over row primitives each
+backend supplies.  Records are kept as JSON text (a `Row`), so what a caller
+saved or read can never change what is stored, and both backends give back
+the same data.  Stores take an injectable clock, so retention is tested
+without sleeping.
 """
 
 from __future__ import annotations

@@ -174,13 +174,9 @@ def call_arguments(item: Item) -> tuple[str, str]:
         return str(item.get("name", "")), str(item.get("arguments", ""))
     if kind == "custom_tool_call":
         return str(item.get("name", "")), _json({"input": item.get("input", "")})
-    if kind == "shell_call":
-        return "shell", _json(
-            _without_none(item.get("action"), ("commands", "timeout_ms", "max_output_length"))
-        )
-    if kind == "local_shell_call":
-        keys = ("command", "env", "timeout_ms", "working_directory", "user")
-        return "local_shell", _json(_without_none(item.get("action"), keys))
+    if kind in ("shell_call", "local_shell_call"):  # the action's fields the wrapper schema names
+        tool = kind.removesuffix("_call")
+        return tool, _json(_without_none(item.get("action"), list(WRAPPER_SCHEMAS[tool]["properties"])))
     return "apply_patch", _json({"operation": item.get("operation")})
 
 

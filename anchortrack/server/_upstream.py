@@ -132,12 +132,7 @@ class Upstream:
         return str(redact(text, self._secret))
 
     def plan(self, turn: Turn) -> ChatPlan:
-        """
-        The Chat Completions request for *turn*.
-
-        Raises:
-            APIError: 400 for tools the provider cannot take.
-        """
+        """The Chat Completions request for *turn* (APIError 400 for tools the provider cannot take)."""
         return build_chat_request(
             turn.request,
             turn.context,
