@@ -35,16 +35,8 @@ def text_chunks(text: str) -> list[str]:
 
 def in_progress_snapshot(response: dict[str, Any]) -> dict[str, Any]:
     """The response as ``response.created``/``in_progress`` show it."""
-    snapshot = copy.deepcopy(response)
-    snapshot.update(
-        status="in_progress",
-        output=[],
-        usage=None,
-        error=None,
-        incomplete_details=None,
-        completed_at=None,
-    )
-    return snapshot
+    unknown_yet = dict.fromkeys(("usage", "error", "incomplete_details", "completed_at"))
+    return {**copy.deepcopy(response), "status": "in_progress", "output": [], **unknown_yet}
 
 
 def _added_form(item: Item) -> Item:

@@ -86,13 +86,8 @@ def parse_script(message: str) -> Script:
             sleep_ms = min(float(_int(rest, 0, minimum=0)), MAX_SLEEP_MS)
         elif command[1:] in flags:
             flags[command[1:]] = True
-    return Script(
-        text="\n".join(text_lines).strip(),
-        calls=tuple(calls),
-        rounds=rounds,
-        sleep_ms=sleep_ms,
-        **flags,
-    )
+    text = "\n".join(text_lines).strip()
+    return Script(text=text, calls=tuple(calls), rounds=rounds, sleep_ms=sleep_ms, **flags)
 
 
 def _int(text: str, default: int, *, minimum: int) -> int:
