@@ -258,6 +258,7 @@ class ResponseStore:
         with self._transaction():
             now = self._clock()
             old = self._live(record.id, now)
+            # The save policy: the expected parent is the record's, and the replaced record's.
             parents = {record.previous_response_id, (old or record).previous_response_id}
             if expected_previous_response_id is not UNSET and parents != {expected_previous_response_id}:
                 message = "Response parent did not match expected previous response ID."

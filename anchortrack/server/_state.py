@@ -134,8 +134,8 @@ class ServerState:
         model: The backend; a `ScriptedModel` by default.
         clock: Time source for timestamps and (for a spelled store) retention.
         record: Keep what tests look at (`requests`, WebSocket client frames,
-            `resolved_context`).  It grows with traffic and holds ``store:
-            false`` content: ``anchortrack serve`` records only with ``--test-hooks``.
+            `resolved_context`).  It grows with traffic and holds
+            ``store: false`` content: ``anchortrack serve`` records only with ``--test-hooks``.
         backend: An asynchronous backend (e.g. an upstream provider) that
             answers instead of *model*.
 
