@@ -46,7 +46,7 @@ from anchortrack.server._events import (
 from anchortrack.server._model import ModelReply
 from anchortrack.server._records import api_key, owner_digest, request_owner
 from anchortrack.server._request import decode_json
-from anchortrack.server._state import AsyncModel, PendingResponse, ServerState, Turn, stale_in_stream_event
+from anchortrack.server._state import AsyncModel, PendingResponse, ServerState, Turn
 
 
 logger = logging.getLogger("anchortrack.server")
@@ -155,9 +155,7 @@ def create_app(
             otherwise); ``None`` serves any key, or none.  Either way a
             response is visible only to the key that created it.
         test_hooks: Also serve the ``/_test`` hooks for out-of-process tests
-            (expire, drop, the context a response saw, the zero-data-retention
-            and stale-in-stream switches, the recorded requests, the
-            WebSocket connections); the server guide lists them.
+            (the server guide lists them).
 
     The WebSocket connections are ``app.state.websockets`` (a ``WebSocketHub``).
     """
@@ -180,10 +178,11 @@ def create_app(
                 and error.code == "previous_response_not_found"
                 and isinstance(body, dict)
                 and body.get("stream") is True
-            ):
-                event = stale_in_stream_event(str(body.get("previous_response_id")))
-                data = f"data: {json.dumps(event)}\n\n".encode()  # no "event:" line, like llama-stack
-                return _sse_response(data)
+            ):  # llama-stack's refusal: one event, no "event:" line
+                message = f"Response '{body.get('previous_response_id')}' not found."
+                message += " Use 'client.responses.list()' to list available Responses."
+                event = {"error": {"message": message, "code": "404"}}
+                return _sse_response(f"data: {json.dumps(event)}\n\n".encode())
             raise
         if pending.request.stream:
             server_state.save_in_progress(pending)

@@ -33,24 +33,10 @@ def text_chunks(text: str) -> list[str]:
     return _WORDS.findall(text) or [""]
 
 
-def _argument_chunks(arguments: str) -> list[str]:
-    return [
-        arguments[start : start + _ARGUMENT_CHUNK] for start in range(0, len(arguments), _ARGUMENT_CHUNK)
-    ] or [""]
-
-
 def in_progress_snapshot(response: dict[str, Any]) -> dict[str, Any]:
     """The response as ``response.created``/``in_progress`` show it."""
-    snapshot = copy.deepcopy(response)
-    snapshot.update(
-        status="in_progress",
-        output=[],
-        usage=None,
-        error=None,
-        incomplete_details=None,
-        completed_at=None,
-    )
-    return snapshot
+    unknown_yet = dict.fromkeys(("usage", "error", "incomplete_details", "completed_at"))
+    return {**copy.deepcopy(response), "status": "in_progress", "output": [], **unknown_yet}
 
 
 def _added_form(item: Item) -> Item:
@@ -89,9 +75,10 @@ def item_events(item: Item, index: int) -> list[Event]:
     elif kind == "function_call":
         where = {"item_id": item_id, "output_index": index}
         arguments = str(item.get("arguments", ""))
+        starts = range(0, len(arguments), _ARGUMENT_CHUNK)
+        chunks = [arguments[start : start + _ARGUMENT_CHUNK] for start in starts] or [""]
         events.extend(
-            {"type": "response.function_call_arguments.delta", **where, "delta": chunk}
-            for chunk in _argument_chunks(arguments)
+            {"type": "response.function_call_arguments.delta", **where, "delta": chunk} for chunk in chunks
         )
         events.append(
             {

@@ -4,23 +4,8 @@ The scripted model: a deterministic stand-in for an LLM (pure).
 Its reply depends only on the resolved context and the request's
 instructions, so a chained request and the equivalent stateless request get
 the same answer, and a test can tell from the reply when the server saw a
-different conversation.  The text of the last user message is echoed as
-``echo: <text> [ctx:<digest>] [items:<n>]`` (plus ``[instr:<digest>]`` with
-instructions; see `context_digest`, `instructions_digest`).  Its lines that
-start with ``!`` are commands:
-
-* ``!call NAME JSON_ARGS`` (one line per parallel call): function calls, then
-  ``tool results: <outputs joined by ' | '> [ctx:…] [items:…]`` once answered;
-* ``!rounds K``: make the calls K times before the final message;
-* ``!reason``: a reasoning item first, in every turn answering the message;
-* ``!fail``: a ``failed`` response with no output (wins over everything);
-* ``!incomplete``: ``incomplete``, with the first half of the echo (wins over
-  ``!call``);
-* ``!sleep MS``: wait MS milliseconds (at most 60000) before answering.
-
-Unknown commands and malformed arguments are ignored.  The server guide
-spells the convention out in full.  `build_response` turns any model's
-`ModelReply` into the response object the API returns.
+different conversation.  `build_response` turns any model's `ModelReply`
+into the response object the API returns.
 """
 
 from __future__ import annotations
@@ -101,13 +86,8 @@ def parse_script(message: str) -> Script:
             sleep_ms = min(float(_int(rest, 0, minimum=0)), MAX_SLEEP_MS)
         elif command[1:] in flags:
             flags[command[1:]] = True
-    return Script(
-        text="\n".join(text_lines).strip(),
-        calls=tuple(calls),
-        rounds=rounds,
-        sleep_ms=sleep_ms,
-        **flags,
-    )
+    text = "\n".join(text_lines).strip()
+    return Script(text=text, calls=tuple(calls), rounds=rounds, sleep_ms=sleep_ms, **flags)
 
 
 def _int(text: str, default: int, *, minimum: int) -> int:
@@ -176,9 +156,14 @@ class ScriptedModel:
     """
     The deterministic default backend of the local server.
 
-    See the module docstring for the command convention.  Ids are drawn from
-    *id_factory* (random by default); everything else is a function of the
-    context and the instructions.
+    It echoes the last user message as ``echo: <text> [ctx:<digest>]
+    [items:<n>]`` (plus ``[instr:<digest>]`` with instructions).  That
+    message's lines starting with ``!`` are commands, spelled out in the
+    server guide: ``!call NAME JSON_ARGS`` (one line per parallel call),
+    ``!rounds K``, ``!reason``, ``!fail``, ``!incomplete``, ``!sleep MS``;
+    unknown ones are ignored.  Ids come from *id_factory* (random by
+    default); everything else is a function of the context and the
+    instructions.
     """
 
     def __init__(self, *, id_factory: Callable[[str], str] = new_id) -> None:
@@ -260,8 +245,9 @@ def build_response(
 
     With *announce*, it also says that this server applies ``tools``, ``text``
     and the other request properties to the one request that sets them, never
-    over a chain (what `anchortrack._properties.announced` reads): clients that
-    read it keep chaining when those change.
+    over a chain: clients that read it (``anchortrack._properties.announced``)
+    keep chaining when those change.  Spelled here: the server imports nothing
+    of the library.
     """
     body = request.body
     input_tokens = _tokens(list(context)) + (_tokens(request.instructions) if request.instructions else 0)

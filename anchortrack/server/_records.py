@@ -2,13 +2,11 @@
 What the server's response stores share: the records, the store contract, the
 row codec and the save policy.
 
-`ResponseStore` implements OpenAI's semantics once (``get``, ``link`` for
-chain resolution, ``save`` with the save policy, ``delete``, retention and
-``expire`` for tests) over five row primitives that each backend
-(`MemoryResponseStore`, `SQLiteResponseStore`) supplies.  Records are kept as
-JSON text (a `Row`), so what a caller saved or read can never change what is
-stored, and both backends give back the same data.  Stores are thread-safe and
-take an injectable clock, so retention is tested without sleeping.
+`ResponseStore` implements OpenAI's semantics once, over row primitives each
+backend supplies.  Records are kept as JSON text (a `Row`), so what a caller
+saved or read can never change what is stored, and both backends give back
+the same data.  Stores take an injectable clock, so retention is tested
+without sleeping.
 """
 
 from __future__ import annotations
@@ -184,31 +182,6 @@ def row_link(row: Row) -> ChainLink:
     return ChainLink(**_chain_fields(row), output=json.loads(row.output_json))
 
 
-def _check_save_policy(
-    existing: Row | None,
-    record: StoredResponse,
-    *,
-    overwrite: bool,
-    expected_previous_response_id: str | Literal[_Unset.UNSET] | None,
-) -> None:
-    """
-    The save policy: *existing* is the live row with the same id, if any.
-
-    Raises:
-        StoreConflictError: On a parent mismatch or an overwrite not asked for.
-    """
-    if expected_previous_response_id is not UNSET:
-        parents = {record.previous_response_id}
-        if existing is not None:
-            parents.add(existing.previous_response_id)
-        if parents != {expected_previous_response_id}:
-            raise StoreConflictError(
-                record.id, "Response parent did not match expected previous response ID."
-            )
-    if existing is not None and not overwrite:
-        raise StoreConflictError(record.id, "Response already exists.")
-
-
 class ResponseStore:
     """
     The storage contract the server relies on (thread-safe), written once over rows.
@@ -285,9 +258,13 @@ class ResponseStore:
         with self._transaction():
             now = self._clock()
             old = self._live(record.id, now)
-            _check_save_policy(
-                old, record, overwrite=overwrite, expected_previous_response_id=expected_previous_response_id
-            )
+            # The save policy: the expected parent is the record's, and the replaced record's.
+            parents = {record.previous_response_id, (old or record).previous_response_id}
+            if expected_previous_response_id is not UNSET and parents != {expected_previous_response_id}:
+                message = "Response parent did not match expected previous response ID."
+                raise StoreConflictError(record.id, message)
+            if old is not None and not overwrite:
+                raise StoreConflictError(record.id, "Response already exists.")
             created = now if old is None else old.created_at
             row = encode_row(record, created, created + self.retention)
             self._put(row)

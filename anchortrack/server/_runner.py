@@ -38,11 +38,9 @@ class Timeouts:
     How long the server waits on a client, in seconds.
 
     Attributes:
-        header: From the connection's start (or the previous response) to
-            the end of a request's headers.
+        header: Until a request's headers end (from the connection's start or the previous response).
         body: From the end of the headers to the end of the body.
-        shutdown: For requests in flight once shutdown starts; then they are
-            cancelled.
+        shutdown: For requests in flight once shutdown starts; then they are cancelled.
     """
 
     header: float = 10.0
@@ -139,16 +137,10 @@ class ResponsesServer:
     """
     A local Responses API server on a loopback port, for tests and demos.
 
-    Use it as a context manager (or call `start` and `stop`):
-
-    ```python
-    with ResponsesServer() as srv:
-        client = OpenAI(base_url=srv.base_url, api_key="test")
-    ```
+    Use it as a context manager (or call `start` and `stop`).
 
     Args:
-        store: A `ResponseStore` or its spelling, ``"memory"`` or
-            ``"sqlite:PATH"``.
+        store: A `ResponseStore` or its spelling, ``"memory"`` or ``"sqlite:PATH"``.
         retention: Seconds stored responses are kept (for a spelled store).
         host: Interface to listen on.
         port: Port to listen on; ``0`` picks a free one.
@@ -156,15 +148,12 @@ class ResponsesServer:
         test_hooks: Also serve the ``/_test`` HTTP hooks (see ``create_app``).
         model: The model backend; the scripted model by default.
         clock: Time source for timestamps and retention.
-        upstream: Answer with a Chat Completions provider instead of the
-            scripted model: its base URL (see ``Upstream`` for the API key
-            and options) or an ``Upstream``/other asynchronous backend.
-        state: Serve this state instead of building one (then *store*,
-            *retention*, *max_depth*, *model*, *clock* and *upstream* are
-            ignored).
-        api_keys: Serve only these bearer keys (401 otherwise); by default
-            any key, or none.  A response is visible only to the key that
-            created it either way.
+        upstream: Answer with a Chat Completions provider instead: its base URL
+            (see ``Upstream`` for the API key and options) or an asynchronous backend.
+        state: Serve this state instead of building one (then the arguments
+            that build one are ignored).
+        api_keys: Serve only these bearer keys (401 otherwise); by default any
+            key, or none.  Either way a response is visible only to its key.
 
     Attributes:
         state: The `ServerState` the running app shares.

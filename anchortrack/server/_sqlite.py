@@ -1,9 +1,5 @@
 """
-`SQLiteResponseStore`: responses in a SQLite file (WAL), surviving restarts.
-
-Same contract as the memory store (see `anchortrack.server._records`); the
-save policy is checked and applied in one ``BEGIN IMMEDIATE`` transaction, so
-it holds across threads and across processes sharing the file.
+`SQLiteResponseStore`: the contract of `anchortrack.server._records` over a SQLite file.
 """
 
 from __future__ import annotations
@@ -49,11 +45,9 @@ class SQLiteResponseStore(ResponseStore):
     """
     Responses kept in a SQLite file (WAL mode), surviving restarts.
 
-    The file and its parent directories are created on first use.  The
-    schema version lives in ``PRAGMA user_version``; a file written by a newer
-    schema is refused rather than misread.
-
-    *path* may be ``":memory:"`` for a private in-memory database.
+    The file and its parent directories are created on first use; *path* may
+    be ``":memory:"`` for a private in-memory database.  A file written by a
+    newer schema is refused rather than misread.
     """
 
     def __init__(

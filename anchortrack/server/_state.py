@@ -88,10 +88,9 @@ class Turn:
 
 class AsyncModel(Protocol):
     """
-    An asynchronous model backend (the upstream provider bridge is one): it answers every HTTP create.
+    An asynchronous model backend that answers every HTTP create (the upstream provider is one).
 
-    Both methods raise `~anchortrack.server._errors.APIError` for a call that
-    failed before a response existed.
+    Both methods raise `APIError` for a call that failed before a response existed.
     """
 
     async def reply(self, turn: Turn) -> ModelReply:
@@ -129,27 +128,23 @@ class ServerState:
     Everything the running server knows; thread-safe.
 
     Args:
-        store: A `ResponseStore`, or its spelling ``"memory"`` /
-            ``"sqlite:PATH"``.
+        store: A `ResponseStore`, or its spelling ``"memory"`` / ``"sqlite:PATH"``.
         retention: Seconds responses are kept (only when *store* is a spelling).
         max_depth: Most stored responses one chain may hold.
         model: The backend; a `ScriptedModel` by default.
         clock: Time source for timestamps and (for a spelled store) retention.
-        record: Keep what tests look at: request bodies (`requests`),
-            WebSocket client frames, every response's context
-            (`resolved_context`).  Memory grows with traffic and holds
-            ``store: false`` content: ``anchortrack serve`` records only with
-            ``--test-hooks``.
+        record: Keep what tests look at (`requests`, WebSocket client frames,
+            `resolved_context`).  It grows with traffic and holds
+            ``store: false`` content: ``anchortrack serve`` records only with ``--test-hooks``.
         backend: An asynchronous backend (e.g. an upstream provider) that
             answers instead of *model*.
 
     Attributes:
-        zdr: When true, every request carrying ``previous_response_id`` gets
-            OpenAI's zero-data-retention error.
-        stale_in_stream: When true, a streamed request whose
-            ``previous_response_id`` is not found gets llama-stack's refusal:
-            HTTP 200, then one ``{"error": {…, "code": "404"}}`` event
-            (see `stale_in_stream_event`).
+        zdr: Refuse every ``previous_response_id`` with OpenAI's zero-data-retention error.
+        stale_in_stream: Refuse a streamed request's unknown ``previous_response_id``
+            as llama-stack does: HTTP 200, then one ``{"error": {…, "code": "404"}}`` event.
+        announce_per_request: Say on every response that request properties apply
+            per request (``False`` serves like a server anchortrack does not know).
     """
 
     def __init__(
@@ -173,8 +168,6 @@ class ServerState:
         self.backend = backend
         self.zdr = False
         self.stale_in_stream = False
-        # False serves responses without the per-request announcement, like a server
-        # anchortrack does not know (tests of its strict default use it).
         self.announce_per_request = True
         self.record = record
         self._lock = threading.Lock()
@@ -199,13 +192,10 @@ class ServerState:
 
     def resolved_context(self, response_id: str) -> list[Item]:
         """
-        The items the model saw for *response_id*, oldest first.
+        The items the model saw for *response_id* (stored or not, while `record` is on), oldest first.
 
-        The chain's inputs and outputs, then the request's own input, with
-        item references and by-id reasoning items resolved (see
-        `resolve_context`); no instructions, not the response's own output.
-        Available for every response created (stored or not) while `record`
-        is on.
+        Item references and by-id reasoning items are resolved; no
+        instructions, not the response's own output.
 
         Raises:
             KeyError: The server created no such response (or was not recording).
@@ -421,21 +411,11 @@ class ServerState:
                 self.save_final_or_log(to_save)
 
     def get_response(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
-        """
-        The stored response object, when it belongs to *owner* (any, for None).
-
-        Raises:
-            APIError: 404 when it is not stored (or another key's).
-        """
+        """The stored response object of *owner* (any, for None); APIError 404 if none."""
         return self._get(response_id, owner).response
 
     def delete_response(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
-        """
-        Delete a stored response of *owner* (any, for None); return OpenAI's deletion object.
-
-        Raises:
-            APIError: 404 when it is not stored (or another key's).
-        """
+        """Delete a stored response of *owner* (any, for None): OpenAI's deletion object, or APIError 404."""
         self._get(response_id, owner)
         if not self.store.delete(response_id):
             raise _errors.response_not_found(response_id)
@@ -451,11 +431,10 @@ class ServerState:
         order: str = "desc",
     ) -> dict[str, Any]:
         """
-        One page of the items used to generate a stored response.
+        One page of the items used to generate a stored response, read from the store now.
 
-        The chain's stored inputs and outputs, then the response's own input,
-        read from the store now (the walk stops at the first ancestor no
-        longer stored); an item without an ``id`` is listed with a stable one.
+        The walk stops at the first ancestor no longer stored; an item
+        without an ``id`` is listed with a stable one.
 
         Raises:
             APIError: 404 when the response is not stored (or another
@@ -530,11 +509,3 @@ def _listed(response_id: str, items: list[Item]) -> list[Item]:
 def _made_up_id(response_id: str, index: int, item: Item) -> str:
     digest = hashlib.sha256(f"{response_id}:{index}".encode()).hexdigest()[:48]
     return f"{item_type(item.get('type', 'message')).prefix}_{digest}"
-
-
-def stale_in_stream_event(response_id: str) -> dict[str, Any]:
-    """The first (and only) event llama-stack streams for a ``previous_response_id`` it does not have."""
-    message = (
-        f"Response '{response_id}' not found. Use 'client.responses.list()' to list available Responses."
-    )
-    return {"error": {"message": message, "code": "404"}}

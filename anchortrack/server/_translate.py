@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from anchortrack.server._errors import APIError, missing_parameter
+from anchortrack.server._errors import missing_parameter, unsupported
 from anchortrack.server._items import CALLS, OUTPUTS
 from anchortrack.server._request import CreateRequest
 
@@ -93,14 +93,10 @@ class ChatPlan:
     """
     One Chat Completions request and what the reply is restored with.
 
-    Attributes:
-        body: The JSON body for ``POST /chat/completions``.
-        tools: Tool name → the type it was requested as (``function``,
-            ``custom``, ``shell``…): a provider call is restored to that type.
-        requires_valid_json: ``json_schema`` was degraded to ``json_object``:
-            the output must parse as JSON.
-        json_schema: The ``response_format`` sent is ``json_schema`` (so it
-            can be degraded if the provider refuses it).
+    *tools* maps a tool's name to the type it was requested as: a provider
+    call is restored to that type.  *json_schema*: the ``response_format``
+    sent is ``json_schema`` (degradable); *requires_valid_json*: it was
+    degraded to ``json_object``, so the output must parse as JSON.
     """
 
     body: dict[str, Any]
@@ -178,13 +174,9 @@ def call_arguments(item: Item) -> tuple[str, str]:
         return str(item.get("name", "")), str(item.get("arguments", ""))
     if kind == "custom_tool_call":
         return str(item.get("name", "")), _json({"input": item.get("input", "")})
-    if kind == "shell_call":
-        return "shell", _json(
-            _without_none(item.get("action"), ("commands", "timeout_ms", "max_output_length"))
-        )
-    if kind == "local_shell_call":
-        keys = ("command", "env", "timeout_ms", "working_directory", "user")
-        return "local_shell", _json(_without_none(item.get("action"), keys))
+    if kind in ("shell_call", "local_shell_call"):  # the action's fields the wrapper schema names
+        tool = kind.removesuffix("_call")
+        return tool, _json(_without_none(item.get("action"), list(WRAPPER_SCHEMAS[tool]["properties"])))
     return "apply_patch", _json({"operation": item.get("operation")})
 
 
@@ -278,10 +270,6 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
     return messages
 
 
-def _tool_error(message: str, index: int) -> APIError:
-    return APIError(400, message, param=f"tools[{index}]", code="unsupported_parameter")
-
-
 def build_tools(tools: Sequence[Item]) -> tuple[list[Item], dict[str, str]]:
     """
     The chat ``tools`` for the request's *tools*, and each tool's requested type by name.
@@ -326,17 +314,11 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], dict[str, str]]:
                 "parameters": WRAPPER_SCHEMAS[name],
             }
         else:
-            raise _tool_error(
-                f"Tools of type '{kind}' are not supported by the upstream provider "
-                "(it only runs function tools).",
-                index,
-            )
+            message = f"Tools of type '{kind}' are not supported by the upstream provider"
+            raise unsupported(f"tools[{index}]", f"{message} (it only runs function tools).")
         if name in types:
-            raise _tool_error(
-                f"Tools '{name}' ({types[name]}) and '{name}' ({kind}) would both be called "
-                f"'{name}' by the upstream provider.",
-                index,
-            )
+            message = f"Tools '{name}' ({types[name]}) and '{name}' ({kind}) would both be called '{name}'"
+            raise unsupported(f"tools[{index}]", f"{message} by the upstream provider.")
         types[name] = str(kind)
         chat_tools.append({"type": "function", "function": function})
     return chat_tools, types
@@ -354,12 +336,8 @@ def _tool_choice(choice: object) -> object:
         return {"type": "function", "function": {"name": kind}}
     if kind == "allowed_tools":
         return "required" if choice.get("mode") == "required" else "auto"
-    raise APIError(
-        400,
-        f"tool_choice of type '{kind}' is not supported by the upstream provider.",
-        param="tool_choice",
-        code="unsupported_parameter",
-    )
+    message = f"tool_choice of type '{kind}' is not supported by the upstream provider."
+    raise unsupported("tool_choice", message)
 
 
 def build_chat_request(

@@ -132,12 +132,7 @@ class Upstream:
         return str(redact(text, self._secret))
 
     def plan(self, turn: Turn) -> ChatPlan:
-        """
-        The Chat Completions request for *turn*.
-
-        Raises:
-            APIError: 400 for tools the provider cannot take.
-        """
+        """The Chat Completions request for *turn* (APIError 400 for tools the provider cannot take)."""
         return build_chat_request(
             turn.request,
             turn.context,
@@ -259,29 +254,29 @@ class Upstream:
         assembler = StreamAssembler(plan, self._origin(plan, turn), secret=self._secret)
         done = False
         try:
-            try:
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue  # blank lines, comments, event names
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError:
-                        raise MalformedReply("a stream chunk is not JSON") from None
-                    if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
-                        raise self._stream_error(data)
-                    for event in assembler.feed(chunk):
-                        yield event
-                if not done and assembler.completion()["choices"][0]["finish_reason"] is None:
-                    raise MalformedReply("the stream ended before the reply was complete")
-                events, reply = assembler.finish()
-            except httpx.HTTPError as error:
-                raise self._transport_error(error) from None
-            except MalformedReply as error:
-                raise self._malformed(str(error)) from None
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue  # blank lines, comments, event names
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise MalformedReply("a stream chunk is not JSON") from None
+                if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
+                    raise self._stream_error(data)
+                for event in assembler.feed(chunk):
+                    yield event
+            if not done and assembler.completion()["choices"][0]["finish_reason"] is None:
+                raise MalformedReply("the stream ended before the reply was complete")
+            events, reply = assembler.finish()
+        except httpx.HTTPError as error:
+            raise self._transport_error(error) from None
+        except MalformedReply as error:
+            raise self._malformed(str(error)) from None
+        else:
             for event in events:
                 yield event
             yield reply

@@ -6,14 +6,9 @@ body plus the envelope fields ``type``, ``stream_id`` and ``generate``), each
 answered with the event sequence of an HTTP stream, echoing its ``stream_id``.
 Creates of one lane (``stream_id``) run in order, lanes concurrently.  Each
 lane's latest chainable response stays in a connection-local cache that
-chains on this socket even with ``store: false`` or zero data retention; a
-failed create evicts the cached response it referenced when that is its own
-lane's latest, and a response chained from a parent only the cache knows is
-stored with its whole context as input.  ``generate: false`` is a warm-up
-without the model.  Refusals are error frames; the socket stays open until
-`WebSocketHub.max_age`.  The semantics follow OpenAI's WebSocket-mode guide
-and the openai SDK (the closing sequence at the age limit is an inference);
-the server guide spells them out.
+chains on this socket even with ``store: false`` or zero data retention.
+Refusals are error frames.  The semantics follow OpenAI's WebSocket-mode
+guide and the openai SDK; the server guide spells them out.
 """
 
 from __future__ import annotations
@@ -125,21 +120,6 @@ def error_frame(error: APIError, stream_id: str | None, sequence_number: int | N
     if stream_id is not None:
         frame["stream_id"] = stream_id
     return frame
-
-
-def stream_limit_reached() -> APIError:
-    """A connection asked for one named lane too many."""
-    message = "This WebSocket connection has reached its stream limit."
-    return _errors.bad_request("stream_id", "websocket_stream_limit_reached", message)
-
-
-def connection_limit_reached(max_age: float) -> APIError:
-    """A connection reached its maximum lifetime."""
-    message = (
-        f"This WebSocket connection has reached its maximum duration of {max_age / 60:g} minutes. "
-        "Open a new connection to continue."
-    )
-    return _errors.bad_request(None, "websocket_connection_limit_reached", message)
 
 
 class ConnectionCache:
@@ -265,11 +245,6 @@ class WebSocketHub:
 
     # -- what tests read and drive (thread-safe) ------------------------------------
 
-    def cached(self, connection_id: str) -> dict[Lane, str]:
-        """Lane → cached (latest) response id of an open connection; KeyError if none has this id."""
-        with self._lock:
-            return self._connections[connection_id].cache.snapshot()
-
     def forget(self, response_id: str) -> bool:
         """Evict *response_id* from every connection's cache; return whether one held it."""
         with self._lock:
@@ -350,7 +325,8 @@ class WebSocketHub:
             lane = event.stream_id
             if lane is not None and lane not in conn.named:
                 if len(conn.named) >= self.max_named_streams:
-                    raise stream_limit_reached()
+                    message = "This WebSocket connection has reached its stream limit."
+                    raise _errors.bad_request("stream_id", "websocket_stream_limit_reached", message)
                 conn.named.add(lane)
         except APIError as error:
             await conn.send(error_frame(error, event_stream_id(decoded)))
@@ -358,7 +334,7 @@ class WebSocketHub:
         queue = conn.queues.get(lane)
         if queue is None:
             queue = conn.queues[lane] = asyncio.Queue()
-            conn.workers[lane] = asyncio.create_task(self._work(conn, lane, queue))
+            conn.workers[lane] = asyncio.create_task(self._work(conn, queue))
         queue.put_nowait(event)
 
     def _record(self, frame: ReceivedFrame) -> None:
@@ -366,11 +342,10 @@ class WebSocketHub:
             with self._lock:
                 self._received.append(frame)
 
-    async def _work(self, conn: _Connection, lane: Lane, queue: asyncio.Queue[CreateEvent]) -> None:
+    async def _work(self, conn: _Connection, queue: asyncio.Queue[CreateEvent]) -> None:
         """One lane: its creates, FIFO, one at a time."""
         while not conn.closed:
-            event = await queue.get()
-            await self._respond(conn, lane, event)
+            await self._respond(conn, await queue.get())
 
     def _link(self, conn: _Connection) -> Callable[[str], ChainLink | None]:
         def link(response_id: str) -> ChainLink | None:
@@ -384,7 +359,7 @@ class WebSocketHub:
 
         return link
 
-    async def _respond(self, conn: _Connection, lane: Lane, event: CreateEvent) -> None:
+    async def _respond(self, conn: _Connection, event: CreateEvent) -> None:
         parent = event.body.get("previous_response_id")
         parent = parent if isinstance(parent, str) else None
         with self._lock:
@@ -403,7 +378,7 @@ class WebSocketHub:
         except APIError as error:
             if parent is not None:
                 with self._lock:
-                    conn.cache.evict_referenced(lane, parent)
+                    conn.cache.evict_referenced(event.stream_id, parent)
             await conn.send(error_frame(error, event.stream_id))
             return
         stored = pending.request.store and not self.state.zdr
@@ -414,15 +389,10 @@ class WebSocketHub:
                 pending.request, previous_response_id=None, input_items=list(pending.context)
             )
             to_save = dataclasses.replace(pending, request=flat)
-        await self._stream(conn, lane, event, pending, to_save if stored else None)
+        await self._stream(conn, event, pending, to_save if stored else None)
 
     async def _stream(
-        self,
-        conn: _Connection,
-        lane: Lane,
-        event: CreateEvent,
-        pending: PendingResponse,
-        to_save: PendingResponse | None,
+        self, conn: _Connection, event: CreateEvent, pending: PendingResponse, to_save: PendingResponse | None
     ) -> None:
         """Send *pending*'s events (see `ServerState.live_events`); cache it before the terminal one."""
         if to_save is not None:
@@ -440,7 +410,7 @@ class WebSocketHub:
                     await conn.send(error_frame(error, event.stream_id, item["sequence_number"]))
                     return
                 if item["type"] in TERMINAL_EVENTS.values():
-                    self._update_cache(conn, lane, pending)
+                    self._update_cache(conn, event.stream_id, pending)
                 if not await conn.send({**item, **lane_id}):
                     return
                 if item["type"] == "response.created" and conn.drop_after_created is not None:
@@ -461,7 +431,12 @@ class WebSocketHub:
 
     async def _age_out(self, conn: _Connection, max_age: float) -> None:
         await asyncio.sleep(max_age)
-        await conn.send(error_frame(connection_limit_reached(max_age), None))
+        message = (
+            f"This WebSocket connection has reached its maximum duration of {max_age / 60:g} minutes. "
+            "Open a new connection to continue."
+        )
+        error = _errors.bad_request(None, "websocket_connection_limit_reached", message)
+        await conn.send(error_frame(error, None))
         await conn.close(1001, "connection limit reached")
 
     # -- test hooks -----------------------------------------------------------------
