@@ -62,21 +62,19 @@ class Scope:
         The short printable digest that namespaces this scope's anchors in a store; keyed by
         *secret_key* when given, so a store's keys tell a reader without it nothing about the scope.
         """
-        key = fit_key(secret_key) if secret_key else b""
-        return _blake2b(self._identity(), digest_size=8, key=key).hexdigest()
-
-    def _identity(self) -> bytes:
-        parts = [self.base_url.rstrip("/"), self.organization or "", self.project or "", self.namespace or ""]
-        if self.api_key_digest is not None:
-            parts.append(self.api_key_digest)
-        return "\x1f".join(parts).encode()
+        return self._digest(secret_key, 8).hex()
 
     def root(self, secret_key: bytes | None) -> bytes:
         """Return ``h(0)`` for this scope, keyed by *secret_key* if given."""
+        return self._digest(secret_key, DIGEST_SIZE, SCHEME.encode() + b"\x00")
+
+    def _digest(self, secret_key: bytes | None, size: int, prefix: bytes = b"") -> bytes:
+        """A BLAKE2b of *prefix* and the scope's fields, keyed by *secret_key* if given."""
+        parts = [self.base_url.rstrip("/"), self.organization or "", self.project or "", self.namespace or ""]
+        if self.api_key_digest is not None:
+            parts.append(self.api_key_digest)
         key = fit_key(secret_key) if secret_key else b""
-        return _blake2b(
-            SCHEME.encode() + b"\x00" + self._identity(), digest_size=DIGEST_SIZE, key=key
-        ).digest()
+        return _blake2b(prefix + "\x1f".join(parts).encode(), digest_size=size, key=key).digest()
 
 
 def api_key_digest(api_key: str, secret_key: bytes | None = None) -> str:
