@@ -20,7 +20,7 @@ import attrs
 
 from ._canonical import ItemError, canonical_item
 from ._flow import UNAVAILABLE, CallContext, History, drive, plan_history, read_history
-from ._hashing import Kind, Scope
+from ._hashing import Kind, Scope, kind_of
 from ._log import short
 from ._outcome import decision_for
 from ._plan import REASON_TEXT, Plan, Reason, RecentViews, answers, with_sizes
@@ -278,11 +278,9 @@ def _views(history: History, found: Mapping[bytes, Anchor], context: CallContext
 
 def _kind(item: object) -> Kind:
     try:
-        canon = canonical_item(item)
+        return kind_of(canonical_item(item))
     except ItemError:
         return type(item).__name__, None
-    role = canon.get("role")
-    return str(canon.get("type", "?")), role if isinstance(role, str) else None
 
 
 def _rows(

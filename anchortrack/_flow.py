@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from ._canonical import ItemError
-from ._hashing import Kind, Memo, extend, fingerprint_history, fingerprint_items, prefix_hashes
+from ._hashing import Memo, extend, fingerprint_history, fingerprint_items, prefix_hashes
 from ._mode import Mode
 from ._plan import Plan, Reason, RecentViews, answers, candidates, choose, with_sizes
 from ._properties import matches
@@ -204,18 +204,16 @@ class History:
     proven: int = 0
 
 
-def read_history(ctx: CallContext, items: Sequence[object], *, kinds: list[Kind] | None = None) -> History:
+def read_history(ctx: CallContext, items: Sequence[object]) -> History:
     """
     Fingerprint *items* and hash their prefixes from the context's root.
-
-    *kinds*, if given, gets the type and role of each item appended (the memo is then not used).
 
     Raises:
         ItemError: an item has no Responses API shape.
     """
-    memo = ctx.memo if kinds is None else None
+    memo = ctx.memo
     if memo is None:
-        fps, sizes, has_model = fingerprint_items(items, kinds=kinds)
+        fps, sizes, has_model = fingerprint_items(items)
         return History(fps, sizes, has_model, prefix_hashes(ctx.root, fps))
     fps, sizes, has_model, proven = fingerprint_history(items, memo)
     return History(fps, sizes, has_model, memo.prefix_hashes(ctx.root, fps), proven)

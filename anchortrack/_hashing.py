@@ -1,12 +1,10 @@
 """
 Fingerprints, prefix hashes and scopes (pure).
 
-``f(item)`` is a 128-bit BLAKE2b digest of the item's canonical bytes.
-``h(0)`` is a digest of the scheme version, the scope and the optional secret
-key; ``h(i) = digest(h(i-1) || f(item i))``.
-So ``h(i)`` names the exact item sequence ``items[:i]`` within one scope, and
-the same bytes come out in every process, on every host, for every library
-version that shares `SCHEME`.
+``f(item)`` is a 128-bit BLAKE2b digest of the item's canonical bytes; ``h(0)`` a digest of the
+scheme version, the scope and the optional secret key; ``h(i) = digest(h(i-1) || f(item i))``.
+So ``h(i)`` names the exact item sequence ``items[:i]`` within one scope, with the same bytes in
+every process, on every host, for every library version that shares `SCHEME`.
 """
 
 from __future__ import annotations
@@ -44,9 +42,8 @@ class Scope:
         organization: The OpenAI organization, if the client sets one.
         project: The OpenAI project, if the client sets one.
         namespace: An optional extra partition chosen by the user.
-        api_key_digest: A keyed digest of the client's API key (see
-            `api_key_digest`; never the key itself), so that clients with
-            different keys never share anchors; None leaves the key out.
+        api_key_digest: A keyed digest of the client's API key (`api_key_digest`, never the key
+            itself), so that clients with different keys never share anchors; None leaves it out.
     """
 
     base_url: str
@@ -62,40 +59,30 @@ class Scope:
 
     def store_key(self, secret_key: bytes | None) -> str:
         """
-        The short printable digest that namespaces this scope's anchors in a store.
-
-        Keyed by *secret_key* when given, so a store's keys tell a reader
-        without the key nothing about the scope (base URL, organization,
-        project, namespace or API key) they belong to.
+        The short printable digest that namespaces this scope's anchors in a store; keyed by
+        *secret_key* when given, so a store's keys tell a reader without it nothing about the scope.
         """
-        key = fit_key(secret_key) if secret_key else b""
-        return _blake2b(self._identity(), digest_size=8, key=key).hexdigest()
-
-    def _identity(self) -> bytes:
-        parts = [self.base_url.rstrip("/"), self.organization or "", self.project or "", self.namespace or ""]
-        if self.api_key_digest is not None:
-            parts.append(self.api_key_digest)
-        return "\x1f".join(parts).encode()
+        return self._digest(secret_key, 8).hex()
 
     def root(self, secret_key: bytes | None) -> bytes:
         """Return ``h(0)`` for this scope, keyed by *secret_key* if given."""
+        return self._digest(secret_key, DIGEST_SIZE, SCHEME.encode() + b"\x00")
+
+    def _digest(self, secret_key: bytes | None, size: int, prefix: bytes = b"") -> bytes:
+        """A BLAKE2b of *prefix* and the scope's fields, keyed by *secret_key* if given."""
+        parts = [self.base_url.rstrip("/"), self.organization or "", self.project or "", self.namespace or ""]
+        if self.api_key_digest is not None:
+            parts.append(self.api_key_digest)
         key = fit_key(secret_key) if secret_key else b""
-        return _blake2b(
-            SCHEME.encode() + b"\x00" + self._identity(), digest_size=DIGEST_SIZE, key=key
-        ).digest()
-
-
-_API_KEY_DOMAIN = b"anchortrack/api-key/1"
+        return _blake2b(prefix + "\x1f".join(parts).encode(), digest_size=size, key=key).digest()
 
 
 def api_key_digest(api_key: str, secret_key: bytes | None = None) -> str:
     """
-    A keyed digest naming an API key in a `Scope`, never the key itself.
-
-    Keyed by *secret_key* when given (else by a fixed domain key): API keys
-    are long random strings, so the digest cannot be turned back into one.
+    A digest naming an API key in a `Scope`, keyed by *secret_key* (else by a fixed domain key):
+    API keys are long random strings, so it cannot be turned back into one.
     """
-    key = fit_key(secret_key) if secret_key else _API_KEY_DOMAIN
+    key = fit_key(secret_key) if secret_key else b"anchortrack/api-key/1"
     return _blake2b(api_key.encode(), digest_size=16, key=key).hexdigest()
 
 
@@ -159,24 +146,15 @@ class Memo:
     """
     Remembers the fingerprints of items seen before, reusing one only on an exact proof.
 
-    No proof calls a method of a user type, so a ``str`` subclass with its own
-    ``__eq__`` (a log-masking string, say) cannot pass an edited item off as
-    the old one, and an item edited in place is fingerprinted afresh.
+    No proof calls a method of a user type (a ``str`` subclass's own ``__eq__`` cannot pass an
+    edited item off as the old one), and an item edited in place is fingerprinted afresh. An item
+    is known by its exact type and value (`exact_value`); a dict or str of strings only also by
+    ``id(item)`` and a copy of its data, compared by ``==`` of exact strings (no user code; ``1``,
+    ``1.0`` and ``True`` stay apart), which spares serializing it again in a loop.
 
-    * By value: under the item's type and the bytes of its exact value
-      (`exact_value`), for the object a loop passes again and an equal copy.
-    * By identity, the loop's common case: a dict or str holding only strings
-      (and None) is also remembered under ``id(item)`` with a copy of its data.
-      When that id comes back holding exact strings only, it is compared with
-      the copy: ``==`` between exact strings calls no user code and cannot
-      equate ``1``, ``1.0`` and ``True``. This spares serializing it again.
-
-    Bounded by bytes: each entry counts the data it holds plus a fixed
-    overhead against *max_bytes* (the default holds about 10,000 items of a
-    tool loop with 1.5 KB outputs), half for each table, oldest first out. An
-    item whose value takes more than *max_item_bytes* is remembered by a
-    digest only, so the memo never keeps a large text alive after the caller
-    dropped it.
+    Each entry counts its data plus a fixed overhead against *max_bytes* (half per table, oldest
+    out first); a value over *max_item_bytes* is keyed by its digest, so the memo never keeps a
+    large text alive after the caller dropped it.
     """
 
     def __init__(self, max_bytes: int = 24 << 20, max_item_bytes: int = 64 << 10) -> None:
@@ -221,11 +199,8 @@ class Memo:
 
     def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
         """
-        `prefix_hashes`, continuing the last history's when this one extends it.
-
-        A loop's history is the last one plus new items: when the root is the
-        same and the first fingerprints equal the last call's, their prefix
-        hashes are the same values, so only the new items are hashed.
+        `prefix_hashes`, continuing the last history's when this one extends it (same root,
+        same leading fingerprints), as a loop's does: only the new items are hashed.
         """
         last_root, last_fps, last_hashes = self._last  # one read: safe across threads
         k = len(last_fps)
@@ -238,22 +213,13 @@ class Memo:
         self._last = (root, kept, hashes) if len(hashes) <= _LAST_MAX_ITEMS else (b"", [], [])
         return hashes
 
-    def clear(self) -> None:
-        """Forget everything."""
-        self._known, self._seen, self._last = _Table(), _Table(), (b"", [], [])
-
 
 def exact_value(item: object) -> bytes | None:
     """
     Bytes that name *item*'s value exactly, or None when there are none the memo can trust.
 
-    An exact ``dict`` or ``str``: its `marshal` form (version 2, no
-    back-references), which raises for subclasses and anything that is not
-    plain data, so equal bytes mean an equal value of exactly the same types.
-    An SDK model of the ``openai`` package: the JSON its own serializer
-    writes with ``exclude_unset`` (the body the SDK sends). Anything else (a
-    user's Mapping or model class, whose own methods decide what it holds)
-    has none.
+    An exact ``dict`` or ``str``: its `marshal` form, which refuses subclasses and anything but plain
+    data. An ``openai`` SDK model: the JSON its serializer writes. A user's own types: None.
     """
     kind = type(item)
     if kind is dict or kind is str:
@@ -297,47 +263,38 @@ def _copy(value: Any) -> Any:
     return [_copy(item) for item in value] if type(value) is list else value
 
 
-def _fingerprint_one(item: object, kinds: list[Kind] | None = None) -> Known:
+def kind_of(canon: dict[str, Any]) -> Kind:
+    """The type and role (if a string) of an item in canonical form."""
+    role = canon.get("role")
+    return str(canon.get("type", "?")), role if isinstance(role, str) else None
+
+
+def _fingerprint_one(item: object) -> Known:
     canon = canonical_item(item)
-    kind, role = canon.get("type"), canon.get("role")
-    if kinds is not None:
-        kinds.append((str(canon.get("type", "?")), role if isinstance(role, str) else None))
+    kind, role = kind_of(canon)
     data = dump_canonical(canon)
-    is_model = isinstance(kind, str) and (
-        (kind == "message" and role == "assistant") or kind in MODEL_ITEM_TYPES
-    )
+    is_model = (kind == "message" and role == "assistant") or kind in MODEL_ITEM_TYPES
     return _blake2b(data, digest_size=DIGEST_SIZE).digest(), len(data), is_model
 
 
 def fingerprint_items(
-    items: Sequence[object], memo: Memo | None = None, *, kinds: list[Kind] | None = None
+    items: Sequence[object], memo: Memo | None = None
 ) -> tuple[list[bytes], list[int], bool]:
     """
     The fingerprints of a history, their canonical sizes, and whether any item is model output.
 
-    With *kinds*, the type and role of each item are appended to it (from the
-    same canonical form; the *memo* is not used then).
-
     Raises:
         ItemError: an item has no Responses API shape.
     """
-    known = memo.known if memo is not None and kinds is None else lambda item: _fingerprint_one(item, kinds)
-    fps: list[bytes] = []
-    sizes: list[int] = []
-    has_model = False
-    for item in items:
-        fp, size, is_model = known(item)
-        fps.append(fp)
-        sizes.append(size)
-        has_model = has_model or is_model
-    return fps, sizes, has_model
+    known = memo.known if memo is not None else _fingerprint_one
+    each = [known(item) for item in items]
+    return [k[0] for k in each], [k[1] for k in each], any(k[2] for k in each)
 
 
 def fingerprint_history(items: Sequence[object], memo: Memo) -> tuple[list[bytes], list[int], bool, int]:
     """
-    `fingerprint_items` of a loop's history, and how many leading items the memo's last history shares.
-
-    The views a loop chains from end at or after those shared items.
+    `fingerprint_items` of a loop's history, and how many leading items the memo's last history
+    shares (the views a loop chains from end at or after them).
     """
     fps, sizes, has_model = fingerprint_items(items, memo)
     last = memo._last[1]

@@ -1,12 +1,4 @@
-"""
-`MemoryStore`: a bounded, thread-safe, in-process anchor store with TTL.
-
-Two structures, changed together under one lock: ``_anchors``, an ``OrderedDict``
-from ``(scope, view)`` to the `Anchor` recorded there, least recently used first;
-and ``_scopes``, a `_Scope` per scope indexing the same anchors by response id
-and by parent (no empty scope is kept). The indexes hold the anchors' own id
-strings, never copies.
-"""
+"""`MemoryStore`: a bounded, thread-safe, in-process anchor store with TTL."""
 
 from __future__ import annotations
 
@@ -20,10 +12,6 @@ from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
-#: Anchors at the least recently used end that each write looks at, dropping the expired ones.
-_SWEEP_PER_WRITE = 2
-
-
 class _Scope:
     """One scope's indexes of the anchors it holds."""
 
@@ -33,7 +21,7 @@ class _Scope:
         #: Response id -> the view it is recorded under.
         self.views: dict[str, bytes] = {}
         #: Parent response id -> the ids of the held anchors chained from it: one id, or a list of
-        #: several (most responses have at most one child, and a list each would cost memory).
+        #: several (most responses have at most one child; a list each would cost memory).
         self.children: dict[str, str | list[str]] = {}
 
     def link(self, anchor: Anchor) -> None:
@@ -73,24 +61,19 @@ class MemoryStore:
     """
     Anchors in this process's memory: bounded, LRU, TTL, thread- and task-safe.
 
-    The default store; anchors do not survive a restart and are not shared
-    between processes (`SQLiteStore` and `RedisStore` do that).
-    An anchor counts as used when it is recorded, or returned by `find` or
-    `get`. Expired anchors are dropped when met, and each write drops expired
-    ones at the least recently used end, so storage follows the TTL.
-    No method blocks on I/O, so the tracker runs them inline (``never_blocks``,
-    see `anchortrack.stores._base.runs_inline`).
+    The default store; anchors do not survive a restart and are not shared between processes
+    (`SQLiteStore` and `RedisStore` do that). An anchor counts as used when it is recorded, or
+    returned by `find` or `get`. Expired anchors are dropped when met, and each write drops
+    expired ones at the least recently used end, so storage follows the TTL.
 
     Args:
-        max_anchors: How many anchors to keep; beyond it the least recently
-            used anchor is dropped.
+        max_anchors: How many anchors to keep; beyond it the least recently used anchor is dropped.
         ttl: Seconds an anchor lives; the tracker sets ``expires_at = created_at + ttl``.
-        secret_key: Optional key for keyed view digests (else the
-            ``ANCHORTRACK_SECRET_KEY`` environment variable).
+        secret_key: Optional key for keyed view digests (else the ``ANCHORTRACK_SECRET_KEY`` variable).
         clock: Returns the current Unix time; injectable for tests.
     """
 
-    #: The tracker calls this store's own sync methods inline (no I/O, no deadline thread).
+    #: No method blocks on I/O: the tracker calls them inline (`anchortrack.stores._base.runs_inline`).
     never_blocks = True
 
     def __init__(
@@ -108,7 +91,9 @@ class MemoryStore:
         self.secret_key = resolve_secret_key(secret_key)
         self._clock = clock
         self._lock = ForkSafeLock()
+        #: (scope, view) -> the anchor recorded there, least recently used first.
         self._anchors: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()
+        #: The same anchors indexed per non-empty scope (by their own id strings); both change under the lock.
         self._scopes: dict[str, _Scope] = {}
 
     def __len__(self) -> int:
@@ -118,14 +103,9 @@ class MemoryStore:
     def find(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         """Return the live anchors recorded in *scope* for any of *views*."""
         check_scope(scope)
-        found: dict[bytes, Anchor] = {}
         with self._lock:
             now = self._clock()
-            for view in views:
-                anchor = self._live(scope, view, now)
-                if anchor is not None:
-                    found[view] = anchor
-        return found
+            return {view: anchor for view in views if (anchor := self._live(scope, view, now)) is not None}
 
     def get(self, scope: str, response_id: str) -> Anchor | None:
         """Return the live anchor recorded in *scope* for *response_id*."""
@@ -142,17 +122,14 @@ class MemoryStore:
         with self._lock:
             now = self._clock()
             self._drop(scope, anchor.view)
-            other = self._view_of(scope, anchor.response_id)
-            if other is not None:
-                self._drop(scope, other)
+            self._drop(scope, self._view_of(scope, anchor.response_id))
             if anchor.is_live(now):
                 while len(self._anchors) >= self.max_anchors:
                     self._drop(*next(iter(self._anchors)))
                 self._anchors[scope, anchor.view] = anchor
-                sc = self._scopes.get(scope)
-                if sc is None:
-                    sc = self._scopes[scope] = _Scope()
-                sc.link(anchor)
+                if scope not in self._scopes:
+                    self._scopes[scope] = _Scope()
+                self._scopes[scope].link(anchor)
             self._sweep(now)
 
     def evict(self, scope: str, response_id: str) -> None:
@@ -161,11 +138,8 @@ class MemoryStore:
         check_response_id(response_id)
         with self._lock:
             sc = self._scopes.get(scope)
-            if sc is not None:
-                for dead in sc.descendants(response_id):
-                    view = sc.views.get(dead)
-                    if view is not None:
-                        self._drop(scope, view)
+            for dead in sc.descendants(response_id) if sc is not None else ():
+                self._drop(scope, self._view_of(scope, dead))
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         """Async twin of `find` (runs inline: no method blocks on I/O)."""
@@ -207,19 +181,18 @@ class MemoryStore:
         self._anchors.move_to_end((scope, view))
         return anchor
 
-    def _drop(self, scope: str, view: bytes) -> None:
+    def _drop(self, scope: str, view: bytes | None) -> None:
         """Forget the anchor at *view*, if any, from both structures."""
-        anchor = self._anchors.pop((scope, view), None)
-        if anchor is None:
-            return
-        sc = self._scopes[scope]
-        sc.unlink(anchor)
-        if not sc.views:
-            del self._scopes[scope]
+        anchor = self._anchors.pop((scope, view), None) if view is not None else None
+        if anchor is not None:
+            sc = self._scopes[scope]
+            sc.unlink(anchor)
+            if not sc.views:
+                del self._scopes[scope]
 
     def _sweep(self, now: float) -> None:
-        """Drop expired anchors at the least recently used end, a few per write."""
-        for (scope, view), anchor in list(islice(self._anchors.items(), _SWEEP_PER_WRITE)):
+        """Drop expired anchors among the two least recently used: each write looks at a few."""
+        for (scope, view), anchor in list(islice(self._anchors.items(), 2)):
             if anchor.is_live(now):
                 return
             self._drop(scope, view)

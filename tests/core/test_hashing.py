@@ -50,17 +50,15 @@ def test_scope_parts_and_secret_change_the_root() -> None:
     assert base.root(None) == Scope("https://api.openai.com/v1/").root(None)
 
 
-def test_fingerprint_items_reports_sizes_model_output_and_kinds() -> None:
-    """One pass gives fingerprints, canonical sizes, whether model output is present, and each kind."""
+def test_fingerprint_items_reports_sizes_and_model_output() -> None:
+    """One pass gives fingerprints, canonical sizes, and whether model output is present."""
     items = ["hi", {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]
-    kinds: list[tuple[str, str | None]] = []
 
-    fps, sizes, has_model = fingerprint_items(items, kinds=kinds)
+    fps, sizes, has_model = fingerprint_items(items)
 
     assert [fingerprint(i) for i in items] == fps
     assert all(size > 10 for size in sizes)
     assert has_model
-    assert [("message", "user"), ("function_call", None)] == kinds
     assert not fingerprint_items(["hi"])[2]
 
 
