@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from . import agent
 from .flags import command, fail, positive_count
-from .record import DEMO_NAMESPACE, OPENAI_BASE_URL, DemoRecord, cache_dir, default_store_spec
+from .record import DEMO_NAMESPACE, OPENAI_BASE_URL, DemoRecord, cache_dir
 
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def main(args: argparse.Namespace) -> int:
             screen.para(starting)
     from ..stores import open_store
 
-    spec = args.store or default_store_spec()
+    spec = args.store or f"sqlite:{cache_dir() / 'demo.db'}"
     if not args.store:
         cache_dir().mkdir(parents=True, exist_ok=True)
     try:
@@ -228,20 +228,19 @@ def main(args: argparse.Namespace) -> int:
 
 @dataclass
 class Row:
-    """One model call: its outcome, how the demo names it, and what it adds."""
+    """
+    One model call: its outcome; its decision as a shadow run says it (``would chain``); its reason
+    code, with where the history diverged; its requests on the wire; whether, in shadow mode, the
+    anchor it would chain from was deleted; whether the server's context was the agent's history.
+    """
 
     call: int
     outcome: Outcome
-    #: The decision, as a shadow run says it (``would chain``, ``would resend``).
     decision: str
-    #: The reason code, with where the history diverged when known.
     reason: str
-    #: Requests on the wire.
     requests: int
-    #: Shadow mode: the anchor it would chain from was deleted, so chaining would be refused.
     deleted_anchor: bool
-    #: Whether the local server's context was the agent's history (None: not known).
-    equivalent: bool | None
+    equivalent: bool | None  # None: not known (a real endpoint)
 
 
 class _Demo:
@@ -315,15 +314,13 @@ class _Demo:
         return 0 if all(row.equivalent is not False for row in self.rows) else 1
 
     def _turns(self, turns: int) -> list[dict[str, Any]]:
-        history = agent.first_items()
+        history: list[dict[str, Any]] = [{"role": "developer", "content": agent.SYSTEM}]
         last_id: str | None = None
         for index in range(turns):
             t = agent.turn(index)
             note = agent.MIDDLEWARE_TEXT.get(t.middleware or "", "")
-            if t.middleware == "inject":
-                history = agent.inject(history)
-            elif t.middleware == "redact":
-                history = agent.redact(history)
+            if edit := agent.EDITS.get(t.middleware or ""):
+                history = edit(history)
             elif t.middleware == "forget" and last_id is not None:
                 self.client.responses.delete(last_id)
                 self.deleted.add(last_id)
@@ -333,7 +330,7 @@ class _Demo:
                 note, last_id = "", response.id
                 output = [item.to_dict(mode="json") for item in response.output]
                 history = [*history, *output]
-                calls = agent.function_calls(output)
+                calls = [item for item in output if item.get("type") == "function_call"]
                 if not calls:
                     break
                 for c in calls:

@@ -27,27 +27,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "anchortrack"
 
 
-def default_store_spec() -> str:
-    """The demo's default store: ``sqlite:<cache dir>/demo.db``."""
-    return f"sqlite:{cache_dir() / 'demo.db'}"
-
-
 @attrs.frozen
 class DemoRecord:
-    """
-    What the last ``anchortrack demo`` run left behind (``demo.json``).
+    """What the last ``anchortrack demo`` run left behind (``demo.json``)."""
 
-    Attributes:
-        store: The store spec the anchors are in.
-        scope: The scope they were recorded under.
-        model: The model the demo used.
-        request_file: A JSON request body: the next call its agent would make.
-    """
-
-    store: str
-    scope: Scope
+    store: str  # the store spec the anchors are in
+    scope: Scope  # the scope they were recorded under
     model: str
-    request_file: str
+    request_file: str  # a JSON request body: the next call the demo's agent would make
 
     def save(self, path: Path | None = None) -> Path:
         """Write the record (default: ``<cache dir>/demo.json``); return its path."""
