@@ -147,18 +147,16 @@ def run(source: object, spec: str, scope: Scope) -> tuple[Explanation, Holds | N
         key = scope.store_key(store.secret_key)
         store.get(key, "resp_anchortrack_explain")  # an unreachable store fails here, with its reason
         explanation = explain(source, store=store, scope=scope)
-        if explanation.reason is Reason.STORE_UNAVAILABLE:
-            raise Unusable(f"the store {spec} did not answer ({explanation.detail})")
-        diverged = explanation.reason is Reason.PREFIX_DIVERGED
-        return explanation, store_holds(store, key) if diverged else None
+        holds = store_holds(store, key) if explanation.reason is Reason.PREFIX_DIVERGED else None
     except TypeError as error:
         raise Unusable(str(error)) from None
-    except Unusable:
-        raise
     except Exception as error:  # noqa: BLE001 - a store's own errors: one line, not a traceback
         raise Unusable(f"the store {spec} failed: {type(error).__name__}: {error}") from None
     finally:
         store.close()
+    if explanation.reason is Reason.STORE_UNAVAILABLE:
+        raise Unusable(f"the store {spec} did not answer ({explanation.detail})")
+    return explanation, holds
 
 
 def resolve_scope(args: argparse.Namespace, record: DemoRecord | None) -> tuple[Scope, dict[str, str]]:
