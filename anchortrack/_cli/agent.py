@@ -106,11 +106,6 @@ def turn(index: int) -> Turn:
     )
 
 
-def first_items() -> list[Item]:
-    """The history an agent starts with: its system prompt."""
-    return [{"role": "developer", "content": SYSTEM}]
-
-
 def user_message(t: Turn, *, scripted: bool) -> Item:
     """The user's message for *t* (with the script lines for the scripted model)."""
     text = "\n".join([t.text, *t.script]) if scripted else t.text
@@ -134,9 +129,8 @@ def redact(history: Sequence[Item]) -> list[Item]:
     return out
 
 
-def function_calls(output: Sequence[Item]) -> list[Item]:
-    """The function calls among a response's output items."""
-    return [item for item in output if item.get("type") == "function_call"]
+#: The middleware that edits the history before a turn (``forget`` acts on the server instead).
+EDITS = {"inject": inject, "redact": redact}
 
 
 def run_tool(name: str, arguments: str) -> str:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from . import agent
 from .flags import command, fail, positive_count
-from .record import DEMO_NAMESPACE, OPENAI_BASE_URL, DemoRecord, cache_dir, default_store_spec
+from .record import DEMO_NAMESPACE, OPENAI_BASE_URL, DemoRecord, cache_dir
 
 
 if TYPE_CHECKING:
@@ -103,12 +103,11 @@ class Screen:
         self.width = max(40, shutil.get_terminal_size((80, 24)).columns)
         self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         self.encoding = getattr(stream, "encoding", None) or "ascii"
+        self.ascii = False
         try:
             "─·…↳—→≈".encode(self.encoding)
         except (UnicodeEncodeError, LookupError):
             self.ascii = True
-        else:
-            self.ascii = False
         self.ellipsis = "..." if self.ascii else "…"
         self.text_at = sum(width for _, width, _ in COLUMNS) + 2 * len(COLUMNS)
         self.inline = self.width - self.text_at >= 24
@@ -203,7 +202,7 @@ def main(args: argparse.Namespace) -> int:
             screen.para(starting)
     from ..stores import open_store
 
-    spec = args.store or default_store_spec()
+    spec = args.store or f"sqlite:{cache_dir() / 'demo.db'}"
     if not args.store:
         cache_dir().mkdir(parents=True, exist_ok=True)
     try:
@@ -228,20 +227,19 @@ def main(args: argparse.Namespace) -> int:
 
 @dataclass
 class Row:
-    """One model call: its outcome, how the demo names it, and what it adds."""
+    """
+    One model call: its outcome; its decision as a shadow run says it (``would chain``); its reason
+    code, with where the history diverged; its requests on the wire; whether, in shadow mode, the
+    anchor it would chain from was deleted; whether the server's context was the agent's history.
+    """
 
     call: int
     outcome: Outcome
-    #: The decision, as a shadow run says it (``would chain``, ``would resend``).
     decision: str
-    #: The reason code, with where the history diverged when known.
     reason: str
-    #: Requests on the wire.
     requests: int
-    #: Shadow mode: the anchor it would chain from was deleted, so chaining would be refused.
     deleted_anchor: bool
-    #: Whether the local server's context was the agent's history (None: not known).
-    equivalent: bool | None
+    equivalent: bool | None  # None: not known (a real endpoint)
 
 
 class _Demo:
@@ -315,15 +313,13 @@ class _Demo:
         return 0 if all(row.equivalent is not False for row in self.rows) else 1
 
     def _turns(self, turns: int) -> list[dict[str, Any]]:
-        history = agent.first_items()
+        history: list[dict[str, Any]] = [{"role": "developer", "content": agent.SYSTEM}]
         last_id: str | None = None
         for index in range(turns):
             t = agent.turn(index)
             note = agent.MIDDLEWARE_TEXT.get(t.middleware or "", "")
-            if t.middleware == "inject":
-                history = agent.inject(history)
-            elif t.middleware == "redact":
-                history = agent.redact(history)
+            if edit := agent.EDITS.get(t.middleware or ""):
+                history = edit(history)
             elif t.middleware == "forget" and last_id is not None:
                 self.client.responses.delete(last_id)
                 self.deleted.add(last_id)
@@ -333,7 +329,7 @@ class _Demo:
                 note, last_id = "", response.id
                 output = [item.to_dict(mode="json") for item in response.output]
                 history = [*history, *output]
-                calls = agent.function_calls(output)
+                calls = [item for item in output if item.get("type") == "function_call"]
                 if not calls:
                     break
                 for c in calls:
@@ -342,15 +338,15 @@ class _Demo:
         return history
 
     def _call(self, history: list[dict[str, Any]], label: str, note: str) -> Any:
+        """Make one model call and show its row; return the response."""
         call = len(self.rows) + 1
         self.screen.status(f"… call {call} (turn {label}): waiting for the model")
         start = len(self.tap.bodies)
         response = self.client.responses.create(model=self.model, input=history, tools=agent.TOOLS)
         o = self.outcomes[-1]
-        decided, shadow = o.decision.value, o.mode == "shadow"
-        deleted = shadow and o.anchor_id in self.deleted
-        decision = decided
-        if shadow and decided == "chained":
+        deleted = o.mode == "shadow" and o.anchor_id in self.deleted
+        decision = o.decision.value
+        if o.mode == "shadow" and decision == "chained":
             decision = "would resend" if deleted else "would chain"
         reason = "stale_anchor" if deleted else o.reason.value
         reason += f" at {o.diverged_at}" if o.diverged_at is not None else ""
@@ -360,8 +356,16 @@ class _Demo:
 
             seen = self.server.state.resolved_context(response.id)
             equivalent = [canonical_item(i) for i in seen] == [canonical_item(i) for i in history]
-        self.rows.append(Row(call, o, decision, reason, len(self.tap.since(start)), deleted, equivalent))
-        parts = ["" if reason == "chained" else reason, note]
+        row = Row(call, o, decision, reason, len(self.tap.since(start)), deleted, equivalent)
+        self.rows.append(row)
+        self._show(row, label, note)
+        return response
+
+    def _show(self, row: Row, label: str, note: str) -> None:
+        """Write *row*: its cells, its reason and notes, and with ``--events`` anchortrack's events."""
+        o, deleted = row.outcome, row.deleted_anchor
+        decided, shadow = o.decision.value, o.mode == "shadow"
+        parts = ["" if row.reason == "chained" else row.reason, note]
         if decided == "resent":
             parts.append(f"{short_id(o.anchor_id)} refused: resent in full")
         elif deleted:
@@ -371,18 +375,18 @@ class _Demo:
             less = _saved(would, o.bytes_stateless)
             change = f"{less:.0%} less" if less >= 0 else f"{-less:.0%} more"
             parts.insert(0, f"chaining would send {would:,} B ({change})")
-        if equivalent is False:
+        if row.equivalent is False:
             parts.append("CONTEXT MISMATCH: the server saw another history")
         in_full = shadow or decided == "resent"  # the last request held every item
         anchor = short_id(o.anchor_id if decided == "chained" else None, self.screen.ellipsis)
         items = f"{o.items_total if in_full else o.items_planned}/{o.items_total}"
         saved = f"{_saved(o.bytes_sent, o.bytes_stateless):.0%}"
-        cells = [str(call), label, decision, anchor, items, f"{o.bytes_sent:,}", f"{o.bytes_stateless:,}"]
-        self.screen.row([*cells, saved], "; ".join(filter(None, parts)), DECISIONS.get(decision, ""))
+        sizes = [f"{o.bytes_sent:,}", f"{o.bytes_stateless:,}", saved]
+        cells = [str(row.call), label, row.decision, anchor, items, *sizes]
+        self.screen.row(cells, "; ".join(filter(None, parts)), DECISIONS.get(row.decision, ""))
         for line in self.events.lines if self.args.events else ():
             self.screen.para(line, indent="        · ")
         self.events.lines.clear()
-        return response
 
     def _summary(self, record: DemoRecord) -> None:
         """The run in a few lines: its totals (``tracker.stats``' own), why calls were not chained, hints."""

@@ -1,12 +1,10 @@
 """
 ``anchortrack explain FILE``: what the wrapped client would send for a history.
 
-The store is ``--store``, or the last demo's for the demo's own request file. The scope is
-derived as an ``openai`` client derives it (flags, else the demo's ``demo.json``, else ``OPENAI_*``
-variables, else defaults) and shown with where each part came from. The conclusion says why a
-history would not chain in terms the user can act on (an empty store or another scope is not an
-edited history; a bare list cannot carry its anchors' tools). Every line fits 80 columns; every
-error is one line, exit code 2.
+The store is ``--store``, or the last demo's for the demo's own request file. The scope is derived
+as an ``openai`` client derives it (flags, else ``demo.json``, else ``OPENAI_*`` variables) and
+shown with each part's source. The conclusion says why a history would not chain in terms the user
+can act on. Every line fits 80 columns; every error is one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -149,18 +147,16 @@ def run(source: object, spec: str, scope: Scope) -> tuple[Explanation, Holds | N
         key = scope.store_key(store.secret_key)
         store.get(key, "resp_anchortrack_explain")  # an unreachable store fails here, with its reason
         explanation = explain(source, store=store, scope=scope)
-        if explanation.reason is Reason.STORE_UNAVAILABLE:
-            raise Unusable(f"the store {spec} did not answer ({explanation.detail})")
-        diverged = explanation.reason is Reason.PREFIX_DIVERGED
-        return explanation, store_holds(store, spec, key) if diverged else None
+        holds = store_holds(store, key) if explanation.reason is Reason.PREFIX_DIVERGED else None
     except TypeError as error:
         raise Unusable(str(error)) from None
-    except Unusable:
-        raise
     except Exception as error:  # noqa: BLE001 - a store's own errors: one line, not a traceback
         raise Unusable(f"the store {spec} failed: {type(error).__name__}: {error}") from None
     finally:
         store.close()
+    if explanation.reason is Reason.STORE_UNAVAILABLE:
+        raise Unusable(f"the store {spec} did not answer ({explanation.detail})")
+    return explanation, holds
 
 
 def resolve_scope(args: argparse.Namespace, record: DemoRecord | None) -> tuple[Scope, dict[str, str]]:
@@ -223,22 +219,27 @@ def scope_lines(scope: Scope, sources: Mapping[str, str]) -> list[str]:
     ]
 
 
-def store_holds(store: AnchorStore, spec: str, scope_key: str) -> Holds:
-    """Whether the store holds any live anchor in *scope_key*, and in any scope (None: cannot tell)."""
-    if spec == "memory":
+def store_holds(store: AnchorStore, scope_key: str) -> Holds:
+    """
+    Whether the store holds any live anchor in *scope_key*, and in any scope (None: cannot tell).
+
+    A store looks anchors up by view only, so this reads the SQLite and Redis layouts themselves.
+    """
+    from ..stores import MemoryStore, RedisStore, SQLiteStore
+
+    if isinstance(store, MemoryStore):
         return False, False  # opened by this command a moment ago
-    if spec.startswith("sqlite:"):
-        path = Path(spec.removeprefix("sqlite:")).expanduser()
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+    if isinstance(store, SQLiteStore):
+        with sqlite3.connect(f"file:{store.path}?mode=ro", uri=True) as conn:
             live = "SELECT 1 FROM anchors WHERE expires_at > ?"
             mine = conn.execute(live + " AND scope = ? LIMIT 1", (time.time(), scope_key)).fetchone()
             some = conn.execute(live + " LIMIT 1", (time.time(),)).fetchone()
-        return mine is not None, some is not None
-    schema, client = getattr(store, "key_schema", None), getattr(store, "client", None)
-    if schema is None or client is None:
+    elif isinstance(store, RedisStore) and store.client is not None:
+        schema, client = store.key_schema, store.client
+        mine = next(iter(client.scan_iter(match=schema.view_prefix(scope_key) + "*", count=1000)), None)
+        some = next(iter(client.scan_iter(match=f"{schema.prefix}:*:v:*", count=1000)), None)
+    else:
         return None, None
-    mine = next(iter(client.scan_iter(match=schema.view_prefix(scope_key) + "*", count=1000)), None)
-    some = next(iter(client.scan_iter(match=f"{schema.prefix}:*:v:*", count=1000)), None)
     return mine is not None, some is not None
 
 

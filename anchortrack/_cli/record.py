@@ -27,42 +27,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "anchortrack"
 
 
-def default_store_spec() -> str:
-    """The demo's default store: ``sqlite:<cache dir>/demo.db``."""
-    return f"sqlite:{cache_dir() / 'demo.db'}"
-
-
 @attrs.frozen
 class DemoRecord:
-    """
-    What the last ``anchortrack demo`` run left behind (``demo.json``).
+    """What the last ``anchortrack demo`` run left behind (``demo.json``)."""
 
-    Attributes:
-        store: The store spec the anchors are in.
-        scope: The scope they were recorded under.
-        model: The model the demo used.
-        request_file: A JSON request body: the next call its agent would make.
-    """
-
-    store: str
-    scope: Scope
+    store: str  # the store spec the anchors are in
+    scope: Scope  # the scope they were recorded under
     model: str
-    request_file: str
+    request_file: str  # a JSON request body: the next call the demo's agent would make
 
-    def save(self, path: Path | None = None) -> Path:
-        """Write the record (default: ``<cache dir>/demo.json``); return its path."""
+    def save(self, path: Path | None = None) -> None:
+        """Write the record (default: ``<cache dir>/demo.json``)."""
         path = path or cache_dir() / "demo.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {**attrs.asdict(self, recurse=False), **attrs.asdict(self.scope)}
         del data["scope"]
         path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        return path
 
     @classmethod
-    def load(cls, path: Path | None = None) -> DemoRecord | None:
-        """Read the record, or return None when there is none (or it is unreadable)."""
+    def load(cls) -> DemoRecord | None:
+        """Read ``<cache dir>/demo.json``, or return None when there is none (or it is unreadable)."""
         try:
-            data = json.loads((path or cache_dir() / "demo.json").read_text(encoding="utf-8"))
+            data = json.loads((cache_dir() / "demo.json").read_text(encoding="utf-8"))
             parts = ("organization", "project", "namespace", "api_key_digest")
             scope = Scope(str(data["base_url"]), *(data.get(part) for part in parts))
             return cls(str(data["store"]), scope, str(data["model"]), str(data["request_file"]))

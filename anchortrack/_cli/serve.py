@@ -112,10 +112,8 @@ def serve(args: argparse.Namespace) -> int:
 
 def build_state(args: argparse.Namespace) -> ServerState:
     """
-    The server state the flags ask for.
-
-    It records requests and contexts only with ``--test-hooks``: a serving
-    process keeps no request body (``store: false`` content included).
+    The server state the flags ask for: it records requests and contexts only with ``--test-hooks``,
+    so a serving process keeps no request body (``store: false`` content included).
     """
     from ..server import ServerState
 
