@@ -19,11 +19,13 @@ import openai
 from openai import AsyncStream, Stream
 from openai.types.responses import ResponseStreamEvent
 
-from ._recorder import StreamRecorder
-
 
 if TYPE_CHECKING:
     from ._flow import Ticket
+
+
+#: Events that end a response and carry it whole.
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 class Recorder(Protocol):
@@ -41,22 +43,38 @@ class Recorder(Protocol):
 class _Call:
     """The call a tracked stream carries the response of: records it, or reports it abandoned, once."""
 
-    __slots__ = ("done", "held", "recorder", "reported", "target")
+    __slots__ = ("done", "held", "items", "reported", "target", "terminal")
 
     def __init__(self, target: tuple[Recorder, Ticket] | None) -> None:
         self.target = target  # None once the stream is discarded: nothing to record or report
-        self.recorder = StreamRecorder()
+        self.items: dict[int, Any] = {}  # the output items seen, by index
+        self.terminal: str | None = None  # the terminal event's type, once it arrived
         self.reported = False
         self.held = False  # while a peeked error awaits the tracker's decision
         self.done = False
 
     def completes(self, event: ResponseStreamEvent) -> Recorder | None:
-        """Feed *event*; if it is the terminal one, record the response and return the tracker to flush."""
-        final = self.recorder.feed(event)
-        if final is None or self.target is None:
+        """
+        Feed *event*; if it is the terminal one, record the response and return the tracker to flush.
+
+        The output recorded is the terminal event's response's, or — when a server
+        leaves it empty — that of the ``response.output_item.done`` events seen.
+        """
+        kind = getattr(event, "type", None)
+        if kind == "response.output_item.done":
+            self.items[getattr(event, "output_index", len(self.items))] = getattr(event, "item", None)
             return None
+        if kind not in TERMINAL_EVENTS or self.terminal is not None:
+            return None
+        self.terminal = kind
+        if self.target is None:
+            return None
+        response = getattr(event, "response", None)
+        output = list(getattr(response, "output", None) or ())
+        if not output and self.items:
+            output = [self.items[i] for i in sorted(self.items)]
         tracker, ticket = self.target
-        tracker.observe(ticket, final[0], final[1])
+        tracker.observe(ticket, response, output)
         return tracker
 
     def end(self) -> None:
@@ -65,7 +83,7 @@ class _Call:
         if self.held or self.reported or self.target is None:
             return
         self.reported = True
-        if self.recorder.terminal is None:
+        if self.terminal is None:
             self.target[0].abandoned(self.target[1])
 
     def release(self) -> None:
