@@ -19,13 +19,11 @@ import openai
 from openai import AsyncStream, Stream
 from openai.types.responses import ResponseStreamEvent
 
+from ._socket import TERMINAL_EVENTS
+
 
 if TYPE_CHECKING:
     from ._flow import Ticket
-
-
-#: Events that end a response and carry it whole.
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 class Recorder(Protocol):
