@@ -29,6 +29,7 @@ from ._flow import (
     call_flow,
     drive,
     refused_flow,
+    relay,
 )
 from ._hashing import Scope
 from ._log import get_logger
@@ -197,11 +198,11 @@ class _Call:
 
     def run(self, flow: Generator[Any, Any, R]) -> R:
         """Drive *flow* (sync): `answer` performs its effects, the fail-open store those it yields."""
-        return drive(flow, lambda effect: drive(self.answer(effect), self.tracker.failopen.perform))
+        return drive(relay(flow, self.answer), self.tracker.failopen.perform)
 
     async def arun(self, flow: Generator[Any, Any, R]) -> R:
         """Drive *flow* (async): the twin of `run`."""
-        return await adrive(flow, lambda effect: adrive(self.answer(effect), self.tracker.failopen.aperform))
+        return await adrive(relay(flow, self.answer), self.tracker.failopen.aperform)
 
     def planning(self, fields: Mapping[str, Any]) -> Generator[Any, Any, SocketPlan]:
         """Plan a create: the flow up to its send. A fault plans it as given."""
