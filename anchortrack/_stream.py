@@ -91,7 +91,7 @@ class _Call:
             self.end()
 
     def refusal(self, first: object, response: Any) -> BaseException | None:
-        """The error the peeked *first* event is or carries; without one, `release` the stream."""
+        """The error the peeked *first* event (None: there was none) is or carries; without one, `release`."""
         error = first if isinstance(first, BaseException) else _error_event(first, response)
         if error is None:
             self.release()
@@ -135,12 +135,9 @@ class TrackedStream(Stream[ResponseStreamEvent]):
         """
         call = self._call or _Call(None)
         call.held = True
-        first: ResponseStreamEvent | BaseException
+        first: ResponseStreamEvent | BaseException | None
         try:
-            first = next(self._iterator)
-        except StopIteration:
-            call.release()
-            return None
+            first = next(self._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
             first = caught
         self._iterator = _replay(first, self._iterator)
@@ -190,12 +187,9 @@ class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
         """Async twin of `TrackedStream._peek`."""
         call = self._call or _Call(None)
         call.held = True
-        first: ResponseStreamEvent | BaseException
+        first: ResponseStreamEvent | BaseException | None
         try:
-            first = await self._iterator.__anext__()
-        except StopAsyncIteration:
-            call.release()
-            return None
+            first = await anext(self._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
             first = caught
         self._iterator = _areplay(first, self._iterator)
@@ -223,21 +217,23 @@ def _error_event(event: object, response: Any) -> openai.APIError | None:
 
 
 def _replay(
-    first: ResponseStreamEvent | BaseException, rest: Iterator[ResponseStreamEvent]
+    first: ResponseStreamEvent | BaseException | None, rest: Iterator[ResponseStreamEvent]
 ) -> Iterator[ResponseStreamEvent]:
-    """*first* (an event, or an error raised on the first ``next()``), then *rest*."""
+    """*first* (an event, an error raised by the first ``next()``, or None: no event), then *rest*."""
     if isinstance(first, BaseException):
         raise first
-    yield first
+    if first is not None:
+        yield first
     yield from rest
 
 
 async def _areplay(
-    first: ResponseStreamEvent | BaseException, rest: AsyncIterator[ResponseStreamEvent]
+    first: ResponseStreamEvent | BaseException | None, rest: AsyncIterator[ResponseStreamEvent]
 ) -> AsyncIterator[ResponseStreamEvent]:
     """Async twin of `_replay`."""
     if isinstance(first, BaseException):
         raise first
-    yield first
+    if first is not None:
+        yield first
     async for event in rest:
         yield event
