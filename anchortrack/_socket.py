@@ -32,7 +32,7 @@ Lane = str | None
 
 #: The client event that creates a response.
 CREATE = "response.create"
-#: Events that end a response.
+#: Events that end a response and carry it whole (over a socket and in an HTTP stream).
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 #: Statuses the server keeps as a lane's latest response.
 _CHAINABLE = frozenset({"completed", "incomplete"})

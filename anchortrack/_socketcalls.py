@@ -29,15 +29,16 @@ from ._flow import (
     call_flow,
     drive,
     refused_flow,
+    relay,
 )
 from ._hashing import Scope
 from ._log import get_logger
 from ._mode import Mode
 from ._outcome import outcome_of
-from ._plan import Reason, unrecordable
+from ._plan import Reason
 from ._socket import Lane, Pending, SocketBook, SocketPlan, Verdict, lane_of
 from ._stats import WEBSOCKET
-from ._tracker import CallState, Tracker, recorded_event
+from ._tracker import CallState, Tracker
 from .stores._base import Anchor
 
 
@@ -104,41 +105,12 @@ class SocketCalls:
         A ``store: false`` one, or any under ZDR, lives only in the socket's memory:
         its anchor is returned, for the book, never written.
         """
-        tracker, skip = self.tracker, ticket.skip_reason
-        if not (
-            skip is Reason.STORE_FALSE
-            or tracker.chaining_disabled(ticket.scope)
+        local = (
+            ticket.skip_reason is Reason.STORE_FALSE
+            or self.tracker.chaining_disabled(ticket.scope)
             or getattr(response, "store", None) is False
-        ):
-            tracker.observe(ticket, response, output)
-            return None
-        try:
-            response_id = getattr(response, "id", None)
-            reason = (
-                skip
-                if skip is not None and skip is not Reason.STORE_FALSE
-                else unrecordable(
-                    response, record_incomplete=tracker.record_incomplete, connection_local=True
-                )
-            )
-            if reason is not None:
-                tracker.stats.skipped_response(reason.value)
-                get_logger().debug(
-                    "anchortrack.response_not_recorded",
-                    response_id=response_id,
-                    status=getattr(response, "status", None),
-                    reason=reason.value,
-                    transport=WEBSOCKET,
-                )
-                return None
-            assert isinstance(response_id, str)
-            anchor, outputs = tracker.anchor_of(ticket, response_id, response, output, parent=None)
-            tracker.stats.recorded_locally()
-            recorded_event(response_id, anchor, outputs, transport=WEBSOCKET, connection_local=True)
-            return anchor
-        except Exception as error:  # noqa: BLE001 - recording must never break a socket
-            get_logger().warning("anchortrack.record_failed", error=type(error).__name__, transport=WEBSOCKET)
-            return None
+        )
+        return self.tracker.observe(ticket, response, output, local=local)
 
     def settled(self, sent: SocketPlan, refused: Reason | None = None) -> None:
         """
@@ -197,11 +169,11 @@ class _Call:
 
     def run(self, flow: Generator[Any, Any, R]) -> R:
         """Drive *flow* (sync): `answer` performs its effects, the fail-open store those it yields."""
-        return drive(flow, lambda effect: drive(self.answer(effect), self.tracker.failopen.perform))
+        return drive(relay(flow, self.answer), self.tracker.failopen.perform)
 
     async def arun(self, flow: Generator[Any, Any, R]) -> R:
         """Drive *flow* (async): the twin of `run`."""
-        return await adrive(flow, lambda effect: adrive(self.answer(effect), self.tracker.failopen.aperform))
+        return await adrive(relay(flow, self.answer), self.tracker.failopen.aperform)
 
     def planning(self, fields: Mapping[str, Any]) -> Generator[Any, Any, SocketPlan]:
         """Plan a create: the flow up to its send. A fault plans it as given."""

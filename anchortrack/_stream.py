@@ -19,7 +19,7 @@ import openai
 from openai import AsyncStream, Stream
 from openai.types.responses import ResponseStreamEvent
 
-from ._recorder import StreamRecorder
+from ._socket import TERMINAL_EVENTS
 
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class Recorder(Protocol):
     """What a tracked stream needs from the tracker (`anchortrack._tracker.Tracker`)."""
 
-    def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None: ...
+    def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> object: ...
 
     def flush(self) -> None: ...
 
@@ -41,22 +41,38 @@ class Recorder(Protocol):
 class _Call:
     """The call a tracked stream carries the response of: records it, or reports it abandoned, once."""
 
-    __slots__ = ("done", "held", "recorder", "reported", "target")
+    __slots__ = ("done", "held", "items", "reported", "target", "terminal")
 
     def __init__(self, target: tuple[Recorder, Ticket] | None) -> None:
         self.target = target  # None once the stream is discarded: nothing to record or report
-        self.recorder = StreamRecorder()
+        self.items: dict[int, Any] = {}  # the output items seen, by index
+        self.terminal: str | None = None  # the terminal event's type, once it arrived
         self.reported = False
         self.held = False  # while a peeked error awaits the tracker's decision
         self.done = False
 
     def completes(self, event: ResponseStreamEvent) -> Recorder | None:
-        """Feed *event*; if it is the terminal one, record the response and return the tracker to flush."""
-        final = self.recorder.feed(event)
-        if final is None or self.target is None:
+        """
+        Feed *event*; if it is the terminal one, record the response and return the tracker to flush.
+
+        The output recorded is the terminal event's response's, or — when a server
+        leaves it empty — that of the ``response.output_item.done`` events seen.
+        """
+        kind = getattr(event, "type", None)
+        if kind == "response.output_item.done":
+            self.items[getattr(event, "output_index", len(self.items))] = getattr(event, "item", None)
             return None
+        if kind not in TERMINAL_EVENTS or self.terminal is not None:
+            return None
+        self.terminal = kind
+        if self.target is None:
+            return None
+        response = getattr(event, "response", None)
+        output = list(getattr(response, "output", None) or ())
+        if not output and self.items:
+            output = [self.items[i] for i in sorted(self.items)]
         tracker, ticket = self.target
-        tracker.observe(ticket, final[0], final[1])
+        tracker.observe(ticket, response, output)
         return tracker
 
     def end(self) -> None:
@@ -65,7 +81,7 @@ class _Call:
         if self.held or self.reported or self.target is None:
             return
         self.reported = True
-        if self.recorder.terminal is None:
+        if self.terminal is None:
             self.target[0].abandoned(self.target[1])
 
     def release(self) -> None:
@@ -75,7 +91,7 @@ class _Call:
             self.end()
 
     def refusal(self, first: object, response: Any) -> BaseException | None:
-        """The error the peeked *first* event is or carries; without one, `release` the stream."""
+        """The error the peeked *first* event (None: there was none) is or carries; without one, `release`."""
         error = first if isinstance(first, BaseException) else _error_event(first, response)
         if error is None:
             self.release()
@@ -119,12 +135,9 @@ class TrackedStream(Stream[ResponseStreamEvent]):
         """
         call = self._call or _Call(None)
         call.held = True
-        first: ResponseStreamEvent | BaseException
+        first: ResponseStreamEvent | BaseException | None
         try:
-            first = next(self._iterator)
-        except StopIteration:
-            call.release()
-            return None
+            first = next(self._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
             first = caught
         self._iterator = _replay(first, self._iterator)
@@ -174,12 +187,9 @@ class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
         """Async twin of `TrackedStream._peek`."""
         call = self._call or _Call(None)
         call.held = True
-        first: ResponseStreamEvent | BaseException
+        first: ResponseStreamEvent | BaseException | None
         try:
-            first = await self._iterator.__anext__()
-        except StopAsyncIteration:
-            call.release()
-            return None
+            first = await anext(self._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
             first = caught
         self._iterator = _areplay(first, self._iterator)
@@ -207,21 +217,23 @@ def _error_event(event: object, response: Any) -> openai.APIError | None:
 
 
 def _replay(
-    first: ResponseStreamEvent | BaseException, rest: Iterator[ResponseStreamEvent]
+    first: ResponseStreamEvent | BaseException | None, rest: Iterator[ResponseStreamEvent]
 ) -> Iterator[ResponseStreamEvent]:
-    """*first* (an event, or an error raised on the first ``next()``), then *rest*."""
+    """*first* (an event, an error raised by the first ``next()``, or None: no event), then *rest*."""
     if isinstance(first, BaseException):
         raise first
-    yield first
+    if first is not None:
+        yield first
     yield from rest
 
 
 async def _areplay(
-    first: ResponseStreamEvent | BaseException, rest: AsyncIterator[ResponseStreamEvent]
+    first: ResponseStreamEvent | BaseException | None, rest: AsyncIterator[ResponseStreamEvent]
 ) -> AsyncIterator[ResponseStreamEvent]:
     """Async twin of `_replay`."""
     if isinstance(first, BaseException):
         raise first
-    yield first
+    if first is not None:
+        yield first
     async for event in rest:
         yield event

@@ -44,7 +44,7 @@ from ._properties import ANY, announced
 from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
-from ._stats import HTTP, Stats
+from ._stats import HTTP, WEBSOCKET, Stats
 from .stores._base import Anchor, AnchorStore
 from .stores._open import coerce_store, default_store
 
@@ -452,11 +452,22 @@ class Tracker:
 
     # -- recording ----------------------------------------------------------
 
-    def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> None:
-        """Decide whether *response* becomes an anchor; queue it if so (`flush` writes it). Never raises."""
+    def observe(
+        self, ticket: Ticket, response: object, output: Sequence[Any] | None = None, *, local: bool = False
+    ) -> Anchor | None:
+        """
+        Decide whether *response* becomes an anchor; queue it if so (`flush` writes it). Never raises.
+
+        A *local* one lives only in a WebSocket's memory (it may have ``store: false``):
+        its anchor is returned, for the socket's book, never written.
+        """
+        via = _via(WEBSOCKET) if local else {}
         try:
             response_id = getattr(response, "id", None)
-            reason = ticket.skip_reason or unrecordable(response, record_incomplete=self.record_incomplete)
+            skip = None if local and ticket.skip_reason is Reason.STORE_FALSE else ticket.skip_reason
+            reason = skip or unrecordable(
+                response, record_incomplete=self.record_incomplete, connection_local=local
+            )
             if reason is not None:
                 self.stats.skipped_response(reason.value)
                 status = getattr(response, "status", None)
@@ -465,14 +476,22 @@ class Tracker:
                     response_id=response_id,
                     status=status,
                     reason=reason.value,
+                    **via,
                 )
-                return
+                return None
             assert isinstance(response_id, str)
-            anchor, outputs = self.anchor_of(ticket, response_id, response, output, parent=ticket.parent)
+            anchor, outputs = self.anchor_of(
+                ticket, response_id, response, output, parent=None if local else ticket.parent
+            )
+            if local:
+                self.stats.recorded_locally()
+                recorded_event(response_id, anchor, outputs, **via, connection_local=True)
+                return anchor
             self.failopen.record(ticket.scope, anchor)
             recorded_event(response_id, anchor, outputs)
         except Exception as error:  # noqa: BLE001 - recording must never break a call
-            get_logger().warning("anchortrack.record_failed", error=type(error).__name__)
+            get_logger().warning("anchortrack.record_failed", error=type(error).__name__, **via)
+        return None
 
     def anchor_of(
         self,
