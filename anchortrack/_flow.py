@@ -305,7 +305,16 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
     if ctx.mode is Mode.SHADOW or anchor is None:
         return (yield Send(request.body, ticket))
     try:
-        chained = attrs.evolve(ticket, expires_at=anchor.expires_at, parent=anchor.response_id)
+        chained = Ticket(  # not attrs.evolve: this runs on every chained call
+            ctx.scope_key,
+            base,
+            n,
+            hashes,
+            skip_reason,
+            anchor.expires_at,
+            request.properties,
+            anchor.response_id,
+        )
         body = chained_body(request, plan.skip, anchor.response_id)
         return (yield Send(body, chained, anchor_id=anchor.response_id))
     except Exception as error:  # noqa: BLE001 - refused_flow raises again what is not a refusal
