@@ -341,7 +341,7 @@ class TestAUsersOwnFiles:
         """
         The user's tool loop, recorded into anchors.db; its history saved as a list and as a body.
         The server does not announce that it applies tools per request: to anchortrack, one it does
-        not know (`test_a_bare_list_chains_from_a_server_that_announces_it` records again, announced).
+        not know (`test_the_request_body_or_tools_file_chains` records again, announced).
         """
         self.dir = tmp_path
         self.server = server
@@ -442,27 +442,17 @@ class TestAUsersOwnFiles:
             "  object with 'input', 'tools', …), or pass --tools FILE\n"
         )
 
-    def test_a_bare_list_chains_from_a_server_that_announces_it(self) -> None:
-        """Anchors from a server that said it applies tools per request hold whatever tools a request has."""
-        self.server.state.announce_per_request = True
-        self._record()
-
-        code, out, err = self.explain("history.json", "--store", "sqlite:anchors.db", "--base-url", "URL")
-
-        assert (0, "") == (code, err)
-        assert out == (
-            "store sqlite:anchors.db\n"
-            + self.scope_lines()
-            + self.TABLE.format(m=" ")
-            + "  ── anchor R2 ──\n"
-            "+    4  message                user       <fp>  -\n"
-            "  + = sent in input\n" + self.CHAINED
-        )
-
-    @pytest.mark.parametrize("how", ["body", "--tools"])
+    @pytest.mark.parametrize("how", ["body", "--tools", "announced"])
     def test_the_request_body_or_tools_file_chains(self, how: str) -> None:
-        """The same history as a request body with its tools, or as a list with --tools FILE, chains."""
-        files = ["body.json"] if how == "body" else ["history.json", "--tools", "tools.json"]
+        """
+        The same history as a request body with its tools, or as a list with --tools FILE, chains; so does
+        a bare list when the anchors come from a server that said it applies tools per request.
+        """
+        files = {"body": ["body.json"], "--tools": ["history.json", "--tools", "tools.json"]}.get(how)
+        if files is None:
+            self.server.state.announce_per_request = True
+            self._record()
+            files = ["history.json"]
 
         code, out, err = self.explain(*files, "--store", "sqlite:anchors.db", "--base-url", "URL")
 
