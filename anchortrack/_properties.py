@@ -24,7 +24,7 @@ loaded, an agent handoff).
 
 A server can also say so itself, on each response: ``anchortrack serve``
 adds ``"anchortrack": {"properties": "per_request"}`` to every response
-object (`announcement`). A response that says so becomes an anchor usable
+object (`ANNOUNCEMENT`). A response that says so becomes an anchor usable
 whatever the properties of the request that chains from it (`ANY`): the
 server that made it will apply that request's own. Nothing is learned per
 base URL, so a new process, another worker sharing the store, and
@@ -83,13 +83,10 @@ def given(value: object) -> bool:
 #: The properties an anchor records when its server announced that it applies them per request:
 #: it matches every request (`matches`). Never a digest (those are empty or 16 bytes).
 ANY = b"*"
-#: The field of a response object by which a server announces that it applies them per request.
+#: The field of a response object by which a server announces that it applies them per request,
+#: and its value (``anchortrack serve`` writes them; only this exact value counts).
 ANNOUNCEMENT_FIELD = "anchortrack"
-
-
-def announcement() -> dict[str, Any]:
-    """The field and value a server adds to a response object to announce it (`announced` reads it)."""
-    return {ANNOUNCEMENT_FIELD: {"properties": "per_request"}}
+ANNOUNCEMENT = {"properties": "per_request"}
 
 
 def matches(recorded: bytes, requested: bytes) -> bool:
@@ -103,7 +100,7 @@ def announced(response: object) -> bool:
         said = response.get(ANNOUNCEMENT_FIELD)
     else:  # the SDK's models keep fields they do not know as attributes
         said = getattr(response, ANNOUNCEMENT_FIELD, None)
-    return bool(said == announcement()[ANNOUNCEMENT_FIELD])
+    return bool(said == ANNOUNCEMENT)
 
 
 #: Base URLs (separated by spaces or commas) of servers the user declares apply properties per request.
