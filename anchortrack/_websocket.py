@@ -1,22 +1,13 @@
 """
-Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (the I/O).
+Tracking ``client.responses.connect()``, the Responses API's WebSocket mode.
 
-A wrapped client's ``responses.connect()`` returns the SDK's own connection
-manager and connection, retagged to subclasses (unwrapped clients are untouched):
-
-* ``conn.send`` plans a ``response.create`` before the SDK serializes it, so
-  a chained create only serializes its delta, and registers the planned text.
-* Every socket the manager opens (on enter and on each reconnect) is wrapped in
-  a transport that everything goes out through: direct sends, the SDK's queue
-  flushed after a reconnect, and session lanes' sends (which bypass
-  ``conn.send``); it plans the creates nobody planned yet.
-* ``conn.recv_bytes`` (under ``recv()``, iteration and a session's reader)
-  hands each frame to the book: responses are recorded, and the error frame of
-  a stale anchor anchortrack chained to is swallowed while the create is resent
-  in full, once. Any other frame reaches the caller byte for byte.
-
-The calls and the book are `anchortrack._socketcalls` and `anchortrack._socket`.
-Works with openai 2.x (no sessions, no ``stream_id``) and 3.x.
+A wrapped client's ``responses.connect()`` returns the SDK's own manager and connection, retagged
+to subclasses. ``conn.send`` plans a ``response.create`` before the SDK serializes it (a chained
+create serializes only its delta). Every socket the manager opens is wrapped in a transport that
+plans the creates nobody planned (a session lane's, one queued while reconnecting). ``recv_bytes``
+hands each frame to the connection's `SocketBook` (`anchortrack._socket`): responses are recorded,
+and the error frame of a stale anchor anchortrack chained to is swallowed while the create is
+resent in full, once; any other frame reaches the caller byte for byte. Works with openai 2.x and 3.x.
 """
 
 from __future__ import annotations
@@ -25,9 +16,11 @@ import asyncio
 import inspect
 import json
 import threading
+from collections import ChainMap
 from collections.abc import Callable, Generator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
+import attrs
 from openai import BaseModel
 from openai._utils import maybe_transform
 from openai.resources.responses.responses import (
@@ -38,13 +31,27 @@ from openai.resources.responses.responses import (
 )
 from openai.types.responses import ResponsesClientEventParam
 
-from ._flow import adrive, drive
+from ._flow import (
+    UNAVAILABLE,
+    Evict,
+    Find,
+    Get,
+    Send,
+    Unavailable,
+    adrive,
+    call_flow,
+    drive,
+    refused_flow,
+    relay,
+)
 from ._hashing import Scope
+from ._log import get_logger
 from ._mode import Mode, resolve
+from ._outcome import outcome_of
 from ._plan import Reason
-from ._socket import CREATE, Pending, SocketPlan, Verdict
-from ._socketcalls import SocketCalls
-from ._tracker import Tracker
+from ._socket import CREATE, Lane, Pending, SocketBook, SocketPlan, Verdict, lane_of
+from ._stats import WEBSOCKET
+from ._tracker import CallState, Tracker
 
 
 try:  # openai 3.x: ``send`` serializes, then hands the text to the base class's queue-aware ``send_raw``
@@ -54,6 +61,13 @@ except ImportError:  # openai 2.x: ``send`` queues while reconnecting, and queue
 _OPENAI_2 = WebSocketConnectionBase is None
 #: What an unplanned outgoing text must contain to be worth parsing.
 _CREATE_MARK = f'"{CREATE}"'
+#: The effect that writes what was recorded (`Tracker.flush` / ``aflush``).
+_FLUSH = object()
+
+R = TypeVar("R")
+T = TypeVar("T")
+#: A frame to send: its text and its pending create.
+Frame = tuple[str, Pending]
 
 
 def connect_tracked(
@@ -94,29 +108,38 @@ def _serialized(body: Mapping[str, Any]) -> str:
     return json.dumps(maybe_transform(dict(body), ResponsesClientEventParam))
 
 
-class _Socket(SocketCalls):
+class _Socket:
     """
-    A tracked connection's calls and book, and what its transports share.
+    One tracked connection: its book, its calls through *tracker*, and what its transports share.
 
-    `framing` and `outgoing` are written once for sync and async: they yield
-    a create's fields, which the caller plans (`plan` or `aplan`).
+    The calls are HTTP's call flow, split where a socket splits it: a send returns nothing, its
+    outcome arrives later. Its flows (`framing`, `outgoing`, `incoming`) are written once: they
+    yield store effects and flushes, which `perform` or `aperform` carry out. Nothing here raises
+    for anchortrack's own faults: the event goes out, or the frame comes in, as given, with a warning.
     """
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
-        super().__init__(tracker, scope)
+        self.tracker = tracker
+        self.scope = scope
+        self.book = SocketBook()
         self.send_lock = threading.Lock()
         self.asend_lock = asyncio.Lock()  # bound to its event loop on first use
 
-    def on_reconnecting(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """Wrap the caller's ``on_reconnecting``: forget the closed socket first (the callback may resend)."""
+    def perform(self, effect: Any) -> Any:
+        """Perform one effect of a flow (sync)."""
+        if effect is _FLUSH:
+            return self.tracker.flush()
+        return self.tracker.failopen.perform(effect)
 
-        def on_reconnecting(event: Any) -> Any:
-            self.close()
-            return callback(event)
+    async def aperform(self, effect: Any) -> Any:
+        """The twin of `perform` (async)."""
+        if effect is _FLUSH:
+            return await self.tracker.aflush()
+        return await self.tracker.failopen.aperform(effect)
 
-        return on_reconnecting
+    # -- the flows of the transports and connections ---------------------------------
 
-    def framing(self, event: object) -> Generator[Mapping[str, Any], SocketPlan, str | None]:
+    def framing(self, event: object) -> Generator[Any, Any, str | None]:
         """The text ``conn.send`` sends for a client event, planned and registered (None: as given)."""
         fields: Mapping[str, Any] | None = None
         if isinstance(event, BaseModel):
@@ -126,7 +149,7 @@ class _Socket(SocketCalls):
             fields = event
         if fields is None:
             return None
-        plan = yield fields
+        plan = yield from self.planning(fields)
         try:
             if isinstance(event, BaseModel) and plan.body is fields:  # unchanged: the SDK's own text
                 text = event.to_json(use_api_names=True, exclude_unset=True, exclude_defaults=_OPENAI_2)
@@ -137,10 +160,9 @@ class _Socket(SocketCalls):
         self.book.register(text, self.book.pending(plan))
         return text
 
-    def outgoing(self, message: str) -> Generator[Mapping[str, Any], SocketPlan, tuple[str, Pending] | None]:
+    def outgoing(self, message: str) -> Generator[Any, Any, Frame | None]:
         """
         What a transport sends for *message*: a create's frame and its pending create, or None (as is).
-
         A create nobody planned (a session lane's, or one queued before the socket opened) is planned here.
         """
         pending = self.book.take(message)
@@ -157,16 +179,189 @@ class _Socket(SocketCalls):
             return None
         if not isinstance(fields, dict) or fields.get("type") != CREATE:
             return None
-        plan = yield fields
+        plan = yield from self.planning(fields)
         return (message if plan.body is fields else json.dumps(plan.body)), self.book.pending(plan)
 
-    def resent(self, refused: Verdict, resend: SocketPlan | None) -> tuple[str, Pending] | None:
-        """The frame that recovers *refused*, or None: the refusal reaches the caller."""
+    def incoming(self, data: bytes) -> Generator[Any, Any, Frame | None]:
+        """Take a received frame: record what it ended; the frame that recovers a refusal, if any."""
+        try:
+            verdict = self.book.on_frame(data)
+        except Exception as error:  # noqa: BLE001 - a received frame always reaches the caller
+            self.tracker.fault(error, WEBSOCKET, counted=False)
+            verdict = None
+        if verdict is not None and verdict.refusal is None:
+            for pending in verdict.ended:
+                self.settled(pending.plan)
+            if verdict.response is not None:
+                self._record(verdict)
+            verdict = None
+        yield _FLUSH
+        if verdict is None:
+            return None
+        resend = yield from self.recovery(verdict)
         if resend is not None:
             return _serialized(resend.body), self.book.pending(resend)
-        self.settled(refused.ended[0].plan)
-        self.book.refusal_passed(refused.ended[0])
+        self.settled(verdict.ended[0].plan)
+        self.book.refusal_passed(verdict.ended[0])
         return None
+
+    # -- one create's call flow -------------------------------------------------------
+
+    def planning(self, fields: Mapping[str, Any]) -> Generator[Any, Any, SocketPlan]:
+        """Plan a create: the call flow up to its send. A fault plans it as given."""
+        try:
+            begun = self.tracker.begin(fields, self.scope(), WEBSOCKET)
+            if begun is None:
+                return SocketPlan(fields)
+            context, request = begun
+            lane = lane_of(fields)
+            if context.zdr_disabled and self.book.usable(lane) is not None:
+                # The scope refuses stored anchors; this socket's latest response still chains.
+                context = attrs.evolve(context, zdr_disabled=False)
+            state = CallState(context, WEBSOCKET)
+            yield from self._relayed(lane, state, call_flow(context, request))
+            send = state.response
+            assert isinstance(send, Send)
+            plan = state.plan
+            anchor = plan.anchor if plan is not None and context.mode is Mode.CHAINED else None
+            if anchor is None:
+                # A request that does not chain has its outcome already.
+                self.tracker.settle(state)
+            return SocketPlan(
+                send.body,
+                ticket=send.ticket,
+                request=request,
+                context=context,
+                plan=plan,
+                anchor=anchor,
+                local=anchor is not None and self.book.holds(anchor),
+                unsettled=anchor is not None,
+                seconds=state.seconds,
+            )
+        except Exception as error:  # noqa: BLE001 - fail open
+            self.tracker.fault(error, WEBSOCKET, counted=True)
+            return SocketPlan(fields)
+
+    def recovery(self, refused: Verdict) -> Generator[Any, Any, SocketPlan | None]:
+        """
+        The full resend of the create an error frame *refused*: the flow's refusal branch. None: the
+        refusal is the caller's (not a stale anchor or ZDR), or a fault occurred.
+        """
+        sent, error = refused.ended[0].plan, refused.refusal
+        assert error is not None
+        anchor, request, context, ticket = sent.anchor, sent.request, sent.context, sent.full_ticket
+        if sent.retried or anchor is None or request is None or context is None or ticket is None:
+            return None
+        state = CallState(
+            context, WEBSOCKET, plan=sent.plan, seconds=sent.seconds, published=not sent.unsettled
+        )
+        try:
+            yield from self._relayed(sent.lane, state, refused_flow(context, request, anchor, ticket, error))
+        except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
+            if raised is not error:
+                self.tracker.fault(raised, WEBSOCKET, counted=False)
+            return None
+        self.tracker.settle(state)
+        send = state.response
+        assert isinstance(send, Send)
+        return attrs.evolve(
+            sent, body=send.body, ticket=send.ticket, anchor=None, local=False, retried=True, unsettled=False
+        )
+
+    def _relayed(self, lane: Lane, state: CallState, flow: Generator[Any, Any, R]) -> Generator[Any, Any, R]:
+        """
+        Run *flow* as over HTTP, except that the book answers for *lane*'s local anchors (the store,
+        yielded out, for the rest) and the send is kept in *state*, for the socket to send later.
+        """
+        book, zdr = self.book, self.tracker.chaining_disabled(state.context.scope_key)
+
+        def answer(effect: Any) -> Generator[Any, Any, Any]:
+            if isinstance(effect, Find):
+                local = book.find(lane, effect.views)
+                if zdr:
+                    return local
+                found = yield effect
+                if isinstance(found, Unavailable):
+                    return local or UNAVAILABLE
+                # The book wins only where the store has nothing.
+                return ChainMap(found, local) if local else found
+            if isinstance(effect, Get):
+                anchor = book.local(effect.response_id)
+                return anchor if anchor is not None else (yield effect)
+            if isinstance(effect, Evict):
+                return None if book.evict(effect.response_id) else (yield effect)
+            if type(effect) is Send:
+                state.sent = True
+                state.response = effect
+            else:
+                self.tracker.note(state, effect)
+            return None
+
+        return relay(flow, answer)
+
+    # -- outcomes and the socket's lifetime -------------------------------------------
+
+    def _record(self, verdict: Verdict) -> None:
+        """
+        Record the response *verdict* carries: a stored one like over HTTP (queued, then flushed).
+        A ``store: false`` one, or any under ZDR, lives only in the socket: its anchor goes to the book.
+        """
+        pending, response = verdict.ended[0], verdict.response
+        ticket = pending.plan.ticket
+        assert ticket is not None
+        local = (
+            ticket.skip_reason is Reason.STORE_FALSE
+            or self.tracker.chaining_disabled(ticket.scope)
+            or getattr(response, "store", None) is False
+        )
+        self.book.settle(pending, self.tracker.observe(ticket, response, verdict.output, local=local))
+
+    def settled(self, sent: SocketPlan, refused: Reason | None = None) -> None:
+        """
+        Publish a chained create's outcome once it is known (`SocketPlan.unsettled`).
+        *refused*: it went out in full instead (its anchor left with a closed socket).
+        """
+        context, plan = sent.context, sent.plan
+        if sent.unsettled and context is not None and plan is not None:
+            outcome = outcome_of(
+                context.mode, WEBSOCKET, plan, refused=refused, attempted=False, seconds=sent.seconds
+            )
+            self.tracker.publish(outcome)
+
+    def withdrawn(self, pending: Pending) -> None:
+        """*pending* did not go out: its send failed."""
+        self.book.withdraw(pending)
+        self.settled(pending.plan)
+
+    def on_reconnecting(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """Wrap the caller's ``on_reconnecting``: forget the closed socket first (the callback may resend)."""
+
+        def on_reconnecting(event: Any) -> Any:
+            self.close()
+            return callback(event)
+
+        return on_reconnecting
+
+    def close(self) -> None:
+        """The socket closed: report what it took with it."""
+        self._dropped(*self.book.reset())
+
+    def attach(self, transport: T) -> T:
+        """A new socket (wrapped in *transport*) is in use."""
+        self._dropped(*self.book.attach())
+        return transport
+
+    def _dropped(self, in_flight: list[Pending], local_anchors: int) -> None:
+        for pending in in_flight:
+            self.settled(pending.plan)
+            self.tracker.stats.skipped_response(Reason.WEBSOCKET_DROPPED.value)
+        if in_flight or local_anchors:
+            get_logger().debug(
+                "anchortrack.websocket_state_dropped",
+                in_flight=len(in_flight),
+                local_anchors=local_anchors,
+                transport=WEBSOCKET,
+            )
 
 
 # -- transports: every frame goes out through them ------------------------------
@@ -185,7 +380,7 @@ class _Transport:
     def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         socket = self._socket
         if isinstance(message, str):
-            frame = drive(socket.outgoing(message), socket.plan)
+            frame = drive(socket.outgoing(message), socket.perform)
             if frame is not None:
                 return self.emit(*frame, *args, **kwargs)
         return self._ws.send(message, *args, **kwargs)
@@ -207,7 +402,7 @@ class _AsyncTransport(_Transport):
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         socket = self._socket
         if isinstance(message, str):
-            frame = await adrive(socket.outgoing(message), socket.aplan)
+            frame = await adrive(socket.outgoing(message), socket.aperform)
             if frame is not None:
                 return await self.emit(*frame, *args, **kwargs)
         return await self._ws.send(message, *args, **kwargs)
@@ -231,8 +426,7 @@ class TrackedResponsesConnection(ResponsesConnection):
     _anchortrack: _Socket
 
     def send(self, event: Any) -> None:
-        socket = self._anchortrack
-        text = drive(socket.framing(event), socket.plan)
+        text = drive(self._anchortrack.framing(event), self._anchortrack.perform)
         if text is None:
             return super().send(event)
         # What the SDK's own send does with its text, in either major version.
@@ -249,14 +443,9 @@ class TrackedResponsesConnection(ResponsesConnection):
         return None
 
     def recv_bytes(self) -> bytes:
-        socket = self._anchortrack
         while True:
             data = super().recv_bytes()
-            refused = socket.received(data)
-            socket.tracker.flush()
-            if refused is None:
-                return data
-            frame = socket.resent(refused, socket.recover(refused))
+            frame = drive(self._anchortrack.incoming(data), self._anchortrack.perform)
             if frame is None:
                 return data
             assert isinstance(self._connection, _Transport)
@@ -269,8 +458,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
     _anchortrack: _Socket
 
     async def send(self, event: Any) -> None:
-        socket = self._anchortrack
-        text = await adrive(socket.framing(event), socket.aplan)
+        text = await adrive(self._anchortrack.framing(event), self._anchortrack.aperform)
         if text is None:
             return await super().send(event)
         # What the SDK's own send does with its text, in either major version.
@@ -287,14 +475,9 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
         return None
 
     async def recv_bytes(self) -> bytes:
-        socket = self._anchortrack
         while True:
             data = await super().recv_bytes()
-            refused = socket.received(data)
-            await socket.tracker.aflush()
-            if refused is None:
-                return data
-            frame = socket.resent(refused, await socket.arecover(refused))
+            frame = await adrive(self._anchortrack.incoming(data), self._anchortrack.aperform)
             if frame is None:
                 return data
             assert isinstance(self._connection, _AsyncTransport)

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
 import anchortrack
+from anchortrack._flow import drive
 from anchortrack._websocket import _serialized
 from anchortrack.metrics import AnchortrackCollector
 from anchortrack.server import ResponsesServer
@@ -439,7 +440,8 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
         history = [user("one"), *output_items(first), user("two")]
         # Planned now, against the socket about to drop; sent only after the reconnect.
         socket = conn._anchortrack  # type: ignore[attr-defined]
-        plan = socket.plan({"type": "response.create", "model": "scripted", "input": history, "store": False})
+        fields = {"type": "response.create", "model": "scripted", "input": history, "store": False}
+        plan = drive(socket.planning(fields), socket.perform)
         assert plan.local
         text = _serialized(plan.body)
         socket.book.register(text, socket.book.pending(plan))
