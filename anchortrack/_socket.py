@@ -1,14 +1,11 @@
 """
 The book of one tracked WebSocket connection: which response answers which create (pure).
 
-Over ``client.responses.connect()`` a send returns nothing: its outcome arrives
-later, among other lanes' events. Each lane (``stream_id``; None is the default
-lane) answers its creates in order, so `SocketBook` keeps a FIFO of `Pending`
-creates per lane (error frames carry no response id: they pair by order). It
-also mirrors the server's memory of the socket: each lane's latest chainable
-response, which ``previous_response_id`` reaches even with ``store: false`` or
-zero data retention (a local anchor, offered only while its lane is idle, and
-gone with the socket). Planned frames are known by the identity of their text.
+A send returns nothing; its outcome arrives later, among other lanes' events. Each lane answers its
+creates in order, so the book keeps a FIFO of `Pending` creates per lane (error frames carry no
+response id: they pair by order). It also mirrors the server's memory of the socket: each lane's
+latest chainable response, which ``previous_response_id`` reaches even with ``store: false`` (a
+local anchor, offered only while its lane is idle, gone with the socket).
 """
 
 from __future__ import annotations
@@ -56,16 +53,11 @@ def lane_of(fields: Mapping[str, Any]) -> Lane:
 @attrs.frozen
 class SocketPlan:
     """
-    What to send for one ``response.create`` event, and what is needed afterwards.
-
-    Attributes:
-        body: The event to send (the caller's own when nothing changes).
-        ticket: How to record the response, if it can be recorded.
-        request, context, plan, seconds: The call's, to resend it in full and publish its outcome.
-        anchor: The anchor *body* chains from (None when it goes out as given or in full).
-        local: *anchor* is a connection-local anchor.
-        retried: *body* is the one resend after a refusal.
-        unsettled: *body* chains: its outcome is published once known (accepted, or refused and resent).
+    What to send for one ``response.create`` event (*body*, the caller's own when nothing changes),
+    and what is needed afterwards: how to record its response (*ticket*), the call's *request*,
+    *context*, *plan* and *seconds* (to resend it in full and publish its outcome), the *anchor* it
+    chains from (*local*: the socket's), whether it is the one resend after a refusal (*retried*),
+    and whether its outcome is published once known (*unsettled*: it chains).
     """
 
     body: Mapping[str, Any]
@@ -147,11 +139,8 @@ class ResponseView:
 @attrs.frozen
 class Verdict:
     """
-    The creates a received frame ended, and what to do about them.
-
-    With a *response*, record it (whose output is *output*) for the only one.
-    With a *refusal* (an error frame for a create anchortrack chained), recover
-    the only one, or let the error through. Otherwise only publish their outcomes.
+    The creates a received frame ended: with a *response* (and its *output*), record it for the only
+    one; with a *refusal* of a create anchortrack chained, recover it. Otherwise publish their outcomes.
     """
 
     ended: tuple[Pending, ...]
@@ -162,10 +151,8 @@ class Verdict:
 
 class SocketBook:
     """
-    The lanes, local anchors and planned frames of one tracked connection (thread-safe).
-
-    A connection keeps one book across reconnects; `reset` (or `attach` of the
-    next socket) drops what the closed socket took with it.
+    The lanes, local anchors and planned frames (known by the identity of their text) of one tracked
+    connection, across reconnects: `reset` or `attach` drops what a closed socket took. Thread-safe.
     """
 
     def __init__(self) -> None:
@@ -328,15 +315,12 @@ class SocketBook:
         items[index if isinstance(index, int) else len(items)] = event.get("item")
 
     def _terminal(self, lane: Lane, response: Mapping[str, Any]) -> Verdict | None:
-        queue = self._lanes.get(lane)
+        queue = self._lanes.get(lane) or deque()
         head = queue[0] if queue else None
-        if head is not None and (
+        ours = head is not None and (
             head.response_id == response.get("id") or (head.response_id is None and _answers(head, response))
-        ):
-            assert queue is not None
-            queue.popleft()
-        else:
-            head = None
+        )
+        head = queue.popleft() if ours else None
         if response.get("status") in _CHAINABLE:
             # The server keeps this response as the lane's latest; ours is no longer it.
             self._local.pop(lane, None)

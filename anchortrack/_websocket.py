@@ -65,7 +65,6 @@ _CREATE_MARK = f'"{CREATE}"'
 _FLUSH = object()
 
 R = TypeVar("R")
-T = TypeVar("T")
 #: A frame to send: its text and its pending create.
 Frame = tuple[str, Pending]
 
@@ -77,11 +76,7 @@ def connect_tracked(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """
-    ``responses.connect(*args, **kwargs)`` of a wrapped client: the SDK's manager, tracked.
-
-    In mode ``off`` (when connecting) the SDK's manager is returned untouched.
-    """
+    """``responses.connect(...)`` of a wrapped client: the SDK's manager, tracked (but not in mode off)."""
     if resolve(tracker.mode) is Mode.OFF:
         return connect(*args, **kwargs)
     try:
@@ -126,16 +121,12 @@ class _Socket:
         self.asend_lock = asyncio.Lock()  # bound to its event loop on first use
 
     def perform(self, effect: Any) -> Any:
-        """Perform one effect of a flow (sync)."""
-        if effect is _FLUSH:
-            return self.tracker.flush()
-        return self.tracker.failopen.perform(effect)
+        """Perform one effect of a flow (sync): a flush, or a store effect failing open."""
+        return self.tracker.flush() if effect is _FLUSH else self.tracker.failopen.perform(effect)
 
     async def aperform(self, effect: Any) -> Any:
         """The twin of `perform` (async)."""
-        if effect is _FLUSH:
-            return await self.tracker.aflush()
-        return await self.tracker.failopen.aperform(effect)
+        return await (self.tracker.aflush() if effect is _FLUSH else self.tracker.failopen.aperform(effect))
 
     # -- the flows of the transports and connections ---------------------------------
 
@@ -161,10 +152,7 @@ class _Socket:
         return text
 
     def outgoing(self, message: str) -> Generator[Any, Any, Frame | None]:
-        """
-        What a transport sends for *message*: a create's frame and its pending create, or None (as is).
-        A create nobody planned (a session lane's, or one queued before the socket opened) is planned here.
-        """
+        """What a transport sends for *message*: a create's frame (planned here if nobody did), or None."""
         pending = self.book.take(message)
         if pending is not None:
             if not self.book.stale(pending):
@@ -243,10 +231,7 @@ class _Socket:
             return SocketPlan(fields)
 
     def recovery(self, refused: Verdict) -> Generator[Any, Any, SocketPlan | None]:
-        """
-        The full resend of the create an error frame *refused*: the flow's refusal branch. None: the
-        refusal is the caller's (not a stale anchor or ZDR), or a fault occurred.
-        """
+        """The full resend of the create an error frame *refused* (None: the caller's refusal, or a fault)."""
         sent, error = refused.ended[0].plan, refused.refusal
         assert error is not None
         anchor, request, context, ticket = sent.anchor, sent.request, sent.context, sent.full_ticket
@@ -269,10 +254,7 @@ class _Socket:
         )
 
     def _relayed(self, lane: Lane, state: CallState, flow: Generator[Any, Any, R]) -> Generator[Any, Any, R]:
-        """
-        Run *flow* as over HTTP, except that the book answers for *lane*'s local anchors (the store,
-        yielded out, for the rest) and the send is kept in *state*, for the socket to send later.
-        """
+        """Run *flow* as over HTTP, but the book answers for *lane*'s local anchors and the send is kept."""
         book, zdr = self.book, self.tracker.chaining_disabled(state.context.scope_key)
 
         def answer(effect: Any) -> Generator[Any, Any, Any]:
@@ -302,10 +284,7 @@ class _Socket:
     # -- outcomes and the socket's lifetime -------------------------------------------
 
     def _record(self, verdict: Verdict) -> None:
-        """
-        Record the response *verdict* carries: a stored one like over HTTP (queued, then flushed).
-        A ``store: false`` one, or any under ZDR, lives only in the socket: its anchor goes to the book.
-        """
+        """Record *verdict*'s response: in the store, or, if ``store: false`` or under ZDR, in the book."""
         pending, response = verdict.ended[0], verdict.response
         ticket = pending.plan.ticket
         assert ticket is not None
@@ -317,10 +296,7 @@ class _Socket:
         self.book.settle(pending, self.tracker.observe(ticket, response, verdict.output, local=local))
 
     def settled(self, sent: SocketPlan, refused: Reason | None = None) -> None:
-        """
-        Publish a chained create's outcome once it is known (`SocketPlan.unsettled`).
-        *refused*: it went out in full instead (its anchor left with a closed socket).
-        """
+        """Publish a chained create's outcome once known (*refused*: it went out in full, its socket gone)."""
         context, plan = sent.context, sent.plan
         if sent.unsettled and context is not None and plan is not None:
             outcome = outcome_of(
@@ -346,7 +322,7 @@ class _Socket:
         """The socket closed: report what it took with it."""
         self._dropped(*self.book.reset())
 
-    def attach(self, transport: T) -> T:
+    def attach(self, transport: _Transport) -> _Transport:
         """A new socket (wrapped in *transport*) is in use."""
         self._dropped(*self.book.attach())
         return transport
