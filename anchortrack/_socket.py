@@ -55,9 +55,9 @@ class SocketPlan:
     """
     What to send for one ``response.create`` event (*body*, the caller's own when nothing changes),
     and what is needed afterwards: how to record its response (*ticket*), the call's *request*,
-    *context*, *plan* and *seconds* (to resend it in full and publish its outcome), the *anchor* it
-    chains from (*local*: the socket's), whether it is the one resend after a refusal (*retried*),
-    and whether its outcome is published once known (*unsettled*: it chains).
+    *context*, *plan* and *seconds* (to resend it in full and publish its outcome), and the *anchor*
+    it chains from (*local*: the socket's). Only a create with an anchor can be refused, and its
+    outcome is published once its answer is known; its resend goes out in full, so it is not refused.
     """
 
     body: Mapping[str, Any]
@@ -67,8 +67,6 @@ class SocketPlan:
     plan: Plan | None = None
     anchor: Anchor | None = None
     local: bool = False
-    retried: bool = False
-    unsettled: bool = False
     seconds: float | None = None
 
     @property
@@ -89,9 +87,7 @@ class SocketPlan:
         """The same request without its anchor: the caller's event as given."""
         if self.anchor is None or self.request is None:
             return self
-        return attrs.evolve(
-            self, body=self.request.body, ticket=self.full_ticket, anchor=None, local=False, unsettled=False
-        )
+        return attrs.evolve(self, body=self.request.body, ticket=self.full_ticket, anchor=None, local=False)
 
 
 @attrs.define(eq=False)
@@ -346,7 +342,7 @@ class SocketBook:
             return None
         head = queue.popleft()
         plan = head.plan
-        if plan.anchor is not None and not plan.retried and not queue and head.epoch == self.epoch:
+        if plan.anchor is not None and not queue and head.epoch == self.epoch:
             return Verdict((head,), refusal=error)
         self._evict_referenced(lane, plan.previous_response_id)
         return Verdict((head,))

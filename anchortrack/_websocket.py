@@ -223,7 +223,6 @@ class _Socket:
                 plan=plan,
                 anchor=anchor,
                 local=anchor is not None and self.book.holds(anchor),
-                unsettled=anchor is not None,
                 seconds=state.seconds,
             )
         except Exception as error:  # noqa: BLE001 - fail open
@@ -235,11 +234,9 @@ class _Socket:
         sent, error = refused.ended[0].plan, refused.refusal
         assert error is not None
         anchor, request, context, ticket = sent.anchor, sent.request, sent.context, sent.full_ticket
-        if sent.retried or anchor is None or request is None or context is None or ticket is None:
+        if anchor is None or request is None or context is None or ticket is None:
             return None
-        state = CallState(
-            context, WEBSOCKET, plan=sent.plan, seconds=sent.seconds, published=not sent.unsettled
-        )
+        state = CallState(context, WEBSOCKET, plan=sent.plan, seconds=sent.seconds)
         try:
             yield from self._relayed(sent.lane, state, refused_flow(context, request, anchor, ticket, error))
         except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
@@ -249,9 +246,7 @@ class _Socket:
         self.tracker.settle(state)
         send = state.response
         assert isinstance(send, Send)
-        return attrs.evolve(
-            sent, body=send.body, ticket=send.ticket, anchor=None, local=False, retried=True, unsettled=False
-        )
+        return attrs.evolve(sent.in_full(), body=send.body, ticket=send.ticket)
 
     def _relayed(self, lane: Lane, state: CallState, flow: Generator[Any, Any, R]) -> Generator[Any, Any, R]:
         """Run *flow* as over HTTP, but the book answers for *lane*'s local anchors and the send is kept."""
@@ -298,7 +293,7 @@ class _Socket:
     def settled(self, sent: SocketPlan, refused: Reason | None = None) -> None:
         """Publish a chained create's outcome once known (*refused*: it went out in full, its socket gone)."""
         context, plan = sent.context, sent.plan
-        if sent.unsettled and context is not None and plan is not None:
+        if sent.anchor is not None and context is not None and plan is not None:
             outcome = outcome_of(
                 context.mode, WEBSOCKET, plan, refused=refused, attempted=False, seconds=sent.seconds
             )

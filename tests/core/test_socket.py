@@ -134,8 +134,8 @@ def test_a_stale_anchor_error_for_a_chained_create_is_refused_once() -> None:
     assert verdict.refusal is not None
     assert verdict.ended == (pending,)
     assert classify(verdict.refusal, "r1") is Reason.STALE_ANCHOR
-    # The resend is marked retried: a second refusal reaches the caller.
-    resent = _sent(book, attrs.evolve(pending.plan, retried=True, anchor=None))
+    # The resend goes out in full: a second refusal reaches the caller.
+    resent = _sent(book, attrs.evolve(pending.plan, anchor=None))
     assert book.on_frame(_error("previous_response_not_found", lane="a")) == Verdict((resent,))
 
 
