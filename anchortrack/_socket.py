@@ -40,8 +40,6 @@ _PARSED = tuple(
 )
 #: Error codes about the connection, never about the create in flight.
 _CONNECTION_CODES = frozenset({"websocket_connection_limit_reached"})
-#: Planned frames remembered at most (only frames whose send failed linger).
-_MAX_REGISTERED = 1024
 
 
 def lane_of(fields: Mapping[str, Any]) -> Lane:
@@ -78,16 +76,12 @@ class SocketPlan:
         value = self.body.get("previous_response_id")
         return value if isinstance(value, str) else None
 
-    @property
-    def full_ticket(self) -> Ticket | None:
-        """The ticket of the same request sent in full."""
-        return attrs.evolve(self.ticket, expires_at=None) if self.ticket is not None else None
-
     def in_full(self) -> SocketPlan:
-        """The same request without its anchor: the caller's event as given."""
+        """The same request without its anchor: the caller's event as given, recorded as sent in full."""
         if self.anchor is None or self.request is None:
             return self
-        return attrs.evolve(self, body=self.request.body, ticket=self.full_ticket, anchor=None, local=False)
+        ticket = attrs.evolve(self.ticket, expires_at=None) if self.ticket is not None else None
+        return attrs.evolve(self, body=self.request.body, ticket=ticket, anchor=None, local=False)
 
 
 @attrs.define(eq=False)
@@ -147,15 +141,14 @@ class Verdict:
 
 class SocketBook:
     """
-    The lanes, local anchors and planned frames (known by the identity of their text) of one tracked
-    connection, across reconnects: `reset` or `attach` drops what a closed socket took. Thread-safe.
+    The lanes and local anchors of one tracked connection, across reconnects: `reset` or `attach`
+    drops what a closed socket took with it. Thread-safe.
     """
 
     def __init__(self) -> None:
         self._lock = ForkSafeLock()
         self._local: dict[Lane, Anchor] = {}
         self._lanes: dict[Lane, deque[Pending]] = {}
-        self._registered: dict[int, tuple[str, Pending]] = {}
         self._fresh = True  # no socket yet, or reset since the last one
         self.epoch = 0
 
@@ -164,22 +157,6 @@ class SocketBook:
     def pending(self, plan: SocketPlan) -> Pending:
         """A new pending create for *plan*, of the current socket."""
         return Pending(plan, self.epoch)
-
-    def register(self, text: str, pending: Pending) -> None:
-        """Remember that *text* (this very string) is the planned frame of *pending*."""
-        with self._lock:
-            if len(self._registered) >= _MAX_REGISTERED:
-                del self._registered[next(iter(self._registered))]
-            self._registered[id(text)] = (text, pending)
-
-    def take(self, text: str) -> Pending | None:
-        """The pending create *text* was planned for, if it was (once)."""
-        with self._lock:
-            entry = self._registered.get(id(text))
-            if entry is None or entry[0] is not text:
-                return None
-            del self._registered[id(text)]
-            return entry[1]
 
     def stale(self, pending: Pending) -> bool:
         """Whether *pending* chains from a local anchor of a socket that is gone."""

@@ -98,6 +98,12 @@ def connect_tracked(
     return manager
 
 
+class _Framed(str):
+    """A create's text planned by ``conn.send``, carrying its pending create until a transport takes it."""
+
+    pending: Pending
+
+
 def _serialized(body: Mapping[str, Any]) -> str:
     """The text the SDK would send for the client event *body*."""
     return json.dumps(maybe_transform(dict(body), ResponsesClientEventParam))
@@ -128,10 +134,8 @@ class _Socket:
         """The twin of `perform` (async)."""
         return await (self.tracker.aflush() if effect is _FLUSH else self.tracker.failopen.aperform(effect))
 
-    # -- the flows of the transports and connections ---------------------------------
-
     def framing(self, event: object) -> Generator[Any, Any, str | None]:
-        """The text ``conn.send`` sends for a client event, planned and registered (None: as given)."""
+        """The text ``conn.send`` sends for a client event, planned and marked (None: as given)."""
         fields: Mapping[str, Any] | None = None
         if isinstance(event, BaseModel):
             if getattr(event, "type", None) == CREATE:
@@ -148,12 +152,17 @@ class _Socket:
                 text = _serialized(plan.body)
         except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
             return None
-        self.book.register(text, self.book.pending(plan))
-        return text
+        return self.framed(text, plan)
+
+    def framed(self, text: str, plan: SocketPlan) -> str:
+        """*text*, the planned frame of *plan*, marked so that a transport knows it (once)."""
+        marked = _Framed(text)
+        marked.pending = self.book.pending(plan)
+        return marked
 
     def outgoing(self, message: str) -> Generator[Any, Any, Frame | None]:
         """What a transport sends for *message*: a create's frame (planned here if nobody did), or None."""
-        pending = self.book.take(message)
+        pending = vars(message).pop("pending", None) if isinstance(message, _Framed) else None
         if pending is not None:
             if not self.book.stale(pending):
                 return message, pending
@@ -193,8 +202,6 @@ class _Socket:
         self.book.refusal_passed(verdict.ended[0])
         return None
 
-    # -- one create's call flow -------------------------------------------------------
-
     def planning(self, fields: Mapping[str, Any]) -> Generator[Any, Any, SocketPlan]:
         """Plan a create: the call flow up to its send. A fault plans it as given."""
         try:
@@ -233,7 +240,8 @@ class _Socket:
         """The full resend of the create an error frame *refused* (None: the caller's refusal, or a fault)."""
         sent, error = refused.ended[0].plan, refused.refusal
         assert error is not None
-        anchor, request, context, ticket = sent.anchor, sent.request, sent.context, sent.full_ticket
+        full = sent.in_full()
+        anchor, request, context, ticket = sent.anchor, sent.request, sent.context, full.ticket
         if anchor is None or request is None or context is None or ticket is None:
             return None
         state = CallState(context, WEBSOCKET, plan=sent.plan, seconds=sent.seconds)
@@ -246,7 +254,7 @@ class _Socket:
         self.tracker.settle(state)
         send = state.response
         assert isinstance(send, Send)
-        return attrs.evolve(sent.in_full(), body=send.body, ticket=send.ticket)
+        return attrs.evolve(full, body=send.body, ticket=send.ticket)
 
     def _relayed(self, lane: Lane, state: CallState, flow: Generator[Any, Any, R]) -> Generator[Any, Any, R]:
         """Run *flow* as over HTTP, but the book answers for *lane*'s local anchors and the send is kept."""
@@ -275,8 +283,6 @@ class _Socket:
             return None
 
         return relay(flow, answer)
-
-    # -- outcomes and the socket's lifetime -------------------------------------------
 
     def _record(self, verdict: Verdict) -> None:
         """Record *verdict*'s response: in the store, or, if ``store: false`` or under ZDR, in the book."""

@@ -192,16 +192,6 @@ def test_reset_drops_local_anchors_and_creates_in_flight() -> None:
     assert book.attach() == ([again], 0)  # a new socket without a reset in between
 
 
-def test_planned_frames_are_known_by_identity_once() -> None:
-    book = SocketBook()
-    pending = book.pending(_plan())
-    text = json.dumps({"type": "response.create", "input": ["x"]})
-    book.register(text, pending)
-    assert book.take("".join([text[:5], text[5:]])) is None  # equal, but another string
-    assert book.take(text) is pending
-    assert book.take(text) is None
-
-
 def test_frame_errors_read_like_api_errors() -> None:
     error = FrameError(json.loads(_error("previous_response_not_found")))
     assert (error.status_code, error.code, error.param) == (

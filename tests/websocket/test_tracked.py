@@ -25,7 +25,8 @@ from structlog.testing import capture_logs
 
 import anchortrack
 from anchortrack._flow import drive
-from anchortrack._websocket import _serialized
+from anchortrack._socket import SocketPlan
+from anchortrack._websocket import _serialized, _Socket
 from anchortrack.metrics import AnchortrackCollector
 from anchortrack.server import ResponsesServer
 from anchortrack.stores import MemoryStore
@@ -443,8 +444,7 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
         fields = {"type": "response.create", "model": "scripted", "input": history, "store": False}
         plan = drive(socket.planning(fields), socket.perform)
         assert plan.local
-        text = _serialized(plan.body)
-        socket.book.register(text, socket.book.pending(plan))
+        text = socket.framed(_serialized(plan.body), plan)
         reconnects.action = lambda: conn.send_raw(text)  # queued by the SDK, flushed on the new socket
         ws_hooks.drop(the_only_connection(ws_hooks, known=before), when="after_created")
         conn.response.create(model="scripted", input=[*history[:-1], user("lost")], store=False)
@@ -454,6 +454,19 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
     assert "previous_response_id" not in frames.events()[-1]
     stats = anchortrack.tracker(client).stats
     assert stats.count("resent", "websocket_reconnect_dropped", transport="websocket") == 1
+
+
+def test_a_planned_frame_is_known_once_and_only_as_the_very_string(client: openai.OpenAI) -> None:
+    tracker = anchortrack.tracker(client)
+    socket = _Socket(tracker, lambda: tracker.scope_for(client))
+    plan = SocketPlan({"type": "response.steer"})
+    text = socket.framed('{"type": "response.steer"}', plan)
+    assert drive(socket.outgoing("".join([text[:5], text[5:]])), socket.perform) is None  # equal, not it
+    frame = drive(socket.outgoing(text), socket.perform)
+    assert frame is not None
+    assert frame[0] is text
+    assert frame[1].plan is plan
+    assert drive(socket.outgoing(text), socket.perform) is None  # once
 
 
 # -- edits, transports and modes ---------------------------------------------------------------
