@@ -231,10 +231,8 @@ class SocketBook:
     def on_frame(self, data: bytes | str) -> Verdict | None:
         """Take one received frame: what it ended, or None. Deltas, unknown and malformed frames pass."""
         raw = data.encode() if isinstance(data, str) else data
-        if not any(marker in raw for marker in _PARSED):
-            return None
         try:
-            event = json.loads(raw)
+            event = json.loads(raw) if any(marker in raw for marker in _PARSED) else None
         except ValueError:
             return None
         if not isinstance(event, dict):

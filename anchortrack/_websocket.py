@@ -13,11 +13,12 @@ resent in full, once; any other frame reaches the caller byte for byte. Works wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import threading
 from collections import ChainMap
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -305,10 +306,16 @@ class _Socket:
             )
             self.tracker.publish(outcome)
 
-    def withdrawn(self, pending: Pending) -> None:
-        """*pending* did not go out: its send failed."""
-        self.book.withdraw(pending)
-        self.settled(pending.plan)
+    @contextlib.contextmanager
+    def sending(self, pending: Pending) -> Iterator[None]:
+        """Send *pending*'s frame inside: its lane awaits its answer, unless the send fails."""
+        self.book.commit(pending)
+        try:
+            yield
+        except BaseException:
+            self.book.withdraw(pending)
+            self.settled(pending.plan)
+            raise
 
     def on_reconnecting(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """Wrap the caller's ``on_reconnecting``: forget the closed socket first (the callback may resend)."""
@@ -364,13 +371,8 @@ class _Transport:
 
     def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
         """Send *text*, the frame of *pending*, keeping the lane's order."""
-        with self._socket.send_lock:
-            self._socket.book.commit(pending)
-            try:
-                return self._ws.send(text, *args, **kwargs)
-            except BaseException:
-                self._socket.withdrawn(pending)
-                raise
+        with self._socket.send_lock, self._socket.sending(pending):
+            return self._ws.send(text, *args, **kwargs)
 
 
 class _AsyncTransport(_Transport):
@@ -386,12 +388,8 @@ class _AsyncTransport(_Transport):
 
     async def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
         async with self._socket.asend_lock:
-            self._socket.book.commit(pending)
-            try:
+            with self._socket.sending(pending):
                 return await self._ws.send(text, *args, **kwargs)
-            except BaseException:
-                self._socket.withdrawn(pending)
-                raise
 
 
 # -- connections ------------------------------------------------------------------
