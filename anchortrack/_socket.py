@@ -93,10 +93,6 @@ class Pending:
     response_id: str | None = None
     items: dict[int, Any] = attrs.field(factory=dict)
 
-    @property
-    def lane(self) -> Lane:
-        return self.plan.lane
-
 
 class FrameError(Exception):
     """An error frame, shaped like the SDK's API errors so `anchortrack._refusal.classify` reads it."""
@@ -116,8 +112,6 @@ class FrameError(Exception):
 
 class ResponseView:
     """Attribute access to a response received as JSON (what the recorder reads)."""
-
-    __slots__ = ("_data",)
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         self._data = data
@@ -165,12 +159,12 @@ class SocketBook:
     def commit(self, pending: Pending) -> None:
         """*pending* goes out now: its answers come after those of its lane's earlier creates."""
         with self._lock:
-            self._lanes.setdefault(pending.lane, deque()).append(pending)
+            self._lanes.setdefault(pending.plan.lane, deque()).append(pending)
 
     def withdraw(self, pending: Pending) -> None:
         """*pending* did not go out after all."""
         with self._lock:
-            queue = self._lanes.get(pending.lane)
+            queue = self._lanes.get(pending.plan.lane)
             if queue is not None and pending in queue:
                 queue.remove(pending)
 
@@ -256,12 +250,12 @@ class SocketBook:
         """*pending*'s response became a local anchor (or not): it is now its lane's latest."""
         with self._lock:
             if anchor is not None and pending.epoch == self.epoch:
-                self._local[pending.lane] = anchor
+                self._local[pending.plan.lane] = anchor
 
     def refusal_passed(self, pending: Pending) -> None:
         """A refusal of *pending* goes to the caller: mirror the server's eviction."""
         with self._lock:
-            self._evict_referenced(pending.lane, pending.plan.previous_response_id)
+            self._evict_referenced(pending.plan.lane, pending.plan.previous_response_id)
 
     def _created(self, lane: Lane, response: Mapping[str, Any]) -> Verdict | None:
         queue = self._lanes.get(lane)

@@ -19,7 +19,7 @@ import json
 import threading
 from collections import ChainMap
 from collections.abc import Callable, Generator, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 from openai import BaseModel
@@ -36,6 +36,7 @@ from ._flow import (
     UNAVAILABLE,
     Evict,
     Find,
+    Flow,
     Get,
     Send,
     Unavailable,
@@ -65,7 +66,6 @@ _CREATE_MARK = f'"{CREATE}"'
 #: The effect that writes what was recorded (`Tracker.flush` / ``aflush``).
 _FLUSH = object()
 
-R = TypeVar("R")
 #: A frame to send: its text and its pending create.
 Frame = tuple[str, Pending]
 
@@ -112,12 +112,9 @@ def _serialized(body: Mapping[str, Any]) -> str:
 
 class _Socket:
     """
-    One tracked connection: its book, its calls through *tracker*, and what its transports share.
-
-    The calls are HTTP's call flow, split where a socket splits it: a send returns nothing, its
-    outcome arrives later. Its flows (`framing`, `outgoing`, `incoming`) are written once: they
-    yield store effects and flushes, which `perform` or `aperform` carry out. Nothing here raises
-    for anchortrack's own faults: the event goes out, or the frame comes in, as given, with a warning.
+    One tracked connection: its book, its calls (HTTP's call flow, split where a send returns nothing),
+    and what its transports share. Its flows yield store effects and flushes (`perform`, `aperform`).
+    A fault inside anchortrack sends the event, or lets the frame in, as given, with a warning.
     """
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
@@ -257,7 +254,7 @@ class _Socket:
         assert isinstance(send, Send)
         return attrs.evolve(full, body=send.body, ticket=send.ticket)
 
-    def _relayed(self, lane: Lane, state: CallState, flow: Generator[Any, Any, R]) -> Generator[Any, Any, R]:
+    def _relayed(self, lane: Lane, state: CallState, flow: Flow) -> Flow:
         """Run *flow* as over HTTP, but the book answers for *lane*'s local anchors and the send is kept."""
         book, zdr = self.book, self.tracker.chaining_disabled(state.context.scope_key)
 
