@@ -66,9 +66,6 @@ _CREATE_MARK = f'"{CREATE}"'
 #: The effect that writes what was recorded (`Tracker.flush` / ``aflush``).
 _FLUSH = object()
 
-#: A frame to send: its text and its pending create.
-Frame = tuple[str, Pending]
-
 
 def connect_tracked(
     tracker: Tracker,
@@ -87,7 +84,12 @@ def connect_tracked(
     socket = _Socket(tracker, scope)
     callback = params.get("on_reconnecting")
     if callback is not None:
-        params["on_reconnecting"] = socket.on_reconnecting(callback)
+
+        def on_reconnecting(event: Any) -> Any:
+            socket.close()  # first: the callback may resend
+            return callback(event)
+
+        params["on_reconnecting"] = on_reconnecting
     manager = connect(**params)
     if isinstance(manager, AsyncResponsesConnectionManager):
         manager.__class__ = AsyncTrackedResponsesConnectionManager
@@ -158,7 +160,7 @@ class _Socket:
         marked.pending = self.book.pending(plan)
         return marked
 
-    def outgoing(self, message: str) -> Generator[Any, Any, Frame | None]:
+    def outgoing(self, message: str) -> Generator[Any, Any, tuple[str, Pending] | None]:
         """What a transport sends for *message*: a create's frame (planned here if nobody did), or None."""
         pending = vars(message).pop("pending", None) if isinstance(message, _Framed) else None
         if pending is not None:
@@ -177,7 +179,7 @@ class _Socket:
         plan = yield from self.planning(fields)
         return (message if plan.body is fields else json.dumps(plan.body)), self.book.pending(plan)
 
-    def incoming(self, data: bytes) -> Generator[Any, Any, Frame | None]:
+    def incoming(self, data: bytes) -> Generator[Any, Any, tuple[str, Pending] | None]:
         """Take a received frame: record what it ended; the frame that recovers a refusal, if any."""
         try:
             verdict = self.book.on_frame(data)
@@ -274,7 +276,6 @@ class _Socket:
             if isinstance(effect, Evict):
                 return None if book.evict(effect.response_id) else (yield effect)
             if type(effect) is Send:
-                state.sent = True
                 state.response = effect
             else:
                 self.tracker.note(state, effect)
@@ -313,15 +314,6 @@ class _Socket:
             self.book.withdraw(pending)
             self.settled(pending.plan)
             raise
-
-    def on_reconnecting(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """Wrap the caller's ``on_reconnecting``: forget the closed socket first (the callback may resend)."""
-
-        def on_reconnecting(event: Any) -> Any:
-            self.close()
-            return callback(event)
-
-        return on_reconnecting
 
     def close(self) -> None:
         """The socket closed: report what it took with it."""
