@@ -152,13 +152,9 @@ class _Socket:
                 text = _serialized(plan.body)
         except Exception:  # noqa: BLE001 - the SDK raises its own error for the event as given
             return None
-        return self.framed(text, plan)
-
-    def framed(self, text: str, plan: SocketPlan) -> str:
-        """*text*, the planned frame of *plan*, marked so that a transport knows it (once)."""
-        marked = _Framed(text)
-        marked.pending = self.book.pending(plan)
-        return marked
+        framed = _Framed(text)
+        framed.pending = self.book.pending(plan)
+        return framed
 
     def outgoing(self, message: str) -> Generator[Any, Any, tuple[str, Pending] | None]:
         """What a transport sends for *message*: a create's frame (planned here if nobody did), or None."""

@@ -25,8 +25,7 @@ from structlog.testing import capture_logs
 
 import anchortrack
 from anchortrack._flow import drive
-from anchortrack._socket import SocketPlan
-from anchortrack._websocket import _serialized, _Socket
+from anchortrack._websocket import _Socket
 from anchortrack.metrics import AnchortrackCollector
 from anchortrack.server import ResponsesServer
 from anchortrack.stores import MemoryStore
@@ -442,9 +441,8 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
         # Planned now, against the socket about to drop; sent only after the reconnect.
         socket = conn._anchortrack  # type: ignore[attr-defined]
         fields = {"type": "response.create", "model": "scripted", "input": history, "store": False}
-        plan = drive(socket.planning(fields), socket.perform)
-        assert plan.local
-        text = socket.framed(_serialized(plan.body), plan)
+        text = drive(socket.framing(fields), socket.perform)
+        assert text.pending.plan.local
         reconnects.action = lambda: conn.send_raw(text)  # queued by the SDK, flushed on the new socket
         ws_hooks.drop(the_only_connection(ws_hooks, known=before), when="after_created")
         conn.response.create(model="scripted", input=[*history[:-1], user("lost")], store=False)
@@ -459,14 +457,15 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
 def test_a_planned_frame_is_known_once_and_only_as_the_very_string(client: openai.OpenAI) -> None:
     tracker = anchortrack.tracker(client)
     socket = _Socket(tracker, lambda: tracker.scope_for(client))
-    plan = SocketPlan({"type": "response.steer"})
-    text = socket.framed('{"type": "response.steer"}', plan)
-    assert drive(socket.outgoing("".join([text[:5], text[5:]])), socket.perform) is None  # equal, not it
-    frame = drive(socket.outgoing(text), socket.perform)
-    assert frame is not None
-    assert frame[0] is text
-    assert frame[1].plan is plan
-    assert drive(socket.outgoing(text), socket.perform) is None  # once
+    text = drive(
+        socket.framing({"type": "response.create", "model": "scripted", "input": [user("x")]}), socket.perform
+    )
+    pending = text.pending
+    assert (
+        drive(socket.outgoing("".join([text[:5], text[5:]])), socket.perform)[1] is not pending
+    )  # equal, not it
+    assert drive(socket.outgoing(text), socket.perform) == (text, pending)
+    assert drive(socket.outgoing(text), socket.perform)[1] is not pending  # once: planned anew
 
 
 # -- edits, transports and modes ---------------------------------------------------------------
