@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -146,8 +146,6 @@ class SocketBook:
         self._fresh = True  # no socket yet, or reset since the last one
         self.epoch = 0
 
-    # -- sending --------------------------------------------------------------
-
     def pending(self, plan: SocketPlan) -> Pending:
         """A new pending create for *plan*, of the current socket."""
         return Pending(plan, self.epoch)
@@ -168,17 +166,10 @@ class SocketBook:
             if queue is not None and pending in queue:
                 queue.remove(pending)
 
-    # -- the local anchors, as a lane's planner sees them ----------------------
-
     def usable(self, lane: Lane) -> Anchor | None:
         """The local anchor *lane*'s next create may chain from (none while the lane has one in flight)."""
         with self._lock:
             return None if self._lanes.get(lane) else self._local.get(lane)
-
-    def find(self, lane: Lane, views: Sequence[bytes]) -> dict[bytes, Anchor]:
-        """*lane*'s usable local anchor, keyed by its view, when it is one of *views*."""
-        anchor = self.usable(lane)
-        return {anchor.view: anchor} if anchor is not None and anchor.view in views else {}
 
     def local(self, response_id: str) -> Anchor | None:
         """The local anchor of *response_id* on any lane (the server resolves forks by id)."""
@@ -197,8 +188,6 @@ class SocketBook:
         """Whether *anchor* is one of this connection's local anchors."""
         with self._lock:
             return any(a is anchor for a in self._local.values())
-
-    # -- reconnects -------------------------------------------------------------
 
     def reset(self) -> tuple[list[Pending], int]:
         """The socket is gone: drop and return its creates in flight, and how many local anchors it had."""
@@ -219,8 +208,6 @@ class SocketBook:
         self._local.clear()
         self.epoch += 1
         return dropped
-
-    # -- receiving ----------------------------------------------------------------
 
     def on_frame(self, data: bytes | str) -> Verdict | None:
         """Take one received frame: what it ended, or None. Deltas, unknown and malformed frames pass."""

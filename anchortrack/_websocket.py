@@ -258,7 +258,8 @@ class _Socket:
 
         def answer(effect: Any) -> Generator[Any, Any, Any]:
             if isinstance(effect, Find):
-                local = book.find(lane, effect.views)
+                usable = book.usable(lane)
+                local = {usable.view: usable} if usable is not None and usable.view in effect.views else {}
                 if zdr:
                     return local
                 found = yield effect
@@ -333,11 +334,8 @@ class _Socket:
             )
 
 
-# -- transports: every frame goes out through them ------------------------------
-
-
 class _Transport:
-    """A websockets ``ClientConnection`` whose ``send`` plans unplanned creates (sync)."""
+    """A socket's websockets connection: every frame goes out through it, and it plans unplanned creates."""
 
     def __init__(self, ws: Any, socket: _Socket) -> None:
         self._ws = ws
@@ -347,9 +345,8 @@ class _Transport:
         return getattr(self._ws, name)
 
     def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
-        socket = self._socket
         if isinstance(message, str):
-            frame = drive(socket.outgoing(message), socket.perform)
+            frame = drive(self._socket.outgoing(message), self._socket.perform)
             if frame is not None:
                 return self.emit(*frame, *args, **kwargs)
         return self._ws.send(message, *args, **kwargs)
@@ -364,9 +361,8 @@ class _AsyncTransport(_Transport):
     """The asyncio twin of `_Transport`."""
 
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
-        socket = self._socket
         if isinstance(message, str):
-            frame = await adrive(socket.outgoing(message), socket.aperform)
+            frame = await adrive(self._socket.outgoing(message), self._socket.aperform)
             if frame is not None:
                 return await self.emit(*frame, *args, **kwargs)
         return await self._ws.send(message, *args, **kwargs)
@@ -377,9 +373,6 @@ class _AsyncTransport(_Transport):
                 return await self._ws.send(text, *args, **kwargs)
 
 
-# -- connections ------------------------------------------------------------------
-
-
 class TrackedResponsesConnection(ResponsesConnection):
     """A ``ResponsesConnection`` of a wrapped client (the SDK's object, retagged)."""
 
@@ -387,10 +380,10 @@ class TrackedResponsesConnection(ResponsesConnection):
 
     def send(self, event: Any) -> None:
         text = drive(self._anchortrack.framing(event), self._anchortrack.perform)
+        # As given, or what the SDK's own send does with its text, in either major version.
         if text is None:
-            return super().send(event)
-        # What the SDK's own send does with its text, in either major version.
-        if WebSocketConnectionBase is not None:
+            super().send(event)
+        elif WebSocketConnectionBase is not None:
             WebSocketConnectionBase.send_raw(self, text)
         elif self._is_reconnecting:
             self._send_queue.enqueue(text)
@@ -400,7 +393,6 @@ class TrackedResponsesConnection(ResponsesConnection):
             except Exception:
                 self._send_queue.enqueue(text)
                 raise
-        return None
 
     def recv_bytes(self) -> bytes:
         while True:
@@ -419,10 +411,10 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
 
     async def send(self, event: Any) -> None:
         text = await adrive(self._anchortrack.framing(event), self._anchortrack.aperform)
+        # As given, or what the SDK's own send does with its text, in either major version.
         if text is None:
-            return await super().send(event)
-        # What the SDK's own send does with its text, in either major version.
-        if AsyncWebSocketConnectionBase is not None:
+            await super().send(event)
+        elif AsyncWebSocketConnectionBase is not None:
             await AsyncWebSocketConnectionBase.send_raw(self, text)
         elif self._is_reconnecting:
             self._send_queue.enqueue(text)
@@ -432,7 +424,6 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
             except Exception:
                 self._send_queue.enqueue(text)
                 raise
-        return None
 
     async def recv_bytes(self) -> bytes:
         while True:
@@ -444,11 +435,8 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
             await self._connection.emit(*frame)
 
 
-# -- managers: every socket they open is wrapped in a transport ---------------------
-
-
 class TrackedResponsesConnectionManager(ResponsesConnectionManager):
-    """The ``ResponsesConnectionManager`` of a wrapped client (the SDK's object, retagged)."""
+    """The ``ResponsesConnectionManager`` of a wrapped client (the SDK's, retagged): wraps each socket."""
 
     _anchortrack: _Socket
 
