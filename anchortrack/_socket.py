@@ -1,11 +1,10 @@
 """
 The book of one tracked WebSocket connection: which response answers which create (pure).
 
-A send returns nothing; its outcome arrives later, among other lanes' events. Each lane answers its
-creates in order, so the book keeps a FIFO of `Pending` creates per lane (error frames carry no
-response id: they pair by order). It also mirrors the server's memory of the socket: each lane's
-latest chainable response, which ``previous_response_id`` reaches even with ``store: false`` (a
-local anchor, offered only while its lane is idle, gone with the socket).
+A send returns nothing; its outcome arrives later, among other lanes' events. Each lane answers its creates
+in order, so the book keeps a FIFO of `Pending` creates per lane (error frames carry no response id: they
+pair by order). It also mirrors the server's memory of the socket: each lane's latest chainable response, a
+local anchor that chains even with ``store: false`` while its lane is idle, gone with the socket.
 """
 
 from __future__ import annotations
@@ -51,11 +50,10 @@ def lane_of(fields: Mapping[str, Any]) -> Lane:
 @attrs.frozen
 class SocketPlan:
     """
-    What to send for one ``response.create`` event (*body*, the caller's own when nothing changes),
-    and what is needed afterwards: how to record its response (*ticket*), the call's *request*,
-    *context*, *plan* and *seconds* (to resend it in full and publish its outcome), and the *anchor*
-    it chains from (*local*: the socket's). Only a create with an anchor can be refused, and its
-    outcome is published once its answer is known; its resend goes out in full, so it is not refused.
+    What to send for one ``response.create`` (*body*, the caller's own when nothing changes), how to record
+    its response (*ticket*), and, for a create that chains from *anchor* (*local*: the socket's), the call's
+    *request*, *context*, *plan* and *seconds*: to resend it in full, or to publish its outcome once its
+    answer is known. Only such a create can be refused; its resend goes out in full.
     """
 
     body: Mapping[str, Any]
