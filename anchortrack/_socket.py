@@ -4,7 +4,7 @@ The book of one tracked WebSocket connection: which response answers which creat
 A send returns nothing; its outcome arrives later, among other lanes' events. Each lane answers its creates
 in order, so the book keeps a FIFO of `Pending` creates per lane (error frames carry no response id: they
 pair by order). It also mirrors the server's memory of the socket: each lane's latest chainable response, a
-local anchor that chains even with ``store: false`` while its lane is idle, gone with the socket.
+local anchor that chains even with ``store: false`` or zero data retention, while its lane is idle.
 """
 
 from __future__ import annotations
