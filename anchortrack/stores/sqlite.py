@@ -17,8 +17,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
-from ._checks import check_anchor, check_response_id, check_scope, check_ttl, unique_views
+from ._base import (
+    DEFAULT_TTL,
+    Anchor,
+    check_anchor,
+    check_response_id,
+    check_scope,
+    check_ttl,
+    resolve_secret_key,
+)
 
 
 __all__ = ["SQLiteStore", "SchemaVersionError"]
@@ -211,7 +218,7 @@ class SQLiteStore:
     def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Return the live anchors recorded in *scope* for any of *views*."""
         check_scope(scope)
-        wanted = unique_views(views)
+        wanted = list(dict.fromkeys(views))
         if not wanted:
             return {}
 
