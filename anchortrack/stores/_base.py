@@ -90,11 +90,9 @@ class AnchorStore(Protocol):
 
     def find(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         """Return the live anchors recorded for any of *views*, in one lookup."""
-        ...
 
     def get(self, scope: str, response_id: str) -> Anchor | None:
         """Return the live anchor recorded for *response_id*, if any."""
-        ...
 
     def put(self, scope: str, anchor: Anchor) -> None:
         """
@@ -103,7 +101,6 @@ class AnchorStore(Protocol):
         A response id names one view: recording it under another view
         replaces the older entry.
         """
-        ...
 
     def evict(self, scope: str, response_id: str) -> None:
         """
@@ -114,23 +111,18 @@ class AnchorStore(Protocol):
         them through *response_id*, so they are dead too.
         A view entry is kept if it now names another response.
         """
-        ...
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         """Async twin of `find`."""
-        ...
 
     async def aget(self, scope: str, response_id: str) -> Anchor | None:
         """Async twin of `get`."""
-        ...
 
     async def aput(self, scope: str, anchor: Anchor) -> None:
         """Async twin of `put`."""
-        ...
 
     async def aevict(self, scope: str, response_id: str) -> None:
         """Async twin of `evict`."""
-        ...
 
 
 def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
@@ -148,13 +140,9 @@ STORE_METHODS = ("find", "get", "put", "evict", "afind", "aget", "aput", "aevict
 
 def runs_inline(store: object) -> bool:
     """
-    Whether the tracker may call *store* inline, with no deadline.
-
-    Only when the class that declares ``never_blocks = True`` (as `MemoryStore`
-    does) also defines or inherits every store method the object uses: a
-    subclass that overrides ``find`` (say, to add I/O) does not inherit the
-    promise unless it declares it itself. A method set on the instance counts
-    as an override.
+    Whether the tracker may call *store* inline, with no deadline: only when the class declaring
+    ``never_blocks = True`` (as `MemoryStore` does) also provides every store method the object uses.
+    A subclass or instance that overrides one (say, to add I/O) must declare the promise anew.
     """
     mro = type(store).__mro__
     declaring = next((cls for cls in mro if "never_blocks" in vars(cls)), None)

@@ -100,11 +100,10 @@ class RedisStore:
         self.client = cast("redis.Redis | None", sync)
         self.async_client = cast("redis.asyncio.Redis | None", asynchronous)
         self._clock = clock
-        self._owned = False
         self._sync_side = _Scripts(sync) if sync is not None else None
         #: The async client's scripts until an event loop takes them (see `_async`).
         self._first_async = _Scripts(asynchronous) if asynchronous is not None else None
-        # Set by `from_url`: a new async client for each event loop (one cannot outlive its loop).
+        # Set by `from_url` (the store owns its clients): a new async client for each event loop.
         self._new_async_client: Callable[[], redis.asyncio.Redis] | None = None
         self._async_sides: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Scripts] = (
             weakref.WeakKeyDictionary()
@@ -154,7 +153,6 @@ class RedisStore:
             secret_key=secret_key,
             clock=clock,
         )
-        store._owned = True
         store._new_async_client = new_async_client
         return store
 
@@ -181,7 +179,7 @@ class RedisStore:
 
     def close(self) -> None:
         """Close the sync client if `from_url` made it; use `aclose` for both."""
-        if self._owned and self.client is not None:
+        if self._new_async_client is not None and self.client is not None:
             self.client.close()
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
@@ -207,7 +205,7 @@ class RedisStore:
 
     async def aclose(self) -> None:
         """Close the clients `from_url` made (the async one of this event loop)."""
-        if not self._owned:
+        if self._new_async_client is None:
             return
         side = self._async_sides.pop(asyncio.get_running_loop(), None) or self._first_async
         self._first_async = None
@@ -328,7 +326,7 @@ class KeySchema:
         return self.base(scope) + "r:" + response_id
 
 
-# -- values: everything but the view (which is in the key), as text ---------------------------
+# -- values ---------------------------------------------------------------------------------
 
 #: Version tag at the start of every encoded value; version 1 values (without
 #: the properties digest and the MAC) are treated as absent.
@@ -339,14 +337,11 @@ PARENT_VALUE_VERSION = "3"
 
 def encode_value(anchor: Anchor) -> str:
     """
-    Encode everything but the view (which is in the key) as a short string.
+    Encode everything but the view (which is in the key), as in the module's key schema.
 
-    ``2|count|created_at|expires_at|properties|mac|response_id``: the times as
-    the shortest ``repr`` that round-trips, the digests in hex (the MAC empty
-    when there is none), the response id last so it may hold any character.
-    With a parent, ``3|…|mac|n|<parent><response_id>``, where *n* is the
-    parent's length in UTF-8 bytes. ASCII for ASCII ids, so it survives
-    clients that decode responses.
+    The times as the shortest ``repr`` that round-trips, the digests in hex (the MAC empty when
+    there is none), the response id last so it may hold any character; with a parent, *n* is the
+    parent's length in UTF-8 bytes. ASCII for ASCII ids, so it survives clients that decode responses.
     """
     mac = anchor.mac.hex() if anchor.mac is not None else ""
     head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.properties.hex()}|{mac}"

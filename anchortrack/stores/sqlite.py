@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ._base import (
     DEFAULT_TTL,
@@ -238,12 +238,8 @@ class SQLiteStore:
         """Return the live anchor recorded in *scope* for *response_id*."""
         check_scope(scope)
         check_response_id(response_id)
-
-        def run(conn: sqlite3.Connection) -> Anchor | None:
-            row = conn.execute(_GET, (scope, response_id, self._clock())).fetchone()
-            return _anchor(row) if row is not None else None
-
-        return self._run(run)
+        row = self._run(lambda conn: conn.execute(_GET, (scope, response_id, self._clock())).fetchone())
+        return _anchor(row) if row is not None else None
 
     def put(self, scope: str, anchor: Anchor) -> None:
         """Record *anchor* in *scope* (last writer wins for a view; an id moves to its new view)."""
@@ -322,18 +318,13 @@ class SQLiteStore:
         return conn
 
 
-def _anchor(row: Sequence[object]) -> Anchor | None:
+#: The types of an `_anchor` row's columns (SQLite is typed per value: another writer may differ).
+_ROW_TYPES: tuple[Any, ...] = (bytes, str, int, int | float, int | float, bytes, bytes | None, str | None)
+
+
+def _anchor(row: Sequence[Any]) -> Anchor | None:
     """The anchor in a row, or None when another writer left a row of other types."""
-    view, response_id, count, created_at, expires_at, properties, mac, parent = row
-    if not (
-        isinstance(view, bytes)
-        and isinstance(response_id, str)
-        and type(count) is int
-        and isinstance(created_at, (int, float))
-        and isinstance(expires_at, (int, float))
-        and isinstance(properties, bytes)
-        and (mac is None or isinstance(mac, bytes))
-        and (parent is None or isinstance(parent, str))
-    ):
+    if not all(isinstance(value, kind) for value, kind in zip(row, _ROW_TYPES, strict=True)):
         return None
+    view, response_id, count, created_at, expires_at, properties, mac, parent = row
     return Anchor(view, response_id, count, float(created_at), float(expires_at), properties, mac, parent)
