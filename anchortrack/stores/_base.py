@@ -1,16 +1,14 @@
 """
-The anchor store contract shared by every backend, and the argument checks they share.
+The anchor store contract shared by every backend.
 
-A store maps *view hashes* to the responses whose server-side context they
-describe. It never holds item content: only digests, response ids, counts and
-times (and, with a secret key, a MAC the tracker checks on every read).
-Stores raise on failure and never swallow errors: the tracker wraps every
-store call in one fail-open guard, written once for all backends.
+A store maps *view hashes* to the responses whose server-side context they describe. It never holds
+item content: only digests, response ids, counts and times (and, with a secret key, a MAC the
+tracker checks on every read). Stores raise on failure and never swallow errors: the tracker wraps
+every store call in one fail-open guard, written once for all backends.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
@@ -23,12 +21,6 @@ DEFAULT_TTL: float = 30 * 24 * 3600.0
 
 #: Environment variable holding the optional secret key for keyed digests.
 SECRET_KEY_ENV = "ANCHORTRACK_SECRET_KEY"  # noqa: S105 - a variable name, not a secret
-#: Longest accepted scope, in characters.
-MAX_SCOPE_LENGTH = 128
-#: Longest accepted properties digest and MAC, in bytes.
-MAX_DIGEST_SIZE = 64
-#: Characters refused in scopes and key prefixes (Redis hash tags use them).
-FORBIDDEN_KEY_CHARS = frozenset("{}")
 
 
 @attrs.frozen(weakref_slot=False)
@@ -37,26 +29,22 @@ class Anchor:
     One recorded response, addressed by the digest of its server-side view.
 
     Attributes:
-        view: Digest of the exact item sequence the server holds for the
-            response (its full input followed by its output items), keyed by
-            scope and optional secret key.
+        view: Digest of the exact item sequence the server holds for the response (its full input
+            followed by its output items), keyed by scope and optional secret key.
         response_id: The response id to send as ``previous_response_id``.
         count: How many items the view holds.
         created_at: Unix time the response was recorded.
         expires_at: Unix time after which the anchor must not be used.
-        properties: Digest of the request properties a server could carry
-            over a chain (``tools``, ``tool_choice``, ``text``, …); empty when
-            the request set none. A request chains from the anchor only when
-            its own digest is equal.
-        mac: With a secret key, a MAC over the scope, view, response id,
-            count, expiry and properties (see `anchortrack._seal`); stores keep
-            it as given and the tracker checks it on every read.
-        parent: The response id this response was chained from, or None when
-            it was sent in full. A server that lost a response lost every
-            response chained through it, so `AnchorStore.evict` forgets those
-            descendants too. (Not covered by the MAC: a forged parent can only
-            make an eviction forget more, which costs full requests, never a
-            wrong one.)
+        properties: Digest of the request properties a server could carry over a chain (``tools``,
+            ``tool_choice``, ``text``, …); empty when the request set none. A request chains from
+            the anchor only when its own digest is equal.
+        mac: With a secret key, a MAC over the scope, view, response id, count, expiry and
+            properties (see `anchortrack._seal`); stores keep it as given and the tracker checks it
+            on every read.
+        parent: The response id this response was chained from, or None when it was sent in full.
+            A server that lost a response lost every response chained through it, so
+            `AnchorStore.evict` forgets those descendants too. (Not covered by the MAC: a forged
+            parent can only make an eviction forget more, which costs full requests, never a wrong one.)
     """
 
     view: bytes
@@ -78,9 +66,9 @@ class AnchorStore(Protocol):
     """
     What every anchor store provides, with sync and async twins on one object.
 
-    *scope* is a short, printable digest (hex) of where response ids are valid
-    (base URL, organization, project, optional namespace).
-    Backends use it to namespace keys; anchors never cross scopes.
+    *scope* is a short, printable digest (hex) of where response ids are valid (base URL,
+    organization, project, optional namespace). Backends use it to namespace keys; anchors never
+    cross scopes.
     """
 
     #: Seconds an anchor lives after it is recorded.
@@ -98,18 +86,16 @@ class AnchorStore(Protocol):
         """
         Record *anchor* (last writer wins for the same view).
 
-        A response id names one view: recording it under another view
-        replaces the older entry.
+        A response id names one view: recording it under another view replaces the older entry.
         """
 
     def evict(self, scope: str, response_id: str) -> None:
         """
         Forget *response_id*, the view it was recorded under, and its descendants.
 
-        The descendants are the anchors recorded with *response_id* as their
-        `Anchor.parent`, their own descendants, and so on: the server resolves
-        them through *response_id*, so they are dead too.
-        A view entry is kept if it now names another response.
+        The descendants are the anchors recorded with *response_id* as their `Anchor.parent`, their
+        own descendants, and so on: the server resolves them through *response_id*, so they are dead
+        too. A view entry is kept if it now names another response.
         """
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
@@ -151,60 +137,3 @@ def runs_inline(store: object) -> bool:
     below = mro[: mro.index(declaring)]
     own = getattr(store, "__dict__", {})
     return not any(name in own or any(name in vars(cls) for cls in below) for name in STORE_METHODS)
-
-
-# -- argument checks (no I/O): every backend refuses the same input alike ---------------
-
-
-def _filled(value: object, kind: type[object]) -> bool:
-    """Whether *value* is a non-empty instance of *kind* (for untyped callers)."""
-    return isinstance(value, kind) and bool(value)
-
-
-def check_scope(scope: str) -> str:
-    """Return *scope* if it is short and printable, without spaces or braces; else raise `ValueError`."""
-    if not _filled(scope, str):
-        raise ValueError(f"scope must be a non-empty str, got {scope!r}")
-    if scope.isascii() and scope.isalnum() and len(scope) <= MAX_SCOPE_LENGTH:
-        return scope  # the common case (hex digits), checked fast
-    if (
-        len(scope) > MAX_SCOPE_LENGTH
-        or not scope.isprintable()
-        or any(c.isspace() or c in FORBIDDEN_KEY_CHARS for c in scope)
-    ):
-        raise ValueError(f"scope must be short and printable, without spaces or braces: {scope!r}")
-    return scope
-
-
-def check_anchor(anchor: Anchor) -> Anchor:
-    """Return *anchor* if a store can record it, else raise `ValueError`."""
-    if not _filled(anchor.view, bytes):
-        raise ValueError(f"anchor.view must be non-empty bytes, got {anchor.view!r}")
-    if not _filled(anchor.response_id, str):
-        raise ValueError(f"anchor.response_id must be a non-empty str: {anchor.response_id!r}")
-    if not 0 <= anchor.count < 2**32:
-        raise ValueError(f"anchor.count out of range: {anchor.count!r}")
-    if anchor.parent is not None and not _filled(anchor.parent, str):
-        raise ValueError(f"anchor.parent must be None or a non-empty str: {anchor.parent!r}")
-    if not (math.isfinite(anchor.created_at) and math.isfinite(anchor.expires_at)):
-        raise ValueError(f"anchor times must be finite: {anchor!r}")
-    properties: object = anchor.properties
-    if not isinstance(properties, bytes) or len(properties) > MAX_DIGEST_SIZE:
-        raise ValueError(f"anchor.properties must be at most {MAX_DIGEST_SIZE} bytes: {properties!r}")
-    if anchor.mac is not None and not (_filled(anchor.mac, bytes) and len(anchor.mac) <= MAX_DIGEST_SIZE):
-        raise ValueError(f"anchor.mac must be None or 1 to {MAX_DIGEST_SIZE} bytes: {anchor.mac!r}")
-    return anchor
-
-
-def check_response_id(response_id: str) -> str:
-    """Return *response_id* if it is a non-empty str, else raise `ValueError`."""
-    if not _filled(response_id, str):
-        raise ValueError(f"response_id must be a non-empty str, got {response_id!r}")
-    return response_id
-
-
-def check_ttl(ttl: float) -> float:
-    """Return *ttl* as a float if it is a positive number of seconds, else raise `ValueError`."""
-    if ttl <= 0:
-        raise ValueError(f"ttl must be positive, got {ttl}")
-    return float(ttl)

@@ -8,15 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 
 from .._fork import ForkSafeLock
-from ._base import (
-    DEFAULT_TTL,
-    Anchor,
-    check_anchor,
-    check_response_id,
-    check_scope,
-    check_ttl,
-    resolve_secret_key,
-)
+from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
+from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
 class _Scope:

@@ -8,9 +8,9 @@ Key schema (see `KeySchema`), with the scope in a hash tag::
     {prefix}:{<scope>}:r:<response id> ->  "<view hex>"
     {prefix}:{<scope>}:c:<response id> ->  set of the response ids chained from it
 
-Both keys of an anchor carry the anchor's absolute expiry (``PXAT``); a
-children set lives as long as its longest-lived member. ``find``, ``put``,
-``get`` and ``evict`` are one ``EVALSHA`` each: the Lua scripts below.
+Both keys of an anchor carry the anchor's absolute expiry (``PXAT``); a children set lives as long
+as its longest-lived member. ``find``, ``put``, ``get`` and ``evict`` are one ``EVALSHA`` each: the
+Lua scripts below.
 """
 
 from __future__ import annotations
@@ -29,16 +29,8 @@ import redis.asyncio.retry
 import redis.backoff
 import redis.retry
 
-from ._base import (
-    DEFAULT_TTL,
-    FORBIDDEN_KEY_CHARS,
-    Anchor,
-    check_anchor,
-    check_response_id,
-    check_scope,
-    check_ttl,
-    resolve_secret_key,
-)
+from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
+from ._checks import FORBIDDEN_KEY_CHARS, check_anchor, check_response_id, check_scope, check_ttl
 
 
 __all__ = ["RedisStore"]
@@ -53,27 +45,23 @@ class RedisStore:
     """
     Anchors in Redis: shared by every worker and host that uses one server.
 
-    One store serves sync and async callers when it has a client of each kind:
-    build it with `from_url`, or pass a sync ``redis.Redis`` as *client* and a
-    ``redis.asyncio.Redis`` as *async_client* (or an async client alone as
-    *client*). A method without a client of its kind raises `TypeError`.
-    Errors are raised, never swallowed: clients from `from_url` time out fast
-    and never retry; clients you pass in keep their own settings (with
-    ``decode_responses=True`` too).
-    An asyncio client is bound to the event loop it first runs on, so a store
-    from `from_url` makes one async client per event loop; an async client you
-    pass in is used as given. Values hold only counts, times and ids.
+    One store serves sync and async callers when it has a client of each kind: build it with
+    `from_url`, or pass a sync ``redis.Redis`` as *client* and a ``redis.asyncio.Redis`` as
+    *async_client* (or an async client alone as *client*). A method without a client of its kind
+    raises `TypeError`. Errors are raised, never swallowed: clients from `from_url` time out fast and
+    never retry; clients you pass in keep their own settings (with ``decode_responses=True`` too).
+    An asyncio client is bound to the event loop it first runs on, so a store from `from_url` makes
+    one async client per event loop; an async client you pass in is used as given. Values hold only
+    counts, times and ids.
 
     Args:
         client: A ``redis.Redis`` or a ``redis.asyncio.Redis``.
-        async_client: A ``redis.asyncio.Redis`` for the async methods, when
-            *client* is a sync one.
+        async_client: A ``redis.asyncio.Redis`` for the async methods, when *client* is a sync one.
         prefix: The first part of every key.
         ttl: Seconds an anchor lives; the tracker sets ``expires_at = created_at + ttl``.
-        secret_key: Optional key for keyed view digests (else the
-            ``ANCHORTRACK_SECRET_KEY`` environment variable).
-        clock: Returns the current Unix time, to filter anchors the server
-            has not expired yet; injectable for tests.
+        secret_key: Optional key for keyed view digests (else the ``ANCHORTRACK_SECRET_KEY`` variable).
+        clock: Returns the current Unix time, to filter anchors the server has not expired yet;
+            injectable for tests.
 
     Attributes:
         key_schema: Names the keys (see `KeySchema`).
@@ -123,10 +111,9 @@ class RedisStore:
         """
         Build a store that owns a sync and an async client for *url* (`close` / `aclose` close them).
 
-        *url* is a ``redis://``, ``rediss://`` or ``unix://`` URL; *kwargs* go to
-        both clients' ``from_url``, with ``socket_timeout`` and
-        ``socket_connect_timeout`` 0.25 s unless given. The clients never retry,
-        so that failures are fast (``retry`` is refused); the other arguments
+        *url* is a ``redis://``, ``rediss://`` or ``unix://`` URL; *kwargs* go to both clients'
+        ``from_url``, with ``socket_timeout`` and ``socket_connect_timeout`` 0.25 s unless given. The
+        clients never retry, so that failures are fast (``retry`` is refused); the other arguments
         are the constructor's.
         """
         if "retry" in kwargs:
@@ -134,11 +121,10 @@ class RedisStore:
                 "RedisStore.from_url() clients never retry (the tracker retries later);"
                 " build the clients yourself to use a retry policy"
             )
-        options = {
-            "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
-            "socket_connect_timeout": DEFAULT_SOCKET_TIMEOUT,
-            **kwargs,
-        }
+        options: dict[str, Any] = dict.fromkeys(
+            ["socket_timeout", "socket_connect_timeout"], DEFAULT_SOCKET_TIMEOUT
+        )
+        options.update(kwargs)
         no_retry = redis.backoff.NoBackoff()
 
         def new_async_client() -> redis.asyncio.Redis:
@@ -248,10 +234,8 @@ class RedisStore:
             view = bytes.fromhex(view_hex.decode() if isinstance(view_hex, bytes) else view_hex)
         except ValueError:
             return None
-        anchor = decode_value(view, raw)
-        if anchor is None or anchor.response_id != response_id:
-            return None
-        return anchor if anchor.is_live(self._clock()) else None
+        anchor = self._found([view], [raw]).get(view)
+        return anchor if anchor is not None and anchor.response_id == response_id else None
 
     def _find_call(self, scope: str, views: list[bytes]) -> _Call:
         return self.key_schema.view_keys(scope, views), [self.key_schema.base(scope)]
@@ -297,10 +281,9 @@ class KeySchema:
     """
     Key names for the Redis store: ``<prefix>:{<scope>}:`` and a kind (see the module's key schema).
 
-    The scope is the tracker's scope key, a digest (keyed by the secret key
-    when there is one), so key names tell a reader without the key nothing
-    about where they belong. It sits in a hash tag, so all keys of one scope
-    share a Redis Cluster slot, where multi-key scripts stay legal.
+    The scope is the tracker's scope key, a digest (keyed by the secret key when there is one), so
+    key names tell a reader without the key nothing about where they belong. It sits in a hash tag,
+    so all keys of one scope share a Redis Cluster slot, where multi-key scripts stay legal.
     """
 
     def __init__(self, prefix: str) -> None:
@@ -328,8 +311,8 @@ class KeySchema:
 
 # -- values ---------------------------------------------------------------------------------
 
-#: Version tag at the start of every encoded value; version 1 values (without
-#: the properties digest and the MAC) are treated as absent.
+#: Version tag at the start of every encoded value; version 1 values (without the properties digest
+#: and the MAC) are treated as absent.
 VALUE_VERSION = "2"
 #: Version tag of a value with a parent (`Anchor.parent`).
 PARENT_VALUE_VERSION = "3"
@@ -390,10 +373,9 @@ end
 
 #: KEYS: view key, reverse key.
 #: ARGV: value, view hex, PXAT milliseconds, response id, scope base, parent response id (or "").
-#: Drops the reverse entry of the response the view used to name, and the
-#: view entry the response id used to be recorded under, then writes both
-#: keys with the same absolute expiry, and adds the response to its parent's
-#: children (a set that lives as long as its longest-lived member).
+#: Drops the reverse entry of the response the view used to name, and the view entry the response id
+#: used to be recorded under, then writes both keys with the same absolute expiry, and adds the
+#: response to its parent's children (a set that lives as long as its longest-lived member).
 PUT = (
     _RID_OF
     + """
@@ -459,9 +441,8 @@ return {view, v}
 MAX_EVICTED = 10_000
 
 #: KEYS: reverse key. ARGV: scope base, response id.
-#: Forgets the response and, breadth first, every response recorded as
-#: chained from it: deletes each one's reverse entry, its view entry only if
-#: that still names it, and its children set.
+#: Forgets the response and, breadth first, every response recorded as chained from it: deletes each
+#: one's reverse entry, its view entry only if that still names it, and its children set.
 #: Returns how many responses it forgot.
 EVICT = (
     _RID_OF
