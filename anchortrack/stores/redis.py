@@ -121,25 +121,18 @@ class RedisStore:
                 "RedisStore.from_url() clients never retry (the tracker retries later);"
                 " build the clients yourself to use a retry policy"
             )
-        options: dict[str, Any] = dict.fromkeys(
-            ["socket_timeout", "socket_connect_timeout"], DEFAULT_SOCKET_TIMEOUT
-        )
-        options.update(kwargs)
+        timeout = DEFAULT_SOCKET_TIMEOUT
+        options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout, **kwargs}
         no_retry = redis.backoff.NoBackoff()
 
-        def new_async_client() -> redis.asyncio.Redis:
-            retry = redis.asyncio.retry.Retry(no_retry, 0)
-            return redis.asyncio.Redis.from_url(url, retry=retry, **options)
+        def new_async() -> redis.asyncio.Redis:
+            return redis.asyncio.Redis.from_url(url, retry=redis.asyncio.retry.Retry(no_retry, 0), **options)
 
+        sync = redis.Redis.from_url(url, retry=redis.retry.Retry(no_retry, 0), **options)
         store = cls(
-            redis.Redis.from_url(url, retry=redis.retry.Retry(no_retry, 0), **options),
-            async_client=new_async_client(),
-            prefix=prefix,
-            ttl=ttl,
-            secret_key=secret_key,
-            clock=clock,
+            sync, async_client=new_async(), prefix=prefix, ttl=ttl, secret_key=secret_key, clock=clock
         )
-        store._new_async_client = new_async_client
+        store._new_async_client = new_async
         return store
 
     def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
@@ -448,9 +441,7 @@ EVICT = (
     _RID_OF
     + """
 local queue, seen, i, forgot = {ARGV[2]}, {[ARGV[2]] = true}, 1, 0
-while i <= #queue and i <= """
-    + str(MAX_EVICTED)
-    + """ do
+while i <= #queue and i <= MAX_EVICTED do
   local rid = queue[i]
   i = i + 1
   local rkey = ARGV[1] .. 'r:' .. rid
@@ -471,5 +462,5 @@ while i <= #queue and i <= """
   redis.call('DEL', ckey)
 end
 return forgot
-"""
+""".replace("MAX_EVICTED", str(MAX_EVICTED))
 )
