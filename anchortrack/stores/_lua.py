@@ -1,6 +1,3 @@
-"""Re-exports: the Redis store's Lua scripts live in `anchortrack.stores.redis`."""
+"""`PUT`, importable from here too: the Redis store's Lua scripts live in `anchortrack.stores.redis`."""
 
-from .redis import EVICT, FIND, GET, PUT
-
-
-__all__ = ["EVICT", "FIND", "GET", "PUT"]
+from .redis import PUT as PUT

@@ -1,6 +1,4 @@
-"""Re-exports: the Redis store's keys and values live in `anchortrack.stores.redis`."""
+"""Importable from here too: the Redis store's keys and values live in `anchortrack.stores.redis`."""
 
-from .redis import KeySchema, decode_value, encode_value
-
-
-__all__ = ["KeySchema", "decode_value", "encode_value"]
+from .redis import decode_value as decode_value
+from .redis import encode_value as encode_value
