@@ -89,7 +89,7 @@ class RedisStore:
         self.async_client = cast("redis.asyncio.Redis | None", asynchronous)
         self._clock = clock
         self._sync_side = _Scripts(sync) if sync is not None else None
-        #: The async client's scripts until an event loop takes them (see `_async`).
+        #: The given async client's scripts (one from `from_url` goes to the first event loop: `_async`).
         self._first_async = _Scripts(asynchronous) if asynchronous is not None else None
         # Set by `from_url` (the store owns its clients): a new async client for each event loop.
         self._new_async_client: Callable[[], redis.asyncio.Redis] | None = None
