@@ -38,26 +38,17 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name == "RedisStore":
-        try:
-            return redis_store_class()
-        except ImportError as error:
-            # ``from anchortrack.stores import MemoryStore, SQLiteStore, RedisStore``
-            # works on a base install; using RedisStore says which extra it needs.
-            return _unavailable(name, str(error))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name != "RedisStore":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return redis_store_class()
+    except ImportError as error:
+        message = str(error)
 
-
-def _unavailable(name: str, message: str) -> type:
-    """A stand-in class that raises ImportError(*message*) when used (never when imported)."""
-
+    # ``from anchortrack.stores import MemoryStore, SQLiteStore, RedisStore`` works on a base
+    # install; using this stand-in (never importing it) raises ImportError saying which extra it needs.
     def refuse(*args: object, **kwargs: object) -> NoReturn:
         raise ImportError(message)
 
-    namespace = {
-        "__doc__": f"Unavailable: {message}",
-        "__module__": __name__,
-        "__new__": refuse,
-        "from_url": staticmethod(refuse),
-    }
-    return type(name, (), namespace)
+    namespace = {"__doc__": f"Unavailable: {message}", "__module__": __name__, "__new__": refuse}
+    return type(name, (), {**namespace, "from_url": staticmethod(refuse)})

@@ -1,11 +1,10 @@
 """
 The anchor store contract shared by every backend.
 
-A store maps *view hashes* to the responses whose server-side context they
-describe. It never holds item content: only digests, response ids, counts and
-times (and, with a secret key, a MAC the tracker checks on every read).
-Stores raise on failure and never swallow errors: the tracker wraps every
-store call in one fail-open guard, written once for all backends.
+A store maps *view hashes* to the responses whose server-side context they describe. It never holds
+item content: only digests, response ids, counts and times (and, with a secret key, a MAC the
+tracker checks on every read). Stores raise on failure and never swallow errors: the tracker wraps
+every store call in one fail-open guard, written once for all backends.
 """
 
 from __future__ import annotations
@@ -30,26 +29,22 @@ class Anchor:
     One recorded response, addressed by the digest of its server-side view.
 
     Attributes:
-        view: Digest of the exact item sequence the server holds for the
-            response (its full input followed by its output items), keyed by
-            scope and optional secret key.
+        view: Digest of the exact item sequence the server holds for the response (its full input
+            followed by its output items), keyed by scope and optional secret key.
         response_id: The response id to send as ``previous_response_id``.
         count: How many items the view holds.
         created_at: Unix time the response was recorded.
         expires_at: Unix time after which the anchor must not be used.
-        properties: Digest of the request properties a server could carry
-            over a chain (``tools``, ``tool_choice``, ``text``, …); empty when
-            the request set none. A request chains from the anchor only when
-            its own digest is equal.
-        mac: With a secret key, a MAC over the scope, view, response id,
-            count, expiry and properties (see `anchortrack._seal`); stores keep
-            it as given and the tracker checks it on every read.
-        parent: The response id this response was chained from, or None when
-            it was sent in full. A server that lost a response lost every
-            response chained through it, so `AnchorStore.evict` forgets those
-            descendants too. (Not covered by the MAC: a forged parent can only
-            make an eviction forget more, which costs full requests, never a
-            wrong one.)
+        properties: Digest of the request properties a server could carry over a chain (``tools``,
+            ``tool_choice``, ``text``, …); empty when the request set none. A request chains from
+            the anchor only when its own digest is equal.
+        mac: With a secret key, a MAC over the scope, view, response id, count, expiry and
+            properties (see `anchortrack._seal`); stores keep it as given and the tracker checks it
+            on every read.
+        parent: The response id this response was chained from, or None when it was sent in full.
+            A server that lost a response lost every response chained through it, so
+            `AnchorStore.evict` forgets those descendants too. (Not covered by the MAC: a forged
+            parent can only make an eviction forget more, which costs full requests, never a wrong one.)
     """
 
     view: bytes
@@ -71,9 +66,9 @@ class AnchorStore(Protocol):
     """
     What every anchor store provides, with sync and async twins on one object.
 
-    *scope* is a short, printable digest (hex) of where response ids are valid
-    (base URL, organization, project, optional namespace).
-    Backends use it to namespace keys; anchors never cross scopes.
+    *scope* is a short, printable digest (hex) of where response ids are valid (base URL,
+    organization, project, optional namespace). Backends use it to namespace keys; anchors never
+    cross scopes.
     """
 
     #: Seconds an anchor lives after it is recorded.
@@ -83,47 +78,37 @@ class AnchorStore(Protocol):
 
     def find(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         """Return the live anchors recorded for any of *views*, in one lookup."""
-        ...
 
     def get(self, scope: str, response_id: str) -> Anchor | None:
         """Return the live anchor recorded for *response_id*, if any."""
-        ...
 
     def put(self, scope: str, anchor: Anchor) -> None:
         """
         Record *anchor* (last writer wins for the same view).
 
-        A response id names one view: recording it under another view
-        replaces the older entry.
+        A response id names one view: recording it under another view replaces the older entry.
         """
-        ...
 
     def evict(self, scope: str, response_id: str) -> None:
         """
         Forget *response_id*, the view it was recorded under, and its descendants.
 
-        The descendants are the anchors recorded with *response_id* as their
-        `Anchor.parent`, their own descendants, and so on: the server resolves
-        them through *response_id*, so they are dead too.
-        A view entry is kept if it now names another response.
+        The descendants are the anchors recorded with *response_id* as their `Anchor.parent`, their
+        own descendants, and so on: the server resolves them through *response_id*, so they are dead
+        too. A view entry is kept if it now names another response.
         """
-        ...
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
         """Async twin of `find`."""
-        ...
 
     async def aget(self, scope: str, response_id: str) -> Anchor | None:
         """Async twin of `get`."""
-        ...
 
     async def aput(self, scope: str, anchor: Anchor) -> None:
         """Async twin of `put`."""
-        ...
 
     async def aevict(self, scope: str, response_id: str) -> None:
         """Async twin of `evict`."""
-        ...
 
 
 def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
@@ -141,13 +126,9 @@ STORE_METHODS = ("find", "get", "put", "evict", "afind", "aget", "aput", "aevict
 
 def runs_inline(store: object) -> bool:
     """
-    Whether the tracker may call *store* inline, with no deadline.
-
-    Only when the class that declares ``never_blocks = True`` (as `MemoryStore`
-    does) also defines or inherits every store method the object uses: a
-    subclass that overrides ``find`` (say, to add I/O) does not inherit the
-    promise unless it declares it itself. A method set on the instance counts
-    as an override.
+    Whether the tracker may call *store* inline, with no deadline: only when the class declaring
+    ``never_blocks = True`` (as `MemoryStore` does) also provides every store method the object uses.
+    A subclass or instance that overrides one (say, to add I/O) must declare the promise anew.
     """
     mro = type(store).__mro__
     declaring = next((cls for cls in mro if "never_blocks" in vars(cls)), None)

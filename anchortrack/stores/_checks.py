@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 from ._base import Anchor
 
@@ -68,8 +67,3 @@ def check_ttl(ttl: float) -> float:
     if ttl <= 0:
         raise ValueError(f"ttl must be positive, got {ttl}")
     return float(ttl)
-
-
-def unique_views(views: Iterable[bytes]) -> list[bytes]:
-    """Return *views* without duplicates, in their first order."""
-    return list(dict.fromkeys(views))

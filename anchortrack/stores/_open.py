@@ -1,11 +1,12 @@
 """
-Where a store comes from: its spelling (`open_store`), ``store=`` (`coerce_store`),
-the process-wide default (`default_store`); `RedisStore` (and so ``redis``) loaded only when needed.
+Where a store comes from: its spelling (`open_store`), ``store=`` (`coerce_store`), the process-wide
+default (`default_store`); `RedisStore` (and so ``redis``) loaded only when needed.
 """
 
 from __future__ import annotations
 
 import difflib
+import reprlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,17 +23,14 @@ if TYPE_CHECKING:
 #: URL schemes `open_store` hands to `RedisStore.from_url`.
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
-_SCHEMES = ("sqlite", "redis", "rediss", "unix")
-
 
 def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
     """
     Open a new store spelled *spec*, with its default settings; the caller closes it.
 
-    *spec* is ``memory``; ``sqlite:PATH`` (``~`` is expanded; the file is
-    created if missing, its directory must exist); or a Redis URL
-    (``redis://…``, ``rediss://…``, ``unix://…``; needs the ``redis`` extra).
-    A near miss (``Memory``, ``sqlite://anchors.db``) is refused, naming the
+    *spec* is ``memory``; ``sqlite:PATH`` (``~`` is expanded; the file is created if missing, its
+    directory must exist); or a Redis URL (``redis://…``, ``rediss://…``, ``unix://…``; needs the
+    ``redis`` extra). A near miss (``Memory``, ``sqlite://anchors.db``) is refused, naming the
     spelling meant.
 
     Raises:
@@ -68,8 +66,8 @@ def closest_spec(spec: str) -> str | None:
     """
     The documented spelling a refused *spec* most likely meant, or None if none is close.
 
-    Forgives case and spaces (``Memory ``), URL habits (``sqlite://anchors.db``,
-    ``redis:host``), near-miss words (``memroy``, ``sqlite3``) and a bare file name.
+    Forgives case and spaces (``Memory ``), URL habits (``sqlite://anchors.db``, ``redis:host``),
+    near-miss words (``memroy``, ``sqlite3``) and a bare file name.
     """
     text = spec.strip()
     if not text:
@@ -79,7 +77,9 @@ def closest_spec(spec: str) -> str | None:
     scheme, colon, rest = text.partition(":")
     if not colon:
         return f"sqlite:{text}"  # a bare name: a file
-    meant = _near(scheme.lower(), _SCHEMES) or ("sqlite" if scheme.lower().startswith("sqlite") else None)
+    meant = _near(scheme.lower(), ["sqlite", "redis", "rediss", "unix"]) or (
+        "sqlite" if scheme.lower().startswith("sqlite") else None
+    )
     if meant is None:
         return None
     if meant == "sqlite":
@@ -90,7 +90,7 @@ def closest_spec(spec: str) -> str | None:
     return f"{meant}://{rest.lstrip('/')}"
 
 
-def _near(word: str, words: tuple[str, ...] | list[str]) -> str | None:
+def _near(word: str, words: list[str]) -> str | None:
     """The one of *words* that *word* is a near miss of (or equal to), if any."""
     close = difflib.get_close_matches(word, words, n=1, cutoff=0.75)
     return close[0] if close else None
@@ -123,9 +123,9 @@ def default_store() -> AnchorStore:
     """
     Return the process-wide default store, creating it on first use.
 
-    One bounded `MemoryStore` shared by every tracker made without ``store=``,
-    so a sync and an async client, or two wraps of one client, continue each
-    other's conversations (scopes keep endpoints and API keys apart).
+    One bounded `MemoryStore` shared by every tracker made without ``store=``, so a sync and an
+    async client, or two wraps of one client, continue each other's conversations (scopes keep
+    endpoints and API keys apart).
     """
     global _default
     with _default_lock:
@@ -158,8 +158,6 @@ def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> Anchor
             f"pass an instance such as {store.__name__}(...). store= takes {STORE_ACCEPTED}"
         )
     if not isinstance(store, AnchorStore):
-        import reprlib
-
         raise TypeError(
             f"{caller}: store={reprlib.repr(store)} is a {type(store).__name__}, not an anchor store; "
             f"store= takes {STORE_ACCEPTED}"

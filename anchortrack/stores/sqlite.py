@@ -1,9 +1,8 @@
 """
 `SQLiteStore`: anchors in one SQLite file, shared by the processes of a host, and its schema.
 
-``PRAGMA user_version`` holds the schema version; `MIGRATIONS` ``[i]`` takes a
-file from version ``i`` to ``i + 1``. To change the schema, append a
-migration; never edit a released one.
+``PRAGMA user_version`` holds the schema version; `MIGRATIONS` ``[i]`` takes a file from version
+``i`` to ``i + 1``. To change the schema, append a migration; never edit a released one.
 """
 
 from __future__ import annotations
@@ -15,10 +14,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
-from ._checks import check_anchor, check_response_id, check_scope, check_ttl, unique_views
+from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
 __all__ = ["SQLiteStore", "SchemaVersionError"]
@@ -32,8 +31,8 @@ class SchemaVersionError(sqlite3.DatabaseError):
 
 #: Each entry is a script that upgrades version ``i`` to ``i + 1``.
 MIGRATIONS: tuple[str, ...] = (
-    # 0 -> 1: one row per (scope, view); the response id index is the
-    # reverse entry, the expiry index serves the sweep.
+    # 0 -> 1: one row per (scope, view); the response id index is the reverse entry, the expiry
+    # index serves the sweep.
     """
     CREATE TABLE anchors (
         scope       TEXT    NOT NULL,
@@ -47,16 +46,16 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX anchors_by_response ON anchors (scope, response_id);
     CREATE INDEX anchors_by_expiry ON anchors (expires_at);
     """,
-    # 1 -> 2: each anchor's carried-over properties digest and its MAC (with a
-    # secret key). Rows recorded before are dropped: what their requests'
-    # properties were is unknown, so they must not be chained from.
+    # 1 -> 2: each anchor's carried-over properties digest and its MAC (with a secret key). Rows
+    # recorded before are dropped: what their requests' properties were is unknown, so they must
+    # not be chained from.
     """
     ALTER TABLE anchors ADD COLUMN properties BLOB NOT NULL DEFAULT x'';
     ALTER TABLE anchors ADD COLUMN mac BLOB;
     DELETE FROM anchors
     """,
-    # 2 -> 3: each anchor's parent (the response it was chained from), so
-    # that evicting a dead response evicts its descendants.
+    # 2 -> 3: each anchor's parent (the response it was chained from), so that evicting a dead
+    # response evicts its descendants.
     """
     ALTER TABLE anchors ADD COLUMN parent TEXT;
     CREATE INDEX anchors_by_parent ON anchors (scope, parent) WHERE parent IS NOT NULL
@@ -73,9 +72,8 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -
     """
     Bring the database to the newest schema (*migrations*, default `MIGRATIONS`); return the version it had.
 
-    One ``BEGIN IMMEDIATE`` transaction that re-reads the version inside it, so
-    several processes opening one new file migrate it once. *conn* must be in
-    autocommit mode (``isolation_level=None``).
+    One ``BEGIN IMMEDIATE`` transaction that re-reads the version inside it, so several processes
+    opening one new file migrate it once. *conn* must be in autocommit mode (``isolation_level=None``).
 
     Raises:
         SchemaVersionError: The database's version is newer than this code's.
@@ -152,34 +150,28 @@ _SWEEP = "DELETE FROM anchors WHERE expires_at <= ?"
 
 def _find_sql(n: int) -> str:
     """Return the find query for *n* views (only placeholders are inserted)."""
-    marks = ", ".join("?" * n)
-    return (
-        f"SELECT {_COLUMNS} FROM anchors"  # noqa: S608
-        f" WHERE scope = ? AND expires_at > ? AND view IN ({marks})"
-    )
+    where = f"scope = ? AND expires_at > ? AND view IN ({', '.join('?' * n)})"
+    return f"SELECT {_COLUMNS} FROM anchors WHERE {where}"  # noqa: S608
 
 
 class SQLiteStore:
     """
     Anchors in one SQLite file: survives restarts, shared by a host's processes.
 
-    The file is in WAL mode, so readers never wait for writers, and every
-    write is one short ``BEGIN IMMEDIATE`` transaction. The connection is
-    opened lazily, shared by the store's threads under one lock, and dropped
-    after any SQLite error so the next call reconnects. Errors are raised, and
-    quickly: a file locked by another writer raises ``sqlite3.OperationalError``
-    after *timeout* seconds, a read-only file at once.
-    Expired rows are never returned; they are deleted on the first write after
-    opening and then every *sweep_every* writes. The schema is migrated on
-    open; a file from a newer anchortrack raises `SchemaVersionError`.
-    The async methods run the sync ones in a worker thread.
+    The file is in WAL mode, so readers never wait for writers, and every write is one short
+    ``BEGIN IMMEDIATE`` transaction. The connection is opened lazily, shared by the store's threads
+    under one lock, and dropped after any SQLite error so the next call reconnects. Errors are
+    raised, and quickly: a file locked by another writer raises ``sqlite3.OperationalError`` after
+    *timeout* seconds, a read-only file at once. Expired rows are never returned; they are deleted on
+    the first write after opening and then every *sweep_every* writes. The schema is migrated on
+    open; a file from a newer anchortrack raises `SchemaVersionError`. The async methods run the
+    sync ones in a worker thread.
 
     Args:
-        path: The database file (created if missing), or ``":memory:"``
-            (private to this store, and lost when its connection closes).
+        path: The database file (created if missing), or ``":memory:"`` (private to this store, and
+            lost when its connection closes).
         ttl: Seconds an anchor lives; the tracker sets ``expires_at = created_at + ttl``.
-        secret_key: Optional key for keyed view digests (else the
-            ``ANCHORTRACK_SECRET_KEY`` environment variable).
+        secret_key: Optional key for keyed view digests (else the ``ANCHORTRACK_SECRET_KEY`` variable).
         timeout: Seconds to wait for another connection's write lock.
         clock: Returns the current Unix time; injectable for tests.
         sweep_every: Writes between two deletions of expired rows.
@@ -211,7 +203,7 @@ class SQLiteStore:
     def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Return the live anchors recorded in *scope* for any of *views*."""
         check_scope(scope)
-        wanted = unique_views(views)
+        wanted = list(dict.fromkeys(views))
         if not wanted:
             return {}
 
@@ -231,12 +223,8 @@ class SQLiteStore:
         """Return the live anchor recorded in *scope* for *response_id*."""
         check_scope(scope)
         check_response_id(response_id)
-
-        def run(conn: sqlite3.Connection) -> Anchor | None:
-            row = conn.execute(_GET, (scope, response_id, self._clock())).fetchone()
-            return _anchor(row) if row is not None else None
-
-        return self._run(run)
+        row = self._run(lambda conn: conn.execute(_GET, (scope, response_id, self._clock())).fetchone())
+        return _anchor(row) if row is not None else None
 
     def put(self, scope: str, anchor: Anchor) -> None:
         """Record *anchor* in *scope* (last writer wins for a view; an id moves to its new view)."""
@@ -315,18 +303,13 @@ class SQLiteStore:
         return conn
 
 
-def _anchor(row: Sequence[object]) -> Anchor | None:
+#: The types of an `_anchor` row's columns (SQLite is typed per value: another writer may differ).
+_ROW_TYPES: tuple[Any, ...] = (bytes, str, int, int | float, int | float, bytes, bytes | None, str | None)
+
+
+def _anchor(row: Sequence[Any]) -> Anchor | None:
     """The anchor in a row, or None when another writer left a row of other types."""
-    view, response_id, count, created_at, expires_at, properties, mac, parent = row
-    if not (
-        isinstance(view, bytes)
-        and isinstance(response_id, str)
-        and type(count) is int
-        and isinstance(created_at, (int, float))
-        and isinstance(expires_at, (int, float))
-        and isinstance(properties, bytes)
-        and (mac is None or isinstance(mac, bytes))
-        and (parent is None or isinstance(parent, str))
-    ):
+    if not all(isinstance(value, kind) for value, kind in zip(row, _ROW_TYPES, strict=True)):
         return None
+    view, response_id, count, created_at, expires_at, properties, mac, parent = row
     return Anchor(view, response_id, count, float(created_at), float(expires_at), properties, mac, parent)
