@@ -70,7 +70,7 @@ def filler(i: int, now: float) -> Anchor:
 
 def load_redis(store: RedisStore, url: str, n: int) -> None:
     """Write *n* filler anchors with the store's own put script, pipelined (no read timeout)."""
-    from anchortrack.stores._lua import PUT
+    from anchortrack.stores.redis import PUT
 
     now = time.time()
     loader = redis.Redis.from_url(url)

@@ -26,7 +26,7 @@ from structlog.testing import capture_logs
 import anchortrack
 from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import Anchor, AnchorStore, MemoryStore, RedisStore, SQLiteStore
-from anchortrack.stores._redis_format import decode_value, encode_value
+from anchortrack.stores.redis import decode_value, encode_value
 
 from .._redis import RedisServer
 from ..helpers import ask, assert_server_saw, canon, sent, user
