@@ -15,6 +15,7 @@ Fail open around the anchor store, written once for every backend: a store that 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import queue
 import threading
@@ -109,10 +110,11 @@ class FailOpen:
         self._recorded: deque[tuple[str, Anchor]] = deque()
         self._workers = _Workers()
         self._lock = ForkSafeLock()
-        # The breaker: healthy while no failure is pending (`_first` is None).
-        self._first: tuple[str, str] | None = None  # the operation and error that began it
-        self._down = self._probing = False
-        self._since = self._retry_at = 0.0
+        # The breaker: healthy while no failure is pending. The first failure's operation, error and
+        # time; whether a probe failed since; when the next probe may go (never while one is out).
+        self._first: tuple[str, str, float] | None = None
+        self._down = False
+        self._retry_at = 0.0
         self._cycle = [0, 0]  # written, dropped since the backlog was last empty
 
     @property
@@ -204,28 +206,26 @@ class FailOpen:
             first = self._first
             if first is None:
                 return False
-            if _kind(first[0]) != _kind(operation) or self._probing or self._monotonic() < self._retry_at:
+            if _kind(first[0]) != _kind(operation) or self._monotonic() < self._retry_at:
                 return None
-            self._probing = True
+            self._retry_at = math.inf  # the one probe
             return True
 
     def _abandon(self, probe: bool) -> None:
         """The call was cancelled before it answered: let another probe go."""
         if probe:
             with self._lock:
-                self._probing = False
+                self._retry_at = 0.0
 
     def _failed(self, probe: bool, operation: str, error: Exception) -> Unavailable:
         """Count the failure; the first makes the store suspect, a failed probe means down."""
         self.stats.add("store_errors", key=operation)
         name = type(error).__name__
         with self._lock:
-            if probe:
-                self._probing = False
             now, first = self._monotonic(), self._first
             degraded = probe and first is not None and not self._down
             if first is None:
-                self._first, self._since, self._retry_at = (operation, name), now, now
+                self._first, self._retry_at = (operation, name, now), now
             elif probe:  # a failure of a call begun before the suspicion is the same event
                 self._retry_at, self._down = now + self.cooldown, True
         if first is None:
@@ -241,13 +241,11 @@ class FailOpen:
         if not probe and self._first is None:
             return result
         with self._lock:
-            if probe:
-                self._probing = False
             first = self._first
             if first is None or _kind(first[0]) != _kind(operation):
                 return result
             was_down, self._first, self._down = self._down, None, False
-            lasted = self._monotonic() - self._since
+            lasted = self._monotonic() - first[2]
         if was_down:
             get_logger().warning("anchortrack.store_recovered", outage_seconds=round(lasted, 3))
         return result
@@ -343,10 +341,8 @@ class FailOpen:
                 get_logger().info("anchortrack.backlog_flushed", written=written, dropped=lost)
 
     def _count(self, *, queued: int = 0, written: int = 0, overflow: int = 0, expired: int = 0) -> None:
-        """
-        Count backlog traffic. A response counts as recorded once its anchor is written (at once, or
-        later from the backlog), and as not recorded (``store_unavailable``) if its anchor is dropped.
-        """
+        """Count backlog traffic: a response is recorded once its anchor is written, not recorded
+        (``store_unavailable``) if its anchor is dropped."""
         stats, lost = self.stats, overflow + expired
         stats.add("recorded", written)
         stats.add("not_recorded", lost, key="store_unavailable")
@@ -366,13 +362,11 @@ class FailOpen:
 
 class Backlog:
     """
-    This tracker's anchors the store has not taken yet, oldest first; with *keep_written*, also its
-    latest anchors the store did take.
-
-    Planning reads both (`find`, `get`), so a conversation keeps chaining from its own anchors while
-    the store is down or slow, or after it came back empty. Bounded: past *limit* anchors the oldest
-    goes (one not written yet is lost: ``overflow``); expired ones are dropped when met. ``len()``
-    counts the anchors waiting to be written. Thread-safe.
+    This tracker's anchors the store has not taken yet (``len()``), oldest first; with *keep_written*,
+    also its latest anchors the store did take. Planning reads both, so a conversation keeps chaining
+    from its own anchors while the store is down or slow, or after it came back empty. Bounded: past
+    *limit* the oldest goes (one not written yet is lost: ``overflow``); expired ones are dropped when
+    met. Thread-safe.
     """
 
     def __init__(self, limit: int = DEFAULT_BACKLOG_LIMIT, *, keep_written: bool = False) -> None:
@@ -393,9 +387,8 @@ class Backlog:
 
     def add(self, scope: str, anchor: Anchor, now: float, *, written: bool = False) -> tuple[bool, int]:
         """
-        Hold *anchor* (waiting to be written, unless *written*), replacing what its view or id held.
-        Returns whether it is held (not when expired, or the limit is 0), and how many anchors waiting
-        to be written were dropped to stay within the limit.
+        Hold *anchor* (waiting to be written, unless *written*), replacing what its view or id held;
+        return whether it is held (not expired, limit above 0) and how many waiting ones overflowed.
         """
         key = (scope, anchor.view)
         with self._lock:
@@ -443,9 +436,9 @@ class Backlog:
 
     def take(self, n: int, now: float) -> tuple[list[tuple[str, Anchor]], int]:
         """
-        Up to *n* of the oldest live ``(scope, anchor)`` entries waiting to be written (still held with
-        *keep_written*), which wait no longer, and how many expired ones were dropped. Hand back what
-        was not written with `add`.
+        Up to *n* of the oldest live ``(scope, anchor)`` waiting to be written, which wait no longer (still
+        held with *keep_written*; hand back with `add` what was not written), and how many expired ones
+        were dropped.
         """
         taken: list[tuple[str, Anchor]] = []
         expired = 0

@@ -31,14 +31,10 @@ class _Fallback(structlog.stdlib.BoundLogger):
     """A stdlib-backed logger that drops debug and info events at once when they would not show."""
 
     def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        if not self._logger.isEnabledFor(logging.DEBUG):
-            return None
-        return super().debug(event, *args, **kw)
+        return super().debug(event, *args, **kw) if self._logger.isEnabledFor(logging.DEBUG) else None
 
     def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        if not self._logger.isEnabledFor(logging.INFO):
-            return None
-        return super().info(event, *args, **kw)
+        return super().info(event, *args, **kw) if self._logger.isEnabledFor(logging.INFO) else None
 
 
 #: Used while the application has not configured structlog (made once: a lazy proxy binds one per event).
