@@ -6,7 +6,7 @@ import bisect
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -21,6 +21,18 @@ DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000
 
 #: Transports a request is counted under.
 HTTP, WEBSOCKET = "http", "websocket"
+
+#: The counters `Stats.add` adds to (the others count `Outcome`s).
+Counted = Literal[
+    "recorded",
+    "recorded_local",
+    "not_recorded",
+    "store_errors",
+    "store_stalls",
+    "backlog_queued",
+    "backlog_written",
+    "backlog_dropped",
+]
 
 
 @attrs.define
@@ -145,12 +157,11 @@ class Stats:
             not_recorded = sum(self.not_recorded.values())
             store_errors = sum(self.store_errors.values())
         total = sum(live.values()) + sum(shadow.values())
-        split = [f"{d.value} {live[d]}" for d in Decision if live[d]]
+        decisions = [d.value for d in Decision]
+        split = [f"{d} {live[d]}" for d in decisions if live[d]]
         if shadow:  # never resent
             would = ", ".join(
-                f"{'would chain' if d is Decision.CHAINED else d.value} {shadow[d]}"
-                for d in Decision
-                if shadow[d]
+                f"{'would chain' if d == 'chained' else d} {shadow[d]}" for d in decisions if shadow[d]
             )
             split.append(f"shadow {sum(shadow.values())}: {would}")
         parts = [f"requests {total}" + (f" ({', '.join(split)})" if split else "")]
@@ -189,7 +200,7 @@ class Stats:
             if o.plan_seconds is not None:
                 self.plan_seconds.observe(o.plan_seconds)
 
-    def add(self, counter: str, n: int = 1, *, key: str | None = None) -> None:
+    def add(self, counter: Counted, n: int = 1, *, key: str | None = None) -> None:
         """Add *n* to the counter named *counter* (to its *key*, for a counter by label: ``store_errors``)."""
         if not n:
             return
