@@ -23,16 +23,10 @@ DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000
 HTTP, WEBSOCKET = "http", "websocket"
 
 #: The counters `Stats.add` adds to (the others count `Outcome`s).
-Counted = Literal[
-    "recorded",
-    "recorded_local",
-    "not_recorded",
-    "store_errors",
-    "store_stalls",
-    "backlog_queued",
-    "backlog_written",
-    "backlog_dropped",
-]
+# fmt: off
+Counted = Literal["recorded", "recorded_local", "not_recorded", "store_errors", "store_stalls",
+                  "backlog_queued", "backlog_written", "backlog_dropped"]
+# fmt: on
 
 
 @attrs.define
