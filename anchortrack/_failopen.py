@@ -2,22 +2,20 @@
 Fail open around the anchor store, written once for every backend: a store that fails, hangs
 (sync or async) or lies costs a larger request, never the call.
 
-* One deadline: async calls wait with ``asyncio.wait_for``, sync ones on a daemon worker
-  thread (stores that never block, `runs_inline`, run inline). An async call that failed while
-  the caller's own event loop was blocked for most of its wait is tried once more (a stall).
-* One cooldown with a single probe: a failure makes the store suspect and the next call of the
-  same kind (read: find, get; write: put, evict) probes it while the others go without the
-  store. A failed probe means down (``store_degraded``, once): one probe per ``cooldown`` until
-  one succeeds (``store_recovered``).
-* One bounded write-behind `Backlog`: anchors the store did not take wait there, and planning
-  reads them, so a conversation keeps chaining through an outage and right after it.
-
-Fork-safe: its locks are `ForkSafeLock`s; a forked child starts its own threads.
+* One deadline: async calls wait with ``asyncio.wait_for``, sync ones on a daemon worker thread
+  (stores that never block, `runs_inline`, run inline). An async call that failed while the
+  caller's own event loop was blocked for most of its wait is tried once more (a stall).
+* One cooldown with a single probe: a failure makes the store suspect and the next call of the same
+  kind (read: find, get; write: put, evict) probes it; a failed probe means down until a probe,
+  one per ``cooldown``, succeeds.
+* One bounded write-behind `Backlog`: anchors the store did not take wait there, and planning reads
+  them, so a conversation keeps chaining through an outage and right after it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import queue
 import threading
@@ -85,14 +83,9 @@ def _kind(operation: str) -> str:
 
 class FailOpen:
     """
-    The store as a tracker uses it: every call with a deadline, a cooldown, and a backlog.
-
-    Args:
-        stats: Where failures, stalls and backlog traffic are counted.
-        timeout: The deadline of one store call, and of all the writes after a response.
-        cooldown: Seconds between two probes of a store that is down.
-        clock: Unix time (anchor lifetimes).
-        monotonic: The clock outages are measured on (tests).
+    The store as a tracker uses it: every call with a deadline (*timeout*, also the one deadline of
+    all the writes after a response), a *cooldown* between probes, and a backlog. *clock* is Unix
+    time (anchor lifetimes); outages are measured on *monotonic*.
     """
 
     def __init__(
@@ -117,10 +110,11 @@ class FailOpen:
         self._recorded: deque[tuple[str, Anchor]] = deque()
         self._workers = _Workers()
         self._lock = ForkSafeLock()
-        # The breaker: healthy while no failure is pending (`_first` is None).
-        self._first: tuple[str, str] | None = None  # the operation and error that began it
-        self._down = self._probing = False
-        self._since = self._retry_at = 0.0
+        # The breaker: healthy while no failure is pending. The first failure's operation, error and
+        # time; whether a probe failed since; when the next probe may go (never while one is out).
+        self._first: tuple[str, str, float] | None = None
+        self._down = False
+        self._retry_at = 0.0
         self._cycle = [0, 0]  # written, dropped since the backlog was last empty
 
     @property
@@ -147,35 +141,57 @@ class FailOpen:
     async def acall(
         self, operation: str, fn: Callable[[], Awaitable[T]], *, budget: float | None = None
     ) -> T | Unavailable:
-        """The twin of `call` (async), plus the loop-stall retry."""
+        """The twin of `call` (async)."""
         probe = self._admit(operation, budget)
         if probe is None:
             return UNAVAILABLE
-        retried = False
-        while True:
-            lag = None if self.inline else _Lag(asyncio.get_running_loop())
-            try:
-                result = await (fn() if lag is None else asyncio.wait_for(fn(), self._deadline(budget)))
-            except Exception as error:  # noqa: BLE001 - any store fault fails open
-                stalled = lag.stalled() if lag is not None else None
-                if stalled is None or retried:
-                    return self._failed(probe, operation, error)
-                retried = True
-                self.stats.store_stalled(operation)
-                get_logger().debug(
-                    "anchortrack.store_call_stalled",
-                    operation=operation,
-                    error=type(error).__name__,
-                    stalled_seconds=round(stalled, 3),
-                )
-                continue
-            except BaseException:
-                self._abandon(probe)
+        try:
+            result = await (fn() if self.inline else self._awaited(operation, fn, self._deadline(budget)))
+        except Exception as error:  # noqa: BLE001 - any store fault fails open
+            return self._failed(probe, operation, error)
+        except BaseException:
+            self._abandon(probe)
+            raise
+        return self._succeeded(probe, operation, result)
+
+    async def _awaited(self, operation: str, fn: Callable[[], Awaitable[T]], deadline: float) -> T:
+        """
+        *fn*'s answer within *deadline*, tried once more if it failed while the caller's own loop was
+        blocked for most of its wait: a timer due every `_TICK` seconds that fires L seconds late means
+        the loop was blocked for about L seconds (not the store's fault).
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        blocked, due = 0.0, started + _TICK
+        timer: asyncio.TimerHandle
+
+        def tick() -> None:
+            nonlocal blocked, due, timer
+            now = loop.time()
+            if now - due > _NOISE:
+                blocked += now - due
+            due = now + _TICK
+            timer = loop.call_at(due, tick)
+
+        timer = loop.call_at(due, tick)
+        try:
+            return await asyncio.wait_for(fn(), deadline)
+        except Exception as error:
+            now = loop.time()
+            late = now - due  # a tick the loop has not run yet
+            blocked += late if late > _NOISE else 0.0
+            if blocked < max(_MIN_STALL, _STALL_SHARE * (now - started)):
                 raise
-            finally:
-                if lag is not None:
-                    lag.cancel()
-            return self._succeeded(probe, operation, result)
+            self.stats.add("store_stalls", key=operation)
+            get_logger().debug(
+                "anchortrack.store_call_stalled",
+                operation=operation,
+                error=type(error).__name__,
+                stalled_seconds=round(blocked, 3),
+            )
+        finally:
+            timer.cancel()
+        return await asyncio.wait_for(fn(), deadline)
 
     def _deadline(self, budget: float | None) -> float:
         return self.timeout if budget is None else max(0.0, min(self.timeout, budget))
@@ -190,31 +206,28 @@ class FailOpen:
             first = self._first
             if first is None:
                 return False
-            if _kind(first[0]) != _kind(operation) or self._probing or self._monotonic() < self._retry_at:
+            if _kind(first[0]) != _kind(operation) or self._monotonic() < self._retry_at:
                 return None
-            self._probing = True
+            self._retry_at = math.inf  # the one probe
             return True
 
     def _abandon(self, probe: bool) -> None:
         """The call was cancelled before it answered: let another probe go."""
         if probe:
             with self._lock:
-                self._probing = False
+                self._retry_at = 0.0
 
     def _failed(self, probe: bool, operation: str, error: Exception) -> Unavailable:
         """Count the failure; the first makes the store suspect, a failed probe means down."""
-        self.stats.store_failed(operation)
+        self.stats.add("store_errors", key=operation)
         name = type(error).__name__
         with self._lock:
-            if probe:
-                self._probing = False
             now, first = self._monotonic(), self._first
             degraded = probe and first is not None and not self._down
             if first is None:
-                self._first, self._since, self._retry_at = (operation, name), now, now
+                self._first, self._retry_at = (operation, name, now), now
             elif probe:  # a failure of a call begun before the suspicion is the same event
-                self._retry_at = now + self.cooldown
-                self._down = True
+                self._retry_at, self._down = now + self.cooldown, True
         if first is None:
             get_logger().debug("anchortrack.store_suspect", operation=operation, error=name)
         elif degraded:
@@ -228,13 +241,11 @@ class FailOpen:
         if not probe and self._first is None:
             return result
         with self._lock:
-            if probe:
-                self._probing = False
             first = self._first
             if first is None or _kind(first[0]) != _kind(operation):
                 return result
             was_down, self._first, self._down = self._down, None, False
-            lasted = self._monotonic() - self._since
+            lasted = self._monotonic() - first[2]
         if was_down:
             get_logger().warning("anchortrack.store_recovered", outage_seconds=round(lasted, 3))
         return result
@@ -265,7 +276,7 @@ class FailOpen:
             return answer
         if isinstance(effect, Evict):
             if backlog.evict(effect.scope, effect.response_id):
-                self.stats.backlog_changed(size=len(backlog))
+                self.stats.backlog_size = len(backlog)
             return answer
         now = self._clock()
         if isinstance(effect, Find):
@@ -306,12 +317,11 @@ class FailOpen:
                 break
             if (yield Put(scope, anchor, ends)) is UNAVAILABLE:  # it waits in the backlog
                 queued, overflowed = backlog.add(scope, anchor, self._clock())
-                dropped = {"overflow": overflowed, "expired": 0 if queued or overflowed else 1}
-                self._count(queued=int(queued), dropped=dropped)
-            else:
-                self.stats.recorded_response()
-                if backlog.keep_written:
-                    backlog.add(scope, anchor, self._clock(), written=True)
+                self._count(queued=int(queued), overflow=overflowed, expired=int(not queued))
+                continue
+            self.stats.add("recorded")
+            if backlog.keep_written:
+                backlog.add(scope, anchor, self._clock(), written=True)
         if not len(backlog) or not self.healthy:
             return
         batch, expired = backlog.take(_FLUSH_BATCH, self._clock())
@@ -323,51 +333,49 @@ class FailOpen:
         now = self._clock()
         for scope, anchor in batch[done:]:
             backlog.add(scope, anchor, now)
-        self._count(written=done, dropped={"expired": expired})
+        self._count(written=done, expired=expired)
         if not len(backlog):
             with self._lock:
                 (written, lost), self._cycle = self._cycle, [0, 0]
             if written or lost:
                 get_logger().info("anchortrack.backlog_flushed", written=written, dropped=lost)
 
-    def _count(self, *, queued: int = 0, written: int = 0, dropped: dict[str, int]) -> None:
-        """
-        Count backlog traffic. A response counts as recorded once its anchor is written (at once, or
-        later from the backlog), and as not recorded (``store_unavailable``) if its anchor is dropped.
-        """
-        lost = sum(dropped.values())
-        for _ in range(written):
-            self.stats.recorded_response()
-        for _ in range(lost):
-            self.stats.skipped_response("store_unavailable")
+    def _count(self, *, queued: int = 0, written: int = 0, overflow: int = 0, expired: int = 0) -> None:
+        """Count backlog traffic: a response is recorded once its anchor is written, not recorded
+        (``store_unavailable``) if its anchor is dropped."""
+        stats, lost = self.stats, overflow + expired
+        stats.add("recorded", written)
+        stats.add("not_recorded", lost, key="store_unavailable")
+        stats.add("backlog_queued", queued)
+        stats.add("backlog_written", written)
+        stats.add("backlog_dropped", overflow, key="overflow")
+        stats.add("backlog_dropped", expired, key="expired")
+        stats.backlog_size = len(self.backlog)
         with self._lock:
             first_loss = lost > 0 and self._cycle[1] == 0
             self._cycle[0] += written
             self._cycle[1] += lost
-        self.stats.backlog_changed(size=len(self.backlog), queued=queued, written=written, dropped=dropped)
         if first_loss:
-            reason = "overflow" if dropped.get("overflow") else "expired"
+            reason = "overflow" if overflow else "expired"
             get_logger().warning("anchortrack.backlog_dropped", reason=reason, limit=self.backlog.limit)
 
 
 class Backlog:
     """
-    This tracker's anchors the store has not taken yet, oldest first; with *keep_written*, also its
-    latest anchors the store did take.
-
-    Planning reads both (`find`, `get`), so a conversation keeps chaining from its own anchors while
-    the store is down or slow, or after it came back empty. Bounded: past *limit* anchors the oldest
-    goes (one not written yet is lost: ``overflow``); expired ones are dropped when met. ``len()``
-    counts the anchors waiting to be written. Thread-safe.
+    This tracker's anchors the store has not taken yet (``len()``), oldest first; with *keep_written*,
+    also its latest anchors the store did take. Planning reads both, so a conversation keeps chaining
+    from its own anchors while the store is down or slow, or after it came back empty. Bounded: past
+    *limit* the oldest goes (one not written yet is lost: ``overflow``); expired ones are dropped when
+    met. Thread-safe.
     """
 
     def __init__(self, limit: int = DEFAULT_BACKLOG_LIMIT, *, keep_written: bool = False) -> None:
         self.limit = limit
         self.keep_written = keep_written
         self._lock = ForkSafeLock()
-        self._held: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()
-        self._ids: dict[tuple[str, str], bytes] = {}
-        self._waiting: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._held: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()  # by (scope, view), oldest first
+        self._ids: dict[tuple[str, str], bytes] = {}  # (scope, response id) -> view
+        self._waiting: OrderedDict[tuple[str, bytes], None] = OrderedDict()  # held, not written yet
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -379,10 +387,8 @@ class Backlog:
 
     def add(self, scope: str, anchor: Anchor, now: float, *, written: bool = False) -> tuple[bool, int]:
         """
-        Hold *anchor* (waiting to be written, unless *written*), replacing what its view or id held.
-
-        Returns ``(held, overflowed)``: whether it is held (not when expired, or the limit is 0), and
-        how many anchors waiting to be written were dropped to stay within the limit.
+        Hold *anchor* (waiting to be written, unless *written*), replacing what its view or id held;
+        return whether it is held (not expired, limit above 0) and how many waiting ones overflowed.
         """
         key = (scope, anchor.view)
         with self._lock:
@@ -405,16 +411,14 @@ class Backlog:
         """The live anchors of *scope* it holds for any of *views*."""
         with self._lock:
             found = {view: self._held.get((scope, view)) for view in views}
-            return {
-                view: anchor for view, anchor in found.items() if anchor is not None and anchor.is_live(now)
-            }
+        return {view: anchor for view, anchor in found.items() if anchor is not None and anchor.is_live(now)}
 
     def get(self, scope: str, response_id: str, now: float) -> Anchor | None:
         """The live anchor of *scope* it holds for *response_id*, if any."""
         with self._lock:
             view = self._ids.get((scope, response_id))
             anchor = self._held.get((scope, view)) if view is not None else None
-            return anchor if anchor is not None and anchor.is_live(now) else None
+        return anchor if anchor is not None and anchor.is_live(now) else None
 
     def evict(self, scope: str, response_id: str) -> bool:
         """Forget *response_id* and every anchor chained from it; whether one waiting to be written went."""
@@ -423,23 +427,18 @@ class Backlog:
             for (entry_scope, _), anchor in self._held.items():
                 if entry_scope == scope and anchor.parent is not None:
                     children.setdefault(anchor.parent, []).append(anchor.response_id)
-            dead, todo = {response_id}, [response_id]
-            while todo:  # one pass over the held anchors, however deep the chain below
-                for kid in children.get(todo.pop(), ()):
-                    if kid not in dead:
-                        dead.add(kid)
-                        todo.append(kid)
-            waiting = len(self._waiting)
-            for rid in dead:
+            waiting, todo = len(self._waiting), [response_id]
+            while todo:  # one pass over the held anchors, however deep (or cyclic) the chain below
+                rid = todo.pop()
                 self._forget(scope, rid)
+                todo.extend(children.pop(rid, ()))
             return len(self._waiting) < waiting
 
     def take(self, n: int, now: float) -> tuple[list[tuple[str, Anchor]], int]:
         """
-        Up to *n* of the oldest live anchors waiting to be written; they wait no longer.
-
-        Returns ``(entries, expired)``: the ``(scope, anchor)`` entries (still held with
-        *keep_written*) and how many expired ones were dropped. Hand back what was not written with `add`.
+        Up to *n* of the oldest live ``(scope, anchor)`` waiting to be written, which wait no longer (still
+        held with *keep_written*; hand back with `add` what was not written), and how many expired ones
+        were dropped.
         """
         taken: list[tuple[str, Anchor]] = []
         expired = 0
@@ -470,10 +469,9 @@ class Backlog:
 
 class _Workers:
     """
-    Daemon threads that run a sync store's calls, so that a caller waits at most its deadline.
-
-    A thread starts whenever none is idle (up to *most*) and exits after *idle_seconds* without
-    work. Daemon threads never keep the interpreter from exiting, even while a store call hangs.
+    Daemon threads that run a sync store's calls, so that a caller waits at most its deadline. A
+    thread starts whenever none is idle (up to *most*) and exits after *idle_seconds* without work.
+    Daemon threads never keep the interpreter from exiting, even while a store call hangs.
     """
 
     def __init__(self, most: int = 4, idle_seconds: float = 10.0) -> None:
@@ -526,35 +524,3 @@ class _Workers:
                     future.set_result(fn())
                 except BaseException as error:  # noqa: BLE001 - handed to the waiting caller
                     future.set_exception(error)
-
-
-class _Lag:
-    """
-    How long the running event loop was blocked while one store call was awaited: a timer due
-    every `_TICK` seconds that fires L seconds late means the loop was blocked for about L seconds.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._started = loop.time()
-        self._blocked = 0.0
-        self._due = self._started + _TICK
-        self._handle = loop.call_at(self._due, self._tick)
-
-    def _tick(self) -> None:
-        now = self._loop.time()
-        if now - self._due > _NOISE:
-            self._blocked += now - self._due
-        self._due = now + _TICK
-        self._handle = self._loop.call_at(self._due, self._tick)
-
-    def stalled(self) -> float | None:
-        """Seconds the loop was blocked if that was most of the wait (not the store's fault), else None."""
-        now = self._loop.time()
-        late = now - self._due  # a tick the loop has not run yet
-        blocked = self._blocked + (late if late > _NOISE else 0.0)
-        return blocked if blocked >= max(_MIN_STALL, _STALL_SHARE * (now - self._started)) else None
-
-    def cancel(self) -> None:
-        """Stop sampling."""
-        self._handle.cancel()

@@ -1,10 +1,8 @@
 """
-Locks that a forked child can take.
-
-A lock another thread holds when the process forks stays held forever in the
-child, where that thread does not exist. Prefork servers (gunicorn, uWSGI) and
-``multiprocessing`` fork while threads use the wrapped client, so every lock on
-a call's path is a `ForkSafeLock`: the child starts with a fresh, unheld one.
+Locks that a forked child can take. A lock another thread holds when the process forks stays held
+forever in the child, where that thread does not exist. Prefork servers (gunicorn, uWSGI) and
+``multiprocessing`` fork while threads use the wrapped client, so every lock on a call's path is a
+`ForkSafeLock`: the child starts with a fresh, unheld one.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from types import TracebackType
 
 
 _locks: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
@@ -30,9 +27,7 @@ class ForkSafeLock:
     def __enter__(self) -> bool:
         return self._lock.acquire()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._lock.release()
 
 

@@ -1,13 +1,10 @@
 """
-Logger acquisition (the library never configures logging).
-
-Events go through structlog if the application configured it; otherwise to
-the standard library logger ``anchortrack``, as records whose message is the
-event name and its key/values (readable by any handler or formatter) and whose
-``extra`` carries the key/values and the bare name as ``event``.
-
-Events are namespaced, past tense, with flat snake_case keys and never item
-content (at most 12-hex-character digest prefixes). See docs/events.md.
+Logger acquisition (the library never configures logging). Events go through structlog if the
+application configured it; otherwise to the standard library logger ``anchortrack``, as records whose
+message is the event name and its key/values (readable by any handler or formatter) and whose
+``extra`` carries the key/values and the bare name as ``event``. Events are namespaced, past tense,
+with flat snake_case keys and never item content (at most 12-hex-character digest prefixes). See
+docs/events.md.
 """
 
 from __future__ import annotations
@@ -34,14 +31,10 @@ class _Fallback(structlog.stdlib.BoundLogger):
     """A stdlib-backed logger that drops debug and info events at once when they would not show."""
 
     def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        if not self._logger.isEnabledFor(logging.DEBUG):
-            return None
-        return super().debug(event, *args, **kw)
+        return super().debug(event, *args, **kw) if self._logger.isEnabledFor(logging.DEBUG) else None
 
     def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        if not self._logger.isEnabledFor(logging.INFO):
-            return None
-        return super().info(event, *args, **kw)
+        return super().info(event, *args, **kw) if self._logger.isEnabledFor(logging.INFO) else None
 
 
 #: Used while the application has not configured structlog (made once: a lazy proxy binds one per event).

@@ -1,15 +1,10 @@
 """
-anchortrack's decision on the active OpenTelemetry span of each call.
-
-Optional: it does something only when ``opentelemetry-api`` is installed
-(``pip install 'anchortrack[otel]'``) and a span is recording; anchortrack
-never starts a span of its own. The ``anchortrack.*`` attributes are listed in
-docs/guide/observability.md.
-
-They are set twice per call, on whichever span is current: when the plan is
-made (a tracer applied above anchortrack, or the caller's own span) and when
-the SDK hands back the response (a tracer below anchortrack, whose span only
-starts when the request is sent). The same values land on both.
+anchortrack's decision on the active OpenTelemetry span of each call: only with ``opentelemetry-api``
+installed (``pip install 'anchortrack[otel]'``) and on a span that records (anchortrack never starts
+one). The ``anchortrack.*`` attributes are listed in docs/guide/observability.md. The same values
+are set twice per call, on whichever span is current: when the plan is made (a tracer applied above
+anchortrack, or the caller's own span) and when the SDK hands back the response (a tracer below
+anchortrack, whose span only starts when the request is sent).
 """
 
 from __future__ import annotations
@@ -57,11 +52,10 @@ def attributes(plan: Any, mode: str, failure: str | None = None) -> dict[str, An
     """The span attributes for *plan* in *mode*, resent in full after *failure* if given."""
     reason = plan.reason.value
     applied = mode == "chained" and failure is None
+    decision = decision_for(chained=plan.chained, reason=reason) if failure is None else "stateless"
     out: dict[str, Any] = {
         PREFIX + "mode": mode,
-        PREFIX + "decision": decision_for(chained=plan.chained, reason=reason)
-        if failure is None
-        else "stateless",
+        PREFIX + "decision": decision,
         PREFIX + "reason": reason,
         PREFIX + "request.items_sent": plan.sent if applied else plan.total,
         PREFIX + "request.items_passed": plan.total,

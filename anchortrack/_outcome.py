@@ -1,8 +1,6 @@
 """
-What one call did: the one record (`Outcome`) every observer reads.
-
-The tracker makes one per call once its decision is final (a chained request
-once the server accepted or refused it); `Stats`, the demo and every
+What one call did: the one record (`Outcome`) every observer reads, once the call's decision is
+final (a chained request once the server accepted or refused it). `Stats`, the demo and every
 `Tracker.subscribe` callback read it, in one vocabulary: a `Decision` and a `Reason`.
 """
 
@@ -18,14 +16,11 @@ from ._plan import Plan, Reason
 
 class Decision(str, enum.Enum):
     """
-    What went out.
-
-    ``chained``: ``previous_response_id`` plus the new items, accepted.
-    ``resent``: sent chained, refused (``stale_anchor``, ``zdr``), resent in
-    full. ``stateless``: the full history, no anchor could be proved.
-    ``passthrough``: exactly as the caller built it (``mode_off``,
-    ``caller_managed``, a fault inside anchortrack). In shadow mode, what
-    *would* have gone out (never ``resent``).
+    What went out. ``chained``: ``previous_response_id`` plus the new items, accepted. ``resent``:
+    sent chained, refused (``stale_anchor``, ``zdr``), resent in full. ``stateless``: the full
+    history, no anchor could be proved. ``passthrough``: exactly as the caller built it (``mode_off``,
+    ``caller_managed``, a fault inside anchortrack). In shadow mode, what *would* have gone out (never
+    ``resent``).
     """
 
     CHAINED = "chained"
@@ -34,8 +29,6 @@ class Decision(str, enum.Enum):
     PASSTHROUGH = "passthrough"
 
 
-CHAINED, RESENT, STATELESS, PASSTHROUGH = "chained", "resent", "stateless", "passthrough"
-
 #: Reasons for which the request goes out exactly as the caller built it.
 PASSTHROUGH_REASONS = frozenset({Reason.MODE_OFF, Reason.CALLER_MANAGED})
 
@@ -43,8 +36,8 @@ PASSTHROUGH_REASONS = frozenset({Reason.MODE_OFF, Reason.CALLER_MANAGED})
 def decision_for(*, chained: bool, reason: str) -> str:
     """The decision of a request planned for *reason*, before any refusal: chained, stateless, passthrough."""
     if chained:
-        return CHAINED
-    return PASSTHROUGH if reason in PASSTHROUGH_REASONS else STATELESS
+        return Decision.CHAINED.value
+    return Decision.PASSTHROUGH.value if reason in PASSTHROUGH_REASONS else Decision.STATELESS.value
 
 
 def stateless_share(sent: int, stateless: int) -> float | None:
@@ -62,10 +55,10 @@ class Outcome:
         transport: ``http``, or ``websocket`` (``client.responses.connect()``).
         decision: What went out (`Decision`).
         reason: Why (`Reason`); for ``resent``, the refusal.
-        anchor_id: The ``previous_response_id`` chaining sent (for ``resent``:
-            the refused one; in shadow mode: the one it would have sent).
-        diverged_at: Where the history first differs from the closest view
-            recorded lately, when a divergence is the reason.
+        anchor_id: The ``previous_response_id`` chaining sent (for ``resent``: the refused one; in
+            shadow mode: the one it would have sent).
+        diverged_at: Where the history first differs from the closest view recorded lately, when a
+            divergence is the reason.
         items_total: Items in the caller's history (0 for a request not read).
         items_sent: Items that went out, a resend included.
         items_planned: Items the plan sends (in shadow mode: would send).
@@ -74,8 +67,8 @@ class Outcome:
         bytes_planned: Estimated input bytes of the plan.
         rejected: Anchors the store returned whose MAC did not verify.
         plan_seconds: How long planning took, when it ran to the end.
-        response_id: The id of the response the call returned, when it
-            returned one at once (not a stream, not a socket).
+        response_id: The id of the response the call returned, when it returned one at once (not a
+            stream, not a socket).
     """
 
     mode: str
@@ -105,29 +98,25 @@ def outcome_of(
     seconds: float | None = None,
     response_id: str | None = None,
 ) -> Outcome:
-    """The outcome of a call planned as *plan*, or refused for *refused*: then the full history went out,
-    after the chained attempt if it was *attempted*."""
+    """The outcome of a call planned as *plan*, or resent in full after a refusal (*refused*)."""
     shadow = mode is Mode.SHADOW
-    anchor_id = plan.anchor.response_id if plan.anchor is not None else None
-    if refused is not None:
-        decision, reason = Decision.RESENT, refused
-    else:
-        decision, reason = Decision(decision_for(chained=plan.chained, reason=plan.reason)), plan.reason
-    chained_items = plan.sent if refused is None or attempted else 0
-    chained_bytes = plan.bytes_planned if refused is None or attempted else 0
-    full = refused is not None
+    full = refused is not None  # the full history went out, after the chained attempt if *attempted*
+    decision = Decision.RESENT if full else Decision(decision_for(chained=plan.chained, reason=plan.reason))
+    chained = not full or attempted
+    items_sent = (plan.sent if chained else 0) + (plan.total if full else 0)
+    bytes_sent = (plan.bytes_planned if chained else 0) + (plan.bytes_stateless if full else 0)
     return Outcome(
         mode=mode.value,
         transport=transport,
         decision=decision,
-        reason=reason,
-        anchor_id=anchor_id,
+        reason=refused or plan.reason,
+        anchor_id=plan.anchor.response_id if plan.anchor is not None else None,
         diverged_at=plan.diverged_at,
         items_total=plan.total,
-        items_sent=plan.total if shadow else chained_items + (plan.total if full else 0),
+        items_sent=plan.total if shadow else items_sent,
         items_planned=plan.sent,
         bytes_stateless=plan.bytes_stateless,
-        bytes_sent=plan.bytes_stateless if shadow else chained_bytes + (plan.bytes_stateless if full else 0),
+        bytes_sent=plan.bytes_stateless if shadow else bytes_sent,
         bytes_planned=plan.bytes_planned,
         rejected=len(plan.rejected),
         plan_seconds=seconds,

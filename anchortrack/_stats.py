@@ -6,12 +6,12 @@ import bisect
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
 from ._fork import ForkSafeLock
-from ._outcome import CHAINED, PASSTHROUGH, RESENT, STATELESS, Decision, Outcome, stateless_share
+from ._outcome import Decision, Outcome, stateless_share
 
 
 #: Upper bounds of the plan-duration histogram, in seconds.
@@ -21,6 +21,12 @@ DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000
 
 #: Transports a request is counted under.
 HTTP, WEBSOCKET = "http", "websocket"
+
+#: The counters `Stats.add` adds to (the others count `Outcome`s).
+# fmt: off
+Counted = Literal["recorded", "recorded_local", "not_recorded", "store_errors", "store_stalls",
+                  "backlog_queued", "backlog_written", "backlog_dropped"]
+# fmt: on
 
 
 @attrs.define
@@ -145,12 +151,11 @@ class Stats:
             not_recorded = sum(self.not_recorded.values())
             store_errors = sum(self.store_errors.values())
         total = sum(live.values()) + sum(shadow.values())
-        split = [f"{d} {live[d]}" for d in (CHAINED, RESENT, STATELESS, PASSTHROUGH) if live[d]]
-        if shadow:
+        decisions = [d.value for d in Decision]
+        split = [f"{d} {live[d]}" for d in decisions if live[d]]
+        if shadow:  # never resent
             would = ", ".join(
-                f"{'would chain' if d == CHAINED else d} {shadow[d]}"
-                for d in (CHAINED, STATELESS, PASSTHROUGH)
-                if shadow[d]
+                f"{'would chain' if d == 'chained' else d} {shadow[d]}" for d in decisions if shadow[d]
             )
             split.append(f"shadow {sum(shadow.values())}: {would}")
         parts = [f"requests {total}" + (f" ({', '.join(split)})" if split else "")]
@@ -189,42 +194,23 @@ class Stats:
             if o.plan_seconds is not None:
                 self.plan_seconds.observe(o.plan_seconds)
 
-    def recorded_response(self) -> None:
-        """Count one recorded response."""
+    def add(self, counter: Counted, n: int = 1, *, key: str | None = None) -> None:
+        """Add *n* to the counter named *counter* (to its *key*, for a counter by label: ``store_errors``)."""
+        if not n:
+            return
         with self._lock:
-            self.recorded += 1
+            if key is None:
+                setattr(self, counter, getattr(self, counter) + n)
+            else:
+                getattr(self, counter)[key] += n
 
     def recorded_locally(self) -> None:
         """Count one response kept as a connection-local anchor (WebSocket)."""
-        with self._lock:
-            self.recorded_local += 1
+        self.add("recorded_local")
 
     def skipped_response(self, reason: str) -> None:
         """Count one response that was not recorded."""
-        with self._lock:
-            self.not_recorded[reason] += 1
-
-    def store_failed(self, operation: str) -> None:
-        """Count one failed store operation."""
-        with self._lock:
-            self.store_errors[operation] += 1
-
-    def store_stalled(self, operation: str) -> None:
-        """Count one store operation retried because the caller's event loop was blocked."""
-        with self._lock:
-            self.store_stalls[operation] += 1
-
-    def backlog_changed(
-        self, *, size: int, queued: int = 0, written: int = 0, dropped: Mapping[str, int] | None = None
-    ) -> None:
-        """Count anchor writes queued in, written from and dropped from the backlog; set its size."""
-        with self._lock:
-            self.backlog_queued += queued
-            self.backlog_written += written
-            for reason, n in (dropped or {}).items():
-                if n:
-                    self.backlog_dropped[reason] += n
-            self.backlog_size = size
+        self.add("not_recorded", key=reason)
 
     def snapshot(self) -> dict[str, Any]:
         """

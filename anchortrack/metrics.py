@@ -142,6 +142,12 @@ _SERIES: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str | N
 )
 # fmt: on
 
+#: The histograms, after the series: name, key in the snapshot, and help.
+_HISTOGRAMS = (
+    ("anchortrack_plan_seconds", "plan_seconds", "Time to plan one request (fingerprint, look up, choose)."),
+    ("anchortrack_delta_items", "delta_items", "Items sent by chained requests the server accepted."),
+)
+
 
 def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
@@ -169,18 +175,6 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
         for label_value, value in flat[key].items():
             series.add_metric([label_value], value)
         yield series
-    yield _histogram(
-        "anchortrack_plan_seconds",
-        "Time to plan one request (fingerprint, look up, choose).",
-        snap["plan_seconds"],
-    )
-    yield _histogram(
-        "anchortrack_delta_items", "Items sent by chained requests the server accepted.", snap["delta_items"]
-    )
-
-
-def _histogram(name: str, documentation: str, data: Mapping[str, Any]) -> HistogramMetricFamily:
-    buckets = [
-        (bound if bound == "+Inf" else repr(float(bound)), count) for bound, count in data["buckets"].items()
-    ]
-    return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=data["sum"])
+    for name, key, documentation in _HISTOGRAMS:
+        buckets = [(b if b == "+Inf" else repr(float(b)), n) for b, n in snap[key]["buckets"].items()]
+        yield HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=snap[key]["sum"])
