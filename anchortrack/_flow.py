@@ -1,18 +1,15 @@
 """
 One ``responses.create`` call as a generator of effects (pure): every decision, written once.
 
-`call_flow` reads the history (`read_history`: fingerprint each item, hash
-every prefix), plans (`plan_history`: find the longest recorded prefix whose
-anchor is provably valid), sends the delta after ``previous_response_id`` or
-the full request, and on a stale-anchor or ZDR refusal evicts and resends in
-full (`refused_flow`). It yields store I/O (`Find`, `Get`, `Evict`), the
-`Send` and bookkeeping (`Planned`, `FellBack`, `DisableChaining`, `Log`);
-the answers, or the errors a send raised, come back in. A driver (`drive`,
-`adrive`; the tracker, the WebSocket calls) performs the effects.
+`call_flow` hashes the history, plans from the longest provably valid recorded prefix, sends the
+delta or the full request, and recovers from a refused anchor (`refused_flow`). It yields store I/O,
+the `Send` and bookkeeping; answers, or what a send raised, come back in. `drive` and `adrive` (the
+tracker, the WebSocket calls) perform the effects.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -237,37 +234,20 @@ def plan_history(
     if ctx.zdr_disabled:
         return with_sizes(Plan(Reason.ZDR, total=n), history.sizes)
     authentic = ctx.authentic if ctx.mac_key is not None else None
+    pick = functools.partial(choose, hashes, now=ctx.now, properties=properties, authentic=authentic)
     start = history.proven if ctx.local_store else 0
     if 1 < start < n:
         found = yield Find(ctx.scope_key, hashes[n - 2 : start - 2 : -1])
         if not isinstance(found, Unavailable):
-            plan = choose(
-                hashes,
-                found,
-                ctx.now,
-                has_model_items=True,  # only a plan with an anchor is taken from this step
-                properties=properties,
-                authentic=authentic,
-                shortest=start,
-            )
+            # Only a plan with an anchor is taken from this step.
+            plan = pick(found, has_model_items=True, shortest=start)
             if plan.anchor is not None:
                 return with_sizes(plan, history.sizes)
-    found = {}
-    if n >= 2:
-        found = yield Find(ctx.scope_key, candidates(hashes))
+    found = (yield Find(ctx.scope_key, candidates(hashes))) if n >= 2 else {}
     if isinstance(found, Unavailable):
         plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
     else:
-        assert isinstance(found, Mapping)
-        plan = choose(
-            hashes,
-            found,
-            ctx.now,
-            has_model_items=history.has_model,
-            recent=ctx.recent,
-            properties=properties,
-            authentic=authentic,
-        )
+        plan = pick(found, has_model_items=history.has_model, recent=ctx.recent)
     return with_sizes(plan, history.sizes)
 
 
@@ -287,34 +267,20 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
         history = read_history(ctx, request.items)
     except ItemError as error:
         yield Log("warning", "anchortrack.item_unsupported", {"error": str(error), "fallback": "stateless"})
-        plan = Plan(Reason.INTERNAL_ERROR, total=n)
-        yield Planned(plan, None)
-        yield _reported(ctx.mode, plan)
+        yield from _planned(ctx, Plan(Reason.INTERNAL_ERROR, total=n))
         return (yield Send(request.body, None))
     hashes = history.hashes
     plan = yield from plan_history(ctx, history, properties=request.properties)
-    yield Planned(plan, ctx.timer() - started, hashes)
-    if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
-        yield _reported(ctx.mode, plan)
-    if plan.rejected:
-        yield _rejected(ctx, plan)
-    skip_reason = None if request.store else Reason.STORE_FALSE
+    yield from _planned(ctx, plan, ctx.timer() - started, hashes)
     base = hashes[-1] if hashes else ctx.root
-    ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, properties=request.properties)
+    fields = (ctx.scope_key, base, n, hashes, None if request.store else Reason.STORE_FALSE)
+    ticket = Ticket(*fields, properties=request.properties)
     anchor = plan.anchor
     if ctx.mode is Mode.SHADOW or anchor is None:
         return (yield Send(request.body, ticket))
     try:
-        chained = Ticket(  # not attrs.evolve: this runs on every chained call
-            ctx.scope_key,
-            base,
-            n,
-            hashes,
-            skip_reason,
-            anchor.expires_at,
-            request.properties,
-            anchor.response_id,
-        )
+        # Not attrs.evolve: this runs on every chained call.
+        chained = Ticket(*fields, anchor.expires_at, request.properties, anchor.response_id)
         body = chained_body(request, plan.skip, anchor.response_id)
         return (yield Send(body, chained, anchor_id=anchor.response_id))
     except Exception as error:  # noqa: BLE001 - refused_flow raises again what is not a refusal
@@ -385,11 +351,7 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
                     properties=request.properties,
                     parent=parent_id,
                 )
-    plan = Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected)
-    yield Planned(plan, None)
-    yield _reported(ctx.mode, plan)
-    if plan.rejected:
-        yield _rejected(ctx, plan)
+    yield from _planned(ctx, Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected))
     if ticket is None:
         yield Log(
             "debug",
@@ -412,13 +374,16 @@ HINTS = {
 }
 
 
-def _rejected(ctx: CallContext, plan: Plan) -> Log:
-    """The warning that the store returned anchors whose MAC did not verify."""
-    return Log(
-        "warning",
-        "anchortrack.anchor_rejected",
-        {"rejected": len(plan.rejected), "anchor_ids": list(plan.rejected), "scope": ctx.scope_key},
-    )
+def _planned(
+    ctx: CallContext, plan: Plan, seconds: float | None = None, hashes: Sequence[bytes] = ()
+) -> Flow:
+    """Report *plan*: its bookkeeping, its event (debug events only if they show), rejected anchors."""
+    yield Planned(plan, seconds, hashes)
+    if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
+        yield _reported(ctx.mode, plan)
+    if plan.rejected:
+        fields = {"rejected": len(plan.rejected), "anchor_ids": list(plan.rejected), "scope": ctx.scope_key}
+        yield Log("warning", "anchortrack.anchor_rejected", fields)
 
 
 def _reported(mode: Mode, plan: Plan) -> Log:
