@@ -9,6 +9,7 @@ tracker, the WebSocket calls) perform the effects.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -202,12 +203,7 @@ class History:
 
 
 def read_history(ctx: CallContext, items: Sequence[object]) -> History:
-    """
-    Fingerprint *items* and hash their prefixes from the context's root.
-
-    Raises:
-        ItemError: an item has no Responses API shape.
-    """
+    """Fingerprint *items* and hash their prefixes from the context's root (`ItemError`: not an item)."""
     memo = ctx.memo
     if memo is None:
         fps, sizes, has_model = fingerprint_items(items)
@@ -220,14 +216,10 @@ def plan_history(
     ctx: CallContext, history: History, *, properties: bytes = b""
 ) -> Generator[Find, Any, Plan]:
     """
-    Plan a request for *history*: look the candidate views up (`Find`), choose, size.
+    Plan a request for *history* made with the carried-over *properties*: look the candidates up, choose.
 
-    Only anchors made with the same carried-over *properties* are chosen, and,
-    with a MAC key, only anchors whose MAC verifies; an `UNAVAILABLE` store
-    plans a stateless request. With a store in this process, a history that
-    extends the memo's last one (`History.proven`) first looks up only the
-    views after that point, where a loop chains from: the longest usable
-    anchor is there if it is anywhere at or after it, so the plan is the same.
+    With a store in this process, a history that extends the memo's last one first looks up only the
+    views after the proven prefix (`History.proven`), where a loop chains from: the plan is the same.
     """
     hashes = history.hashes
     n = len(hashes)
@@ -291,12 +283,8 @@ def refused_flow(
     ctx: CallContext, request: Request, anchor: Anchor, ticket: Ticket, error: Exception
 ) -> Flow:
     """
-    A request chained to *anchor* was refused with *error*: the decisions after it.
-
-    A stale anchor is evicted, a ZDR refusal stops chaining in the scope; both
-    resend the call in full, once, with the unchained *ticket*. Any other error
-    is raised again, unchanged. A transport that learns of the refusal after
-    its send (a WebSocket error frame) runs this on its own.
+    A request chained to *anchor* was refused with *error*: evict a stale anchor, or stop chaining in
+    the scope (ZDR), and resend in full once with *ticket*; any other error is raised again, unchanged.
     """
     refusal = classify(error, anchor.response_id)
     if refusal is None:
@@ -315,42 +303,40 @@ def refused_flow(
 
 def _caller_managed(ctx: CallContext, request: Request) -> Flow:
     """Send exactly as given; record the child if the parent's view is known."""
-    ticket = None
-    rejected: tuple[str, ...] = ()
     parent_id = request.previous_response_id
+    parent: Any = None
     if parent_id is not None and not request.conversation and not ctx.zdr_disabled:
         parent = yield Get(ctx.scope_key, parent_id)
-        if isinstance(parent, Anchor) and not (
-            answers(parent, response_id=parent_id) and ctx.authentic(parent)
-        ):
+    rejected: tuple[str, ...] = ()
+    fps = None
+    if isinstance(parent, Anchor):
+        if not (answers(parent, response_id=parent_id) and ctx.authentic(parent)):
             rejected = (parent.response_id,)
-            parent = None
-        if isinstance(parent, Anchor):
-            try:
-                fps, _, _ = fingerprint_items(request.items, ctx.memo)
-            except ItemError:
-                fps = None
-            if fps is not None:
-                held = parent.count
-                if 0 < held <= len(fps) and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view:
-                    # The request repeats what its own previous_response_id holds (400 Duplicate item).
-                    event = "anchortrack.hint_duplicate_items"
-                    fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
-                    yield Log("warning", event, fields)
-                skip = None if request.store else Reason.STORE_FALSE
-                if skip is None and not matches(parent.properties, request.properties):
-                    # A server may have carried the parent's properties over to
-                    # this response: what it was made with is not what was sent.
-                    skip = Reason.PROPERTIES_CHANGED
-                ticket = Ticket(
-                    scope=ctx.scope_key,
-                    base=extend(parent.view, fps),
-                    count=parent.count + len(fps),
-                    skip_reason=skip,
-                    expires_at=parent.expires_at,
-                    properties=request.properties,
-                    parent=parent_id,
-                )
+        else:
+            with contextlib.suppress(ItemError):
+                fps = fingerprint_items(request.items, ctx.memo)[0]
+    ticket = None
+    if fps is not None:
+        held = parent.count
+        if 0 < held <= len(fps) and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view:
+            # The request repeats what its own previous_response_id holds (400 Duplicate item).
+            event = "anchortrack.hint_duplicate_items"
+            fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
+            yield Log("warning", event, fields)
+        skip = None if request.store else Reason.STORE_FALSE
+        if skip is None and not matches(parent.properties, request.properties):
+            # A server may have carried the parent's properties over to
+            # this response: what it was made with is not what was sent.
+            skip = Reason.PROPERTIES_CHANGED
+        ticket = Ticket(
+            scope=ctx.scope_key,
+            base=extend(parent.view, fps),
+            count=parent.count + len(fps),
+            skip_reason=skip,
+            expires_at=parent.expires_at,
+            properties=request.properties,
+            parent=parent_id,
+        )
     yield from _planned(ctx, Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected))
     if ticket is None:
         yield Log(
@@ -430,10 +416,7 @@ def _reported(mode: Mode, plan: Plan) -> Log:
 
 
 class _Steps(Generic[R]):
-    """
-    A flow's effects, one at a time: `answer` one, or raise inside ``with steps:``
-    (the error goes into the flow, to decide), and the flow resumes for the next.
-    """
+    """A flow's effects, one at a time: `answer` one, or raise inside ``with steps:`` (into the flow)."""
 
     def __init__(self, flow: Generator[Any, Any, R]) -> None:
         self._flow = flow
@@ -484,10 +467,7 @@ async def adrive(flow: Generator[Any, Any, R], run: Callable[[Any], Awaitable[An
 def relay(
     flow: Generator[Any, Any, R], step: Callable[[Any], Generator[Any, Any, Any]]
 ) -> Generator[Any, Any, R]:
-    """
-    Run *flow* inside another flow: *step* turns each of its effects into a sub-flow whose
-    effects go out; what that sub-flow returns or raises goes back into *flow*.
-    """
+    """Run *flow* inside a flow: *step* turns each effect into a sub-flow, whose outcome goes back in."""
     steps = _Steps(flow)
     for effect in steps:
         with steps:
