@@ -71,16 +71,9 @@ class Evict:
 @attrs.frozen
 class Ticket:
     """
-    What is needed to record the response to one request.
-
-    Attributes:
-        base: ``h(n)``: the digest of the full context sent, before outputs;
-            *count* is how many items that context holds.
-        hashes: ``[h(1), …, h(n)]`` when known, to explain later fallbacks.
-        skip_reason: Why the response must not be recorded, if so.
-        expires_at: When the chain the request hangs from expires, if chained:
-            a response cannot outlive the ancestors the server resolves it through.
-        parent: The response the request was chained from, if any.
+    What is needed to record the response to one request: *base* is ``h(n)``, the digest of the *count*
+    items sent; *hashes* ``[h(1), …, h(n)]`` if known (to explain fallbacks); *expires_at* the expiry of
+    the chain it hangs from, which the response cannot outlive; *parent* the response chained from.
     """
 
     scope: str
@@ -96,10 +89,8 @@ class Ticket:
 @attrs.frozen
 class Send:
     """
-    Call the SDK with *body* (keyword arguments); record the response with *ticket*.
-
-    *anchor_id*: the request chains from it, so a refusal that only shows as a
-    stream's first event must be raised into the flow like an HTTP one.
+    Call the SDK with *body* (keyword arguments); record the response with *ticket*. With *anchor_id*
+    (chained), a refusal that shows as a stream's first event is raised into the flow like an HTTP one.
     """
 
     body: Mapping[str, Any]
@@ -118,17 +109,10 @@ class Planned:
 
 @attrs.frozen
 class FellBack:
-    """A chained request was refused (*reason*: stale anchor or ZDR); the call is resent in full."""
+    """A chained request was refused (stale anchor, or ZDR: chaining stops in the scope); resent in full."""
 
     reason: Reason
     anchor: Anchor
-
-
-@attrs.frozen
-class DisableChaining:
-    """Stop chaining in the scope *scope_key* (its organization refuses it)."""
-
-    scope_key: str
 
 
 @attrs.frozen
@@ -140,26 +124,16 @@ class Log:
     fields: Mapping[str, Any] = attrs.field(factory=dict)
 
 
-Effect = Find | Get | Evict | Send | Planned | FellBack | DisableChaining | Log
+Effect = Find | Get | Evict | Send | Planned | FellBack | Log
 Flow = Generator[Effect, Any, Any]
 
 
 @attrs.frozen
 class CallContext:
     """
-    Everything the flow knows about its call besides the request (data only).
-
-    Attributes:
-        root: ``h(0)`` of the scope, keyed by the store's secret key.
-        mode: ``chained`` or ``shadow`` (``off`` never reaches the flow).
-        zdr_disabled: Chaining was stopped in this scope by a ZDR refusal.
-        memo: Fingerprints remembered from earlier calls, if any.
-        recent: Views recorded lately, to locate a divergence, if any.
-        mac_key: The key anchors are sealed with, if the store has a secret
-            key: anchors read without a valid MAC are treated as absent.
-        quiet: Debug events would not show: the flow does not yield them.
-        local_store: The store answers in this process (a lookup costs no
-            round trip; see `plan_history`).
+    Everything the flow knows about its call besides the request (data only): *root* is the scope's
+    ``h(0)``; with *mac_key*, anchors read without a valid MAC are absent; *quiet*: debug events would
+    not show, so none is yielded; *local_store*: the store answers in this process (see `plan_history`).
     """
 
     scope_key: str
@@ -185,14 +159,8 @@ class CallContext:
 @attrs.frozen
 class History:
     """
-    A history, fingerprinted and hashed: the first half of planning.
-
-    Attributes:
-        fingerprints: ``f(item)`` per item; *sizes*, the canonical JSON size of each.
-        has_model: Whether any item is model output.
-        hashes: ``[h(1), …, h(n)]`` from the context's root.
-        proven: How many leading items are the memo's last history, proven
-            unchanged (0 without a memo).
+    A history, fingerprinted (with each item's canonical JSON size) and hashed from the context's root;
+    *proven*: how many leading items are the memo's last history, proven unchanged (0 without a memo).
     """
 
     fingerprints: list[bytes]
@@ -294,7 +262,6 @@ def refused_flow(
         yield Evict(ctx.scope_key, anchor.response_id)
     yield FellBack(refusal, anchor)
     if refusal is Reason.ZDR:
-        yield DisableChaining(ctx.scope_key)
         yield Log("warning", "anchortrack.scope_disabled", {**fields, "scope": ctx.scope_key})
     else:
         yield Log("warning", "anchortrack.anchor_evicted", {**fields, "resent": "stateless"})

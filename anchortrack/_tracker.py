@@ -22,7 +22,6 @@ from ._failopen import FailOpen, is_store_effect
 from ._flow import (
     HINTS,
     CallContext,
-    DisableChaining,
     FellBack,
     Log,
     Planned,
@@ -296,8 +295,8 @@ class Tracker:
         elif isinstance(effect, FellBack):
             state.refused = effect.reason
             _otel.fell_back(effect.reason.value)
-        elif isinstance(effect, DisableChaining):
-            self._zdr.add(effect.scope_key)
+            if effect.reason is Reason.ZDR:
+                self._zdr.add(state.context.scope_key)
         else:
             raise TypeError(f"unknown effect {effect!r}")
 
