@@ -456,14 +456,8 @@ class Tracker:
             )
             if reason is not None:
                 self.stats.skipped_response(reason.value)
-                status = getattr(response, "status", None)
-                get_logger().debug(
-                    "anchortrack.response_not_recorded",
-                    response_id=response_id,
-                    status=status,
-                    reason=reason.value,
-                    **via,
-                )
+                fields = {"response_id": response_id, "status": getattr(response, "status", None)}
+                get_logger().debug("anchortrack.response_not_recorded", **fields, reason=reason.value, **via)
                 return None
             assert isinstance(response_id, str)
             items = list(output if output is not None else getattr(response, "output", None) or ())
