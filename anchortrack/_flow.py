@@ -10,7 +10,6 @@ tracker, the WebSocket calls) perform the effects.
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -194,20 +193,34 @@ def plan_history(
     if ctx.zdr_disabled:
         return with_sizes(Plan(Reason.ZDR, total=n), history.sizes)
     authentic = ctx.authentic if ctx.mac_key is not None else None
-    pick = functools.partial(choose, hashes, now=ctx.now, properties=properties, authentic=authentic)
     start = history.proven if ctx.local_store else 0
     if 1 < start < n:
         found = yield Find(ctx.scope_key, hashes[n - 2 : start - 2 : -1])
         if not isinstance(found, Unavailable):
-            # Only a plan with an anchor is taken from this step.
-            plan = pick(found, has_model_items=True, shortest=start)
+            plan = choose(
+                hashes,
+                found,
+                ctx.now,
+                has_model_items=True,  # only a plan with an anchor is taken from this step
+                properties=properties,
+                authentic=authentic,
+                shortest=start,
+            )
             if plan.anchor is not None:
                 return with_sizes(plan, history.sizes)
     found = (yield Find(ctx.scope_key, candidates(hashes))) if n >= 2 else {}
     if isinstance(found, Unavailable):
         plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
     else:
-        plan = pick(found, has_model_items=history.has_model, recent=ctx.recent)
+        plan = choose(
+            hashes,
+            found,
+            ctx.now,
+            has_model_items=history.has_model,
+            recent=ctx.recent,
+            properties=properties,
+            authentic=authentic,
+        )
     return with_sizes(plan, history.sizes)
 
 
