@@ -187,9 +187,7 @@ def new_anchor(
     *base* (of *count* items) with *hashes*. It never outlives *chain_expires_at*: the server resolves a
     response through its ancestors.
     """
-    expires_at = now + ttl
-    if chain_expires_at is not None:
-        expires_at = min(expires_at, chain_expires_at)
+    expires_at = now + ttl if chain_expires_at is None else min(now + ttl, chain_expires_at)
     anchor = Anchor(
         view=hashes[-1] if hashes else base,
         response_id=response_id,

@@ -221,8 +221,8 @@ class Tracker:
 
     def _send(self, state: CallState, effect: Send, send: Callable[..., Any]) -> Generator[Any, Any, Any]:
         """
-        Send. A chained stream is peeked: a stale-anchor or ZDR refusal as its first event is raised into
-        the flow like an HTTP refusal (which evicts and resends); any other error stays in the stream.
+        Send. A chained stream is peeked: a refusal as its first event is raised into the flow like an HTTP
+        one (which evicts and resends); any other error stays in the stream.
         """
         try:
             built: list[Any] = []
@@ -250,10 +250,8 @@ class Tracker:
         self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
     ) -> tuple[CallContext, Request] | None:
         """
-        Read one ``responses.create`` / ``parse`` call and build its context; None when it must pass
-        through untouched (mode ``off``: its outcome is published, for *transport*).
-
-        Raises TypeError when ``input`` has no Responses API shape.
+        Read one ``responses.create`` / ``parse`` call and build its context (TypeError: ``input`` has no
+        Responses API shape); None when it passes through untouched (mode ``off``: outcome published).
         """
         mode = resolve(self.mode)
         if mode is Mode.OFF:
