@@ -1,9 +1,6 @@
 """
-The do-it-yourself API, for people writing their own Responses loop.
-
-``plan_request`` plans with the wrapped client's planning pipeline and
-``record_response`` records with its anchor builder. Both take the scope and
-the store explicitly and call the store; nothing else is shared or remembered.
+The do-it-yourself API for people writing their own Responses loop: the wrapped client's planning and
+anchor builder, with the scope and the store passed in (nothing else is shared or remembered).
 """
 
 from __future__ import annotations
@@ -51,12 +48,9 @@ def plan_request(
     context = CallContext(
         scope_key=scope.store_key(secret), root=scope.root(secret), now=time.time(), mac_key=mac_key(secret)
     )
-
     history_read = read_history(context, list(history))
-    properties = properties_digest(params or {}, scope.base_url)
-    planning = plan_history(context, history_read, properties=properties)
-    plan: Plan = drive(planning, lambda find: store.find(find.scope, find.views))
-    return plan
+    planning = plan_history(context, history_read, properties=properties_digest(params or {}, scope.base_url))
+    return drive(planning, lambda find: store.find(find.scope, find.views))
 
 
 def record_response(

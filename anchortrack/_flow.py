@@ -1,18 +1,15 @@
 """
 One ``responses.create`` call as a generator of effects (pure): every decision, written once.
 
-`call_flow` reads the history (`read_history`: fingerprint each item, hash
-every prefix), plans (`plan_history`: find the longest recorded prefix whose
-anchor is provably valid), sends the delta after ``previous_response_id`` or
-the full request, and on a stale-anchor or ZDR refusal evicts and resends in
-full (`refused_flow`). It yields store I/O (`Find`, `Get`, `Evict`), the
-`Send` and bookkeeping (`Planned`, `FellBack`, `DisableChaining`, `Log`);
-the answers, or the errors a send raised, come back in. A driver (`drive`,
-`adrive`; the tracker, the WebSocket calls) performs the effects.
+`call_flow` hashes the history, plans from the longest provably valid recorded prefix, sends the
+delta or the full request, and recovers from a refused anchor (`refused_flow`). It yields store I/O,
+the `Send` and bookkeeping; answers, or what a send raised, come back in. `drive` and `adrive` (the
+tracker, the WebSocket calls) perform the effects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -73,16 +70,9 @@ class Evict:
 @attrs.frozen
 class Ticket:
     """
-    What is needed to record the response to one request.
-
-    Attributes:
-        base: ``h(n)``: the digest of the full context sent, before outputs;
-            *count* is how many items that context holds.
-        hashes: ``[h(1), …, h(n)]`` when known, to explain later fallbacks.
-        skip_reason: Why the response must not be recorded, if so.
-        expires_at: When the chain the request hangs from expires, if chained:
-            a response cannot outlive the ancestors the server resolves it through.
-        parent: The response the request was chained from, if any.
+    What is needed to record the response to one request: *base* is ``h(n)``, the digest of the *count*
+    items sent; *hashes* ``[h(1), …, h(n)]`` if known (to explain fallbacks); *expires_at* the expiry of
+    the chain it hangs from, which the response cannot outlive; *parent* the response chained from.
     """
 
     scope: str
@@ -98,10 +88,8 @@ class Ticket:
 @attrs.frozen
 class Send:
     """
-    Call the SDK with *body* (keyword arguments); record the response with *ticket*.
-
-    *anchor_id*: the request chains from it, so a refusal that only shows as a
-    stream's first event must be raised into the flow like an HTTP one.
+    Call the SDK with *body* (keyword arguments); record the response with *ticket*. With *anchor_id*
+    (chained), a refusal that shows as a stream's first event is raised into the flow like an HTTP one.
     """
 
     body: Mapping[str, Any]
@@ -120,17 +108,10 @@ class Planned:
 
 @attrs.frozen
 class FellBack:
-    """A chained request was refused (*reason*: stale anchor or ZDR); the call is resent in full."""
+    """A chained request was refused (stale anchor, or ZDR: chaining stops in the scope); resent in full."""
 
     reason: Reason
     anchor: Anchor
-
-
-@attrs.frozen
-class DisableChaining:
-    """Stop chaining in the scope *scope_key* (its organization refuses it)."""
-
-    scope_key: str
 
 
 @attrs.frozen
@@ -142,26 +123,16 @@ class Log:
     fields: Mapping[str, Any] = attrs.field(factory=dict)
 
 
-Effect = Find | Get | Evict | Send | Planned | FellBack | DisableChaining | Log
+Effect = Find | Get | Evict | Send | Planned | FellBack | Log
 Flow = Generator[Effect, Any, Any]
 
 
 @attrs.frozen
 class CallContext:
     """
-    Everything the flow knows about its call besides the request (data only).
-
-    Attributes:
-        root: ``h(0)`` of the scope, keyed by the store's secret key.
-        mode: ``chained`` or ``shadow`` (``off`` never reaches the flow).
-        zdr_disabled: Chaining was stopped in this scope by a ZDR refusal.
-        memo: Fingerprints remembered from earlier calls, if any.
-        recent: Views recorded lately, to locate a divergence, if any.
-        mac_key: The key anchors are sealed with, if the store has a secret
-            key: anchors read without a valid MAC are treated as absent.
-        quiet: Debug events would not show: the flow does not yield them.
-        local_store: The store answers in this process (a lookup costs no
-            round trip; see `plan_history`).
+    Everything the flow knows about its call besides the request (data only): *root* is the scope's
+    ``h(0)``; with *mac_key*, anchors read without a valid MAC are absent; *quiet*: debug events would
+    not show, so none is yielded; *local_store*: the store answers in this process (see `plan_history`).
     """
 
     scope_key: str
@@ -187,14 +158,8 @@ class CallContext:
 @attrs.frozen
 class History:
     """
-    A history, fingerprinted and hashed: the first half of planning.
-
-    Attributes:
-        fingerprints: ``f(item)`` per item; *sizes*, the canonical JSON size of each.
-        has_model: Whether any item is model output.
-        hashes: ``[h(1), …, h(n)]`` from the context's root.
-        proven: How many leading items are the memo's last history, proven
-            unchanged (0 without a memo).
+    A history, fingerprinted (with each item's canonical JSON size) and hashed from the context's root;
+    *proven*: how many leading items are the memo's last history, proven unchanged (0 without a memo).
     """
 
     fingerprints: list[bytes]
@@ -205,12 +170,7 @@ class History:
 
 
 def read_history(ctx: CallContext, items: Sequence[object]) -> History:
-    """
-    Fingerprint *items* and hash their prefixes from the context's root.
-
-    Raises:
-        ItemError: an item has no Responses API shape.
-    """
+    """Fingerprint *items* and hash their prefixes from the context's root (`ItemError`: not an item)."""
     memo = ctx.memo
     if memo is None:
         fps, sizes, has_model = fingerprint_items(items)
@@ -223,14 +183,10 @@ def plan_history(
     ctx: CallContext, history: History, *, properties: bytes = b""
 ) -> Generator[Find, Any, Plan]:
     """
-    Plan a request for *history*: look the candidate views up (`Find`), choose, size.
+    Plan a request for *history* made with the carried-over *properties*: look the candidates up, choose.
 
-    Only anchors made with the same carried-over *properties* are chosen, and,
-    with a MAC key, only anchors whose MAC verifies; an `UNAVAILABLE` store
-    plans a stateless request. With a store in this process, a history that
-    extends the memo's last one (`History.proven`) first looks up only the
-    views after that point, where a loop chains from: the longest usable
-    anchor is there if it is anywhere at or after it, so the plan is the same.
+    With a store in this process, a history that extends the memo's last one first looks up only the
+    views after the proven prefix (`History.proven`), where a loop chains from: the plan is the same.
     """
     hashes = history.hashes
     n = len(hashes)
@@ -252,13 +208,10 @@ def plan_history(
             )
             if plan.anchor is not None:
                 return with_sizes(plan, history.sizes)
-    found = {}
-    if n >= 2:
-        found = yield Find(ctx.scope_key, candidates(hashes))
+    found = (yield Find(ctx.scope_key, candidates(hashes))) if n >= 2 else {}
     if isinstance(found, Unavailable):
         plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
     else:
-        assert isinstance(found, Mapping)
         plan = choose(
             hashes,
             found,
@@ -287,34 +240,20 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
         history = read_history(ctx, request.items)
     except ItemError as error:
         yield Log("warning", "anchortrack.item_unsupported", {"error": str(error), "fallback": "stateless"})
-        plan = Plan(Reason.INTERNAL_ERROR, total=n)
-        yield Planned(plan, None)
-        yield _reported(ctx.mode, plan)
+        yield from _planned(ctx, Plan(Reason.INTERNAL_ERROR, total=n))
         return (yield Send(request.body, None))
     hashes = history.hashes
     plan = yield from plan_history(ctx, history, properties=request.properties)
-    yield Planned(plan, ctx.timer() - started, hashes)
-    if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
-        yield _reported(ctx.mode, plan)
-    if plan.rejected:
-        yield _rejected(ctx, plan)
-    skip_reason = None if request.store else Reason.STORE_FALSE
+    yield from _planned(ctx, plan, ctx.timer() - started, hashes)
     base = hashes[-1] if hashes else ctx.root
-    ticket = Ticket(ctx.scope_key, base, n, hashes, skip_reason, properties=request.properties)
+    fields = (ctx.scope_key, base, n, hashes, None if request.store else Reason.STORE_FALSE)
+    ticket = Ticket(*fields, properties=request.properties)
     anchor = plan.anchor
     if ctx.mode is Mode.SHADOW or anchor is None:
         return (yield Send(request.body, ticket))
     try:
-        chained = Ticket(  # not attrs.evolve: this runs on every chained call
-            ctx.scope_key,
-            base,
-            n,
-            hashes,
-            skip_reason,
-            anchor.expires_at,
-            request.properties,
-            anchor.response_id,
-        )
+        # Not attrs.evolve: this runs on every chained call.
+        chained = Ticket(*fields, anchor.expires_at, request.properties, anchor.response_id)
         body = chained_body(request, plan.skip, anchor.response_id)
         return (yield Send(body, chained, anchor_id=anchor.response_id))
     except Exception as error:  # noqa: BLE001 - refused_flow raises again what is not a refusal
@@ -325,12 +264,8 @@ def refused_flow(
     ctx: CallContext, request: Request, anchor: Anchor, ticket: Ticket, error: Exception
 ) -> Flow:
     """
-    A request chained to *anchor* was refused with *error*: the decisions after it.
-
-    A stale anchor is evicted, a ZDR refusal stops chaining in the scope; both
-    resend the call in full, once, with the unchained *ticket*. Any other error
-    is raised again, unchanged. A transport that learns of the refusal after
-    its send (a WebSocket error frame) runs this on its own.
+    A request chained to *anchor* was refused with *error*: evict a stale anchor, or stop chaining in
+    the scope (ZDR), and resend in full once with *ticket*; any other error is raised again, unchanged.
     """
     refusal = classify(error, anchor.response_id)
     if refusal is None:
@@ -340,7 +275,6 @@ def refused_flow(
         yield Evict(ctx.scope_key, anchor.response_id)
     yield FellBack(refusal, anchor)
     if refusal is Reason.ZDR:
-        yield DisableChaining(ctx.scope_key)
         yield Log("warning", "anchortrack.scope_disabled", {**fields, "scope": ctx.scope_key})
     else:
         yield Log("warning", "anchortrack.anchor_evicted", {**fields, "resent": "stateless"})
@@ -349,47 +283,41 @@ def refused_flow(
 
 def _caller_managed(ctx: CallContext, request: Request) -> Flow:
     """Send exactly as given; record the child if the parent's view is known."""
-    ticket = None
-    rejected: tuple[str, ...] = ()
     parent_id = request.previous_response_id
+    parent: Any = None
     if parent_id is not None and not request.conversation and not ctx.zdr_disabled:
         parent = yield Get(ctx.scope_key, parent_id)
-        if isinstance(parent, Anchor) and not (
-            answers(parent, response_id=parent_id) and ctx.authentic(parent)
-        ):
+    rejected: tuple[str, ...] = ()
+    fps = None
+    if isinstance(parent, Anchor):
+        if not (answers(parent, response_id=parent_id) and ctx.authentic(parent)):
             rejected = (parent.response_id,)
-            parent = None
-        if isinstance(parent, Anchor):
-            try:
-                fps, _, _ = fingerprint_items(request.items, ctx.memo)
-            except ItemError:
-                fps = None
-            if fps is not None:
-                held = parent.count
-                if 0 < held <= len(fps) and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view:
-                    # The request repeats what its own previous_response_id holds (400 Duplicate item).
-                    event = "anchortrack.hint_duplicate_items"
-                    fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
-                    yield Log("warning", event, fields)
-                skip = None if request.store else Reason.STORE_FALSE
-                if skip is None and not matches(parent.properties, request.properties):
-                    # A server may have carried the parent's properties over to
-                    # this response: what it was made with is not what was sent.
-                    skip = Reason.PROPERTIES_CHANGED
-                ticket = Ticket(
-                    scope=ctx.scope_key,
-                    base=extend(parent.view, fps),
-                    count=parent.count + len(fps),
-                    skip_reason=skip,
-                    expires_at=parent.expires_at,
-                    properties=request.properties,
-                    parent=parent_id,
-                )
-    plan = Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected)
-    yield Planned(plan, None)
-    yield _reported(ctx.mode, plan)
-    if plan.rejected:
-        yield _rejected(ctx, plan)
+        else:
+            with contextlib.suppress(ItemError):
+                fps = fingerprint_items(request.items, ctx.memo)[0]
+    ticket = None
+    if fps is not None:
+        held = parent.count
+        if 0 < held <= len(fps) and prefix_hashes(ctx.root, fps[:held])[-1] == parent.view:
+            # The request repeats what its own previous_response_id holds (400 Duplicate item).
+            event = "anchortrack.hint_duplicate_items"
+            fields = {"previous_response_id": parent_id, "items_held": held, "hint": HINTS[event]}
+            yield Log("warning", event, fields)
+        skip = None if request.store else Reason.STORE_FALSE
+        if skip is None and not matches(parent.properties, request.properties):
+            # A server may have carried the parent's properties over to
+            # this response: what it was made with is not what was sent.
+            skip = Reason.PROPERTIES_CHANGED
+        ticket = Ticket(
+            scope=ctx.scope_key,
+            base=extend(parent.view, fps),
+            count=parent.count + len(fps),
+            skip_reason=skip,
+            expires_at=parent.expires_at,
+            properties=request.properties,
+            parent=parent_id,
+        )
+    yield from _planned(ctx, Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected))
     if ticket is None:
         yield Log(
             "debug",
@@ -412,13 +340,16 @@ HINTS = {
 }
 
 
-def _rejected(ctx: CallContext, plan: Plan) -> Log:
-    """The warning that the store returned anchors whose MAC did not verify."""
-    return Log(
-        "warning",
-        "anchortrack.anchor_rejected",
-        {"rejected": len(plan.rejected), "anchor_ids": list(plan.rejected), "scope": ctx.scope_key},
-    )
+def _planned(
+    ctx: CallContext, plan: Plan, seconds: float | None = None, hashes: Sequence[bytes] = ()
+) -> Flow:
+    """Report *plan*: its bookkeeping, its event (debug events only if they show), rejected anchors."""
+    yield Planned(plan, seconds, hashes)
+    if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
+        yield _reported(ctx.mode, plan)
+    if plan.rejected:
+        fields = {"rejected": len(plan.rejected), "anchor_ids": list(plan.rejected), "scope": ctx.scope_key}
+        yield Log("warning", "anchortrack.anchor_rejected", fields)
 
 
 def _reported(mode: Mode, plan: Plan) -> Log:
@@ -465,10 +396,7 @@ def _reported(mode: Mode, plan: Plan) -> Log:
 
 
 class _Steps(Generic[R]):
-    """
-    A flow's effects, one at a time: `answer` one, or raise inside ``with steps:``
-    (the error goes into the flow, to decide), and the flow resumes for the next.
-    """
+    """A flow's effects, one at a time: `answer` one, or raise inside ``with steps:`` (into the flow)."""
 
     def __init__(self, flow: Generator[Any, Any, R]) -> None:
         self._flow = flow
@@ -519,10 +447,7 @@ async def adrive(flow: Generator[Any, Any, R], run: Callable[[Any], Awaitable[An
 def relay(
     flow: Generator[Any, Any, R], step: Callable[[Any], Generator[Any, Any, Any]]
 ) -> Generator[Any, Any, R]:
-    """
-    Run *flow* inside another flow: *step* turns each of its effects into a sub-flow whose
-    effects go out; what that sub-flow returns or raises goes back into *flow*.
-    """
+    """Run *flow* inside a flow: *step* turns each effect into a sub-flow, whose outcome goes back in."""
     steps = _Steps(flow)
     for effect in steps:
         with steps:

@@ -39,12 +39,7 @@ _env_modes: dict[str, Mode] = {}
 
 
 def coerce(value: Mode | str) -> Mode:
-    """
-    Turn *value* into a `Mode`.
-
-    Raises:
-        ValueError: *value* names no mode.
-    """
+    """Turn *value* into a `Mode` (ValueError when it names none)."""
     try:
         return Mode(value.lower())
     except ValueError:

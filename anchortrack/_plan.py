@@ -155,11 +155,8 @@ def unrecordable(
     response: object, *, record_incomplete: bool, connection_local: bool = False
 ) -> Reason | None:
     """
-    Why *response* must not become an anchor, or None if it may.
-
-    Only a completed response (optionally an incomplete one) with an id, not
-    created with ``store: false``, is an anchor; a *connection_local* one (kept
-    in a WebSocket's memory) may have ``store: false``.
+    Why *response* must not become an anchor (not completed, no id, ``store: false``), or None if it may.
+    A *connection_local* one (kept in a WebSocket's memory) may have ``store: false``.
     """
     if _attribute(response, "store") is False and not connection_local:
         return Reason.STORE_FALSE
@@ -186,16 +183,11 @@ def new_anchor(
     parent: str | None = None,
 ) -> Anchor:
     """
-    Build the anchor a recorded response becomes (the one builder), sealed for *scope* with *mac_key*.
-
-    Its view continues *base* (covering *count* items) with *hashes*, the
-    prefix hashes of the items after it. It expires after *ttl*, and never
-    after *chain_expires_at*: the server resolves a response through its
-    ancestors, so it cannot outlive them.
+    Build the anchor a recorded response becomes, sealed for *scope* with *mac_key*: its view continues
+    *base* (of *count* items) with *hashes*. It never outlives *chain_expires_at*: the server resolves a
+    response through its ancestors.
     """
-    expires_at = now + ttl
-    if chain_expires_at is not None:
-        expires_at = min(expires_at, chain_expires_at)
+    expires_at = now + ttl if chain_expires_at is None else min(now + ttl, chain_expires_at)
     anchor = Anchor(
         view=hashes[-1] if hashes else base,
         response_id=response_id,
@@ -210,11 +202,8 @@ def new_anchor(
 
 def answers(anchor: Anchor, *, view: bytes | None = None, response_id: str | None = None) -> bool:
     """
-    Whether *anchor* is the one a store was asked for: its own view and response id are the requested ones.
-
-    A MAC proves only that this deployment recorded the anchor, and a copy of
-    another conversation's anchor under this key would pass it; so the claims
-    are compared with the key first, and the MAC then covers what the key names.
+    Whether *anchor* is the one a store was asked for: its own view and response id are the requested ones
+    (a MAC alone would pass a copy of another conversation's anchor under this key).
     """
     if view is not None and anchor.view != view:
         return False
@@ -256,17 +245,10 @@ def choose(
     """
     Pick the longest usable anchor among *found* for a history whose prefix hashes are *hashes*.
 
-    Usable: its view is that prefix (same digest, same count), it is live at
-    *now*, it was made with the same carried-over *properties*, and it passes
-    *authentic* (its MAC; None accepts every anchor). One returned under a
-    view not its own (`answers`) or failing *authentic* is treated as absent
-    and listed in ``Plan.rejected``.
-
-    Args:
-        has_model_items: Whether the history holds model output at all (to
-            tell a first turn from a diverged history).
-        recent: Views this process recorded, to locate a divergence.
-        shortest: Look at views of at least this many items only.
+    Usable: its view is that prefix (same digest, same count), it is live at *now*, made with the same
+    carried-over *properties*, and passes *authentic* (its MAC). One returned under a view not its own
+    or failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items* tells a first
+    turn from a diverged history; *recent* locates a divergence; *shortest*: the fewest items looked at.
     """
     n = len(hashes)
     rejected: list[str] = []
@@ -295,14 +277,10 @@ def choose(
 
 
 class RecentViews:
-    """
-    The prefix hashes of views this process recorded lately (bounded, in memory, digests only).
-
-    Only used to explain a fallback: where does the history first differ from the closest view we know?
-    """
+    """The prefix hashes of views recorded lately (bounded, digests only), to locate a divergence."""
 
     def __init__(self, max_views: int = 128, max_hashes: int = 262_144) -> None:
-        # A view is kept as the two sequences it was given (never changed after), not copied.
+        # A view is the two sequences it was given (never changed after), not copied.
         self._views: OrderedDict[bytes, tuple[Sequence[bytes], Sequence[bytes]]] = OrderedDict()
         self._max_views = max_views
         self._max_hashes = max_hashes

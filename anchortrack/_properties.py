@@ -1,47 +1,13 @@
 """
 The request properties a Responses server could carry over a chain (pure).
 
-OpenAI resolves ``previous_response_id`` to the chain's *items* only: every
-other request property applies to the one request that sets it. Other
-servers do more. vLLM's agentic-api, when a chained request omits ``tools``
-or ``tool_choice``, gives the model the previous response's (observed on
-0.9.0). A request anchortrack chains there would reach the model with tools
-the caller did not pass.
-
-So each anchor records a digest of the properties below as the request that
-made it set them, and a request chains only from an anchor whose digest equals
-its own: loops that keep their tools and settings keep chaining, and a request
-whose properties changed goes out in full (``properties_changed``).
-
-That holds for servers that carry properties over or that anchortrack does
-not know. Where the server is known to apply them per request — OpenAI
-(``api.openai.com``), Azure OpenAI (``*.openai.azure.com``,
-``*.cognitiveservices.azure.com``, ``*.services.ai.azure.com``), or a base
-URL the user declared in ``ANCHORTRACK_PER_REQUEST_PROPERTIES`` (base URLs
-separated by spaces or commas) — the digest is empty for every request, so a
-conversation keeps chaining when its ``tools`` change (a deferred tool
-loaded, an agent handoff).
-
-A server can also say so itself, on each response: ``anchortrack serve``
-adds ``"anchortrack": {"properties": "per_request"}`` to every response
-object (`ANNOUNCEMENT`). A response that says so becomes an anchor usable
-whatever the properties of the request that chains from it (`ANY`): the
-server that made it will apply that request's own. Nothing is learned per
-base URL, so a new process, another worker sharing the store, and
-``anchortrack explain`` all read the same anchors the same way.
-
-Chosen: what defines the model's task besides the items and the instructions,
-and what a server stores on the response it could inherit from — the tools and
-how to use them (``tools``, ``tool_choice``, ``parallel_tool_calls``,
-``max_tool_calls``), the form of the output (``text``, and ``parse()``'s
-``text_format``, which becomes ``text.format``), ``reasoning``, and how the
-context is cut (``truncation``, ``context_management``).
-Left out: ``instructions`` and ``prompt`` (per-request system prompts, which
-OpenAI documents as swappable between turns of one chain), ``model``
-(always sent), sampling (``temperature``, ``top_p``, ``top_logprobs``,
-``max_output_tokens``) and bookkeeping (``metadata``, ``include``, ``store``,
-``stream``, ``user``, ``safety_identifier``, ``prompt_cache_*``,
-``service_tier``, ``background``).
+OpenAI applies every request property but the items to its own request; other servers (vLLM's
+agentic-api) give a chained request the previous response's ``tools`` and ``tool_choice``. So an
+anchor records a digest of the properties its request set, and a request chains only from an anchor
+with its own digest (else ``properties_changed``). The digest is empty for servers known to apply
+them per request (by host, or declared in ``ANCHORTRACK_PER_REQUEST_PROPERTIES``), and a response
+that announces it (`ANNOUNCEMENT`) becomes an anchor any request may chain from (`ANY`).
+docs/compatibility.md lists which properties count, which do not, and why.
 """
 
 from __future__ import annotations
@@ -112,11 +78,8 @@ _PER_REQUEST_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com
 
 def applies_per_request(base_url: str | None) -> bool:
     """
-    Whether the server at *base_url* applies the carried properties per request (never over a chain).
-
-    True for OpenAI's and Azure OpenAI's hosts and for base URLs declared in
-    ``ANCHORTRACK_PER_REQUEST_PROPERTIES`` (a declared URL covers the URLs
-    under it); False for every other server, unknown ones included.
+    Whether the server at *base_url* applies the carried properties per request (never over a chain):
+    OpenAI's and Azure OpenAI's hosts, and base URLs declared (with the URLs under them) in the variable.
     """
     if not base_url:
         return False
@@ -143,14 +106,9 @@ def properties_digest(params: Mapping[str, Any], base_url: str | None = None) ->
     """
     Digest the carried-over properties among *params* (``create`` arguments) sent to *base_url*.
 
-    ``b""`` when the server at *base_url* applies them per request
-    (`applies_per_request`): then no change of them stops a chain.
-    Otherwise absent, None and the SDK's "not given" sentinels count as
-    absent, and a request that sets none of them digests to ``b""``. Values compare as the
-    JSON the SDK would send (keys sorted; pydantic models dumped as the SDK
-    dumps them); absent and an explicit default (``tool_choice="auto"``) are
-    different, since a server could carry a value over in place of the one
-    but not the other.
+    ``b""`` when that server applies them per request, or when none is set (None and the SDK's
+    sentinels are absent). Values compare as the JSON the SDK would send; absent and an explicit
+    default (``tool_choice="auto"``) differ, since a server could carry a value over in place of one.
 
     Raises:
         TypeError: A value has no JSON form.
@@ -159,8 +117,8 @@ def properties_digest(params: Mapping[str, Any], base_url: str | None = None) ->
         return b""
     present = {name: params[name] for name in CARRIED_PROPERTIES if given(params.get(name))}
     text_format = params.get(TEXT_FORMAT)
-    if given(text_format):
-        present[TEXT_FORMAT] = _text_format(text_format)
+    if given(text_format):  # parse() derives text.format from a type
+        present[TEXT_FORMAT] = _schema_of(text_format) if isinstance(text_format, type) else text_format
     if not present:
         return b""
     data = json.dumps(
@@ -181,21 +139,9 @@ def _jsonable(value: object) -> Any:
     raise TypeError(f"{type(value).__name__} has no JSON form")
 
 
-def _text_format(value: object) -> Any:
-    """The ``text.format`` that ``parse()`` derives from *value* (a type)."""
-    if isinstance(value, type):
-        return _schema_of(value)
-    return value
-
-
 @functools.lru_cache(maxsize=64)
 def _schema_of(cls: type) -> Any:
-    """
-    What the ``text.format`` of *cls* is derived from: its name and JSON schema.
-
-    The SDK derives the strict schema it sends from this one, so equal
-    digests mean equal formats.
-    """
+    """What the ``text.format`` of *cls* is derived from: its name and JSON schema."""
     name = f"{cls.__module__}.{cls.__qualname__}"
     try:
         json_schema = getattr(cls, "model_json_schema", None)

@@ -1,14 +1,9 @@
 """
 What a refused chained request means (pure).
 
-Only two refusals are ours: the server forgot the anchor (evict it, resend
-once in full) and the organization refuses ``previous_response_id`` (zero data
-retention: stop chaining in that scope, resend). Every other error is the
-caller's, unchanged. A refusal is a stale anchor when it carries OpenAI's code
-or param (also Azure OpenAI's and our server's) or a chain-resolving proxy's
-code, or when it is a 400 or 404 whose body names the anchor's response id
-(agentic-api, llama-stack, a LiteLLM proxy's wrapped ``resp_<base64>`` id);
-docs/compatibility.md has the exact bodies.
+Only two refusals are ours: the server forgot the anchor (evict it, resend once in full) and the
+organization refuses ``previous_response_id`` (zero data retention: stop chaining in that scope).
+Every other error is the caller's, unchanged. docs/compatibility.md has each server's exact bodies.
 """
 
 from __future__ import annotations
@@ -47,14 +42,11 @@ _MAX_DEPTH = 8
 
 def classify(error: BaseException, anchor_id: str) -> Reason | None:
     """
-    Tell what *error*, raised by a request chained to *anchor_id*, means for chaining.
+    What *error* (an SDK API error, one raised from a stream's error event, or alike), raised by a request
+    chained to *anchor_id*, means: `Reason.STALE_ANCHOR`, `Reason.ZDR`, or None (the caller's error).
 
-    `Reason.STALE_ANCHOR` (evict it, resend in full once), `Reason.ZDR` (stop
-    chaining in the scope, resend), or None: the error is the caller's.
-
-    *error* is an ``openai.APIStatusError``, an ``openai.APIError`` raised from
-    an error event inside a stream (no HTTP status; llama-stack puts the status
-    in ``code`` as a string), or anything with alike attributes.
+    Stale: OpenAI's code or param (also Azure's and our server's), a chain-resolving proxy's code, or a
+    400 or 404 whose body names the anchor (agentic-api, llama-stack, LiteLLM's ``resp_<base64>`` ids).
     """
     status = _status(error)
     if status is not None and status not in _REFUSAL_STATUSES:

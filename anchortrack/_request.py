@@ -24,22 +24,13 @@ _STATE_KEYS = ("input", "previous_response_id", "conversation", "store", *CARRIE
 @attrs.frozen
 class Request:
     """
-    One ``responses.create`` / ``parse`` call, as anchortrack sees it.
-
-    Attributes:
-        body: The keyword arguments to send when going stateless (the
-            caller's, with an iterable ``input`` turned into a list).
-        options: ``{"extra_json": extra_body}`` when ``extra_body`` is given.
-        items: The input items (a string input is one item).
-        store: False only when the request says ``store: false``.
-        overridden: ``extra_body`` sets ``input`` or ``previous_response_id``,
-            which would override any rewrite: the call is sent as given.
-        properties: The digest of the properties a server could carry over
-            a chain (see `anchortrack._properties`); ``b""`` when none is set.
+    One ``responses.create`` / ``parse`` call, as anchortrack sees it: *body* is what to send stateless
+    (an iterable ``input`` made a list), *items* the input items (a string is one). *overridden*:
+    ``extra_body`` sets ``input`` or ``previous_response_id``, which would override any rewrite.
+    *properties*: the digest of the properties a server could carry over (`anchortrack._properties`).
     """
 
     body: Mapping[str, Any]
-    options: Mapping[str, Any]
     items: list[Any]
     previous_response_id: str | None = None
     conversation: bool = False
@@ -62,7 +53,6 @@ def read_request(params: Mapping[str, Any], base_url: str | None = None) -> Requ
             or a carried-over property has no JSON form.
     """
     extra = params.get("extra_body")
-    options: Mapping[str, Any] = {"extra_json": extra} if isinstance(extra, Mapping) else {}
     effective: Mapping[str, Any] = params
     if isinstance(extra, Mapping) and any(k in extra for k in _STATE_KEYS):
         effective = {**params, **{k: extra[k] for k in _STATE_KEYS if k in extra}}
@@ -92,7 +82,6 @@ def read_request(params: Mapping[str, Any], base_url: str | None = None) -> Requ
     overridden = isinstance(extra, Mapping) and ("input" in extra or "previous_response_id" in extra)
     return Request(
         body=body,
-        options=options,
         items=items,
         previous_response_id=previous if isinstance(previous, str) and previous else None,
         conversation=_given(effective.get("conversation")),

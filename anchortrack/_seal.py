@@ -1,13 +1,9 @@
 """
-MACs over stored anchors, for stores that other parties can write (pure).
+MACs over stored anchors, so whoever can write a shared store cannot steer another tenant's requests (pure).
 
-Anyone who can write to a shared store could otherwise steer another tenant's
-next request onto a chain of their choosing. With a secret key, every anchor
-carries a MAC over everything the tracker acts on (scope, view, response id,
-count, expiry, properties digest); an anchor whose MAC does not verify is
-treated as absent, whatever backend returned it. A MAC cannot prevent deleting
-anchors (a larger request) or putting back an older anchor of the same view
-(the same context: still an equivalent chain, until its own expiry).
+With a secret key, every anchor carries a MAC over everything the tracker acts on (scope, view, response
+id, count, expiry, properties); one whose MAC does not verify is absent. A MAC cannot prevent deletions
+(a larger request) or an older anchor of the same view put back (still an equivalent chain).
 """
 
 from __future__ import annotations

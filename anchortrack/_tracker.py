@@ -1,10 +1,9 @@
 """
-The tracker: one wrapped client's state (shared by its copies), and the performer of its effects.
+The tracker: one wrapped client's state (shared by its copies), and the performer of its flows' effects.
 
-The decisions live in `anchortrack._flow`; the tracker performs the effects the flow yields (store
-operations through the fail-open `FailOpen`, sends through the client, bookkeeping into `Stats` and
-the log), builds the anchors recorded responses become, and fails open: a fault inside anchortrack
-sends the call through unchanged. The WebSocket calls (`anchortrack._socketcalls`) use it too.
+The decisions live in `anchortrack._flow`; the tracker performs them (the store through `FailOpen`,
+bookkeeping into `Stats` and the log), builds anchors, and fails open: a fault inside anchortrack
+sends the call through unchanged.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from ._failopen import FailOpen, is_store_effect
 from ._flow import (
     HINTS,
     CallContext,
-    DisableChaining,
     FellBack,
     Log,
     Planned,
@@ -147,6 +145,9 @@ class Tracker:
             self.store, self.stats, timeout=store_timeout, cooldown=store_cooldown, clock=clock
         )
         self.backlog = self.failopen.backlog
+        #: Write the anchors recorded, then some of the backlog, within one deadline (``aflush``: async).
+        self.flush = self.failopen.flush
+        self.aflush = self.failopen.aflush
         self._memo = Memo()
         self._zdr: set[str] = set()
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
@@ -162,45 +163,30 @@ class Tracker:
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
         return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
 
-    # -- one HTTP call: a flow of effects, performed by `call` or `acall` ---------
+    # -- one HTTP call: a flow yielding store effects and calls (sends, flushes, a stream's steps) ---
 
     def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
         """Make one tracked call (sync); *send* sends keyword arguments through the SDK."""
-        failopen = self.failopen
-
-        def perform(effect: Any) -> Any:
-            if type(effect) is Send:
-                return send(effect.body, effect.ticket)
-            if effect is _FLUSH:
-                return failopen.flush()
-            if callable(effect):  # a tracked stream's step
-                return effect()
-            return failopen.perform(effect)
-
-        with closing(self._call(params, scope)) as flow:
-            return drive(flow, perform)
+        perform = self.failopen.perform
+        with closing(self._call(params, scope, send, self.failopen.flush)) as flow:
+            return drive(flow, lambda effect: effect() if callable(effect) else perform(effect))
 
     async def acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
         """Make one tracked call (async): the twin of `call`."""
-        failopen = self.failopen
+        perform = self.failopen.aperform
+        with closing(self._call(params, scope, send, self.failopen.aflush)) as flow:
+            return await adrive(flow, lambda effect: effect() if callable(effect) else perform(effect))
 
-        async def perform(effect: Any) -> Any:
-            if type(effect) is Send:
-                return await send(effect.body, effect.ticket)
-            if effect is _FLUSH:
-                return await failopen.aflush()
-            if callable(effect):  # a tracked stream's step
-                return await effect()
-            return await failopen.aperform(effect)
-
-        with closing(self._call(params, scope)) as flow:
-            return await adrive(flow, perform)
-
-    def _call(self, params: dict[str, Any], scope: Callable[[], Scope]) -> Generator[Any, Any, Any]:
+    def _call(
+        self,
+        params: dict[str, Any],
+        scope: Callable[[], Scope],
+        send: Callable[..., Any],
+        flush: Callable[[], Any],
+    ) -> Generator[Any, Any, Any]:
         """
-        One HTTP call as a flow. Bookkeeping is done here; store effects, sends, flushes and a stream's
-        steps (its methods) are yielded out. A fault while planning sends *params* through unchanged;
-        once something was sent, only what the SDK raised reaches the caller.
+        One HTTP call as a flow. A fault while planning sends *params* through unchanged; once
+        something was sent, only what the SDK raised reaches the caller.
         """
         try:
             begun = self.begin(params, scope())
@@ -208,40 +194,41 @@ class Tracker:
             self.fault(error)
             begun = None
         if begun is None:
-            return (yield Send(params, None))
+            return (yield functools.partial(send, params, None))
         state = CallState(begun[0])
 
         def step(effect: Any) -> Generator[Any, Any, Any]:
             if type(effect) is Send:
-                return (yield from self._send(state, effect))
+                return (yield from self._send(state, effect, send))
             if is_store_effect(effect):
                 return (yield effect)
             self.note(state, effect)
             return None
 
         try:
-            yield _FLUSH
+            yield flush
             try:
-                return (yield from relay(call_flow(state.context, begun[1]), step))
+                response = yield from relay(call_flow(state.context, begun[1]), step)
+                yield flush
+                return response
             finally:
                 self.settle(state)
         except Exception as error:
             if error is state.sdk_error:
                 raise
             self.fault(error)
-            return state.response if state.answered else (yield Send(params, None))
+            return state.response if state.answered else (yield functools.partial(send, params, None))
 
-    def _send(self, state: CallState, effect: Send) -> Generator[Any, Any, Any]:
+    def _send(self, state: CallState, effect: Send, send: Callable[..., Any]) -> Generator[Any, Any, Any]:
         """
-        Send. A chained stream is peeked: a stale-anchor or ZDR refusal as its first event is raised into
-        the flow like an HTTP refusal (which evicts and resends); any other error stays in the stream.
+        Send. A chained stream is peeked: a refusal as its first event is raised into the flow like an HTTP
+        one (which evicts and resends); any other error stays in the stream.
         """
-        state.sent = True
         try:
             built: list[Any] = []
             token = sent_streams.set(built)
             try:
-                response = yield effect
+                response = yield functools.partial(send, effect.body, effect.ticket)
             finally:
                 sent_streams.reset(token)
             stream = built[0] if built else None
@@ -257,17 +244,14 @@ class Tracker:
             raise
         state.response = response
         state.answered = True
-        yield _FLUSH
         return response
 
     def begin(
         self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
     ) -> tuple[CallContext, Request] | None:
         """
-        Read one ``responses.create`` / ``parse`` call and build its context; None when it must pass
-        through untouched (mode ``off``: its outcome is published, for *transport*).
-
-        Raises TypeError when ``input`` has no Responses API shape.
+        Read one ``responses.create`` / ``parse`` call and build its context (TypeError: ``input`` has no
+        Responses API shape); None when it passes through untouched (mode ``off``: outcome published).
         """
         mode = resolve(self.mode)
         if mode is Mode.OFF:
@@ -309,8 +293,8 @@ class Tracker:
         elif isinstance(effect, FellBack):
             state.refused = effect.reason
             _otel.fell_back(effect.reason.value)
-        elif isinstance(effect, DisableChaining):
-            self._zdr.add(effect.scope_key)
+            if effect.reason is Reason.ZDR:
+                self._zdr.add(state.context.scope_key)
         else:
             raise TypeError(f"unknown effect {effect!r}")
 
@@ -470,58 +454,44 @@ class Tracker:
             )
             if reason is not None:
                 self.stats.skipped_response(reason.value)
-                status = getattr(response, "status", None)
-                get_logger().debug(
-                    "anchortrack.response_not_recorded",
-                    response_id=response_id,
-                    status=status,
-                    reason=reason.value,
-                    **via,
-                )
+                fields = {"response_id": response_id, "status": getattr(response, "status", None)}
+                get_logger().debug("anchortrack.response_not_recorded", **fields, reason=reason.value, **via)
                 return None
             assert isinstance(response_id, str)
-            anchor, outputs = self.anchor_of(
-                ticket, response_id, response, output, parent=None if local else ticket.parent
+            items = list(output if output is not None else getattr(response, "output", None) or ())
+            hashes = prefix_hashes(ticket.base, fingerprint_items(items, self._memo)[0])
+            anchor = new_anchor(
+                response_id,
+                base=ticket.base,
+                count=ticket.count,
+                hashes=hashes,
+                now=self.clock(),
+                ttl=self.store.ttl,
+                chain_expires_at=ticket.expires_at,
+                properties=ANY if announced(response) else ticket.properties,
+                scope=ticket.scope,
+                mac_key=mac_key(self.store.secret_key),
+                parent=None if local else ticket.parent,
             )
+            if ticket.hashes is not None:
+                self.recent.add(ticket.hashes, hashes)
             if local:
                 self.stats.recorded_locally()
-                recorded_event(response_id, anchor, outputs, **via, connection_local=True)
-                return anchor
-            self.failopen.record(ticket.scope, anchor)
-            recorded_event(response_id, anchor, outputs)
+            else:
+                self.failopen.record(ticket.scope, anchor)
+            if debug_enabled():
+                get_logger().debug(
+                    "anchortrack.response_recorded",
+                    response_id=response_id,
+                    view=short(anchor.view),
+                    items=anchor.count,
+                    outputs=len(items),
+                    **({**via, "connection_local": True} if local else {}),
+                )
+            return anchor if local else None
         except Exception as error:  # noqa: BLE001 - recording must never break a call
             get_logger().warning("anchortrack.record_failed", error=type(error).__name__, **via)
         return None
-
-    def anchor_of(
-        self,
-        ticket: Ticket,
-        response_id: str,
-        response: object,
-        output: Sequence[Any] | None,
-        *,
-        parent: str | None,
-    ) -> tuple[Anchor, int]:
-        """The anchor *response* becomes after *ticket*'s request, and how many output items it has."""
-        items = list(output if output is not None else getattr(response, "output", None) or ())
-        fps, _, _ = fingerprint_items(items, self._memo)
-        hashes = prefix_hashes(ticket.base, fps)
-        anchor = new_anchor(
-            response_id,
-            base=ticket.base,
-            count=ticket.count,
-            hashes=hashes,
-            now=self.clock(),
-            ttl=self.store.ttl,
-            chain_expires_at=ticket.expires_at,
-            properties=ANY if announced(response) else ticket.properties,
-            scope=ticket.scope,
-            mac_key=mac_key(self.store.secret_key),
-            parent=parent,
-        )
-        if ticket.hashes is not None:
-            self.recent.add(ticket.hashes, hashes)
-        return anchor, len(items)
 
     def abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
@@ -529,36 +499,11 @@ class Tracker:
             self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
             get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
 
-    def flush(self) -> None:
-        """Write the anchors recorded, then some of the backlog, within one deadline (sync)."""
-        self.failopen.flush()
-
-    async def aflush(self) -> None:
-        """The twin of `flush` (async)."""
-        await self.failopen.aflush()
-
-
-#: The effect that writes what was recorded (`FailOpen.flush` / ``aflush``).
-_FLUSH = object()
-
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def _keys(scope: Scope, secret_key: bytes | None) -> tuple[str, bytes]:
     """The store key and the root ``h(0)`` of *scope* under *secret_key*."""
     return scope.store_key(secret_key), scope.root(secret_key)
-
-
-def recorded_event(response_id: str, anchor: Anchor, outputs: int, **extra: Any) -> None:
-    """The debug event for a recorded anchor (not even built unless it would show)."""
-    if debug_enabled():
-        get_logger().debug(
-            "anchortrack.response_recorded",
-            response_id=response_id,
-            view=short(anchor.view),
-            items=anchor.count,
-            outputs=outputs,
-            **extra,
-        )
 
 
 def _via(transport: str) -> dict[str, str]:

@@ -13,7 +13,6 @@ from anchortrack import Mode, Reason
 from anchortrack._flow import (
     UNAVAILABLE,
     CallContext,
-    DisableChaining,
     Evict,
     FellBack,
     Find,
@@ -39,7 +38,7 @@ class APIError(Exception):
         self.message = str(self)
 
 
-BOOKKEEPING = (Planned, FellBack, DisableChaining, Log)
+BOOKKEEPING = (Planned, FellBack, Log)
 
 
 class Stepper:
@@ -111,11 +110,10 @@ def test_chained_send_then_stale_anchor_evicts_and_resends_in_full() -> None:
     assert done.value.value == "the response"
     [fell_back] = [n for n in step.notes if isinstance(n, FellBack)]
     assert (Reason.STALE_ANCHOR, anchor_id) == (fell_back.reason, fell_back.anchor.response_id)
-    assert not any(isinstance(n, DisableChaining) for n in step.notes)
     assert ["anchortrack.request_chained", "anchortrack.anchor_evicted"] == step.events()
 
 
-def test_zdr_refusal_yields_disable_chaining_and_resends() -> None:
+def test_zdr_refusal_falls_back_and_resends() -> None:
     """unsupported_parameter on previous_response_id: the flow decides to stop chaining in that scope."""
     store, history = _setup()
     step = Stepper(_context(store), {"model": "m", "input": history})
@@ -124,7 +122,6 @@ def test_zdr_refusal_yields_disable_chaining_and_resends() -> None:
     resend = step.throw(APIError(400, "unsupported_parameter", "previous_response_id"))
 
     assert "previous_response_id" not in resend.body
-    assert DisableChaining(SCOPE.key) in step.notes
     assert [Reason.ZDR] == [n.reason for n in step.notes if isinstance(n, FellBack)]
     assert "anchortrack.scope_disabled" in step.events()
 
