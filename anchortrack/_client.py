@@ -1,18 +1,13 @@
 """
 Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
 
-`wrap` returns a shallow copy of the client whose class subclasses the
-original's, so ``isinstance`` holds and typed code and frameworks accept it.
-The copy keeps every attribute of the original (private options included) and
-its connection pool; the original is untouched. A tracer's patches on the
-original's resources are carried to the copy's (`anchortrack._patches`).
-
-Two public seams of the SDK are used: ``client.responses`` (and
-``client.beta.responses``) plans ``create`` / ``parse`` before the SDK
-serializes anything, and ``client.post`` attaches the recorder to the one
-``POST /responses`` a planned call makes. Overrides carry the SDK's own
-signatures, docstrings and overloads. An error the SDK raises is re-raised as
-it is, without anchortrack's frames in its traceback.
+`wrap` returns a shallow copy of the client whose class subclasses the original's (``isinstance``
+holds), with every attribute of it, its connection pool and a tracer's patches (`anchortrack._patches`);
+the original is untouched. Two public seams of the SDK are used: ``client.responses`` (and
+``client.beta.responses``) plans ``create`` / ``parse`` before the SDK serializes anything, and
+``client.post`` attaches the recorder to the one ``POST /responses`` a planned call makes. Overrides
+carry the SDK's signatures, docstrings and overloads; an error the SDK raises is re-raised as it is,
+without anchortrack's frames in its traceback.
 """
 
 from __future__ import annotations
@@ -102,9 +97,22 @@ def wrap(
     is_async, coerced_mode = _checked(client, mode, namespace, store_timeout)
     existing = client.__dict__.get(TRACKER_ATTR)
     if isinstance(existing, Tracker):
-        _check_rewrap(
-            existing, store, coerced_mode, namespace, record_incomplete, store_timeout, scope_by_api_key
-        )
+        # Settings left at their defaults ask for nothing: the existing tracker's are kept.
+        asked = {
+            "store": store is not None and store is not existing.store,
+            "mode": coerced_mode is not None and coerced_mode is not existing.mode,
+            "namespace": namespace is not None and namespace != existing.namespace,
+            "record_incomplete": record_incomplete and not existing.record_incomplete,
+            "store_timeout": store_timeout != 1.0 and store_timeout != existing.store_timeout,
+            "scope_by_api_key": not scope_by_api_key and existing.scope_by_api_key,
+        }
+        differing = [name for name, differs in asked.items() if differs]
+        if differing:
+            raise ValueError(
+                "this client is already wrapped by anchortrack with other settings "
+                f"({', '.join(differing)}); wrap the original, unwrapped client instead, "
+                "or use anchortrack.tracker(client) to reach the existing tracker"
+            )
         return client
     tracker = Tracker(
         coerce_store(store) if store is not None else None,
@@ -352,11 +360,9 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     """
     The tracked ``client.beta`` classes (sync, async), if the SDK has beta Responses.
 
-    ``client.beta.responses.create`` posts to the same ``/responses`` endpoint
-    and chains like the stable one, so one tracker plans and records both (a
-    conversation may move between them). Its other methods are the SDK's:
-    they send no history or return nothing to chain from; its ``connect()`` is
-    passed through (``client.responses.connect()`` is the tracked WebSocket mode).
+    ``client.beta.responses.create`` posts to the same ``/responses`` and chains like the stable one,
+    so one tracker plans and records both (a conversation may move between them). Its other methods
+    send no history or return nothing to chain from; its ``connect()`` is passed through.
     """
     try:
         from openai.resources.beta.responses import AsyncResponses as AsyncBetaResponses
@@ -401,12 +407,31 @@ def _copied(source: Any, new: Any) -> Any:
     return new
 
 
+_classes: dict[type[Any], type[Any]] = {}
+_classes_lock = ForkSafeLock()
+
+
+def _untracked_class(cls: type[Any]) -> type[Any]:
+    """The openai class a (possibly already tracked) client class derives from."""
+    base: type[Any] = cls.__dict__.get("_anchortrack_base", cls)
+    return base
+
+
+def _tracked_class(base: type[Any], *, is_async: bool) -> type[Any]:
+    """Return (and cache) the tracked subclass of the client class *base*."""
+    with _classes_lock:
+        if base not in _classes:
+            _classes[base] = _named_like(_make_class(base, is_async=is_async), base)
+        return _classes[base]
+
+
 def _make_class(base: type[Any], *, is_async: bool) -> type[Any]:
-    """The tracked subclass of the client class *base*."""
     responses_cls = _AsyncTrackedResponses if is_async else _TrackedResponses
     beta_cls = _BETA[is_async] if _BETA is not None and is_cached(base, "beta") else None
 
     class Tracked(base):  # type: ignore[misc]
+        _anchortrack_base = base  # `_untracked_class`
+
         @_mirror_property(base, "responses")
         def responses(self) -> Any:
             return responses_cls(self)
@@ -438,28 +463,6 @@ def _make_class(base: type[Any], *, is_async: bool) -> type[Any]:
     return Tracked
 
 
-_classes: dict[type[Any], type[Any]] = {}
-_classes_lock = ForkSafeLock()
-_BASE_ATTR = "_anchortrack_base"
-
-
-def _untracked_class(cls: type[Any]) -> type[Any]:
-    """The openai class a (possibly already tracked) client class derives from."""
-    base: type[Any] = cls.__dict__.get(_BASE_ATTR, cls)
-    return base
-
-
-def _tracked_class(base: type[Any], *, is_async: bool) -> type[Any]:
-    """Return (and cache) the tracked subclass of *base*."""
-    with _classes_lock:
-        cls = _classes.get(base)
-        if cls is None:
-            cls = _named_like(_make_class(base, is_async=is_async), base)
-            setattr(cls, _BASE_ATTR, base)
-            _classes[base] = cls
-        return cls
-
-
 # -- arguments --------------------------------------------------------------------------------
 
 
@@ -467,11 +470,7 @@ def _checked(
     client: Any, mode: Mode | str | None, namespace: object, store_timeout: object
 ) -> tuple[bool, Mode | None]:
     """Whether *client* is async, and *mode* as a `Mode`; raise on an argument `wrap` does not take."""
-    if isinstance(client, openai.AsyncOpenAI):
-        is_async = True
-    elif isinstance(client, openai.OpenAI):
-        is_async = False
-    else:
+    if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
         raise TypeError(
             f"anchortrack.wrap() takes an openai.OpenAI or openai.AsyncOpenAI, not {type(client).__name__}"
         )
@@ -487,35 +486,4 @@ def _checked(
         )
     if not store_timeout > 0:
         raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
-    return is_async, coerced_mode
-
-
-def _check_rewrap(
-    tracker: Tracker,
-    store: object,
-    mode: Mode | None,
-    namespace: str | None,
-    record_incomplete: bool,
-    store_timeout: float,
-    scope_by_api_key: bool,
-) -> None:
-    """
-    Refuse to wrap a wrapped client again with other settings.
-
-    Settings left at their defaults ask for nothing; the existing tracker's are kept.
-    """
-    asked = {
-        "store": store is not None and store is not tracker.store,
-        "mode": mode is not None and mode is not tracker.mode,
-        "namespace": namespace is not None and namespace != tracker.namespace,
-        "record_incomplete": record_incomplete and not tracker.record_incomplete,
-        "store_timeout": store_timeout != 1.0 and store_timeout != tracker.store_timeout,
-        "scope_by_api_key": not scope_by_api_key and tracker.scope_by_api_key,
-    }
-    differing = [name for name, differs in asked.items() if differs]
-    if differing:
-        raise ValueError(
-            f"this client is already wrapped by anchortrack with other settings ({', '.join(differing)}); "
-            "wrap the original, unwrapped client instead, or use anchortrack.tracker(client) "
-            "to reach the existing tracker"
-        )
+    return isinstance(client, openai.AsyncOpenAI), coerced_mode
