@@ -149,10 +149,9 @@ def canonical_item(item: object) -> dict[str, Any]:
     Raises:
         ItemError: the item has a shape no Responses API item has.
     """
-    if type(item) is str:
-        return _string_message(item)
     if isinstance(item, str):
-        return _string_message(str.__str__(item))
+        text = item if type(item) is str else str.__str__(item)
+        return {"content": [{"text": text, "type": "input_text"}], "role": "user", "type": "message"}
     source = to_plain(item)
     if not isinstance(source, Mapping):  # pragma: no cover - to_plain guarantees it
         raise ItemError("input item is not an object")
@@ -214,10 +213,6 @@ def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
                 _keep_verbatim(value, out.get(step), rest)
             else:
                 out[step] = _strip(value, keep_null=True)
-
-
-def _string_message(text: str) -> dict[str, Any]:
-    return {"content": [{"text": text, "type": "input_text"}], "role": "user", "type": "message"}
 
 
 def canonical_bytes(item: object) -> bytes:

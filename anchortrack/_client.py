@@ -198,11 +198,9 @@ def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], k
 
 def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str, Any]:
     """
-    The ``post`` arguments, with the pending call's recorder attached if this is its ``POST /responses``.
-
-    The recorder is a ``post_parser``: it binds a tracked stream to the call,
-    or hands a parsed response to the tracker (a sync client writes it at once,
-    an async one on its next await).
+    The ``post`` arguments, with the pending call's recorder attached if this is its ``POST /responses``:
+    a ``post_parser`` that binds a tracked stream to the call, or hands a parsed response to the tracker
+    (a sync client writes it at once, an async one on its next await).
     """
     pending = _pending.get()
     if pending is None or path.partition("?")[0] != "/responses":
@@ -237,11 +235,9 @@ def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str,
 
 def _stream_class(requested: Any, tracked: type[Any]) -> Any:
     """
-    The tracked stream class for the ``stream_cls`` the SDK asked for.
-
-    ``Stream[E]`` becomes a tracked stream that yields ``E`` (the beta resource
-    streams beta events); a class anchortrack does not know is kept, and that
-    response is then not recorded.
+    The tracked stream class for the ``stream_cls`` the SDK asked for: ``Stream[E]`` becomes one that
+    yields ``E`` (the beta resource streams beta events); a class anchortrack does not know is kept
+    (that response is then not recorded).
     """
     if requested is None:
         return tracked
@@ -271,10 +267,8 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 def _trimmed(error: BaseException) -> BaseException:
     """
-    *error* with anchortrack's frames taken out of its traceback, if the SDK raised it.
-
-    The caller then sees the entry point (``create``) and the SDK's frames, as
-    unwrapped; an error anchortrack raised itself keeps every frame.
+    *error* without anchortrack's frames in its traceback, if the SDK raised it: the caller sees the entry
+    point (``create``) and the SDK's frames, as unwrapped. An error anchortrack raised keeps every frame.
     """
     frames: list[types.TracebackType] = []
     tb = error.__traceback__

@@ -251,14 +251,12 @@ def explain(
 
 def _views(history: History, found: Mapping[bytes, Anchor], context: CallContext) -> dict[int, Anchor]:
     """The recorded (and, with a secret key, authentic) views that are prefixes of the history, by length."""
-    views = {}
-    for i, h in enumerate(history.hashes, start=1):
-        anchor = found.get(h)
-        if anchor is None or anchor.count != i or not anchor.is_live(context.now):
-            continue
-        if answers(anchor, view=h) and context.authentic(anchor):
-            views[i] = anchor
-    return views
+    return {
+        i: anchor
+        for i, h in enumerate(history.hashes, start=1)
+        if (anchor := found.get(h)) is not None and anchor.count == i and anchor.is_live(context.now)
+        if answers(anchor, view=h) and context.authentic(anchor)
+    }
 
 
 def _kind(item: object) -> Kind:
