@@ -1,13 +1,10 @@
 """
 Tracked event streams: the openai ``Stream`` classes, recording on completion.
 
-A response is recorded when its terminal event arrives, before that event
-reaches the caller; a stream that ends or is closed without one records nothing
-and is counted (``stream_abandoned``) then, not at garbage collection.
-
-A chained stream is *peeked*: its first event is read at once, so a server
-refusing a stale anchor inside the stream (HTTP 200, then an error event) can
-be recovered from like an HTTP refusal. The caller still gets that event.
+A response is recorded when its terminal event arrives, before that event reaches the caller; a
+stream that ends or is closed without one is counted (``stream_abandoned``) then, not at garbage
+collection. A chained stream is *peeked*: its first event is read at once, so a refusal of a stale
+anchor inside the stream (HTTP 200, then an error event) is recovered from like an HTTP refusal.
 """
 
 from __future__ import annotations
@@ -54,9 +51,7 @@ class _Call:
     def completes(self, event: ResponseStreamEvent) -> Recorder | None:
         """
         Feed *event*; if it is the terminal one, record the response and return the tracker to flush.
-
-        The output recorded is the terminal event's response's, or — when a server
-        leaves it empty — that of the ``response.output_item.done`` events seen.
+        The output recorded is the terminal response's, or (a server left it empty) the items seen.
         """
         kind = getattr(event, "type", None)
         if kind == "response.output_item.done":
@@ -128,10 +123,8 @@ class TrackedStream(Stream[ResponseStreamEvent]):
 
     def _peek(self) -> BaseException | None:
         """
-        Read the first event now; return the error it is or carries, if any.
-
-        After an error the stream is counted nowhere until the tracker decides:
-        `_discard` (it recovers) or `_release` (the error is the caller's).
+        Read the first event now; return the error it is or carries, if any. After an error the stream
+        is counted nowhere until the tracker decides: `_discard` (it recovers) or `_release`.
         """
         call = self._call or _Call(None)
         call.held = True
