@@ -16,7 +16,6 @@ import functools
 import inspect
 import os
 import types
-import typing
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from functools import cached_property
@@ -32,7 +31,7 @@ from ._flow import Ticket
 from ._fork import ForkSafeLock
 from ._mode import Mode, coerce
 from ._patches import TRACKER_ATTR, carry_patches, clone, is_cached
-from ._stream import AsyncTrackedStream, TrackedStream
+from ._stream import track
 from ._tracker import Tracker, sent_streams
 from ._websocket import connect_tracked
 from .stores._base import AnchorStore
@@ -199,8 +198,8 @@ def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], k
 def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str, Any]:
     """
     The ``post`` arguments, with the pending call's recorder attached if this is its ``POST /responses``:
-    a ``post_parser`` that binds a tracked stream to the call, or hands a parsed response to the tracker
-    (a sync client writes it at once, an async one on its next await).
+    a ``post_parser`` that tracks the SDK's stream for the call (`anchortrack._stream.track`), or hands a
+    parsed response to the tracker (a sync client writes it at once, an async one on its next await).
     """
     pending = _pending.get()
     if pending is None or path.partition("?")[0] != "/responses":
@@ -214,52 +213,18 @@ def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str,
         _otel.sent()
         if inner is not None:
             parsed = inner(parsed)
-        if isinstance(parsed, (TrackedStream, AsyncTrackedStream)):
-            parsed._bind(tracker, ticket)
+        if isinstance(parsed, (Stream, AsyncStream)):
+            call = track(parsed, tracker, ticket)  # another stream class is not recorded
             built = sent_streams.get()
-            if built is not None:
-                built.append(parsed)
-        elif not isinstance(parsed, (Stream, AsyncStream)):
+            if call is not None and built is not None:
+                built.append(call)
+        else:
             tracker.observe(ticket, parsed)
             if not is_async:
                 tracker.flush()
         return parsed
 
-    out = {**kwargs, "options": {**options, "post_parser": observe}}
-    if kwargs.get("stream"):
-        out["stream_cls"] = _stream_class(
-            kwargs.get("stream_cls"), AsyncTrackedStream if is_async else TrackedStream
-        )
-    return out
-
-
-def _stream_class(requested: Any, tracked: type[Any]) -> Any:
-    """
-    The tracked stream class for the ``stream_cls`` the SDK asked for: ``Stream[E]`` becomes one that
-    yields ``E`` (the beta resource streams beta events); a class anchortrack does not know is kept
-    (that response is then not recorded).
-    """
-    if requested is None:
-        return tracked
-    args = typing.get_args(requested)
-    if typing.get_origin(requested) not in (Stream, AsyncStream) or len(args) != 1:
-        return requested
-    if typing.get_args(tracked.__orig_bases__[0]) == args:
-        return tracked
-    key = (tracked, args[0])
-    if key not in _stream_classes:
-        # The SDK reads the event type from ``__orig_bases__``.
-        namespace = {
-            "__orig_bases__": (typing.get_origin(requested)[args[0]],),
-            "__module__": tracked.__module__,
-        }
-        cls = types.new_class(tracked.__name__, (tracked,), exec_body=lambda ns: ns.update(namespace))
-        cls.__qualname__ = tracked.__qualname__
-        _stream_classes[key] = cls
-    return _stream_classes[key]
-
-
-_stream_classes: dict[tuple[type[Any], Any], type[Any]] = {}
+    return {**kwargs, "options": {**options, "post_parser": observe}}
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
