@@ -267,10 +267,7 @@ def _kind(item: object) -> Kind:
 
 
 def _rows(
-    kinds: Sequence[Kind],
-    fps: Sequence[bytes] | None,
-    views: Mapping[int, Anchor],
-    plan: Plan,
+    kinds: Sequence[Kind], fps: Sequence[bytes] | None, views: Mapping[int, Anchor], plan: Plan
 ) -> tuple[ItemRow, ...]:
     lengths = sorted(views)
     first = plan.skip if plan.anchor is not None else 0
