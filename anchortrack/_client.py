@@ -297,13 +297,8 @@ def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], A
     """A cached property overriding *owner*'s *name*, with its docstring."""
 
     def apply(func: Callable[[Any], Any]) -> Any:
-        source = inspect.getattr_static(owner, name, None)
-        getter = getattr(source, "func", None) or getattr(source, "fget", None)
-        if getter is not None:
-            func.__doc__ = getter.__doc__
-        prop = cached_property(func)
-        prop.__doc__ = func.__doc__
-        return prop
+        func.__doc__ = inspect.getattr_static(owner, name, None).__doc__  # a property's is its getter's
+        return cached_property(func)
 
     return apply
 
