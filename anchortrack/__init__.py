@@ -53,40 +53,35 @@ __all__ = [
     "wrap",
 ]
 
-#: Where each public name is defined. They are imported on first use (PEP 562),
-#: so ``import anchortrack`` — and the ``anchortrack`` command's ``--help`` —
-#: does not pay for importing ``openai``.
+#: Where the public names are defined. They are imported on first use (PEP 562), so
+#: ``import anchortrack`` — and the ``anchortrack`` command's ``--help`` — does not import ``openai``.
 _HOMES = {
-    "Anchor": ".stores._base",
-    "AnchorStore": ".stores._base",
-    "Explanation": "._explain",
-    "Mode": "._mode",
-    "Plan": "._plan",
-    "Reason": "._plan",
-    "Scope": "._hashing",
-    "Stats": "._stats",
-    "Tracker": "._tracker",
-    "explain": "._explain",
-    "plan_request": "._api",
-    "record_response": "._api",
-    "tracker": "._client",
-    "using": "._mode",
-    "wrap": "._client",
+    "._api": ("plan_request", "record_response"),
+    "._client": ("tracker", "wrap"),
+    "._explain": ("Explanation", "explain"),
+    "._hashing": ("Scope",),
+    "._mode": ("Mode", "using"),
+    "._plan": ("Plan", "Reason"),
+    "._stats": ("Stats",),
+    "._tracker": ("Tracker",),
+    ".stores._base": ("Anchor", "AnchorStore"),
 }
 
 
 def _load() -> None:
     """Import every public name into this module's namespace."""
-    for name, home in _HOMES.items():
-        value = getattr(importlib.import_module(home, __name__), name)
-        # A name from a private module says where users import it from, as httpx's do: anchortrack.Plan
-        if getattr(value, "__module__", "").startswith("anchortrack._"):
-            value.__module__ = "anchortrack"
-        globals()[name] = value
+    for home, names in _HOMES.items():
+        module = importlib.import_module(home, __name__)
+        for name in names:
+            value = getattr(module, name)
+            # A name from a private module says where users import it from, as httpx's do: anchortrack.Plan
+            if getattr(value, "__module__", "").startswith("anchortrack._"):
+                value.__module__ = "anchortrack"
+            globals()[name] = value
 
 
 def __getattr__(name: str) -> Any:
-    if name in _HOMES:
+    if name in __all__:
         _load()
         return globals()[name]
     if name == "__version__":

@@ -1,112 +1,27 @@
 """
 Canonical form of Responses API input items (pure).
 
-Two items are *equivalent* when the server would put the same thing in front
-of the model for either of them.
-The canonical form maps equivalent items to identical bytes, so that
-fingerprints can be compared by value.
+Two items are *equivalent* when the server would put the same thing in front of the model for
+either of them; the canonical form maps equivalent items to identical bytes, so that fingerprints
+compare by value. The rules for every shape (each one is tested in ``tests/core/test_canonical.py``):
 
-Rules for every shape (each one is tested in ``tests/core/test_canonical.py``):
+* ``{"k": null}`` ≡ ``{}`` at any depth of the API's own fields (``null`` means "not given"); dict
+  key order never matters (JSON objects are unordered).
+* Free-form JSON the API passes through verbatim is kept verbatim, nulls and number types included
+  (``{"default": null}`` ≠ ``{}``, ``1`` ≠ ``1.0`` ≠ ``true``): the spec's open ``type: object``
+  fields inside items, listed in `FREE_FORM`.
+* A lone surrogate (a JSON-legal ``\\ud800`` escape) is text of its own: it never raises and never
+  equals other text.
+* An SDK pydantic model ≡ its ``model_dump(mode="json", exclude_unset=True)`` dict (the same wire
+  JSON); ``parsed`` / ``parsed_arguments`` are SDK-only fields, never sent.
+* Subclasses of ``str``/``int``/``float``/``dict``/``list`` count by their data (what ``json.dumps``
+  puts on the wire), never by their own ``__eq__``, ``__hash__`` or ``__repr__``.
+* ``id`` and ``status`` are kept unless the item's type lists them in `IGNORED_KEYS`, the per-type
+  table, which says why for each type.
 
-* ``{"k": null}`` ≡ ``{}`` at any depth of the API's own fields (``null``
-  means "not given"); dict key order never matters (JSON objects are
-  unordered).
-* Free-form JSON the API passes through verbatim is kept verbatim, nulls and
-  number types included (``{"default": null}`` ≠ ``{}``, ``1`` ≠ ``1.0`` ≠
-  ``true``): a tool's ``input_schema`` and ``annotations`` in
-  ``mcp_list_tools``, a function tool's ``parameters`` in ``additional_tools``
-  and ``tool_search_output``, ``text.format.schema`` in
-  ``configuration_update``, and ``tool_search_call.arguments`` (`FREE_FORM`:
-  the spec's open ``type: object`` fields inside items).
-* A lone surrogate (a JSON-legal ``\\ud800`` escape) is text of its own: it
-  never raises and never equals other text.
-* An SDK pydantic model ≡ its ``model_dump(mode="json", exclude_unset=True)``
-  dict (the same wire JSON); ``parsed`` / ``parsed_arguments`` are SDK-only
-  fields, never sent.
-* Subclasses of ``str``/``int``/``float``/``dict``/``list`` count by their
-  data (what ``json.dumps`` puts on the wire), never by their own ``__eq__``,
-  ``__hash__`` or ``__repr__``.
-* ``id`` and ``status`` are kept unless the row of the item's type says they
-  are bookkeeping. An id is bookkeeping only when nothing can refer to it
-  with effect: the item carries everything the model sees, and the item that
-  links to it uses ``call_id``.
-
-Per item type (``type`` as the spec's ``InputItem`` / ``Item`` /
-``ItemResource`` / ``OutputItem`` unions and ``openai.types.responses`` name
-them):
-
-============================  ================  ==============================================
-type                          ignored           because / notes
-============================  ================  ==============================================
-string input ``"t"``          (nothing)         one user ``message`` with ``input_text`` t
-``message``                   ``id``,           id: bookkeeping (a reference to it compares
-                              ``status``        by its own id); status: "populated when
-                                                returned via API". ``{"role", "content":
-                                                "t"}`` ≡ one ``input_text`` part (user,
-                                                system, developer) or ``output_text`` part
-                                                (assistant); no ``type`` ≡ ``message``;
-                                                ``annotations: []``, ``logprobs: []`` in a
-                                                part ≡ absent
-``item_reference``            (nothing)         the id *is* the content; ``{"id": x}``
-                                                without ``type`` ≡ ``{"type":
-                                                "item_reference", "id": x}``
-``function_call``             ``id``,           linked by ``call_id``; ``arguments`` compare
-                              ``status``        as JSON modulo whitespace, key order and
-                                                string escapes, numbers by exact token
-                                                (``1`` ≠ ``1.0`` ≠ ``1.00``, ``-0`` ≠ ``0``),
-                                                verbatim if not JSON or a key repeats
-``function_call_output``      ``id``,           linked by ``call_id``; ``output`` verbatim
-                              ``status``
-``custom_tool_call``          ``id``,           linked by ``call_id``; ``input`` is free text:
-                              ``status``        verbatim
-``custom_tool_call_output``   ``id``,           linked by ``call_id``; ``output`` verbatim
-                              ``status``
-``computer_call``             ``id``,           linked by ``call_id``
-                              ``status``
-``computer_call_output``      ``id``,           linked by ``call_id``
-                              ``status``
-``shell_call``                ``id``            linked by ``call_id``; status kept
-``shell_call_output``         ``id``            linked by ``call_id``; status kept
-``apply_patch_call``          ``id``            linked by ``call_id``; status kept (required)
-``apply_patch_call_output``   ``id``            linked by ``call_id``; status is the result
-``mcp_approval_response``     ``id``            names its request by ``approval_request_id``
-``reasoning`` (encrypted)     ``id``,           ``encrypted_content`` carries the reasoning;
-                              ``status``        ``content: []`` ≡ absent (OpenAI returns
-                                                the empty list, frameworks drop it)
-``reasoning`` (no             ``status``        the server resolves it by its id: id kept;
-encrypted_content)                              ``content: []`` ≡ absent
-``compaction``                ``id``            ``encrypted_content`` is the content
-``mcp_approval_request``      (nothing)         answered by a response naming its id
-``local_shell_call``          (nothing)         its output names it by id
-``local_shell_call_output``   (nothing)         its ``id`` names the call it answers;
-                                                ``output`` verbatim
-``mcp_call``                  (nothing)         server-run tool; ``arguments`` and ``output``
-                                                verbatim; status is the tool's outcome
-``mcp_list_tools``            (nothing)         server-run listing; each tool's
-                                                ``input_schema``/``annotations`` verbatim
-``web_search_call``           (nothing)         server-run; results live under the id
-``file_search_call``          (nothing)         server-run; results may live under the id
-``code_interpreter_call``     (nothing)         server-run; the container state is the id's
-``image_generation_call``     (nothing)         follow-up edits reference the image by id
-``tool_search_call``          (nothing)         ``call_id`` is optional: the id may link;
-                                                ``arguments`` verbatim
-``tool_search_output``        (nothing)         ``call_id`` is optional: the id may link;
-                                                tools' ``parameters`` verbatim
-``program``                   (nothing)         the spec requires the id on input
-``program_output``            (nothing)         the spec requires the id on input
-``additional_tools``          (nothing)         not proven bookkeeping; tools'
-                                                ``parameters`` verbatim
-``compaction_trigger``        (nothing)         not proven bookkeeping
-``configuration_update``      (nothing)         not proven bookkeeping (SDK only);
-                                                ``text.format.schema`` verbatim
-any other ``type``            (nothing)         unknown: its full value, id included
-no ``type``, no ``role``      (nothing)         unknown shape: its full value
-============================  ================  ==============================================
-
-Not equivalent (kept apart on purpose): different text, role, ``call_id``,
-``name``, ``phase``, ``encrypted_content``, ``input_text`` vs ``output_text``
-in an explicit content list, any tool ``output`` re-serialised differently
-(the model reads that string verbatim), and every id listed as kept above.
+Not equivalent (kept apart on purpose): different text, role, ``call_id``, ``name``, ``phase``,
+``encrypted_content``, ``input_text`` vs ``output_text`` in an explicit content list, any tool
+``output`` re-serialised differently (the model reads that string verbatim), and every id kept.
 """
 
 from __future__ import annotations
@@ -130,27 +45,53 @@ _ID = frozenset({"id"})
 _STATUS = frozenset({"status"})
 _NOTHING: frozenset[str] = frozenset()
 
-#: Item type → top-level keys that are bookkeeping (see the module table).
-#: A type missing here is compared by its full value; "reasoning" depends on
-#: its encrypted_content (see `_ignored_keys`).
-# fmt: off
+#: The per-type table: item ``type`` (as the spec's ``InputItem`` / ``Item`` / ``ItemResource`` /
+#: ``OutputItem`` unions and ``openai.types.responses`` name them) -> its top-level keys that are
+#: bookkeeping, and why. An id is bookkeeping only when nothing can refer to it with effect: the item
+#: carries everything the model sees, and the item that links to it uses ``call_id``. A string input
+#: ``"t"`` is one user ``message`` with ``input_text`` t. Any other type, and an item with neither
+#: ``type`` nor ``role``, is unknown: compared by its full value, id included.
 IGNORED_KEYS: dict[str, frozenset[str]] = {
-    **dict.fromkeys((
-        "message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
-        "computer_call", "computer_call_output",
-    ), _ID_STATUS),
-    **dict.fromkeys((
-        "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
-        "mcp_approval_response", "compaction",
-    ), _ID),
-    **dict.fromkeys((
-        "item_reference", "mcp_approval_request", "local_shell_call", "local_shell_call_output", "mcp_call",
-        "mcp_list_tools", "web_search_call", "file_search_call", "code_interpreter_call",
-        "image_generation_call", "tool_search_call", "tool_search_output", "program", "program_output",
-        "additional_tools", "compaction_trigger", "configuration_update",
-    ), _NOTHING),
+    # id: bookkeeping (a reference to it compares by its own id); status: "populated when returned via
+    # API". {"role", "content": "t"} ≡ one input_text part (user, system, developer) or output_text
+    # part (assistant); no type ≡ message; annotations: [], logprobs: [] in a part ≡ absent.
+    "message": _ID_STATUS,
+    # Linked by call_id; arguments compare as JSON modulo whitespace, key order and string escapes,
+    # numbers by exact token (1 ≠ 1.0 ≠ 1.00, -0 ≠ 0), verbatim if not JSON or a key repeats.
+    "function_call": _ID_STATUS,
+    "function_call_output": _ID_STATUS,  # linked by call_id; output verbatim
+    "custom_tool_call": _ID_STATUS,  # linked by call_id; input is free text: verbatim
+    "custom_tool_call_output": _ID_STATUS,  # linked by call_id; output verbatim
+    "computer_call": _ID_STATUS,  # linked by call_id
+    "computer_call_output": _ID_STATUS,  # linked by call_id
+    "shell_call": _ID,  # linked by call_id; status kept
+    "shell_call_output": _ID,  # linked by call_id; status kept
+    "apply_patch_call": _ID,  # linked by call_id; status kept (required)
+    "apply_patch_call_output": _ID,  # linked by call_id; status is the result
+    "mcp_approval_response": _ID,  # names its request by approval_request_id
+    "compaction": _ID,  # encrypted_content is the content
+    # "reasoning" (in `canonical_item`): with encrypted_content, id and status (that carries the
+    # reasoning); without, status only (the server resolves it by its id). content: [] ≡ absent
+    # (OpenAI returns the empty list, frameworks drop it).
+    # The id *is* the content; {"id": x} without type ≡ {"type": "item_reference", "id": x}.
+    "item_reference": _NOTHING,
+    "mcp_approval_request": _NOTHING,  # answered by a response naming its id
+    "local_shell_call": _NOTHING,  # its output names it by id
+    "local_shell_call_output": _NOTHING,  # its id names the call it answers; output verbatim
+    "mcp_call": _NOTHING,  # server-run tool; arguments and output verbatim; status is the tool's outcome
+    "mcp_list_tools": _NOTHING,  # server-run listing; each tool's input_schema/annotations verbatim
+    "web_search_call": _NOTHING,  # server-run; results live under the id
+    "file_search_call": _NOTHING,  # server-run; results may live under the id
+    "code_interpreter_call": _NOTHING,  # server-run; the container state is the id's
+    "image_generation_call": _NOTHING,  # follow-up edits reference the image by id
+    "tool_search_call": _NOTHING,  # call_id is optional: the id may link; arguments verbatim
+    "tool_search_output": _NOTHING,  # call_id is optional: the id may link; tools' parameters verbatim
+    "program": _NOTHING,  # the spec requires the id on input
+    "program_output": _NOTHING,  # the spec requires the id on input
+    "additional_tools": _NOTHING,  # not proven bookkeeping; tools' parameters verbatim
+    "compaction_trigger": _NOTHING,  # not proven bookkeeping
+    "configuration_update": _NOTHING,  # not proven bookkeeping (SDK only); text.format.schema verbatim
 }
-# fmt: on
 
 #: Item type → paths to the free-form JSON values inside it ("*": every element of a list): values
 #: the API passes through verbatim (a tool's JSON schema, a tool search's arguments), where
@@ -178,12 +119,8 @@ class ItemError(TypeError):
 
 def _dump(model: Any) -> Any:
     """
-    *model*'s ``model_dump(mode="json", exclude_unset=True)``, without warnings.
-
-    The server may return a value the installed SDK types otherwise (a web
-    search source of type ``"api"`` where the SDK expects ``"url"``): the SDK
-    keeps it and sends it back as it is, and so does its dump; pydantic's
-    serializer warnings about it are not ours to raise.
+    *model*'s ``model_dump(mode="json", exclude_unset=True)``, without pydantic's warnings about a
+    value the server returned that the installed SDK types otherwise (the SDK sends it back as it is).
     """
     try:
         return model.model_dump(mode="json", exclude_unset=True, warnings=False)
@@ -212,10 +149,9 @@ def canonical_item(item: object) -> dict[str, Any]:
     Raises:
         ItemError: the item has a shape no Responses API item has.
     """
-    if type(item) is str:
-        return _string_message(item)
     if isinstance(item, str):
-        return _string_message(str.__str__(item))
+        text = item if type(item) is str else str.__str__(item)
+        return {"content": [{"text": text, "type": "input_text"}], "role": "user", "type": "message"}
     source = to_plain(item)
     if not isinstance(source, Mapping):  # pragma: no cover - to_plain guarantees it
         raise ItemError("input item is not an object")
@@ -235,8 +171,7 @@ def canonical_item(item: object) -> dict[str, Any]:
             kind = out["type"] = "message"
         elif "id" in out and len(out) == 1:
             kind = out["type"] = "item_reference"
-    for key in _ignored_keys(kind, out):
-        out.pop(key, None)
+    ignored = IGNORED_KEYS.get(kind, _NOTHING) if isinstance(kind, str) else _NOTHING
     if kind == "message":
         content = out.get("content")
         if isinstance(content, str):
@@ -250,18 +185,16 @@ def canonical_item(item: object) -> dict[str, Any]:
             normal = json_tokens(raw)
             if normal is not None:
                 out["arguments"] = {"json": normal}
-    elif kind == "reasoning" and out.get("content") == []:
-        del out["content"]
+    elif kind == "reasoning":
+        encrypted = out.get("encrypted_content")
+        ignored = _ID_STATUS if isinstance(encrypted, str) and encrypted else _STATUS
+        if out.get("content") == []:
+            del out["content"]
+    for key in ignored:
+        out.pop(key, None)
     for path in FREE_FORM.get(kind, ()) if isinstance(kind, str) else ():
         _keep_verbatim(source, out, path)
     return out
-
-
-def _ignored_keys(kind: object, out: Mapping[str, Any]) -> frozenset[str]:
-    if kind == "reasoning":
-        encrypted = out.get("encrypted_content")
-        return _ID_STATUS if isinstance(encrypted, str) and encrypted else _STATUS
-    return IGNORED_KEYS.get(kind, _NOTHING) if isinstance(kind, str) else _NOTHING
 
 
 def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
@@ -280,10 +213,6 @@ def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
                 _keep_verbatim(value, out.get(step), rest)
             else:
                 out[step] = _strip(value, keep_null=True)
-
-
-def _string_message(text: str) -> dict[str, Any]:
-    return {"content": [{"text": text, "type": "input_text"}], "role": "user", "type": "message"}
 
 
 def canonical_bytes(item: object) -> bytes:
@@ -325,11 +254,9 @@ def _key(key: object) -> str:
 
 def _strip(value: object, *, keep_null: bool = False) -> object:
     """
-    Return *value* as exact JSON data, dropping ``None`` values from mappings unless *keep_null*.
-
-    Subclasses of the JSON types become their base type's data (their own
-    methods are never called); nested SDK models become their JSON data. Any
-    other value raises `ItemError`.
+    Return *value* as exact JSON data, dropping ``None`` values from mappings unless *keep_null*:
+    subclasses of the JSON types as their base type's data (no method of theirs called), SDK models
+    as their JSON data; any other value raises `ItemError`.
     """
     kind = type(value)
     if kind is str or kind is int or kind is bool or kind is float or value is None:
@@ -363,14 +290,10 @@ class _Number:
         self.token = token
 
 
-class _DuplicateKeyError(ValueError):
-    pass
-
-
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
-        raise _DuplicateKeyError
+        raise ValueError("a key repeats")
     return out
 
 
@@ -393,11 +316,8 @@ def json_tokens(text: str) -> str | None:
     """
     try:
         value = _PLAIN_DECODER.decode(text)
-        # The common texts, in C: already sorted and compact, or as json.dumps
-        # spaces them. Writing the parsed value back gives the text again only
-        # if every number is written as its token was, no key repeats, and
-        # every string is escaped as json.dumps escapes it: then the compact
-        # form is what the token-by-token pass below would emit.
+        # The common texts, in C: written back, the parsed value gives the text again only if every
+        # number, key and escape is as json.dumps writes it; then the token-by-token pass agrees.
         compact = _dumps(value)
         if compact == text or _dumps_spaced(value) == text:
             return compact

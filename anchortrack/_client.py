@@ -1,18 +1,13 @@
 """
 Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
 
-`wrap` returns a shallow copy of the client whose class subclasses the
-original's, so ``isinstance`` holds and typed code and frameworks accept it.
-The copy keeps every attribute of the original (private options included) and
-its connection pool; the original is untouched. A tracer's patches on the
-original's resources are carried to the copy's (`anchortrack._patches`).
-
-Two public seams of the SDK are used: ``client.responses`` (and
-``client.beta.responses``) plans ``create`` / ``parse`` before the SDK
-serializes anything, and ``client.post`` attaches the recorder to the one
-``POST /responses`` a planned call makes. Overrides carry the SDK's own
-signatures, docstrings and overloads. An error the SDK raises is re-raised as
-it is, without anchortrack's frames in its traceback.
+`wrap` returns a shallow copy of the client whose class subclasses the original's (``isinstance``
+holds), with every attribute of it, its connection pool and a tracer's patches (`anchortrack._patches`);
+the original is untouched. Two public seams of the SDK are used: ``client.responses`` (and
+``client.beta.responses``) plans ``create`` / ``parse`` before the SDK serializes anything, and
+``client.post`` attaches the recorder to the one ``POST /responses`` a planned call makes. Overrides
+carry the SDK's signatures, docstrings and overloads; an error the SDK raises is re-raised as it is,
+without anchortrack's frames in its traceback.
 """
 
 from __future__ import annotations
@@ -21,7 +16,6 @@ import functools
 import inspect
 import os
 import types
-import typing
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from functools import cached_property
@@ -37,7 +31,7 @@ from ._flow import Ticket
 from ._fork import ForkSafeLock
 from ._mode import Mode, coerce
 from ._patches import TRACKER_ATTR, carry_patches, clone, is_cached
-from ._stream import AsyncTrackedStream, TrackedStream
+from ._stream import track
 from ._tracker import Tracker, sent_streams
 from ._websocket import connect_tracked
 from .stores._base import AnchorStore
@@ -102,9 +96,22 @@ def wrap(
     is_async, coerced_mode = _checked(client, mode, namespace, store_timeout)
     existing = client.__dict__.get(TRACKER_ATTR)
     if isinstance(existing, Tracker):
-        _check_rewrap(
-            existing, store, coerced_mode, namespace, record_incomplete, store_timeout, scope_by_api_key
-        )
+        # Settings left at their defaults ask for nothing: the existing tracker's are kept.
+        asked = {
+            "store": store is not None and store is not existing.store,
+            "mode": coerced_mode is not None and coerced_mode is not existing.mode,
+            "namespace": namespace is not None and namespace != existing.namespace,
+            "record_incomplete": record_incomplete and not existing.record_incomplete,
+            "store_timeout": store_timeout != 1.0 and store_timeout != existing.store_timeout,
+            "scope_by_api_key": not scope_by_api_key and existing.scope_by_api_key,
+        }
+        differing = [name for name, differs in asked.items() if differs]
+        if differing:
+            raise ValueError(
+                "this client is already wrapped by anchortrack with other settings "
+                f"({', '.join(differing)}); wrap the original, unwrapped client instead, "
+                "or use anchortrack.tracker(client) to reach the existing tracker"
+            )
         return client
     tracker = Tracker(
         coerce_store(store) if store is not None else None,
@@ -190,11 +197,9 @@ def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], k
 
 def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str, Any]:
     """
-    The ``post`` arguments, with the pending call's recorder attached if this is its ``POST /responses``.
-
-    The recorder is a ``post_parser``: it binds a tracked stream to the call,
-    or hands a parsed response to the tracker (a sync client writes it at once,
-    an async one on its next await).
+    The ``post`` arguments, with the pending call's recorder attached if this is its ``POST /responses``:
+    a ``post_parser`` that tracks the SDK's stream for the call (`anchortrack._stream.track`), or hands a
+    parsed response to the tracker (a sync client writes it at once, an async one on its next await).
     """
     pending = _pending.get()
     if pending is None or path.partition("?")[0] != "/responses":
@@ -208,54 +213,18 @@ def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str,
         _otel.sent()
         if inner is not None:
             parsed = inner(parsed)
-        if isinstance(parsed, (TrackedStream, AsyncTrackedStream)):
-            parsed._bind(tracker, ticket)
+        if isinstance(parsed, (Stream, AsyncStream)):
+            call = track(parsed, tracker, ticket)  # another stream class is not recorded
             built = sent_streams.get()
-            if built is not None:
-                built.append(parsed)
-        elif not isinstance(parsed, (Stream, AsyncStream)):
+            if call is not None and built is not None:
+                built.append(call)
+        else:
             tracker.observe(ticket, parsed)
             if not is_async:
                 tracker.flush()
         return parsed
 
-    out = {**kwargs, "options": {**options, "post_parser": observe}}
-    if kwargs.get("stream"):
-        out["stream_cls"] = _stream_class(
-            kwargs.get("stream_cls"), AsyncTrackedStream if is_async else TrackedStream
-        )
-    return out
-
-
-def _stream_class(requested: Any, tracked: type[Any]) -> Any:
-    """
-    The tracked stream class for the ``stream_cls`` the SDK asked for.
-
-    ``Stream[E]`` becomes a tracked stream that yields ``E`` (the beta resource
-    streams beta events); a class anchortrack does not know is kept, and that
-    response is then not recorded.
-    """
-    if requested is None:
-        return tracked
-    args = typing.get_args(requested)
-    if typing.get_origin(requested) not in (Stream, AsyncStream) or len(args) != 1:
-        return requested
-    if typing.get_args(tracked.__orig_bases__[0]) == args:
-        return tracked
-    key = (tracked, args[0])
-    if key not in _stream_classes:
-        # The SDK reads the event type from ``__orig_bases__``.
-        namespace = {
-            "__orig_bases__": (typing.get_origin(requested)[args[0]],),
-            "__module__": tracked.__module__,
-        }
-        cls = types.new_class(tracked.__name__, (tracked,), exec_body=lambda ns: ns.update(namespace))
-        cls.__qualname__ = tracked.__qualname__
-        _stream_classes[key] = cls
-    return _stream_classes[key]
-
-
-_stream_classes: dict[tuple[type[Any], Any], type[Any]] = {}
+    return {**kwargs, "options": {**options, "post_parser": observe}}
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -263,10 +232,8 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 def _trimmed(error: BaseException) -> BaseException:
     """
-    *error* with anchortrack's frames taken out of its traceback, if the SDK raised it.
-
-    The caller then sees the entry point (``create``) and the SDK's frames, as
-    unwrapped; an error anchortrack raised itself keeps every frame.
+    *error* without anchortrack's frames in its traceback, if the SDK raised it: the caller sees the entry
+    point (``create``) and the SDK's frames, as unwrapped. An error anchortrack raised keeps every frame.
     """
     frames: list[types.TracebackType] = []
     tb = error.__traceback__
@@ -330,13 +297,8 @@ def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], A
     """A cached property overriding *owner*'s *name*, with its docstring."""
 
     def apply(func: Callable[[Any], Any]) -> Any:
-        source = inspect.getattr_static(owner, name, None)
-        getter = getattr(source, "func", None) or getattr(source, "fget", None)
-        if getter is not None:
-            func.__doc__ = getter.__doc__
-        prop = cached_property(func)
-        prop.__doc__ = func.__doc__
-        return prop
+        func.__doc__ = inspect.getattr_static(owner, name, None).__doc__  # a property's is its getter's
+        return cached_property(func)
 
     return apply
 
@@ -352,11 +314,9 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     """
     The tracked ``client.beta`` classes (sync, async), if the SDK has beta Responses.
 
-    ``client.beta.responses.create`` posts to the same ``/responses`` endpoint
-    and chains like the stable one, so one tracker plans and records both (a
-    conversation may move between them). Its other methods are the SDK's:
-    they send no history or return nothing to chain from; its ``connect()`` is
-    passed through (``client.responses.connect()`` is the tracked WebSocket mode).
+    ``client.beta.responses.create`` posts to the same ``/responses`` and chains like the stable one,
+    so one tracker plans and records both (a conversation may move between them). Its other methods
+    send no history or return nothing to chain from; its ``connect()`` is passed through.
     """
     try:
         from openai.resources.beta.responses import AsyncResponses as AsyncBetaResponses
@@ -401,12 +361,31 @@ def _copied(source: Any, new: Any) -> Any:
     return new
 
 
+_classes: dict[type[Any], type[Any]] = {}
+_classes_lock = ForkSafeLock()
+
+
+def _untracked_class(cls: type[Any]) -> type[Any]:
+    """The openai class a (possibly already tracked) client class derives from."""
+    base: type[Any] = cls.__dict__.get("_anchortrack_base", cls)
+    return base
+
+
+def _tracked_class(base: type[Any], *, is_async: bool) -> type[Any]:
+    """Return (and cache) the tracked subclass of the client class *base*."""
+    with _classes_lock:
+        if base not in _classes:
+            _classes[base] = _named_like(_make_class(base, is_async=is_async), base)
+        return _classes[base]
+
+
 def _make_class(base: type[Any], *, is_async: bool) -> type[Any]:
-    """The tracked subclass of the client class *base*."""
     responses_cls = _AsyncTrackedResponses if is_async else _TrackedResponses
     beta_cls = _BETA[is_async] if _BETA is not None and is_cached(base, "beta") else None
 
     class Tracked(base):  # type: ignore[misc]
+        _anchortrack_base = base  # `_untracked_class`
+
         @_mirror_property(base, "responses")
         def responses(self) -> Any:
             return responses_cls(self)
@@ -438,28 +417,6 @@ def _make_class(base: type[Any], *, is_async: bool) -> type[Any]:
     return Tracked
 
 
-_classes: dict[type[Any], type[Any]] = {}
-_classes_lock = ForkSafeLock()
-_BASE_ATTR = "_anchortrack_base"
-
-
-def _untracked_class(cls: type[Any]) -> type[Any]:
-    """The openai class a (possibly already tracked) client class derives from."""
-    base: type[Any] = cls.__dict__.get(_BASE_ATTR, cls)
-    return base
-
-
-def _tracked_class(base: type[Any], *, is_async: bool) -> type[Any]:
-    """Return (and cache) the tracked subclass of *base*."""
-    with _classes_lock:
-        cls = _classes.get(base)
-        if cls is None:
-            cls = _named_like(_make_class(base, is_async=is_async), base)
-            setattr(cls, _BASE_ATTR, base)
-            _classes[base] = cls
-        return cls
-
-
 # -- arguments --------------------------------------------------------------------------------
 
 
@@ -467,11 +424,7 @@ def _checked(
     client: Any, mode: Mode | str | None, namespace: object, store_timeout: object
 ) -> tuple[bool, Mode | None]:
     """Whether *client* is async, and *mode* as a `Mode`; raise on an argument `wrap` does not take."""
-    if isinstance(client, openai.AsyncOpenAI):
-        is_async = True
-    elif isinstance(client, openai.OpenAI):
-        is_async = False
-    else:
+    if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
         raise TypeError(
             f"anchortrack.wrap() takes an openai.OpenAI or openai.AsyncOpenAI, not {type(client).__name__}"
         )
@@ -487,35 +440,4 @@ def _checked(
         )
     if not store_timeout > 0:
         raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
-    return is_async, coerced_mode
-
-
-def _check_rewrap(
-    tracker: Tracker,
-    store: object,
-    mode: Mode | None,
-    namespace: str | None,
-    record_incomplete: bool,
-    store_timeout: float,
-    scope_by_api_key: bool,
-) -> None:
-    """
-    Refuse to wrap a wrapped client again with other settings.
-
-    Settings left at their defaults ask for nothing; the existing tracker's are kept.
-    """
-    asked = {
-        "store": store is not None and store is not tracker.store,
-        "mode": mode is not None and mode is not tracker.mode,
-        "namespace": namespace is not None and namespace != tracker.namespace,
-        "record_incomplete": record_incomplete and not tracker.record_incomplete,
-        "store_timeout": store_timeout != 1.0 and store_timeout != tracker.store_timeout,
-        "scope_by_api_key": not scope_by_api_key and tracker.scope_by_api_key,
-    }
-    differing = [name for name, differs in asked.items() if differs]
-    if differing:
-        raise ValueError(
-            f"this client is already wrapped by anchortrack with other settings ({', '.join(differing)}); "
-            "wrap the original, unwrapped client instead, or use anchortrack.tracker(client) "
-            "to reach the existing tracker"
-        )
+    return isinstance(client, openai.AsyncOpenAI), coerced_mode

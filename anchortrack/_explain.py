@@ -1,12 +1,8 @@
 """
 ``anchortrack.explain``: what anchortrack would send for a history, and why.
 
-Given a history (or a whole request body), a store and a scope, `explain`
-shows each item with its type, role, fingerprint prefix and the recorded
-response whose view first holds it, marks the anchor and the delta, and says
-in one line why the request would chain or go out in full.
-It runs the planning pipeline the wrapped client runs (`read_history`, then
-`plan_history`), reads the store once and writes nothing.
+It runs the wrapped client's planning pipeline (`read_history`, then `plan_history`), reads the
+store once and writes nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from ._log import short
 from ._outcome import decision_for
 from ._plan import REASON_TEXT, Plan, Reason, RecentViews, answers, with_sizes
 from ._properties import properties_digest
-from ._request import read_request
+from ._request import Request, read_request
 from ._seal import mac_key
 from .stores._base import Anchor, AnchorStore
 
@@ -146,11 +142,8 @@ class Explanation:
             "bytes_planned": plan.bytes_planned,
             "previous_response_id": self.previous_response_id,
             "store_false": self.store_false,
-            "scope": {
-                "base_url": self.scope.base_url,
-                "organization": self.scope.organization,
-                "project": self.scope.project,
-                "namespace": self.scope.namespace,
+            "scope": {  # its fields but the API key's digest
+                **attrs.asdict(self.scope, filter=lambda field, _: field.name != "api_key_digest"),
                 "key": self.scope.key,
             },
             "items": [attrs.asdict(row) for row in self.items],
@@ -210,11 +203,18 @@ def explain(
     Raises:
         TypeError: A body's ``input`` is neither a string nor a list.
     """
-    items, previous_id, managed, store_false, properties = _read(history_or_body, scope.base_url)
-    if params is not None and not isinstance(history_or_body, Mapping):
-        properties = properties_digest(params, scope.base_url)
-    n = len(items)
-    kinds = [_kind(item) for item in items]
+    if isinstance(history_or_body, Mapping):
+        request = read_request(history_or_body, scope.base_url)
+    elif isinstance(history_or_body, (str, Sequence)):
+        items = [history_or_body] if isinstance(history_or_body, str) else list(history_or_body)
+        request = Request({}, {}, items, properties=properties_digest(params or {}, scope.base_url))
+    else:
+        raise TypeError(
+            f"explain() takes a history (list) or a request body (dict), not {type(history_or_body).__name__}"
+        )
+    n = len(request.items)
+    kinds = [_kind(item) for item in request.items]
+    asked = (scope, request.previous_response_id, not request.store)
     secret = store.secret_key
     context = CallContext(
         scope_key=scope.store_key(secret),
@@ -224,56 +224,39 @@ def explain(
         mac_key=mac_key(secret),
     )
     try:
-        history = read_history(context, items)
+        history = read_history(context, request.items)
     except ItemError as error:
-        plan = Plan(Reason.CALLER_MANAGED if managed else Reason.INTERNAL_ERROR, total=n)
-        return Explanation(
-            _rows(kinds, None, {}, plan), plan, scope, previous_id, store_false, detail=str(error)
-        )
+        plan = Plan(Reason.CALLER_MANAGED if request.caller_managed else Reason.INTERNAL_ERROR, total=n)
+        return Explanation(_rows(kinds, None, {}, plan), plan, *asked, detail=str(error))
     views: dict[int, Anchor] = {}
     detail = None
-    if managed:
+    if request.caller_managed:
         plan = with_sizes(Plan(Reason.CALLER_MANAGED, total=n), history.sizes)
     else:
-        # One lookup of every prefix view: the candidates the planner asks for,
-        # plus the whole history's (it may end exactly where a view ends).
+        # One lookup of every prefix view: the candidates the planner asks for, plus the whole
+        # history's (it may end exactly where a view ends).
         found: object
         try:
             found = store.find(context.scope_key, history.hashes) if history.hashes else {}
         except Exception as error:  # noqa: BLE001 - reported as store_unavailable, like the client does
             found, detail = UNAVAILABLE, type(error).__name__
-        plan = drive(plan_history(context, history, properties=properties), lambda effect: found)
+        plan = drive(plan_history(context, history, properties=request.properties), lambda effect: found)
         if isinstance(found, Mapping):
             views = _views(history, found, context)
         elif plan.reason is not Reason.STORE_UNAVAILABLE:  # the planner looked nothing up
             detail = None
     rows = _rows(kinds, history.fingerprints, views, plan)
-    closest = views[max(views)] if views else None
-    return Explanation(rows, plan, scope, previous_id, store_false, closest, detail)
-
-
-def _read(source: object, base_url: str) -> tuple[list[Any], str | None, bool, bool, bytes]:
-    """Return the items, the caller's previous_response_id, caller-managed, store=false, properties."""
-    if isinstance(source, Mapping):
-        r = read_request(source, base_url)
-        return r.items, r.previous_response_id, r.caller_managed, not r.store, r.properties
-    if isinstance(source, str):
-        return [source], None, False, False, b""
-    if isinstance(source, Sequence):
-        return list(source), None, False, False, b""
-    raise TypeError(f"explain() takes a history (list) or a request body (dict), not {type(source).__name__}")
+    return Explanation(rows, plan, *asked, views[max(views)] if views else None, detail)
 
 
 def _views(history: History, found: Mapping[bytes, Anchor], context: CallContext) -> dict[int, Anchor]:
     """The recorded (and, with a secret key, authentic) views that are prefixes of the history, by length."""
-    views = {}
-    for i, h in enumerate(history.hashes, start=1):
-        anchor = found.get(h)
-        if anchor is None or anchor.count != i or not anchor.is_live(context.now):
-            continue
-        if answers(anchor, view=h) and context.authentic(anchor):
-            views[i] = anchor
-    return views
+    return {
+        i: anchor
+        for i, h in enumerate(history.hashes, start=1)
+        if (anchor := found.get(h)) is not None and anchor.count == i and anchor.is_live(context.now)
+        if answers(anchor, view=h) and context.authentic(anchor)
+    }
 
 
 def _kind(item: object) -> Kind:
@@ -284,10 +267,7 @@ def _kind(item: object) -> Kind:
 
 
 def _rows(
-    kinds: Sequence[Kind],
-    fps: Sequence[bytes] | None,
-    views: Mapping[int, Anchor],
-    plan: Plan,
+    kinds: Sequence[Kind], fps: Sequence[bytes] | None, views: Mapping[int, Anchor], plan: Plan
 ) -> tuple[ItemRow, ...]:
     lengths = sorted(views)
     first = plan.skip if plan.anchor is not None else 0

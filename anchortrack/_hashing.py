@@ -144,17 +144,14 @@ class _Table(dict[Any, tuple[Any, ...]]):
 
 class Memo:
     """
-    Remembers the fingerprints of items seen before, reusing one only on an exact proof.
+    Remembers the fingerprints of items seen before, reusing one only on an exact proof that calls
+    no method of a user type (a ``str`` subclass's ``__eq__`` cannot pass an edited item off as the
+    old one; an item edited in place is fingerprinted afresh).
 
-    No proof calls a method of a user type (a ``str`` subclass's own ``__eq__`` cannot pass an
-    edited item off as the old one), and an item edited in place is fingerprinted afresh. An item
-    is known by its exact type and value (`exact_value`); a dict or str of strings only also by
-    ``id(item)`` and a copy of its data, compared by ``==`` of exact strings (no user code; ``1``,
-    ``1.0`` and ``True`` stay apart), which spares serializing it again in a loop.
-
-    Each entry counts its data plus a fixed overhead against *max_bytes* (half per table, oldest
-    out first); a value over *max_item_bytes* is keyed by its digest, so the memo never keeps a
-    large text alive after the caller dropped it.
+    An item is known by its exact type and value (`exact_value`); a dict or str of strings only also
+    by ``id(item)`` and a copy of its data, compared by ``==`` of exact strings, which spares
+    serializing it again in a loop. Entries count against *max_bytes* (half per table, oldest out
+    first); a value over *max_item_bytes* is keyed by its digest, so no large text is kept alive.
     """
 
     def __init__(self, max_bytes: int = 24 << 20, max_item_bytes: int = 64 << 10) -> None:
@@ -216,10 +213,9 @@ class Memo:
 
 def exact_value(item: object) -> bytes | None:
     """
-    Bytes that name *item*'s value exactly, or None when there are none the memo can trust.
-
-    An exact ``dict`` or ``str``: its `marshal` form, which refuses subclasses and anything but plain
-    data. An ``openai`` SDK model: the JSON its serializer writes. A user's own types: None.
+    Bytes that name *item*'s value exactly, or None when there are none the memo can trust: an exact
+    ``dict`` or ``str``'s `marshal` form (which refuses subclasses and anything but plain data), an
+    ``openai`` SDK model's JSON as its serializer writes it; None for a user's own types.
     """
     kind = type(item)
     if kind is dict or kind is str:

@@ -27,11 +27,9 @@ _Pairs = dict[int, tuple[Any, Any, str]]
 
 def clone(client: Any, cls: type[Any]) -> Any:
     """
-    A shallow copy of *client* as an instance of *cls*, without its cached resources.
-
-    No constructor runs, so nothing the SDK's ``copy()`` would reset is lost.
-    Top-level dicts and lists are copied (one client's headers never change the
-    other's); cached resources are bound to *client*, so the copy builds its own.
+    A shallow copy of *client* as an instance of *cls*, without its cached resources (bound to
+    *client*: the copy builds its own). No constructor runs, so nothing ``copy()`` would reset is
+    lost; top-level dicts and lists are copied, so one client's headers never change the other's.
     """
     new = object.__new__(cls)
     for name, value in vars(client).items():
@@ -59,10 +57,8 @@ _MISSING = object()
 
 def carry_patches(source: Any, target: Any) -> None:
     """
-    Carry the instance patches on *source*'s resources (and on *source*) to *target*.
-
-    A patch whose references to *source*'s objects cannot be found is left out
-    (the copy stays tracked, not traced by it) and `wrap` warns once per patch.
+    Carry the instance patches on *source*'s resources (and on *source*) to *target*. A patch whose
+    references to *source*'s objects cannot be found is left out, and `wrap` warns once per patch.
     """
     pairs: _Pairs = {id(source): (source, target, "client")}
     _pair(source, target, "client", pairs, 0)
@@ -110,11 +106,8 @@ def _same_kind(value: Any, present: Any, pairs: _Pairs) -> bool:
 
 def _rebind(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
     """
-    *value* with its references to the original client's objects pointed at the copy's, or None.
-
-    Follows bound methods, functions' closures and ``__wrapped__``, wrapt's
-    function wrappers and ``functools.partial``; None when nothing in *value*
-    refers to the original's objects.
+    *value* with its references to the original client's objects pointed at the copy's (through bound
+    methods, closures, ``__wrapped__``, wrapt's wrappers and ``functools.partial``), or None if none.
     """
     if depth > 8:
         return None

@@ -1,13 +1,12 @@
 """
-Tracked event streams: the openai ``Stream`` classes, recording on completion.
+Tracked event streams: the openai ``Stream`` / ``AsyncStream`` of a call, recording on completion.
 
-A response is recorded when its terminal event arrives, before that event
-reaches the caller; a stream that ends or is closed without one records nothing
-and is counted (``stream_abandoned``) then, not at garbage collection.
-
-A chained stream is *peeked*: its first event is read at once, so a server
-refusing a stale anchor inside the stream (HTTP 200, then an error event) can
-be recovered from like an HTTP refusal. The caller still gets that event.
+Tracking attaches to the SDK's own stream object (its iterator and its response's close), so the
+caller gets the stream the SDK made. A response is recorded when its terminal event arrives, before
+that event reaches the caller; a stream that ends or is closed without one is counted
+(``stream_abandoned``) then, not at garbage collection. A chained stream is *peeked*: its first
+event is read at once, so a refusal of a stale anchor inside the stream (HTTP 200, then an error
+event) is recovered from like an HTTP refusal.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import openai
 from openai import AsyncStream, Stream
-from openai.types.responses import ResponseStreamEvent
 
 from ._socket import TERMINAL_EVENTS
 
@@ -41,22 +39,21 @@ class Recorder(Protocol):
 class _Call:
     """The call a tracked stream carries the response of: records it, or reports it abandoned, once."""
 
-    __slots__ = ("done", "held", "items", "reported", "target", "terminal")
+    __slots__ = ("done", "held", "items", "reported", "stream", "target", "terminal")
 
-    def __init__(self, target: tuple[Recorder, Ticket] | None) -> None:
-        self.target = target  # None once the stream is discarded: nothing to record or report
+    def __init__(self, stream: Any, tracker: Recorder, ticket: Ticket) -> None:
+        self.stream = stream
+        self.target: tuple[Recorder, Ticket] | None = (tracker, ticket)  # None once discarded
         self.items: dict[int, Any] = {}  # the output items seen, by index
         self.terminal: str | None = None  # the terminal event's type, once it arrived
         self.reported = False
         self.held = False  # while a peeked error awaits the tracker's decision
         self.done = False
 
-    def completes(self, event: ResponseStreamEvent) -> Recorder | None:
+    def completes(self, event: Any) -> Recorder | None:
         """
         Feed *event*; if it is the terminal one, record the response and return the tracker to flush.
-
-        The output recorded is the terminal event's response's, or — when a server
-        leaves it empty — that of the ``response.output_item.done`` events seen.
+        The output recorded is the terminal response's, or (a server left it empty) the items seen.
         """
         kind = getattr(event, "type", None)
         if kind == "response.output_item.done":
@@ -90,121 +87,119 @@ class _Call:
         if self.done:
             self.end()
 
-    def refusal(self, first: object, response: Any) -> BaseException | None:
+    def refusal(self, first: object) -> BaseException | None:
         """The error the peeked *first* event (None: there was none) is or carries; without one, `release`."""
-        error = first if isinstance(first, BaseException) else _error_event(first, response)
+        error = first if isinstance(first, BaseException) else _error_event(first, self.stream.response)
         if error is None:
             self.release()
         return error
 
 
-class TrackedStream(Stream[ResponseStreamEvent]):
-    """A ``Stream`` of Responses events that records the response it carries."""
+def track(stream: object, tracker: Recorder, ticket: Ticket) -> _Call | None:
+    """Track *stream* if the SDK made it as a plain ``Stream`` / ``AsyncStream``; return its call."""
+    if type(stream) is Stream:
+        return StreamCall(stream, tracker, ticket)
+    if type(stream) is AsyncStream:
+        return AsyncStreamCall(stream, tracker, ticket)
+    return None
 
-    _call: _Call | None = None
 
-    def _bind(self, tracker: Recorder, ticket: Ticket) -> None:
-        call = self._call = _Call((tracker, ticket))
-        close = self.response.close
+class StreamCall(_Call):
+    """The call of a sync ``Stream``; `_peek`, `_discard` and `_release` are the tracker's steps."""
+
+    __slots__ = ()
+
+    def __init__(self, stream: Stream[Any], tracker: Recorder, ticket: Ticket) -> None:
+        super().__init__(stream, tracker, ticket)
+        stream._iterator = self._events(stream._iterator)
+        close = stream.response.close
 
         def closed() -> None:
             try:
                 close()
             finally:
-                call.end()
+                self.end()
 
-        self.response.close = closed  # type: ignore[method-assign]
+        stream.response.close = closed  # type: ignore[method-assign]
 
-    def __stream__(self) -> Iterator[ResponseStreamEvent]:
-        call = self._call or _Call(None)
+    def _events(self, events: Iterator[Any]) -> Iterator[Any]:
         try:
-            for event in super().__stream__():
-                tracker = call.completes(event)
+            for event in events:
+                tracker = self.completes(event)
                 if tracker is not None:
                     tracker.flush()
                 yield event
         finally:
-            call.end()
+            self.end()
 
     def _peek(self) -> BaseException | None:
         """
-        Read the first event now; return the error it is or carries, if any.
-
-        After an error the stream is counted nowhere until the tracker decides:
-        `_discard` (it recovers) or `_release` (the error is the caller's).
+        Read the first event now; return the error it is or carries, if any. After an error the stream
+        is counted nowhere until the tracker decides: `_discard` (it recovers) or `_release`.
         """
-        call = self._call or _Call(None)
-        call.held = True
-        first: ResponseStreamEvent | BaseException | None
+        self.held = True
+        first: object
         try:
-            first = next(self._iterator, None)
+            first = next(self.stream._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
             first = caught
-        self._iterator = _replay(first, self._iterator)
-        return call.refusal(first, self.response)
+        self.stream._iterator = _replay(first, self.stream._iterator)
+        return self.refusal(first)
 
     def _discard(self) -> None:
         """Close a refused stream without counting it anywhere."""
-        if self._call is not None:
-            self._call.target = None
-        self.close()
+        self.target = None
+        self.stream.close()
 
     def _release(self) -> None:
         """Count a stream whose first-event error is the caller's, as if it had ended now."""
-        if self._call is not None:
-            self._call.release()
+        self.release()
 
 
-class AsyncTrackedStream(AsyncStream[ResponseStreamEvent]):
-    """An ``AsyncStream`` of Responses events that records the response it carries."""
+class AsyncStreamCall(_Call):
+    """The call of an ``AsyncStream``: the async twin of `StreamCall`."""
 
-    _call: _Call | None = None
+    __slots__ = ()
 
-    def _bind(self, tracker: Recorder, ticket: Ticket) -> None:
-        call = self._call = _Call((tracker, ticket))
-        aclose = self.response.aclose
+    def __init__(self, stream: AsyncStream[Any], tracker: Recorder, ticket: Ticket) -> None:
+        super().__init__(stream, tracker, ticket)
+        stream._iterator = self._events(stream._iterator)
+        aclose = stream.response.aclose
 
         async def closed() -> None:
             try:
                 await aclose()
             finally:
-                call.end()
+                self.end()
 
-        self.response.aclose = closed  # type: ignore[method-assign]
+        stream.response.aclose = closed  # type: ignore[method-assign]
 
-    async def __stream__(self) -> AsyncIterator[ResponseStreamEvent]:
-        call = self._call or _Call(None)
+    async def _events(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         try:
-            async for event in super().__stream__():
-                tracker = call.completes(event)
+            async for event in events:
+                tracker = self.completes(event)
                 if tracker is not None:
                     await tracker.aflush()
                 yield event
         finally:
-            call.end()
+            self.end()
 
     async def _peek(self) -> BaseException | None:
-        """Async twin of `TrackedStream._peek`."""
-        call = self._call or _Call(None)
-        call.held = True
-        first: ResponseStreamEvent | BaseException | None
+        self.held = True
+        first: object
         try:
-            first = await anext(self._iterator, None)
+            first = await anext(self.stream._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
             first = caught
-        self._iterator = _areplay(first, self._iterator)
-        return call.refusal(first, self.response)
+        self.stream._iterator = _areplay(first, self.stream._iterator)
+        return self.refusal(first)
 
     async def _discard(self) -> None:
-        """Async twin of `TrackedStream._discard`."""
-        if self._call is not None:
-            self._call.target = None
-        await self.close()
+        self.target = None
+        await self.stream.close()
 
     async def _release(self) -> None:
-        """Async twin of `TrackedStream._release`."""
-        if self._call is not None:
-            self._call.release()
+        self.release()
 
 
 def _error_event(event: object, response: Any) -> openai.APIError | None:
@@ -216,9 +211,7 @@ def _error_event(event: object, response: Any) -> openai.APIError | None:
     return openai.APIError(message, response.request, body=body)
 
 
-def _replay(
-    first: ResponseStreamEvent | BaseException | None, rest: Iterator[ResponseStreamEvent]
-) -> Iterator[ResponseStreamEvent]:
+def _replay(first: object, rest: Iterator[Any]) -> Iterator[Any]:
     """*first* (an event, an error raised by the first ``next()``, or None: no event), then *rest*."""
     if isinstance(first, BaseException):
         raise first
@@ -227,9 +220,7 @@ def _replay(
     yield from rest
 
 
-async def _areplay(
-    first: ResponseStreamEvent | BaseException | None, rest: AsyncIterator[ResponseStreamEvent]
-) -> AsyncIterator[ResponseStreamEvent]:
+async def _areplay(first: object, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
     """Async twin of `_replay`."""
     if isinstance(first, BaseException):
         raise first

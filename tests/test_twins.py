@@ -6,12 +6,11 @@ import inspect
 
 import openai
 import pytest
-from openai import AsyncStream, Stream
 from openai.resources.responses import AsyncResponses, Responses
 
 import anchortrack
 from anchortrack._client import _AsyncTrackedResponses, _TrackedResponses
-from anchortrack._stream import AsyncTrackedStream, TrackedStream
+from anchortrack._stream import AsyncStreamCall, StreamCall, _Call
 
 
 def _own(cls: type) -> dict[str, object]:
@@ -23,7 +22,7 @@ def _own(cls: type) -> dict[str, object]:
     ("sync", "asynchronous", "bases"),
     [
         (_TrackedResponses, _AsyncTrackedResponses, (Responses, AsyncResponses)),
-        (TrackedStream, AsyncTrackedStream, (Stream, AsyncStream)),
+        (StreamCall, AsyncStreamCall, (_Call, _Call)),
     ],
 )
 def test_twins_override_the_same_methods(sync: type, asynchronous: type, bases: tuple[type, type]) -> None:
