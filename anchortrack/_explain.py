@@ -207,7 +207,7 @@ def explain(
         request = read_request(history_or_body, scope.base_url)
     elif isinstance(history_or_body, (str, Sequence)):
         items = [history_or_body] if isinstance(history_or_body, str) else list(history_or_body)
-        request = Request({}, {}, items, properties=properties_digest(params or {}, scope.base_url))
+        request = Request({}, items, properties=properties_digest(params or {}, scope.base_url))
     else:
         raise TypeError(
             f"explain() takes a history (list) or a request body (dict), not {type(history_or_body).__name__}"

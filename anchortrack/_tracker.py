@@ -68,6 +68,7 @@ class CallState:
     seconds: float | None = None
     refused: Reason | None = None
     published: bool = False  # the outcome was published (once, when the decision is final)
+    answered: bool = False
     response: Any = None
     sdk_error: BaseException | None = None
 
