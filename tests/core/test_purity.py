@@ -14,7 +14,7 @@ import pytest
 
 
 PACKAGE = Path(__file__).resolve().parents[2] / "anchortrack"
-PURE = ("_canonical", "_hashing", "_request", "_plan", "_flow", "_socket")
+PURE = ("_canonical", "_hashing", "_request", "_plan", "_flow", "_refusal", "_properties", "_seal", "_socket")
 FORBIDDEN = ("openai.", "anchortrack._stats", "anchortrack.metrics")
 
 
