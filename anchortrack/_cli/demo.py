@@ -327,15 +327,16 @@ class _Demo:
         return history
 
     def _call(self, history: list[dict[str, Any]], label: str, note: str) -> Any:
-        """Make one model call and show its row; return the response."""
+        """Make one model call, show its row (and with ``--events`` its events); return the response."""
         call = len(self.rows) + 1
         self.screen.status(f"… call {call} (turn {label}): waiting for the model")
         start = len(self.tap.bodies)
         response = self.client.responses.create(model=self.model, input=history, tools=agent.TOOLS)
         o = self.outcomes[-1]
-        deleted = o.mode == "shadow" and o.anchor_id in self.deleted
-        decision = o.decision.value
-        if o.mode == "shadow" and decision == "chained":
+        decided, shadow = o.decision.value, o.mode == "shadow"
+        deleted = shadow and o.anchor_id in self.deleted
+        decision = decided
+        if shadow and decided == "chained":
             decision = "would resend" if deleted else "would chain"
         reason = "stale_anchor" if deleted else o.reason.value
         reason += f" at {o.diverged_at}" if o.diverged_at is not None else ""
@@ -345,16 +346,8 @@ class _Demo:
 
             seen = self.server.state.resolved_context(response.id)
             equivalent = [canonical_item(i) for i in seen] == [canonical_item(i) for i in history]
-        row = Row(call, o, decision, reason, len(self.tap.since(start)), deleted, equivalent)
-        self.rows.append(row)
-        self._show(row, label, note)
-        return response
-
-    def _show(self, row: Row, label: str, note: str) -> None:
-        """Write *row*: its cells, its reason and notes, and with ``--events`` anchortrack's events."""
-        o, deleted = row.outcome, row.deleted_anchor
-        decided, shadow = o.decision.value, o.mode == "shadow"
-        parts = ["" if row.reason == "chained" else row.reason, note]
+        self.rows.append(Row(call, o, decision, reason, len(self.tap.since(start)), deleted, equivalent))
+        parts = ["" if reason == "chained" else reason, note]
         if decided == "resent":
             parts.append(f"{short_id(o.anchor_id)} refused: resent in full")
         elif deleted:
@@ -364,18 +357,19 @@ class _Demo:
             less = _saved(would, o.bytes_stateless)
             change = f"{less:.0%} less" if less >= 0 else f"{-less:.0%} more"
             parts.insert(0, f"chaining would send {would:,} B ({change})")
-        if row.equivalent is False:
+        if equivalent is False:
             parts.append("CONTEXT MISMATCH: the server saw another history")
         in_full = shadow or decided == "resent"  # the last request held every item
         anchor = short_id(o.anchor_id if decided == "chained" else None, self.screen.ellipsis)
         items = f"{o.items_total if in_full else o.items_planned}/{o.items_total}"
         saved = f"{_saved(o.bytes_sent, o.bytes_stateless):.0%}"
         sizes = [f"{o.bytes_sent:,}", f"{o.bytes_stateless:,}", saved]
-        cells = [str(row.call), label, row.decision, anchor, items, *sizes]
-        self.screen.row(cells, "; ".join(filter(None, parts)), DECISIONS.get(row.decision, ""))
+        cells = [str(call), label, decision, anchor, items, *sizes]
+        self.screen.row(cells, "; ".join(filter(None, parts)), DECISIONS.get(decision, ""))
         for line in self.events.lines if self.args.events else ():
             self.screen.para(line, indent="        · ")
         self.events.lines.clear()
+        return response
 
     def _summary(self, record: DemoRecord) -> None:
         """The run in a few lines: its totals (``tracker.stats``' own), why calls were not chained, hints."""
