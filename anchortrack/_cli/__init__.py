@@ -61,7 +61,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     return int(code or 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -43,73 +43,7 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-@attrs.frozen
-class Turn:
-    """One user turn: what the user says, and the ``!…`` lines that steer the scripted model."""
-
-    text: str
-    script: tuple[str, ...] = ()
-    #: What the app's middleware does before this turn, if anything (a key of `MIDDLEWARE_TEXT`).
-    middleware: str | None = None
-
-
-TURNS: tuple[Turn, ...] = (
-    Turn(
-        "Hi, I'm Ana (ana.silva@example.com). I fly Berlin to Lisbon on 2025-05-14: "
-        "what's the weather there, and which flights are there?",
-        (
-            '!call get_weather {"city": "Lisbon", "date": "2025-05-14"}',
-            '!call search_flights {"origin": "BER", "destination": "LIS", "date": "2025-05-14"}',
-        ),
-    ),
-    Turn(
-        "Find me a hotel in Alfama for three nights, under 180 EUR a night.",
-        ('!call search_hotels {"city": "Lisbon", "area": "Alfama", "max_price": "180"}', "!rounds 2"),
-    ),
-    Turn(
-        "Book the second one, please.",
-        ('!call book_hotel {"hotel_id": "H-2", "nights": "3"}',),
-        middleware="inject",
-    ),
-    Turn(
-        "Send the booking confirmation to my e-mail.",
-        ('!call send_email {"to": "[email]", "subject": "Your Lisbon booking"}',),
-        middleware="redact",
-    ),
-    Turn(
-        "What should I pack for the trip?",
-        ('!call get_weather {"city": "Lisbon", "date": "2025-05-15"}',),
-        middleware="forget",
-    ),
-    Turn("Thanks, that's all!"),
-)
-
-#: The middleware, as the demo notes it: ``inject`` and ``redact`` edit the history before the turn,
-#: ``forget`` deletes the newest response on the server.
-MIDDLEWARE_TEXT = {
-    "inject": "middleware appended retrieved context",
-    "redact": "middleware redacted an e-mail in item 1",
-    "forget": "the server lost the newest response",
-}
-
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")
-
-
-def turn(index: int) -> Turn:
-    """The user turn number *index* (0-based); past the script, a weather follow-up."""
-    if index < len(TURNS):
-        return TURNS[index]
-    day = 16 + (index - len(TURNS)) % 10
-    return Turn(
-        f"And the forecast for 2025-05-{day}?",
-        (f'!call get_weather {{"city": "Lisbon", "date": "2025-05-{day}"}}',),
-    )
-
-
-def user_message(t: Turn, *, scripted: bool) -> Item:
-    """The user's message for *t* (with the script lines for the scripted model)."""
-    text = "\n".join([t.text, *t.script]) if scripted else t.text
-    return {"role": "user", "content": text}
 
 
 def inject(history: Sequence[Item]) -> list[Item]:
@@ -129,8 +63,67 @@ def redact(history: Sequence[Item]) -> list[Item]:
     return out
 
 
-#: The middleware that edits the history before a turn (``forget`` acts on the server instead).
-EDITS = {"inject": inject, "redact": redact}
+@attrs.frozen
+class Turn:
+    """One user turn: its text, the ``!…`` lines that steer the scripted model, the middleware before it."""
+
+    text: str
+    script: tuple[str, ...] = ()
+    note: str = ""  # the middleware, as the demo notes it
+    edit: Callable[[Sequence[Item]], list[Item]] | None = None  # the middleware's edit of the history
+    forget: bool = False  # the middleware deletes the newest response on the server
+
+
+TURNS: tuple[Turn, ...] = (
+    Turn(
+        "Hi, I'm Ana (ana.silva@example.com). I fly Berlin to Lisbon on 2025-05-14: "
+        "what's the weather there, and which flights are there?",
+        (
+            '!call get_weather {"city": "Lisbon", "date": "2025-05-14"}',
+            '!call search_flights {"origin": "BER", "destination": "LIS", "date": "2025-05-14"}',
+        ),
+    ),
+    Turn(
+        "Find me a hotel in Alfama for three nights, under 180 EUR a night.",
+        ('!call search_hotels {"city": "Lisbon", "area": "Alfama", "max_price": "180"}', "!rounds 2"),
+    ),
+    Turn(
+        "Book the second one, please.",
+        ('!call book_hotel {"hotel_id": "H-2", "nights": "3"}',),
+        note="middleware appended retrieved context",
+        edit=inject,
+    ),
+    Turn(
+        "Send the booking confirmation to my e-mail.",
+        ('!call send_email {"to": "[email]", "subject": "Your Lisbon booking"}',),
+        note="middleware redacted an e-mail in item 1",
+        edit=redact,
+    ),
+    Turn(
+        "What should I pack for the trip?",
+        ('!call get_weather {"city": "Lisbon", "date": "2025-05-15"}',),
+        note="the server lost the newest response",
+        forget=True,
+    ),
+    Turn("Thanks, that's all!"),
+)
+
+
+def turn(index: int) -> Turn:
+    """The user turn number *index* (0-based); past the script, a weather follow-up."""
+    if index < len(TURNS):
+        return TURNS[index]
+    day = 16 + (index - len(TURNS)) % 10
+    return Turn(
+        f"And the forecast for 2025-05-{day}?",
+        (f'!call get_weather {{"city": "Lisbon", "date": "2025-05-{day}"}}',),
+    )
+
+
+def user_message(t: Turn, *, scripted: bool) -> Item:
+    """The user's message for *t* (with the script lines for the scripted model)."""
+    text = "\n".join([t.text, *t.script]) if scripted else t.text
+    return {"role": "user", "content": text}
 
 
 def run_tool(name: str, arguments: str) -> str:

@@ -1,13 +1,11 @@
 """
 ``anchortrack demo``: watch anchortrack work on a tool-calling agent.
 
-The demo agent (`anchortrack._cli.agent`) runs through a wrapped client against the local
-Responses server, started in-process on a free loopback port. Only ``--base-url`` or ``--openai``
-sends the turns to a real endpoint: an exported ``OPENAI_API_KEY`` never does by itself, so the
-demo spends no money unless asked to. Each call prints one table row from its `Outcome` (handed
-over by ``tracker.subscribe``); the summary's totals are ``tracker.stats``' own. The anchors go to
-a SQLite file in the user's cache directory, and ``demo.json`` beside it records their scope, so
-``anchortrack explain`` works afterwards without flags.
+The agent (`anchortrack._cli.agent`) runs through a wrapped client against the local Responses
+server, started in-process on a free loopback port; only ``--base-url`` or ``--openai`` sends its
+turns to a real endpoint (an exported ``OPENAI_API_KEY`` never does by itself). Each call prints one
+table row from its `Outcome`; the summary's totals are ``tracker.stats``' own. The anchors go to a
+SQLite file in the user's cache directory, and ``demo.json`` lets ``anchortrack explain`` find them.
 """
 
 from __future__ import annotations
@@ -49,6 +47,8 @@ COLUMNS = (
     ("call", 4, ">"), ("turn", 5, ">"), ("decision", 12, "<"), ("anchor", 13, "<"),
     ("items", 7, ">"), ("sent B", 8, ">"), ("stateless B", 11, ">"), ("saved", 5, ">"),
 )  # fmt: skip
+#: Where the reason / note text starts when it goes beside the fixed columns.
+TEXT_AT = sum(width + 2 for _, width, _ in COLUMNS)
 #: The decisions in the order the summary counts them, and their colours on a terminal.
 DECISIONS = {
     "chained": "32", "would chain": "32", "resent": "33", "would resend": "33",
@@ -88,8 +88,7 @@ def register(subparsers: Any) -> None:
 
 class Screen:
     """
-    The stream the demo writes to: a line printer, so that its rows stream into terminals, pipes
-    and CI logs alike.
+    Where the demo writes: whole lines, so its rows stream into terminals, pipes and CI logs alike.
 
     Every line fits the width (``COLUMNS`` wins; 80 when piped). Colours and the overwritable
     status line only on a terminal (no colours with ``NO_COLOR`` or ``TERM=dumb``); ASCII on a
@@ -98,20 +97,17 @@ class Screen:
     """
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.stream, self.tty, self.status_shown = stream, stream.isatty(), False
         self.width = max(40, shutil.get_terminal_size((80, 24)).columns)
         self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-        self.encoding = getattr(stream, "encoding", None) or "ascii"
+        self.encoding = stream.encoding or "ascii"
         self.ascii = False
         try:
             "─·…↳—→≈".encode(self.encoding)
-        except (UnicodeEncodeError, LookupError):
+        except UnicodeEncodeError:
             self.ascii = True
-        self.ellipsis = "..." if self.ascii else "…"
-        self.text_at = sum(width for _, width, _ in COLUMNS) + 2 * len(COLUMNS)
-        self.inline = self.width - self.text_at >= 24
-        self._status = False
+        self.ellipsis = self.text("…")
+        self.inline = self.width - TEXT_AT >= 24
 
     def text(self, line: str) -> str:
         """*line* as this stream can carry it."""
@@ -120,48 +116,47 @@ class Screen:
         return line.translate(_ASCII).encode(self.encoding, "replace").decode(self.encoding)
 
     def write(self, text: str) -> None:
-        """Write *text* (already laid out) and flush, replacing the status line if shown."""
+        """Write *text* (laid out, as the stream can carry it) and flush, replacing the status line."""
         self.clear_status()
-        self.stream.write(self.text(text))
+        self.stream.write(text)
         self.stream.flush()
 
     def para(self, text: str, indent: str = "") -> None:
         """Write *text* wrapped to the width (continuations indented two more)."""
         lines = _wrap(self.text(text), self.width, self.text(indent), self.text(indent + "  "))
-        self.write("\n".join(lines or [""]) + "\n")
+        self.write("\n".join(lines) + "\n")
 
     def status(self, text: str) -> None:
         """Show *text* on an overwritable status line (terminals only)."""
         if self.tty:
             self.stream.write("\r\033[K" + self.text(text[: self.width - 1]))
             self.stream.flush()
-            self._status = True
+            self.status_shown = True
 
     def clear_status(self) -> None:
-        if self._status:
+        if self.status_shown:
             self.stream.write("\r\033[K")
-            self._status = False
-
-    def header(self, title: str) -> None:
-        """Write the column titles, a rule, and the free text's *title* (beside them or below)."""
-        rule = "─" * min(len(title) + 8, self.width - self.text_at)
-        self.row([t for t, _, _ in COLUMNS], title if self.inline else "")
-        self.row(["─" * w for _, w, _ in COLUMNS], rule if self.inline else title)
+            self.status_shown = False
 
     def row(self, cells: Sequence[str], text: str, color: str = "") -> None:
-        """Write one table row and its free text."""
+        """Write one table row and its free *text*, beside it or on indented lines below it."""
         out = [f"{self.text(c)[:w]:{align}{w}}" for c, (_, w, align) in zip(cells, COLUMNS, strict=True)]
         if self.color and color:  # the decision's colour
             out[2] = f"\033[{color}m{out[2]}\033[0m"
-        line, text = "  ".join(out), self.text(text)
-        if not text:
-            self.write(line.rstrip() + "\n")
-            return
-        mark = "" if self.inline else self.text("      ↳ ")
-        at = self.text_at if self.inline else len(mark)
-        parts = _wrap(text, self.width - at)
-        first = [line + "  " + parts[0]] if self.inline else [line.rstrip(), mark + parts[0]]
-        self.write("\n".join(first + [" " * at + part for part in parts[1:]]) + "\n")
+        line = "  ".join(out)
+        indent = " " * TEXT_AT if self.inline else self.text("      ↳ ")
+        lines = _wrap(self.text(text), self.width, indent, " " * len(indent))
+        if self.inline and lines:
+            lines[0] = line + "  " + lines[0][TEXT_AT:]
+        else:
+            lines.insert(0, line.rstrip())
+        self.write("\n".join(lines) + "\n")
+
+    def header(self, title: str) -> None:
+        """Write the column titles, a rule, and the free text's *title* (beside them or below)."""
+        rule = "─" * min(len(title) + 8, self.width - TEXT_AT)
+        self.row([t for t, _, _ in COLUMNS], title if self.inline else "")
+        self.row(["─" * w for _, w, _ in COLUMNS], rule if self.inline else title)
 
 
 def _wrap(text: str, width: int, indent: str = "", more: str = "") -> list[str]:
@@ -227,19 +222,15 @@ def main(args: argparse.Namespace) -> int:
 
 @dataclass
 class Row:
-    """
-    One model call: its outcome; its decision as a shadow run says it (``would chain``); its reason
-    code, with where the history diverged; its requests on the wire; whether, in shadow mode, the
-    anchor it would chain from was deleted; whether the server's context was the agent's history.
-    """
+    """One model call, for the summary: its decision and reason as the table shows them, and more."""
 
     call: int
     outcome: Outcome
-    decision: str
-    reason: str
-    requests: int
-    deleted_anchor: bool
-    equivalent: bool | None  # None: not known (a real endpoint)
+    decision: str  # as a shadow run says it: ``would chain``
+    reason: str  # with where the history diverged
+    requests: int  # on the wire
+    deleted_anchor: bool  # shadow mode: the anchor it would chain from was deleted on the server
+    equivalent: bool | None  # the server's context was the agent's history (None: a real endpoint)
 
 
 class _Demo:
@@ -277,10 +268,8 @@ class _Demo:
         self.rows: list[Row] = []
         self.outcomes: list[Outcome] = []
         self.tracker.subscribe(self.outcomes.append)
-        #: Responses the agent's middleware deleted: the server refuses them as anchors.
-        self.deleted: set[str] = set()
-        #: anchortrack's events: shown with --events, kept off the console either way.
-        self.events = EventTap()
+        self.deleted: set[str] = set()  # responses the agent's middleware deleted on the server
+        self.events = EventTap()  # shown with --events, kept off the console either way
 
     def run(self) -> int:
         """Run the agent's turns, save the next request for ``explain``, sum up; return the exit code."""
@@ -317,10 +306,10 @@ class _Demo:
         last_id: str | None = None
         for index in range(turns):
             t = agent.turn(index)
-            note = agent.MIDDLEWARE_TEXT.get(t.middleware or "", "")
-            if edit := agent.EDITS.get(t.middleware or ""):
-                history = edit(history)
-            elif t.middleware == "forget" and last_id is not None:
+            note = t.note
+            if t.edit is not None:
+                history = t.edit(history)
+            elif t.forget and last_id is not None:
                 self.client.responses.delete(last_id)
                 self.deleted.add(last_id)
             history = [*history, agent.user_message(t, scripted=self.scripted)]
@@ -338,15 +327,16 @@ class _Demo:
         return history
 
     def _call(self, history: list[dict[str, Any]], label: str, note: str) -> Any:
-        """Make one model call and show its row; return the response."""
+        """Make one model call, show its row (and with ``--events`` its events); return the response."""
         call = len(self.rows) + 1
         self.screen.status(f"… call {call} (turn {label}): waiting for the model")
         start = len(self.tap.bodies)
         response = self.client.responses.create(model=self.model, input=history, tools=agent.TOOLS)
         o = self.outcomes[-1]
-        deleted = o.mode == "shadow" and o.anchor_id in self.deleted
-        decision = o.decision.value
-        if o.mode == "shadow" and decision == "chained":
+        decided, shadow = o.decision.value, o.mode == "shadow"
+        deleted = shadow and o.anchor_id in self.deleted
+        decision = decided
+        if shadow and decided == "chained":
             decision = "would resend" if deleted else "would chain"
         reason = "stale_anchor" if deleted else o.reason.value
         reason += f" at {o.diverged_at}" if o.diverged_at is not None else ""
@@ -356,16 +346,8 @@ class _Demo:
 
             seen = self.server.state.resolved_context(response.id)
             equivalent = [canonical_item(i) for i in seen] == [canonical_item(i) for i in history]
-        row = Row(call, o, decision, reason, len(self.tap.since(start)), deleted, equivalent)
-        self.rows.append(row)
-        self._show(row, label, note)
-        return response
-
-    def _show(self, row: Row, label: str, note: str) -> None:
-        """Write *row*: its cells, its reason and notes, and with ``--events`` anchortrack's events."""
-        o, deleted = row.outcome, row.deleted_anchor
-        decided, shadow = o.decision.value, o.mode == "shadow"
-        parts = ["" if row.reason == "chained" else row.reason, note]
+        self.rows.append(Row(call, o, decision, reason, len(self.tap.since(start)), deleted, equivalent))
+        parts = ["" if reason == "chained" else reason, note]
         if decided == "resent":
             parts.append(f"{short_id(o.anchor_id)} refused: resent in full")
         elif deleted:
@@ -375,18 +357,19 @@ class _Demo:
             less = _saved(would, o.bytes_stateless)
             change = f"{less:.0%} less" if less >= 0 else f"{-less:.0%} more"
             parts.insert(0, f"chaining would send {would:,} B ({change})")
-        if row.equivalent is False:
+        if equivalent is False:
             parts.append("CONTEXT MISMATCH: the server saw another history")
         in_full = shadow or decided == "resent"  # the last request held every item
         anchor = short_id(o.anchor_id if decided == "chained" else None, self.screen.ellipsis)
         items = f"{o.items_total if in_full else o.items_planned}/{o.items_total}"
         saved = f"{_saved(o.bytes_sent, o.bytes_stateless):.0%}"
         sizes = [f"{o.bytes_sent:,}", f"{o.bytes_stateless:,}", saved]
-        cells = [str(row.call), label, row.decision, anchor, items, *sizes]
-        self.screen.row(cells, "; ".join(filter(None, parts)), DECISIONS.get(row.decision, ""))
+        cells = [str(call), label, decision, anchor, items, *sizes]
+        self.screen.row(cells, "; ".join(filter(None, parts)), DECISIONS.get(decision, ""))
         for line in self.events.lines if self.args.events else ():
             self.screen.para(line, indent="        · ")
         self.events.lines.clear()
+        return response
 
     def _summary(self, record: DemoRecord) -> None:
         """The run in a few lines: its totals (``tracker.stats``' own), why calls were not chained, hints."""

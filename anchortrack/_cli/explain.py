@@ -159,45 +159,40 @@ def run(source: object, spec: str, scope: Scope) -> tuple[Explanation, Holds | N
     return explanation, holds
 
 
+#: The scope parts a flag or the demo's record gives, else the variable an openai client reads.
+SCOPE_VARIABLES = {
+    "base_url": "OPENAI_BASE_URL", "organization": "OPENAI_ORG_ID", "project": "OPENAI_PROJECT_ID",
+    "namespace": None,
+}  # fmt: skip
+
+
 def resolve_scope(args: argparse.Namespace, record: DemoRecord | None) -> tuple[Scope, dict[str, str]]:
     """The scope to look anchors up in, and where each part came from (flag, demo.json, environment)."""
     from .._hashing import Scope, api_key_digest
     from ..stores._base import resolve_secret_key
 
     base = record.scope if record is not None else None
+    parts: dict[str, str | None] = {}
     sources: dict[str, str] = {}
-
-    def pick(part: str, flag: str | None, variable: str | None) -> str | None:
-        recorded = getattr(base, part) if base is not None else None
-        for value, source in ((flag, f"--{part.replace('_', '-')}"), (recorded, "demo.json")):
-            if value:
-                sources[part] = source
-                return str(value)
-        if variable and os.environ.get(variable):
-            sources[part] = f"${variable}"
-            return os.environ[variable]
-        sources[part] = "default"
-        return None
-
-    key: str | None = args.api_key or (None if base else os.environ.get("OPENAI_API_KEY"))
-    digest = None
+    key = args.api_key or (None if base else os.environ.get("OPENAI_API_KEY"))
     if args.no_api_key_scope:
-        sources["api_key"] = "--no-api-key-scope"
+        sources["api_key"], digest = "--no-api-key-scope", None
     elif key:
         sources["api_key"] = "--api-key" if args.api_key else "$OPENAI_API_KEY"
         digest = api_key_digest(key, resolve_secret_key(None))
     elif base is not None:
         sources["api_key"], digest = "demo.json", base.api_key_digest
     else:
-        sources["api_key"] = "default"
-    scope = Scope(
-        base_url=pick("base_url", args.base_url, "OPENAI_BASE_URL") or OPENAI_BASE_URL,
-        organization=pick("organization", args.organization, "OPENAI_ORG_ID"),
-        project=pick("project", args.project, "OPENAI_PROJECT_ID"),
-        namespace=pick("namespace", args.namespace, None),
-        api_key_digest=digest,
-    )
-    return scope, sources
+        sources["api_key"], digest = "default", None
+    for part, variable in SCOPE_VARIABLES.items():
+        given = (
+            (getattr(args, part), f"--{part.replace('_', '-')}"),
+            (getattr(base, part, None), "demo.json"),
+            (variable and os.environ.get(variable), f"${variable}"),
+        )
+        parts[part], sources[part] = next(((str(v), s) for v, s in given if v), (None, "default"))
+    base_url = parts["base_url"] or OPENAI_BASE_URL
+    return Scope(base_url, parts["organization"], parts["project"], parts["namespace"], digest), sources
 
 
 def scope_lines(scope: Scope, sources: Mapping[str, str]) -> list[str]:

@@ -31,9 +31,7 @@ def port_number(text: str) -> int:
     return value
 
 
-def _checked(
-    name: str, convert: Callable[[str], T], valid: Callable[[T], bool], expected: str
-) -> Callable[[str], T]:
+def _checked(convert: Callable[[str], T], valid: Callable[[T], bool], expected: str) -> Callable[[str], T]:
     """An argparse type: *convert* the text, and refuse what does not convert or is not *valid*."""
 
     def check(text: str) -> T:
@@ -46,15 +44,11 @@ def _checked(
                 return value
         raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
 
-    check.__name__ = name  # what argparse calls it in its own messages
     return check
 
 
-port_number.__name__ = "port"
-positive_count = _checked("number", int, lambda value: value >= 1, "a whole number of at least 1")
-positive_seconds = _checked(
-    "seconds", float, lambda value: 0 < value < float("inf"), "a number of seconds above 0"
-)
+positive_count = _checked(int, lambda value: value >= 1, "a whole number of at least 1")
+positive_seconds = _checked(float, lambda value: 0 < value < float("inf"), "a number of seconds above 0")
 
 
 def interrupt(signum: int, frame: object) -> None:

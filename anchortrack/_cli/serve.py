@@ -111,14 +111,11 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def build_state(args: argparse.Namespace) -> ServerState:
-    """
-    The server state the flags ask for: it records requests and contexts only with ``--test-hooks``,
-    so a serving process keeps no request body (``store: false`` content included).
-    """
+    """The server state the flags ask for: it keeps request bodies only with ``--test-hooks``."""
     from ..server import ServerState
 
     backend = None
-    if getattr(args, "upstream", None):
+    if args.upstream:
         from ..server._upstream import Upstream
 
         backend = Upstream(args.upstream, model=args.upstream_model, timeout=args.upstream_timeout)
