@@ -29,15 +29,12 @@ class Decision(str, enum.Enum):
     PASSTHROUGH = "passthrough"
 
 
-#: Reasons for which the request goes out exactly as the caller built it.
-PASSTHROUGH_REASONS = frozenset({Reason.MODE_OFF, Reason.CALLER_MANAGED})
-
-
 def decision_for(*, chained: bool, reason: str) -> str:
     """The decision of a request planned for *reason*, before any refusal: chained, stateless, passthrough."""
     if chained:
         return Decision.CHAINED.value
-    return Decision.PASSTHROUGH.value if reason in PASSTHROUGH_REASONS else Decision.STATELESS.value
+    passthrough = reason in (Reason.MODE_OFF, Reason.CALLER_MANAGED)  # sent exactly as the caller built it
+    return Decision.PASSTHROUGH.value if passthrough else Decision.STATELESS.value
 
 
 def stateless_share(sent: int, stateless: int) -> float | None:

@@ -129,17 +129,13 @@ class Stats:
         return self.resends
 
     def __repr__(self) -> str:
-        return f"<Stats {self._summary()}>"
+        return f"<Stats {self}>"
 
     def __str__(self) -> str:
-        return self._summary()
-
-    def _summary(self) -> str:
         """
         The headline counters in one line, such as ``requests 12 (chained 9, resent 1, stateless 2);
-        input bytes ~5,210 sent of ~21,337 stateless (24%), saved ~16,127; recorded 12``.
-        Shadow-mode requests are listed apart, by what they would have done, with what chaining
-        would have sent.
+        input bytes ~5,210 sent of ~21,337 stateless (24%), saved ~16,127; recorded 12``; shadow-mode
+        requests apart, by what they would have done.
         """
         with self._lock:
             live: Counter[str] = Counter()
@@ -172,6 +168,8 @@ class Stats:
         if store_errors:
             parts.append(f"store errors {store_errors}")
         return "; ".join(parts)
+
+    _summary = __str__
 
     def observe(self, outcome: Outcome) -> None:
         """Count one call's `Outcome`: its decision and reason, items, bytes, plan time, rejected anchors."""
@@ -214,9 +212,8 @@ class Stats:
 
     def snapshot(self) -> dict[str, Any]:
         """
-        Return every counter and histogram as plain data; besides, ``bytes_saved`` (``bytes_stateless -
-        bytes_sent``, what chaining saved) and ``bytes_would_save`` (``bytes_stateless - bytes_planned``,
-        what it saves or, for requests planned in shadow mode, would have saved).
+        Return every counter and histogram as plain data, and ``bytes_saved`` (``bytes_stateless -
+        bytes_sent``) and ``bytes_would_save`` (``bytes_stateless - bytes_planned``: shadow mode included).
         """
         with self._lock:
             return {
