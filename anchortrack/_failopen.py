@@ -272,9 +272,7 @@ class FailOpen:
                 return answer
             # The store's answer wins; neither side is decoded until the plan reads it.
             return hits if isinstance(answer, Unavailable) else ChainMap(answer, hits)
-        if isinstance(answer, Anchor):
-            return answer
-        hit = backlog.get(effect.scope, effect.response_id, now)
+        hit = None if isinstance(answer, Anchor) else backlog.get(effect.scope, effect.response_id, now)
         return hit if hit is not None else answer
 
     # -- the write-behind ------------------------------------------------------

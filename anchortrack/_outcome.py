@@ -15,13 +15,7 @@ from ._plan import Plan, Reason
 
 
 class Decision(str, enum.Enum):
-    """
-    What went out. ``chained``: ``previous_response_id`` plus the new items, accepted. ``resent``:
-    sent chained, refused (``stale_anchor``, ``zdr``), resent in full. ``stateless``: the full
-    history, no anchor could be proved. ``passthrough``: exactly as the caller built it (``mode_off``,
-    ``caller_managed``, a fault inside anchortrack). In shadow mode, what *would* have gone out (never
-    ``resent``).
-    """
+    """What went out (in shadow mode, what *would* have; never ``resent``): see `Stats` (``requests``)."""
 
     CHAINED = "chained"
     RESENT = "resent"

@@ -63,7 +63,8 @@ class Stats:
             (``previous_response_id`` plus the delta, accepted by the server), ``resent`` (sent
             chained, the server refused the anchor, resent in full; the reason is ``stale_anchor``
             or ``zdr``), ``stateless`` (the full history: no anchor could be proved) or
-            ``passthrough`` (the request exactly as built: mode ``off``, or caller-managed state).
+            ``passthrough`` (the request exactly as built: mode ``off``, caller-managed state, or a
+            fault inside anchortrack).
             A chained call is counted when its answer (or error) arrives, so a refusal is never
             counted as chained. In ``shadow`` mode the decision is what *would* have been sent
             (never ``resent``); the request itself went out in full. The transport is ``http``,
