@@ -1,20 +1,15 @@
 """
-Fail open around the anchor store, written once for every backend: a store that fails, hangs
-(sync or async) or lies costs a larger request, never the call.
-
-* One deadline: async calls wait with ``asyncio.wait_for``, sync ones on a daemon worker thread
-  (stores that never block, `runs_inline`, run inline). An async call that failed while the
-  caller's own event loop was blocked for most of its wait is tried once more (a stall).
-* One cooldown with a single probe: a failure makes the store suspect and the next call of the same
-  kind (read: find, get; write: put, evict) probes it; a failed probe means down until a probe,
-  one per ``cooldown``, succeeds.
-* One bounded write-behind `Backlog`: anchors the store did not take wait there, and planning reads
-  them, so a conversation keeps chaining through an outage and right after it.
+Fail open around the anchor store, for every backend: a store that fails, hangs (sync or async) or
+lies costs a larger request, never the call. One deadline (a daemon worker thread for sync stores,
+``asyncio.wait_for`` for async ones, a retry when the caller's own loop stalled); one cooldown with a
+single probe per kind of call (read, write); one bounded write-behind `Backlog`, which planning reads,
+so a conversation keeps chaining through an outage and right after it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import queue
@@ -36,13 +31,14 @@ from .stores._base import Anchor, runs_inline
 
 
 T = TypeVar("T")
+#: A sync store call for a worker thread, and where its answer goes.
+_Job = tuple[Callable[[], Any], Future[Any]]
 
 #: How many anchors the backlog holds by default.
 DEFAULT_BACKLOG_LIMIT = 10_000
 #: Most backlog entries one flush writes (the rest wait for the next call).
 _FLUSH_BATCH = 64
-#: A failed async call is tried again when the loop was blocked for at least
-#: this share of its wait, and at least `_MIN_STALL` seconds.
+#: A failed async call is tried again if the loop was blocked for this share of its wait (and `_MIN_STALL` s).
 _STALL_SHARE = 0.5
 _MIN_STALL = 0.02
 #: How often the loop is sampled while an async call waits; lateness below `_NOISE` is scheduling noise.
@@ -131,11 +127,8 @@ class FailOpen:
             return UNAVAILABLE
         try:
             result = fn() if self.inline else self._workers.call(fn, self._deadline(budget))
-        except Exception as error:  # noqa: BLE001 - any store fault fails open
+        except BaseException as error:  # noqa: BLE001 - any store fault fails open
             return self._failed(probe, operation, error)
-        except BaseException:
-            self._abandon(probe)
-            raise
         return self._succeeded(probe, operation, result)
 
     async def acall(
@@ -147,19 +140,13 @@ class FailOpen:
             return UNAVAILABLE
         try:
             result = await (fn() if self.inline else self._awaited(operation, fn, self._deadline(budget)))
-        except Exception as error:  # noqa: BLE001 - any store fault fails open
+        except BaseException as error:  # noqa: BLE001 - any store fault fails open
             return self._failed(probe, operation, error)
-        except BaseException:
-            self._abandon(probe)
-            raise
         return self._succeeded(probe, operation, result)
 
     async def _awaited(self, operation: str, fn: Callable[[], Awaitable[T]], deadline: float) -> T:
-        """
-        *fn*'s answer within *deadline*, tried once more if it failed while the caller's own loop was
-        blocked for most of its wait: a timer due every `_TICK` seconds that fires L seconds late means
-        the loop was blocked for about L seconds (not the store's fault).
-        """
+        """*fn*'s answer within *deadline*, tried once more if it failed while the caller's own loop was
+        blocked for most of its wait (a timer due every `_TICK` s that fires L s late: blocked L s)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         blocked, due = 0.0, started + _TICK
@@ -211,14 +198,14 @@ class FailOpen:
             self._retry_at = math.inf  # the one probe
             return True
 
-    def _abandon(self, probe: bool) -> None:
-        """The call was cancelled before it answered: let another probe go."""
-        if probe:
-            with self._lock:
-                self._retry_at = 0.0
-
-    def _failed(self, probe: bool, operation: str, error: Exception) -> Unavailable:
-        """Count the failure; the first makes the store suspect, a failed probe means down."""
+    def _failed(self, probe: bool, operation: str, error: BaseException) -> Unavailable:
+        """Count the failure; the first makes the store suspect, a failed probe means down. A call cancelled
+        before it answered (*error* is no `Exception`) is no failure: it lets another probe go."""
+        if not isinstance(error, Exception):
+            if probe:
+                with self._lock:
+                    self._retry_at = 0.0
+            raise error
         self.stats.add("store_errors", key=operation)
         name = type(error).__name__
         with self._lock:
@@ -275,8 +262,8 @@ class FailOpen:
         if not backlog.held or type(effect) is Put:
             return answer
         if isinstance(effect, Evict):
-            if backlog.evict(effect.scope, effect.response_id):
-                self.stats.backlog_size = len(backlog)
+            backlog.evict(effect.scope, effect.response_id)
+            self.stats.backlog_size = len(backlog)
             return answer
         now = self._clock()
         if isinstance(effect, Find):
@@ -285,9 +272,7 @@ class FailOpen:
                 return answer
             # The store's answer wins; neither side is decoded until the plan reads it.
             return hits if isinstance(answer, Unavailable) else ChainMap(answer, hits)
-        if isinstance(answer, Anchor):
-            return answer
-        hit = backlog.get(effect.scope, effect.response_id, now)
+        hit = None if isinstance(answer, Anchor) else backlog.get(effect.scope, effect.response_id, now)
         return hit if hit is not None else answer
 
     # -- the write-behind ------------------------------------------------------
@@ -341,8 +326,7 @@ class FailOpen:
                 get_logger().info("anchortrack.backlog_flushed", written=written, dropped=lost)
 
     def _count(self, *, queued: int = 0, written: int = 0, overflow: int = 0, expired: int = 0) -> None:
-        """Count backlog traffic: a response is recorded once its anchor is written, not recorded
-        (``store_unavailable``) if its anchor is dropped."""
+        """Count backlog traffic: recorded once written, not recorded (``store_unavailable``) once dropped."""
         stats, lost = self.stats, overflow + expired
         stats.add("recorded", written)
         stats.add("not_recorded", lost, key="store_unavailable")
@@ -362,11 +346,9 @@ class FailOpen:
 
 class Backlog:
     """
-    This tracker's anchors the store has not taken yet (``len()``), oldest first; with *keep_written*,
-    also its latest anchors the store did take. Planning reads both, so a conversation keeps chaining
-    from its own anchors while the store is down or slow, or after it came back empty. Bounded: past
-    *limit* the oldest goes (one not written yet is lost: ``overflow``); expired ones are dropped when
-    met. Thread-safe.
+    This tracker's anchors the store has not taken yet (``len()``), oldest first, and with *keep_written*
+    its latest ones the store did take, for planning to read. Bounded: past *limit* the oldest goes (one
+    not written yet is lost: ``overflow``); expired ones are dropped when met. Thread-safe.
     """
 
     def __init__(self, limit: int = DEFAULT_BACKLOG_LIMIT, *, keep_written: bool = False) -> None:
@@ -386,10 +368,8 @@ class Backlog:
         return len(self._held)
 
     def add(self, scope: str, anchor: Anchor, now: float, *, written: bool = False) -> tuple[bool, int]:
-        """
-        Hold *anchor* (waiting to be written, unless *written*), replacing what its view or id held;
-        return whether it is held (not expired, limit above 0) and how many waiting ones overflowed.
-        """
+        """Hold *anchor* (waiting to be written, unless *written*), replacing what its view or id held;
+        return whether it is held (not expired, limit above 0) and how many waiting ones overflowed."""
         key = (scope, anchor.view)
         with self._lock:
             self._forget(scope, anchor.response_id)
@@ -420,26 +400,22 @@ class Backlog:
             anchor = self._held.get((scope, view)) if view is not None else None
         return anchor if anchor is not None and anchor.is_live(now) else None
 
-    def evict(self, scope: str, response_id: str) -> bool:
-        """Forget *response_id* and every anchor chained from it; whether one waiting to be written went."""
+    def evict(self, scope: str, response_id: str) -> None:
+        """Forget *response_id* and every anchor chained from it."""
         with self._lock:
             children: dict[str, list[str]] = {}
             for (entry_scope, _), anchor in self._held.items():
                 if entry_scope == scope and anchor.parent is not None:
                     children.setdefault(anchor.parent, []).append(anchor.response_id)
-            waiting, todo = len(self._waiting), [response_id]
+            todo = [response_id]
             while todo:  # one pass over the held anchors, however deep (or cyclic) the chain below
                 rid = todo.pop()
                 self._forget(scope, rid)
                 todo.extend(children.pop(rid, ()))
-            return len(self._waiting) < waiting
 
     def take(self, n: int, now: float) -> tuple[list[tuple[str, Anchor]], int]:
-        """
-        Up to *n* of the oldest live ``(scope, anchor)`` waiting to be written, which wait no longer (still
-        held with *keep_written*; hand back with `add` what was not written), and how many expired ones
-        were dropped.
-        """
+        """Up to *n* of the oldest live ``(scope, anchor)`` waiting, which wait no longer (hand back with
+        `add` what was not written; held still with *keep_written*), and how many expired ones went."""
         taken: list[tuple[str, Anchor]] = []
         expired = 0
         with self._lock:
@@ -469,9 +445,9 @@ class Backlog:
 
 class _Workers:
     """
-    Daemon threads that run a sync store's calls, so that a caller waits at most its deadline. A
-    thread starts whenever none is idle (up to *most*) and exits after *idle_seconds* without work.
-    Daemon threads never keep the interpreter from exiting, even while a store call hangs.
+    Daemon threads (never keeping the interpreter alive, even while a store call hangs) that run a sync
+    store's calls, so a caller waits at most its deadline: one starts whenever none is idle (up to
+    *most*), and exits after *idle_seconds* without work.
     """
 
     def __init__(self, most: int = 4, idle_seconds: float = 10.0) -> None:
@@ -482,7 +458,7 @@ class _Workers:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self.threads = 0
         self._idle = 0
 
@@ -504,22 +480,20 @@ class _Workers:
             future.cancel()  # not started yet: never run it (a started one keeps running)
             raise StoreTimeout(f"the store did not answer within {timeout:.3g} s") from None
 
-    def _serve(self, jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
+    def _serve(self, jobs: queue.SimpleQueue[_Job]) -> None:
         while True:
             with self._lock:
                 self._idle += 1
-            try:
-                fn, future = jobs.get(timeout=self.idle_seconds)
-            except queue.Empty:
-                with self._lock:
-                    self._idle -= 1
-                    if jobs.empty():
-                        self.threads -= 1
-                        return
-                continue
+            job: _Job | None = None
+            with contextlib.suppress(queue.Empty):
+                job = jobs.get(timeout=self.idle_seconds)
             with self._lock:
                 self._idle -= 1
-            if future.set_running_or_notify_cancel():
+                if job is None and jobs.empty():
+                    self.threads -= 1
+                    return
+            if job is not None and job[1].set_running_or_notify_cancel():
+                fn, future = job
                 try:
                     future.set_result(fn())
                 except BaseException as error:  # noqa: BLE001 - handed to the waiting caller

@@ -1,8 +1,7 @@
 """
-Locks that a forked child can take. A lock another thread holds when the process forks stays held
-forever in the child, where that thread does not exist. Prefork servers (gunicorn, uWSGI) and
-``multiprocessing`` fork while threads use the wrapped client, so every lock on a call's path is a
-`ForkSafeLock`: the child starts with a fresh, unheld one.
+Locks that a forked child can take: a lock another thread held at the fork stays held forever in the
+child. Prefork servers and ``multiprocessing`` fork while threads use the wrapped client, so every lock
+on a call's path is a `ForkSafeLock`, fresh and unheld in the child.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """
-Logger acquisition (the library never configures logging). Events go through structlog if the
-application configured it; otherwise to the standard library logger ``anchortrack``, as records whose
-message is the event name and its key/values (readable by any handler or formatter) and whose
-``extra`` carries the key/values and the bare name as ``event``. Events are namespaced, past tense,
-with flat snake_case keys and never item content (at most 12-hex-character digest prefixes). See
-docs/events.md.
+Logger acquisition (the library never configures logging): structlog if the application configured it,
+else the standard library logger ``anchortrack``, whose records carry the event name and key/values as
+the message and in ``extra``. Events (docs/events.md) are namespaced, past tense, with flat snake_case
+keys and never item content (at most 12-hex-character digest prefixes).
 """
 
 from __future__ import annotations

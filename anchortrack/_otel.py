@@ -1,10 +1,8 @@
 """
-anchortrack's decision on the active OpenTelemetry span of each call: only with ``opentelemetry-api``
-installed (``pip install 'anchortrack[otel]'``) and on a span that records (anchortrack never starts
-one). The ``anchortrack.*`` attributes are listed in docs/guide/observability.md. The same values
-are set twice per call, on whichever span is current: when the plan is made (a tracer applied above
-anchortrack, or the caller's own span) and when the SDK hands back the response (a tracer below
-anchortrack, whose span only starts when the request is sent).
+anchortrack's decision as ``anchortrack.*`` attributes (docs/guide/observability.md) on the active
+OpenTelemetry span, if ``opentelemetry-api`` is installed and the span records (none is ever started).
+They are set on the span current when the plan is made (a tracer above anchortrack, or the caller's own)
+and again when the SDK hands back the response (a tracer below, whose span starts with the request).
 """
 
 from __future__ import annotations

@@ -15,13 +15,7 @@ from ._plan import Plan, Reason
 
 
 class Decision(str, enum.Enum):
-    """
-    What went out. ``chained``: ``previous_response_id`` plus the new items, accepted. ``resent``:
-    sent chained, refused (``stale_anchor``, ``zdr``), resent in full. ``stateless``: the full
-    history, no anchor could be proved. ``passthrough``: exactly as the caller built it (``mode_off``,
-    ``caller_managed``, a fault inside anchortrack). In shadow mode, what *would* have gone out (never
-    ``resent``).
-    """
+    """What went out (in shadow mode, what *would* have; never ``resent``): see `Stats` (``requests``)."""
 
     CHAINED = "chained"
     RESENT = "resent"
@@ -29,15 +23,12 @@ class Decision(str, enum.Enum):
     PASSTHROUGH = "passthrough"
 
 
-#: Reasons for which the request goes out exactly as the caller built it.
-PASSTHROUGH_REASONS = frozenset({Reason.MODE_OFF, Reason.CALLER_MANAGED})
-
-
 def decision_for(*, chained: bool, reason: str) -> str:
     """The decision of a request planned for *reason*, before any refusal: chained, stateless, passthrough."""
     if chained:
         return Decision.CHAINED.value
-    return Decision.PASSTHROUGH.value if reason in PASSTHROUGH_REASONS else Decision.STATELESS.value
+    passthrough = reason in (Reason.MODE_OFF, Reason.CALLER_MANAGED)  # sent exactly as the caller built it
+    return Decision.PASSTHROUGH.value if passthrough else Decision.STATELESS.value
 
 
 def stateless_share(sent: int, stateless: int) -> float | None:

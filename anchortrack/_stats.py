@@ -63,7 +63,8 @@ class Stats:
             (``previous_response_id`` plus the delta, accepted by the server), ``resent`` (sent
             chained, the server refused the anchor, resent in full; the reason is ``stale_anchor``
             or ``zdr``), ``stateless`` (the full history: no anchor could be proved) or
-            ``passthrough`` (the request exactly as built: mode ``off``, or caller-managed state).
+            ``passthrough`` (the request exactly as built: mode ``off``, caller-managed state, or a
+            fault inside anchortrack).
             A chained call is counted when its answer (or error) arrives, so a refusal is never
             counted as chained. In ``shadow`` mode the decision is what *would* have been sent
             (never ``resent``); the request itself went out in full. The transport is ``http``,
@@ -129,17 +130,13 @@ class Stats:
         return self.resends
 
     def __repr__(self) -> str:
-        return f"<Stats {self._summary()}>"
+        return f"<Stats {self}>"
 
     def __str__(self) -> str:
-        return self._summary()
-
-    def _summary(self) -> str:
         """
         The headline counters in one line, such as ``requests 12 (chained 9, resent 1, stateless 2);
-        input bytes ~5,210 sent of ~21,337 stateless (24%), saved ~16,127; recorded 12``.
-        Shadow-mode requests are listed apart, by what they would have done, with what chaining
-        would have sent.
+        input bytes ~5,210 sent of ~21,337 stateless (24%), saved ~16,127; recorded 12``; shadow-mode
+        requests apart, by what they would have done.
         """
         with self._lock:
             live: Counter[str] = Counter()
@@ -172,6 +169,8 @@ class Stats:
         if store_errors:
             parts.append(f"store errors {store_errors}")
         return "; ".join(parts)
+
+    _summary = __str__
 
     def observe(self, outcome: Outcome) -> None:
         """Count one call's `Outcome`: its decision and reason, items, bytes, plan time, rejected anchors."""
@@ -214,9 +213,8 @@ class Stats:
 
     def snapshot(self) -> dict[str, Any]:
         """
-        Return every counter and histogram as plain data; besides, ``bytes_saved`` (``bytes_stateless -
-        bytes_sent``, what chaining saved) and ``bytes_would_save`` (``bytes_stateless - bytes_planned``,
-        what it saves or, for requests planned in shadow mode, would have saved).
+        Return every counter and histogram as plain data, and ``bytes_saved`` (``bytes_stateless -
+        bytes_sent``) and ``bytes_would_save`` (``bytes_stateless - bytes_planned``: shadow mode included).
         """
         with self._lock:
             return {

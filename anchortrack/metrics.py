@@ -161,11 +161,8 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
         requests.add_metric([row["mode"], row["decision"], row["reason"], row["transport"]], row["count"])
     yield requests
     flat = {**snap, **{f"backlog_{key}": value for key, value in snap["backlog"].items()}}
-    flat["items"] = {
-        "sent": snap["items_sent"],
-        "planned": snap["items_planned"],
-        "history": snap["items_total"],
-    }
+    items = {"sent": "items_sent", "planned": "items_planned", "history": "items_total"}
+    flat["items"] = {kind: snap[key] for kind, key in items.items()}
     flat["bytes"] = {kind: snap[f"bytes_{kind}"] for kind in ("sent", "planned", "stateless")}
     for family, name, label, key, documentation in _SERIES:
         if label is None:

@@ -273,7 +273,7 @@ def test_the_backlog_evicts_descendants_and_replaces_by_view_and_id() -> None:
     same_view = Anchor(other.view, "resp_y", 3, 100.0, 150.0)
     backlog.add("s", same_view, now=100.0)
 
-    assert backlog.evict("s", "resp_a")
+    backlog.evict("s", "resp_a")
 
     assert [("s", same_view)] == backlog.take(10, now=100.0)[0]
 
