@@ -347,8 +347,9 @@ class FailOpen:
 class Backlog:
     """
     This tracker's anchors the store has not taken yet (``len()``), oldest first, and with *keep_written*
-    its latest ones the store did take, for planning to read. Bounded: past *limit* the oldest goes (one
-    not written yet is lost: ``overflow``); expired ones are dropped when met. Thread-safe.
+    its latest ones the store did take, for planning to read. Bounded: past *limit* the oldest written
+    one goes, and only when none is left the oldest waiting one (it is lost: ``overflow``); expired ones
+    are dropped when met. Thread-safe.
     """
 
     def __init__(self, limit: int = DEFAULT_BACKLOG_LIMIT, *, keep_written: bool = False) -> None:
@@ -358,6 +359,7 @@ class Backlog:
         self._held: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()  # by (scope, view), oldest first
         self._ids: dict[tuple[str, str], bytes] = {}  # (scope, response id) -> view
         self._waiting: OrderedDict[tuple[str, bytes], None] = OrderedDict()  # held, not written yet
+        self._kept: OrderedDict[tuple[str, bytes], None] = OrderedDict()  # held, written (keep_written)
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -378,14 +380,13 @@ class Backlog:
                 return False, 0
             self._held[key] = anchor
             self._ids[scope, anchor.response_id] = anchor.view
-            if not written:
-                self._waiting[key] = None
+            (self._kept if written else self._waiting)[key] = None
             overflowed = 0
             while len(self._held) > self.limit:
-                oldest = next(iter(self._held))
-                overflowed += oldest in self._waiting
-                self._drop(oldest)
-            return True, overflowed
+                pool = self._kept or self._waiting  # a written anchor never pushes out an unwritten one
+                overflowed += pool is self._waiting
+                self._drop(next(iter(pool)))
+            return key in self._held, overflowed
 
     def find(self, scope: str, views: Sequence[bytes], now: float) -> dict[bytes, Anchor]:
         """The live anchors of *scope* it holds for any of *views*."""
@@ -427,7 +428,9 @@ class Backlog:
                     expired += 1
                     continue
                 taken.append((key[0], anchor))
-                if not self.keep_written:
+                if self.keep_written:
+                    self._kept[key] = None  # held as written; `add` makes it wait again if it was not
+                else:
                     self._drop(key)
         return taken, expired
 
@@ -436,6 +439,7 @@ class Backlog:
         if anchor is not None:
             self._ids.pop((key[0], anchor.response_id), None)
             self._waiting.pop(key, None)
+            self._kept.pop(key, None)
 
     def _forget(self, scope: str, response_id: str) -> None:
         view = self._ids.get((scope, response_id))

@@ -295,6 +295,23 @@ def test_written_anchors_are_held_for_planning_but_do_not_wait() -> None:
     assert (True, 1) == backlog.add("s", _anchor("d"), now=100.0)  # b, unwritten, is lost
 
 
+def test_a_written_anchor_never_pushes_out_one_that_waits() -> None:
+    """At the limit the oldest written anchor makes room, even for another written one; waiting ones stay."""
+    backlog = Backlog(limit=2, keep_written=True)
+    waiting, kept, newer = _anchor("w"), _anchor("k"), _anchor("n")
+    backlog.add("s", waiting, now=100.0)
+    backlog.add("s", kept, now=100.0, written=True)
+
+    assert (True, 0) == backlog.add("s", newer, now=100.0, written=True)  # kept goes, not waiting
+    assert 1 == len(backlog)
+    assert {waiting.view: waiting, newer.view: newer} == backlog.find("s", [waiting.view, newer.view], 100.0)
+    backlog.add("s", _anchor("v"), now=100.0)  # newer (written) makes room for a second waiting one
+    assert (False, 0) == backlog.add("s", _anchor("x"), now=100.0, written=True)  # no room: not held
+    assert 2 == len(backlog)
+    assert ([("s", waiting)], 0) == backlog.take(1, now=100.0)
+    assert (True, 0) == backlog.add("s", _anchor("y"), now=100.0)  # the taken one, written, makes room
+
+
 # -- fork -------------------------------------------------------------------------
 
 
