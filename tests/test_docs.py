@@ -261,7 +261,6 @@ def test_readme_keeps_the_two_commands_and_links_only_to_files_that_exist() -> N
             assert re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d,]|\.\d)", page), (figure, row)
 
 
-
 def test_the_code_page_names_every_module_of_the_library_once() -> None:
     """docs/code.md, the newcomer's map, names each library module once, and only modules that exist."""
     text = (DOCS / "code.md").read_text(encoding="utf-8")
@@ -273,6 +272,7 @@ def test_the_code_page_names_every_module_of_the_library_once() -> None:
     named = set(re.findall(r"`(anchortrack/[\w/]+\.py)`", text))
     assert sorted(named) == modules
     assert len(rows) == len(set(rows)), "a module with two rows"
+
 
 @pytest.mark.slow
 def test_the_readme_quotes_what_the_25_turn_demo_sends(tmp_path: Path) -> None:
