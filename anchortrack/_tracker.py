@@ -15,13 +15,13 @@ from contextlib import closing
 from contextvars import ContextVar
 from typing import Any
 
-import attrs
-
 from . import _otel
 from ._failopen import FailOpen, is_store_effect
 from ._flow import (
+    FLUSH,
     HINTS,
     CallContext,
+    CallState,
     FellBack,
     Log,
     Planned,
@@ -37,7 +37,7 @@ from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_has
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
 from ._outcome import Outcome, outcome_of, passed_through
-from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
+from ._plan import Reason, RecentViews, new_anchor, unrecordable
 from ._properties import ANY, announced
 from ._refusal import classify
 from ._request import Request, read_request
@@ -56,21 +56,6 @@ AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
 
 #: How many entries each of a tracker's small caches holds before it starts over.
 _CACHE_SIZE = 64
-
-
-@attrs.define(eq=False)
-class CallState:
-    """What the performer of one call's effects keeps: its context, its plan, its sends (HTTP or socket)."""
-
-    context: CallContext
-    transport: str = HTTP
-    plan: Plan | None = None
-    seconds: float | None = None
-    refused: Reason | None = None
-    published: bool = False  # the outcome was published (once, when the decision is final)
-    answered: bool = False
-    response: Any = None
-    sdk_error: BaseException | None = None
 
 
 class Tracker:
@@ -166,22 +151,28 @@ class Tracker:
 
     def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
         """Make one tracked call (sync); *send* sends keyword arguments through the SDK."""
-        perform = self.failopen.perform
-        with closing(self._call(params, scope, send, self.failopen.flush)) as flow:
-            return drive(flow, lambda effect: effect() if callable(effect) else perform(effect))
+        with closing(self._call(params, scope, send)) as flow:
+            return drive(flow, self.perform)
 
     async def acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
         """Make one tracked call (async): the twin of `call`."""
-        perform = self.failopen.aperform
-        with closing(self._call(params, scope, send, self.failopen.aflush)) as flow:
-            return await adrive(flow, lambda effect: effect() if callable(effect) else perform(effect))
+        with closing(self._call(params, scope, send)) as flow:
+            return await adrive(flow, self.aperform)
+
+    def perform(self, effect: Any) -> Any:
+        """Perform one effect of a call (sync): `FLUSH`, a store effect (failing open), or a callable."""
+        if effect is FLUSH:
+            return self.failopen.flush()
+        return effect() if callable(effect) else self.failopen.perform(effect)
+
+    def aperform(self, effect: Any) -> Awaitable[Any]:
+        """The twin of `perform` (async)."""
+        if effect is FLUSH:
+            return self.failopen.aflush()
+        return effect() if callable(effect) else self.failopen.aperform(effect)
 
     def _call(
-        self,
-        params: dict[str, Any],
-        scope: Callable[[], Scope],
-        send: Callable[..., Any],
-        flush: Callable[[], Any],
+        self, params: dict[str, Any], scope: Callable[[], Scope], send: Callable[..., Any]
     ) -> Generator[Any, Any, Any]:
         """
         One HTTP call as a flow. A fault while planning sends *params* through unchanged; once
@@ -194,7 +185,7 @@ class Tracker:
             begun = None
         if begun is None:
             return (yield functools.partial(send, params, None))
-        state = CallState(begun[0])
+        state = CallState(begun[0], HTTP)
 
         def step(effect: Any) -> Generator[Any, Any, Any]:
             if type(effect) is Send:
@@ -205,10 +196,10 @@ class Tracker:
             return None
 
         try:
-            yield flush
+            yield FLUSH
             try:
                 response = yield from relay(call_flow(state.context, begun[1]), step)
-                yield flush
+                yield FLUSH
                 return response
             finally:
                 self.settle(state)
@@ -385,10 +376,12 @@ class Tracker:
             except Exception as error:  # noqa: BLE001, PERF203 - an observer never breaks the call
                 get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
 
-    def settle(self, state: CallState) -> None:
-        """Publish the call's outcome, once, if it was planned."""
-        plan = state.plan
-        if plan is None or state.published:
+    def settle(self, state: CallState | None, *, dropped: bool = False) -> None:
+        """
+        Publish the call's outcome, once, if it was planned (*dropped*: a chained create went out in full
+        instead, its socket gone).
+        """
+        if state is None or state.plan is None or state.published:
             return
         state.published = True
         response_id = getattr(state.response, "id", None) if state.answered else None
@@ -396,8 +389,9 @@ class Tracker:
             outcome_of(
                 state.context.mode,
                 state.transport,
-                plan,
-                refused=state.refused,
+                state.plan,
+                refused=Reason.WEBSOCKET_DROPPED if dropped else state.refused,
+                attempted=not dropped,
                 seconds=state.seconds,
                 response_id=response_id if isinstance(response_id, str) else None,
             )
