@@ -175,8 +175,8 @@ class CallState:
 @attrs.frozen
 class History:
     """
-    A history, fingerprinted (with each item's canonical JSON size) and hashed from the context's root;
-    *proven*: how many leading items are the memo's last history, proven unchanged (0 without a memo).
+    A history fingerprinted (with each item's JSON size) and hashed from the context's root; *proven*:
+    how many leading items are the memo's last history, proven unchanged (0 without a memo).
     """
 
     fingerprints: list[bytes]
@@ -201,9 +201,8 @@ def plan_history(
 ) -> Generator[Find, Any, Plan]:
     """
     Plan a request for *history* made with the carried-over *properties*: look the candidates up, choose.
-
-    With a store in this process, a history that extends the memo's last one first looks up only the
-    views after the proven prefix (`History.proven`), where a loop chains from: the plan is the same.
+    With a store in this process, a history extending the memo's last one first looks up only the views
+    after its proven prefix, where a loop chains from: the plan is the same.
     """
     hashes = history.hashes
     n = len(hashes)

@@ -1,9 +1,7 @@
 """
-The tracker: one wrapped client's state (shared by its copies), and the performer of its flows' effects.
-
-The decisions live in `anchortrack._flow`; the tracker performs them (the store through `FailOpen`,
-bookkeeping into `Stats` and the log), builds anchors, and fails open: a fault inside anchortrack
-sends the call through unchanged.
+The tracker: one wrapped client's state (shared by its copies), and the performer of the effects the
+flows of `anchortrack._flow` decide (the store through `FailOpen`, bookkeeping into `Stats` and the
+log). It builds anchors, and fails open: a fault inside anchortrack sends the call through unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from ._flow import (
     HINTS,
     CallContext,
     CallState,
-    FellBack,
     Log,
     Planned,
     Send,
@@ -174,10 +171,7 @@ class Tracker:
     def _call(
         self, params: dict[str, Any], scope: Callable[[], Scope], send: Callable[..., Any]
     ) -> Generator[Any, Any, Any]:
-        """
-        One HTTP call as a flow. A fault while planning sends *params* through unchanged; once
-        something was sent, only what the SDK raised reaches the caller.
-        """
+        """One HTTP call as a flow: a fault sends *params* as given; once sent, only SDK errors get out."""
         try:
             begun = self.begin(params, scope())
         except Exception as error:  # noqa: BLE001 - fail open
@@ -210,10 +204,7 @@ class Tracker:
             return state.response if state.answered else (yield functools.partial(send, params, None))
 
     def _send(self, state: CallState, effect: Send, send: Callable[..., Any]) -> Generator[Any, Any, Any]:
-        """
-        Send. A chained stream is peeked: a refusal as its first event is raised into the flow like an HTTP
-        one (which evicts and resends); any other error stays in the stream.
-        """
+        """Send; a chained stream's refusal as its first event is raised into the flow like an HTTP one."""
         try:
             built: list[Any] = []
             token = sent_streams.set(built)
@@ -240,8 +231,8 @@ class Tracker:
         self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
     ) -> tuple[CallContext, Request] | None:
         """
-        Read one ``responses.create`` / ``parse`` call and build its context (TypeError: ``input`` has no
-        Responses API shape); None when it passes through untouched (mode ``off``: outcome published).
+        Read one ``responses.create`` / ``parse`` call and build its context (TypeError: not a Responses
+        API ``input``); None in mode ``off``, which passes it through (its outcome published).
         """
         mode = resolve(self.mode)
         if mode is Mode.OFF:
@@ -280,13 +271,11 @@ class Tracker:
         elif isinstance(effect, Log):
             if effect.event not in HINTS or self._hint_once(effect.event):
                 getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
-        elif isinstance(effect, FellBack):
+        else:  # FellBack: the flows yield no other bookkeeping
             state.refused = effect.reason
             _otel.fell_back(effect.reason.value)
             if effect.reason is Reason.ZDR:
                 self._zdr.add(state.context.scope_key)
-        else:
-            raise TypeError(f"unknown effect {effect!r}")
 
     # -- scope and store settings ---------------------------------------------
 
@@ -377,10 +366,7 @@ class Tracker:
                 get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
 
     def settle(self, state: CallState | None, *, dropped: bool = False) -> None:
-        """
-        Publish the call's outcome, once, if it was planned (*dropped*: a chained create went out in full
-        instead, its socket gone).
-        """
+        """Publish the call's outcome once, if planned (*dropped*: a create sent in full, its socket gone)."""
         if state is None or state.plan is None or state.published:
             return
         state.published = True
@@ -398,10 +384,7 @@ class Tracker:
         )
 
     def fault(self, error: Exception, transport: str = HTTP, *, counted: bool = True) -> None:
-        """
-        Report a fault inside anchortrack; the call goes out (or its answer comes in) exactly as given.
-        *counted*: publish it as the call's outcome (else, once the outcome is known, only log it).
-        """
+        """Report a fault inside anchortrack (*counted*: as the call's outcome); the call goes on as given."""
         if counted:
             self.publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, transport))
         get_logger().warning(
@@ -434,9 +417,7 @@ class Tracker:
     ) -> Anchor | None:
         """
         Decide whether *response* becomes an anchor; queue it if so (`flush` writes it). Never raises.
-
-        A *local* one lives only in a WebSocket's memory (it may have ``store: false``):
-        its anchor is returned, for the socket's book, never written.
+        A *local* one (a WebSocket's, maybe ``store: false``) is returned for its book, never written.
         """
         via = _via(WEBSOCKET) if local else {}
         try:

@@ -1,13 +1,11 @@
 """
-Tracking ``client.responses.connect()``, the Responses API's WebSocket mode.
+Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (openai 2.x and 3.x).
 
-A wrapped client's ``responses.connect()`` returns the SDK's own manager and connection, retagged
-to subclasses. ``conn.send`` plans a ``response.create`` before the SDK serializes it (a chained
-create serializes only its delta). Every socket the manager opens is wrapped in a transport that
-plans the creates nobody planned (a session lane's, one queued while reconnecting). ``recv_bytes``
-hands each frame to the connection's `SocketBook` (`anchortrack._socket`): responses are recorded,
-and the error frame of a stale anchor anchortrack chained to is swallowed while the create is
-resent in full, once; any other frame reaches the caller byte for byte. Works with openai 2.x and 3.x.
+The SDK's own manager and connection, retagged to subclasses. ``conn.send`` plans a ``response.create``
+before the SDK serializes it (a chained one serializes only its delta); each socket's transport plans the
+creates nobody planned (a session lane's, one queued while reconnecting). ``recv_bytes`` hands each frame
+to the `SocketBook`: responses are recorded, and the error frame refusing an anchor anchortrack chained to
+is swallowed while the create is resent in full, once; any other frame reaches the caller byte for byte.
 """
 
 from __future__ import annotations
@@ -114,8 +112,7 @@ def _serialized(body: Mapping[str, Any]) -> str:
 class _Socket:
     """
     One tracked connection: its book, its calls (HTTP's call flow, split where a send returns nothing),
-    and what its transports share. Its flows' effects are performed by `Tracker.perform` / ``aperform``.
-    A fault inside anchortrack sends the event, or lets the frame in, as given, with a warning.
+    and what its transports share. A fault inside anchortrack sends the event, or lets the frame in, as given.
     """
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
@@ -201,9 +198,7 @@ class _Socket:
                 # The scope refuses stored anchors; this socket's latest response still chains.
                 context = attrs.evolve(context, zdr_disabled=False)
             state = CallState(context, WEBSOCKET)
-            yield from self._relayed(lane, state, call_flow(context, request))
-            send = state.response
-            assert isinstance(send, Send)
+            send = yield from self._relayed(lane, state, call_flow(context, request))
             plan = state.plan
             anchor = plan.anchor if plan is not None and context.mode is Mode.CHAINED else None
             if anchor is None:
@@ -226,18 +221,16 @@ class _Socket:
         state = attrs.evolve(sent.state)  # published only if the resend goes out
         flow = refused_flow(state.context, request, anchor, ticket, error)
         try:
-            yield from self._relayed(sent.lane, state, flow)
+            send = yield from self._relayed(sent.lane, state, flow)
         except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
             if raised is not error:
                 self.tracker.fault(raised, WEBSOCKET, counted=False)
             return None
         self.tracker.settle(state)
-        send = state.response
-        assert isinstance(send, Send)
         return attrs.evolve(full, body=send.body, ticket=send.ticket, state=state)
 
     def _relayed(self, lane: Lane, state: CallState, flow: Flow) -> Flow:
-        """Run *flow* as over HTTP, but the book answers for *lane*'s local anchors and the send is kept."""
+        """Run *flow* as over HTTP, but the book answers for *lane*'s local anchors; it returns its `Send`."""
         book, zdr = self.book, self.tracker.chaining_disabled(state.context.scope_key)
 
         def answer(effect: Any) -> Generator[Any, Any, Any]:
@@ -257,9 +250,8 @@ class _Socket:
             if isinstance(effect, Evict):
                 return None if book.evict(effect.response_id) else (yield effect)
             if type(effect) is Send:
-                state.response = effect
-            else:
-                self.tracker.note(state, effect)
+                return effect  # a socket's send returns nothing: its answer comes in a frame
+            self.tracker.note(state, effect)
             return None
 
         return relay(flow, answer)
