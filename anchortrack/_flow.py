@@ -370,7 +370,7 @@ def _planned(
 
 def _reported(mode: Mode, plan: Plan) -> Log:
     """The event that reports *plan*."""
-    anchor_id = plan.anchor.response_id if plan.anchor else None
+    anchor_id = plan.anchor.response_id if plan.anchor is not None else None
     saved = plan.bytes_stateless - plan.bytes_planned
     if mode is Mode.SHADOW:
         fields = {
