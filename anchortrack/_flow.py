@@ -38,6 +38,8 @@ class Unavailable:
 
 
 UNAVAILABLE = Unavailable()
+#: The effect that writes the anchors recorded (`Tracker.flush`), answered with None.
+FLUSH = object()
 
 
 # -- effects: store I/O, the send, and bookkeeping (answered with None) --------
@@ -152,14 +154,29 @@ class CallContext:
         return _authentic(anchor, self.scope_key, self.mac_key)
 
 
+@attrs.define(eq=False)
+class CallState:
+    """What the performer of one call's effects keeps: its context, its plan, its send and answer."""
+
+    context: CallContext
+    transport: str  # ``http`` or ``websocket``
+    plan: Plan | None = None
+    seconds: float | None = None
+    refused: Reason | None = None
+    published: bool = False  # the outcome was published (once, when the decision is final)
+    answered: bool = False
+    response: Any = None
+    sdk_error: BaseException | None = None
+
+
 # -- the planning pipeline ----------------------------------------------------
 
 
 @attrs.frozen
 class History:
     """
-    A history, fingerprinted (with each item's canonical JSON size) and hashed from the context's root;
-    *proven*: how many leading items are the memo's last history, proven unchanged (0 without a memo).
+    A history fingerprinted (with each item's JSON size) and hashed from the context's root; *proven*:
+    how many leading items are the memo's last history, proven unchanged (0 without a memo).
     """
 
     fingerprints: list[bytes]
@@ -184,9 +201,8 @@ def plan_history(
 ) -> Generator[Find, Any, Plan]:
     """
     Plan a request for *history* made with the carried-over *properties*: look the candidates up, choose.
-
-    With a store in this process, a history that extends the memo's last one first looks up only the
-    views after the proven prefix (`History.proven`), where a loop chains from: the plan is the same.
+    With a store in this process, a history extending the memo's last one first looks up only the views
+    after its proven prefix, where a loop chains from: the plan is the same.
     """
     hashes = history.hashes
     n = len(hashes)
@@ -354,42 +370,32 @@ def _planned(
 
 def _reported(mode: Mode, plan: Plan) -> Log:
     """The event that reports *plan*."""
+    anchor_id = plan.anchor.response_id if plan.anchor is not None else None
+    saved = plan.bytes_stateless - plan.bytes_planned
     if mode is Mode.SHADOW:
-        return Log(
-            "info",
-            "anchortrack.shadow_planned",
-            {
-                "would_chain": plan.chained,
-                "reason": plan.reason.value,
-                "anchor_id": plan.anchor.response_id if plan.anchor else None,
-                "items_total": plan.total,
-                "items_would_send": plan.sent,
-                "bytes_would_save": plan.bytes_stateless - plan.bytes_planned,
-                "diverged_at": plan.diverged_at,
-            },
-        )
-    if plan.anchor is not None:
-        return Log(
-            "debug",
-            "anchortrack.request_chained",
-            {
-                "anchor_id": plan.anchor.response_id,
-                "items_sent": plan.sent,
-                "items_skipped": plan.skip,
-                "bytes_saved": plan.bytes_stateless - plan.bytes_planned,
-            },
-        )
+        fields = {
+            "would_chain": plan.chained,
+            "reason": plan.reason.value,
+            "anchor_id": anchor_id,
+            "items_total": plan.total,
+            "items_would_send": plan.sent,
+            "bytes_would_save": saved,
+            "diverged_at": plan.diverged_at,
+        }
+        return Log("info", "anchortrack.shadow_planned", fields)
+    if anchor_id is not None:
+        fields = {
+            "anchor_id": anchor_id,
+            "items_sent": plan.sent,
+            "items_skipped": plan.skip,
+            "bytes_saved": saved,
+        }
+        return Log("debug", "anchortrack.request_chained", fields)
     if plan.reason is Reason.CALLER_MANAGED:
-        return Log(
-            "debug",
-            "anchortrack.request_passed_through",
-            {"reason": plan.reason.value, "items_sent": plan.total},
-        )
-    return Log(
-        "debug",
-        "anchortrack.request_stateless",
-        {"reason": plan.reason.value, "items_sent": plan.total, "diverged_at": plan.diverged_at},
-    )
+        fields = {"reason": plan.reason.value, "items_sent": plan.total}
+        return Log("debug", "anchortrack.request_passed_through", fields)
+    fields = {"reason": plan.reason.value, "items_sent": plan.total, "diverged_at": plan.diverged_at}
+    return Log("debug", "anchortrack.request_stateless", fields)
 
 
 # -- drivers: the only places where sync and async differ in the flow ---------

@@ -1,10 +1,10 @@
 """
 The book of one tracked WebSocket connection: which response answers which create (pure).
 
-A send returns nothing; its outcome arrives later, among other lanes' events. Each lane answers its creates
-in order, so the book keeps a FIFO of `Pending` creates per lane (error frames carry no response id: they
-pair by order). It also mirrors the server's memory of the socket: each lane's latest chainable response, a
-local anchor that chains even with ``store: false`` or zero data retention, while its lane is idle.
+A send returns nothing; each lane answers its creates in order (error frames carry no response id), so the
+book keeps a FIFO of `Pending` creates per lane. It mirrors the server's memory of the socket too: each
+lane's latest chainable response is a local anchor, which chains even with ``store: false`` or zero data
+retention while its lane is idle.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from typing import Any
 
 import attrs
 
-from ._flow import CallContext, Ticket
+from ._flow import CallState, Ticket
 from ._fork import ForkSafeLock
-from ._plan import Plan
 from ._request import Request
 from .stores._base import Anchor
 
@@ -51,19 +50,16 @@ def lane_of(fields: Mapping[str, Any]) -> Lane:
 class SocketPlan:
     """
     What to send for one ``response.create`` (*body*, the caller's own when nothing changes), how to record
-    its response (*ticket*), and, for a create that chains from *anchor* (*local*: the socket's), the call's
-    *request*, *context*, *plan* and *seconds*: to resend it in full, or to publish its outcome once its
-    answer is known. Only such a create can be refused; its resend goes out in full.
+    its response (*ticket*), and the call's *request* and *state*: to resend it in full if it chains from
+    *anchor* (*local*: the socket's) and is refused, and to publish its outcome once its answer is known.
     """
 
     body: Mapping[str, Any]
     ticket: Ticket | None = None
     request: Request | None = None
-    context: CallContext | None = None
-    plan: Plan | None = None
+    state: CallState | None = None
     anchor: Anchor | None = None
     local: bool = False
-    seconds: float | None = None
 
     @property
     def lane(self) -> Lane:

@@ -1,9 +1,7 @@
 """
-The tracker: one wrapped client's state (shared by its copies), and the performer of its flows' effects.
-
-The decisions live in `anchortrack._flow`; the tracker performs them (the store through `FailOpen`,
-bookkeeping into `Stats` and the log), builds anchors, and fails open: a fault inside anchortrack
-sends the call through unchanged.
+The tracker: one wrapped client's state (shared by its copies), and the performer of the effects the
+flows of `anchortrack._flow` decide (the store through `FailOpen`, bookkeeping into `Stats` and the
+log). It builds anchors, and fails open: a fault inside anchortrack sends the call through unchanged.
 """
 
 from __future__ import annotations
@@ -15,14 +13,13 @@ from contextlib import closing
 from contextvars import ContextVar
 from typing import Any
 
-import attrs
-
 from . import _otel
 from ._failopen import FailOpen, is_store_effect
 from ._flow import (
+    FLUSH,
     HINTS,
     CallContext,
-    FellBack,
+    CallState,
     Log,
     Planned,
     Send,
@@ -37,7 +34,7 @@ from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_has
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
 from ._outcome import Outcome, outcome_of, passed_through
-from ._plan import Plan, Reason, RecentViews, new_anchor, unrecordable
+from ._plan import Reason, RecentViews, new_anchor, unrecordable
 from ._properties import ANY, announced
 from ._refusal import classify
 from ._request import Request, read_request
@@ -56,21 +53,6 @@ AsyncSendFn = Callable[[Mapping[str, Any], "Ticket | None"], Awaitable[Any]]
 
 #: How many entries each of a tracker's small caches holds before it starts over.
 _CACHE_SIZE = 64
-
-
-@attrs.define(eq=False)
-class CallState:
-    """What the performer of one call's effects keeps: its context, its plan, its sends (HTTP or socket)."""
-
-    context: CallContext
-    transport: str = HTTP
-    plan: Plan | None = None
-    seconds: float | None = None
-    refused: Reason | None = None
-    published: bool = False  # the outcome was published (once, when the decision is final)
-    answered: bool = False
-    response: Any = None
-    sdk_error: BaseException | None = None
 
 
 class Tracker:
@@ -166,27 +148,30 @@ class Tracker:
 
     def call(self, params: dict[str, Any], scope: Callable[[], Scope], send: SendFn) -> Any:
         """Make one tracked call (sync); *send* sends keyword arguments through the SDK."""
-        perform = self.failopen.perform
-        with closing(self._call(params, scope, send, self.failopen.flush)) as flow:
-            return drive(flow, lambda effect: effect() if callable(effect) else perform(effect))
+        with closing(self._call(params, scope, send)) as flow:
+            return drive(flow, self.perform)
 
     async def acall(self, params: dict[str, Any], scope: Callable[[], Scope], send: AsyncSendFn) -> Any:
         """Make one tracked call (async): the twin of `call`."""
-        perform = self.failopen.aperform
-        with closing(self._call(params, scope, send, self.failopen.aflush)) as flow:
-            return await adrive(flow, lambda effect: effect() if callable(effect) else perform(effect))
+        with closing(self._call(params, scope, send)) as flow:
+            return await adrive(flow, self.aperform)
+
+    def perform(self, effect: Any) -> Any:
+        """Perform one effect of a call (sync): `FLUSH`, a store effect (failing open), or a callable."""
+        if effect is FLUSH:
+            return self.failopen.flush()
+        return effect() if callable(effect) else self.failopen.perform(effect)
+
+    def aperform(self, effect: Any) -> Awaitable[Any]:
+        """The twin of `perform` (async)."""
+        if effect is FLUSH:
+            return self.failopen.aflush()
+        return effect() if callable(effect) else self.failopen.aperform(effect)
 
     def _call(
-        self,
-        params: dict[str, Any],
-        scope: Callable[[], Scope],
-        send: Callable[..., Any],
-        flush: Callable[[], Any],
+        self, params: dict[str, Any], scope: Callable[[], Scope], send: Callable[..., Any]
     ) -> Generator[Any, Any, Any]:
-        """
-        One HTTP call as a flow. A fault while planning sends *params* through unchanged; once
-        something was sent, only what the SDK raised reaches the caller.
-        """
+        """One HTTP call as a flow: a fault sends *params* as given; once sent, only SDK errors get out."""
         try:
             begun = self.begin(params, scope())
         except Exception as error:  # noqa: BLE001 - fail open
@@ -194,7 +179,7 @@ class Tracker:
             begun = None
         if begun is None:
             return (yield functools.partial(send, params, None))
-        state = CallState(begun[0])
+        state = CallState(begun[0], HTTP)
 
         def step(effect: Any) -> Generator[Any, Any, Any]:
             if type(effect) is Send:
@@ -205,10 +190,10 @@ class Tracker:
             return None
 
         try:
-            yield flush
+            yield FLUSH
             try:
                 response = yield from relay(call_flow(state.context, begun[1]), step)
-                yield flush
+                yield FLUSH
                 return response
             finally:
                 self.settle(state)
@@ -219,10 +204,7 @@ class Tracker:
             return state.response if state.answered else (yield functools.partial(send, params, None))
 
     def _send(self, state: CallState, effect: Send, send: Callable[..., Any]) -> Generator[Any, Any, Any]:
-        """
-        Send. A chained stream is peeked: a refusal as its first event is raised into the flow like an HTTP
-        one (which evicts and resends); any other error stays in the stream.
-        """
+        """Send; a chained stream's refusal as its first event is raised into the flow like an HTTP one."""
         try:
             built: list[Any] = []
             token = sent_streams.set(built)
@@ -249,8 +231,8 @@ class Tracker:
         self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
     ) -> tuple[CallContext, Request] | None:
         """
-        Read one ``responses.create`` / ``parse`` call and build its context (TypeError: ``input`` has no
-        Responses API shape); None when it passes through untouched (mode ``off``: outcome published).
+        Read one ``responses.create`` / ``parse`` call and build its context (TypeError: not a Responses
+        API ``input``); None in mode ``off``, which passes it through (its outcome published).
         """
         mode = resolve(self.mode)
         if mode is Mode.OFF:
@@ -289,13 +271,11 @@ class Tracker:
         elif isinstance(effect, Log):
             if effect.event not in HINTS or self._hint_once(effect.event):
                 getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
-        elif isinstance(effect, FellBack):
+        else:  # FellBack: the flows yield no other bookkeeping
             state.refused = effect.reason
             _otel.fell_back(effect.reason.value)
             if effect.reason is Reason.ZDR:
                 self._zdr.add(state.context.scope_key)
-        else:
-            raise TypeError(f"unknown effect {effect!r}")
 
     # -- scope and store settings ---------------------------------------------
 
@@ -385,10 +365,9 @@ class Tracker:
             except Exception as error:  # noqa: BLE001, PERF203 - an observer never breaks the call
                 get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
 
-    def settle(self, state: CallState) -> None:
-        """Publish the call's outcome, once, if it was planned."""
-        plan = state.plan
-        if plan is None or state.published:
+    def settle(self, state: CallState | None, *, dropped: bool = False) -> None:
+        """Publish the call's outcome once, if planned (*dropped*: a create sent in full, its socket gone)."""
+        if state is None or state.plan is None or state.published:
             return
         state.published = True
         response_id = getattr(state.response, "id", None) if state.answered else None
@@ -396,18 +375,16 @@ class Tracker:
             outcome_of(
                 state.context.mode,
                 state.transport,
-                plan,
-                refused=state.refused,
+                state.plan,
+                refused=Reason.WEBSOCKET_DROPPED if dropped else state.refused,
+                attempted=not dropped,
                 seconds=state.seconds,
                 response_id=response_id if isinstance(response_id, str) else None,
             )
         )
 
     def fault(self, error: Exception, transport: str = HTTP, *, counted: bool = True) -> None:
-        """
-        Report a fault inside anchortrack; the call goes out (or its answer comes in) exactly as given.
-        *counted*: publish it as the call's outcome (else, once the outcome is known, only log it).
-        """
+        """Report a fault inside anchortrack (*counted*: as the call's outcome); the call goes on as given."""
         if counted:
             self.publish(passed_through(resolve(self.mode), Reason.INTERNAL_ERROR, transport))
         get_logger().warning(
@@ -440,9 +417,7 @@ class Tracker:
     ) -> Anchor | None:
         """
         Decide whether *response* becomes an anchor; queue it if so (`flush` writes it). Never raises.
-
-        A *local* one lives only in a WebSocket's memory (it may have ``store: false``):
-        its anchor is returned, for the socket's book, never written.
+        A *local* one (a WebSocket's, maybe ``store: false``) is returned for its book, never written.
         """
         via = _via(WEBSOCKET) if local else {}
         try:

@@ -1,13 +1,11 @@
 """
-Tracking ``client.responses.connect()``, the Responses API's WebSocket mode.
+Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (openai 2.x and 3.x).
 
-A wrapped client's ``responses.connect()`` returns the SDK's own manager and connection, retagged
-to subclasses. ``conn.send`` plans a ``response.create`` before the SDK serializes it (a chained
-create serializes only its delta). Every socket the manager opens is wrapped in a transport that
-plans the creates nobody planned (a session lane's, one queued while reconnecting). ``recv_bytes``
-hands each frame to the connection's `SocketBook` (`anchortrack._socket`): responses are recorded,
-and the error frame of a stale anchor anchortrack chained to is swallowed while the create is
-resent in full, once; any other frame reaches the caller byte for byte. Works with openai 2.x and 3.x.
+The SDK's own manager and connection, retagged to subclasses. ``conn.send`` plans a ``response.create``
+before the SDK serializes it (a chained one serializes only its delta); each socket's transport plans the
+creates nobody planned (a session lane's, one queued while reconnecting). ``recv_bytes`` hands each frame
+to the `SocketBook`: responses are recorded, and the error frame refusing an anchor anchortrack chained to
+is swallowed while the create is resent in full, once; any other frame reaches the caller byte for byte.
 """
 
 from __future__ import annotations
@@ -33,7 +31,9 @@ from openai.resources.responses.responses import (
 from openai.types.responses import ResponsesClientEventParam
 
 from ._flow import (
+    FLUSH,
     UNAVAILABLE,
+    CallState,
     Evict,
     Find,
     Flow,
@@ -49,11 +49,10 @@ from ._flow import (
 from ._hashing import Scope
 from ._log import get_logger
 from ._mode import Mode, resolve
-from ._outcome import outcome_of
 from ._plan import Reason
 from ._socket import CREATE, Lane, Pending, SocketBook, SocketPlan, Verdict, lane_of
 from ._stats import WEBSOCKET
-from ._tracker import CallState, Tracker
+from ._tracker import Tracker
 
 
 try:  # openai 3.x: ``send`` serializes, then hands the text to the base class's queue-aware ``send_raw``
@@ -63,8 +62,6 @@ except ImportError:  # openai 2.x: ``send`` queues while reconnecting, and queue
 _OPENAI_2 = WebSocketConnectionBase is None
 #: What an unplanned outgoing text must contain to be worth parsing.
 _CREATE_MARK = f'"{CREATE}"'
-#: The effect that writes what was recorded (`Tracker.flush` / ``aflush``).
-_FLUSH = object()
 
 
 def connect_tracked(
@@ -115,8 +112,7 @@ def _serialized(body: Mapping[str, Any]) -> str:
 class _Socket:
     """
     One tracked connection: its book, its calls (HTTP's call flow, split where a send returns nothing),
-    and what its transports share. Its flows yield store effects and flushes (`perform`, `aperform`).
-    A fault inside anchortrack sends the event, or lets the frame in, as given, with a warning.
+    and what its transports share. A fault inside anchortrack sends the event, or lets the frame in, as given.
     """
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
@@ -125,14 +121,6 @@ class _Socket:
         self.book = SocketBook()
         self.send_lock = threading.Lock()
         self.asend_lock = asyncio.Lock()  # bound to its event loop on first use
-
-    def perform(self, effect: Any) -> Any:
-        """Perform one effect of a flow (sync): a flush, or a store effect failing open."""
-        return self.tracker.flush() if effect is _FLUSH else self.tracker.failopen.perform(effect)
-
-    async def aperform(self, effect: Any) -> Any:
-        """The twin of `perform` (async)."""
-        return await (self.tracker.aflush() if effect is _FLUSH else self.tracker.failopen.aperform(effect))
 
     def framing(self, event: object) -> Generator[Any, Any, str | None]:
         """The text ``conn.send`` sends for a client event, planned and marked (None: as given)."""
@@ -163,7 +151,7 @@ class _Socket:
             if not self.book.stale(pending):
                 return message, pending
             # Chained to a local anchor of a socket now gone: it goes out in full instead.
-            self.settled(pending.plan, Reason.WEBSOCKET_DROPPED)
+            self.tracker.settle(pending.plan.state, dropped=True)
             full = pending.plan.in_full()
             return _serialized(full.body), self.book.pending(full)
         try:
@@ -184,17 +172,17 @@ class _Socket:
             verdict = None
         if verdict is not None and verdict.refusal is None:
             for pending in verdict.ended:
-                self.settled(pending.plan)
+                self.tracker.settle(pending.plan.state)
             if verdict.response is not None:
                 self._record(verdict)
             verdict = None
-        yield _FLUSH
+        yield FLUSH
         if verdict is None:
             return None
         resend = yield from self.recovery(verdict)
         if resend is not None:
             return _serialized(resend.body), self.book.pending(resend)
-        self.settled(verdict.ended[0].plan)
+        self.tracker.settle(verdict.ended[0].plan.state)
         self.book.refusal_passed(verdict.ended[0])
         return None
 
@@ -210,24 +198,14 @@ class _Socket:
                 # The scope refuses stored anchors; this socket's latest response still chains.
                 context = attrs.evolve(context, zdr_disabled=False)
             state = CallState(context, WEBSOCKET)
-            yield from self._relayed(lane, state, call_flow(context, request))
-            send = state.response
-            assert isinstance(send, Send)
+            send = yield from self._relayed(lane, state, call_flow(context, request))
             plan = state.plan
             anchor = plan.anchor if plan is not None and context.mode is Mode.CHAINED else None
             if anchor is None:
                 # A request that does not chain has its outcome already.
                 self.tracker.settle(state)
-            return SocketPlan(
-                send.body,
-                ticket=send.ticket,
-                request=request,
-                context=context,
-                plan=plan,
-                anchor=anchor,
-                local=anchor is not None and self.book.holds(anchor),
-                seconds=state.seconds,
-            )
+            local = anchor is not None and self.book.holds(anchor)
+            return SocketPlan(send.body, send.ticket, request, state, anchor, local)
         except Exception as error:  # noqa: BLE001 - fail open
             self.tracker.fault(error, WEBSOCKET, counted=True)
             return SocketPlan(fields)
@@ -237,23 +215,22 @@ class _Socket:
         sent, error = refused.ended[0].plan, refused.refusal
         assert error is not None
         full = sent.in_full()
-        anchor, request, context, ticket = sent.anchor, sent.request, sent.context, full.ticket
-        if anchor is None or request is None or context is None or ticket is None:
+        anchor, request, ticket = sent.anchor, sent.request, full.ticket
+        if anchor is None or request is None or sent.state is None or ticket is None:
             return None
-        state = CallState(context, WEBSOCKET, plan=sent.plan, seconds=sent.seconds)
+        state = attrs.evolve(sent.state)  # published only if the resend goes out
+        flow = refused_flow(state.context, request, anchor, ticket, error)
         try:
-            yield from self._relayed(sent.lane, state, refused_flow(context, request, anchor, ticket, error))
+            send = yield from self._relayed(sent.lane, state, flow)
         except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
             if raised is not error:
                 self.tracker.fault(raised, WEBSOCKET, counted=False)
             return None
         self.tracker.settle(state)
-        send = state.response
-        assert isinstance(send, Send)
-        return attrs.evolve(full, body=send.body, ticket=send.ticket)
+        return attrs.evolve(full, body=send.body, ticket=send.ticket, state=state)
 
     def _relayed(self, lane: Lane, state: CallState, flow: Flow) -> Flow:
-        """Run *flow* as over HTTP, but the book answers for *lane*'s local anchors and the send is kept."""
+        """Run *flow* as over HTTP, but the book answers for *lane*'s local anchors; it returns its `Send`."""
         book, zdr = self.book, self.tracker.chaining_disabled(state.context.scope_key)
 
         def answer(effect: Any) -> Generator[Any, Any, Any]:
@@ -273,9 +250,8 @@ class _Socket:
             if isinstance(effect, Evict):
                 return None if book.evict(effect.response_id) else (yield effect)
             if type(effect) is Send:
-                state.response = effect
-            else:
-                self.tracker.note(state, effect)
+                return effect  # a socket's send returns nothing: its answer comes in a frame
+            self.tracker.note(state, effect)
             return None
 
         return relay(flow, answer)
@@ -292,15 +268,6 @@ class _Socket:
         )
         self.book.settle(pending, self.tracker.observe(ticket, response, verdict.output, local=local))
 
-    def settled(self, sent: SocketPlan, refused: Reason | None = None) -> None:
-        """Publish a chained create's outcome once known (*refused*: it went out in full, its socket gone)."""
-        context, plan = sent.context, sent.plan
-        if sent.anchor is not None and context is not None and plan is not None:
-            outcome = outcome_of(
-                context.mode, WEBSOCKET, plan, refused=refused, attempted=False, seconds=sent.seconds
-            )
-            self.tracker.publish(outcome)
-
     @contextlib.contextmanager
     def sending(self, pending: Pending) -> Iterator[None]:
         """Send *pending*'s frame inside: its lane awaits its answer, unless the send fails."""
@@ -309,7 +276,7 @@ class _Socket:
             yield
         except BaseException:
             self.book.withdraw(pending)
-            self.settled(pending.plan)
+            self.tracker.settle(pending.plan.state)
             raise
 
     def close(self) -> None:
@@ -323,7 +290,7 @@ class _Socket:
 
     def _dropped(self, in_flight: list[Pending], local_anchors: int) -> None:
         for pending in in_flight:
-            self.settled(pending.plan)
+            self.tracker.settle(pending.plan.state)
             self.tracker.stats.skipped_response(Reason.WEBSOCKET_DROPPED.value)
         if in_flight or local_anchors:
             get_logger().debug(
@@ -346,7 +313,7 @@ class _Transport:
 
     def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(message, str):
-            frame = drive(self._socket.outgoing(message), self._socket.perform)
+            frame = drive(self._socket.outgoing(message), self._socket.tracker.perform)
             if frame is not None:
                 return self.emit(*frame, *args, **kwargs)
         return self._ws.send(message, *args, **kwargs)
@@ -362,7 +329,7 @@ class _AsyncTransport(_Transport):
 
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(message, str):
-            frame = await adrive(self._socket.outgoing(message), self._socket.aperform)
+            frame = await adrive(self._socket.outgoing(message), self._socket.tracker.aperform)
             if frame is not None:
                 return await self.emit(*frame, *args, **kwargs)
         return await self._ws.send(message, *args, **kwargs)
@@ -379,7 +346,7 @@ class TrackedResponsesConnection(ResponsesConnection):
     _anchortrack: _Socket
 
     def send(self, event: Any) -> None:
-        text = drive(self._anchortrack.framing(event), self._anchortrack.perform)
+        text = drive(self._anchortrack.framing(event), self._anchortrack.tracker.perform)
         # As given, or what the SDK's own send does with its text, in either major version.
         if text is None:
             super().send(event)
@@ -397,7 +364,7 @@ class TrackedResponsesConnection(ResponsesConnection):
     def recv_bytes(self) -> bytes:
         while True:
             data = super().recv_bytes()
-            frame = drive(self._anchortrack.incoming(data), self._anchortrack.perform)
+            frame = drive(self._anchortrack.incoming(data), self._anchortrack.tracker.perform)
             if frame is None:
                 return data
             assert isinstance(self._connection, _Transport)
@@ -410,7 +377,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
     _anchortrack: _Socket
 
     async def send(self, event: Any) -> None:
-        text = await adrive(self._anchortrack.framing(event), self._anchortrack.aperform)
+        text = await adrive(self._anchortrack.framing(event), self._anchortrack.tracker.aperform)
         # As given, or what the SDK's own send does with its text, in either major version.
         if text is None:
             await super().send(event)
@@ -428,7 +395,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
     async def recv_bytes(self) -> bytes:
         while True:
             data = await super().recv_bytes()
-            frame = await adrive(self._anchortrack.incoming(data), self._anchortrack.aperform)
+            frame = await adrive(self._anchortrack.incoming(data), self._anchortrack.tracker.aperform)
             if frame is None:
                 return data
             assert isinstance(self._connection, _AsyncTransport)

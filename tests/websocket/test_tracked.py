@@ -441,7 +441,7 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
         # Planned now, against the socket about to drop; sent only after the reconnect.
         socket = conn._anchortrack  # type: ignore[attr-defined]
         fields = {"type": "response.create", "model": "scripted", "input": history, "store": False}
-        text = drive(socket.framing(fields), socket.perform)
+        text = drive(socket.framing(fields), socket.tracker.perform)
         assert text.pending.plan.local
         reconnects.action = lambda: conn.send_raw(text)  # queued by the SDK, flushed on the new socket
         ws_hooks.drop(the_only_connection(ws_hooks, known=before), when="after_created")
@@ -458,14 +458,15 @@ def test_a_planned_frame_is_known_once_and_only_as_the_very_string(client: opena
     tracker = anchortrack.tracker(client)
     socket = _Socket(tracker, lambda: tracker.scope_for(client))
     text = drive(
-        socket.framing({"type": "response.create", "model": "scripted", "input": [user("x")]}), socket.perform
+        socket.framing({"type": "response.create", "model": "scripted", "input": [user("x")]}),
+        tracker.perform,
     )
     pending = text.pending
     assert (
-        drive(socket.outgoing("".join([text[:5], text[5:]])), socket.perform)[1] is not pending
+        drive(socket.outgoing("".join([text[:5], text[5:]])), tracker.perform)[1] is not pending
     )  # equal, not it
-    assert drive(socket.outgoing(text), socket.perform) == (text, pending)
-    assert drive(socket.outgoing(text), socket.perform)[1] is not pending  # once: planned anew
+    assert drive(socket.outgoing(text), tracker.perform) == (text, pending)
+    assert drive(socket.outgoing(text), tracker.perform)[1] is not pending  # once: planned anew
 
 
 # -- edits, transports and modes ---------------------------------------------------------------
