@@ -72,19 +72,17 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -
     """
     Bring the database to the newest schema (*migrations*, default `MIGRATIONS`); return the version it had.
 
-    One ``BEGIN IMMEDIATE`` transaction that re-reads the version inside it, so several processes
-    opening one new file migrate it once. *conn* must be in autocommit mode (``isolation_level=None``).
+    One ``BEGIN IMMEDIATE`` transaction that re-reads the version, so processes opening one new file
+    migrate it once. *conn* must be in autocommit mode (``isolation_level=None``).
 
     Raises:
         SchemaVersionError: The database's version is newer than this code's.
     """
     migrations = MIGRATIONS if migrations is None else migrations
-    found = schema_version(conn)
+    found = _known_version(conn, len(migrations))
     if found != len(migrations):
-        _check_not_too_new(found, len(migrations))
         with _transaction(conn):
-            found = schema_version(conn)
-            _check_not_too_new(found, len(migrations))
+            found = _known_version(conn, len(migrations))
             for version in range(found, len(migrations)):
                 for statement in migrations[version].split(";"):
                     if statement.strip():
@@ -93,12 +91,15 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -
     return found
 
 
-def _check_not_too_new(found: int, known: int) -> None:
+def _known_version(conn: sqlite3.Connection, known: int) -> int:
+    """The database's schema version, if this code knows it (*known* versions); else `SchemaVersionError`."""
+    found = schema_version(conn)
     if found > known:
         raise SchemaVersionError(
             f"anchor database schema version {found} is newer than this anchortrack "
             f"supports ({known}); upgrade anchortrack or use another file"
         )
+    return found
 
 
 @contextlib.contextmanager
@@ -146,12 +147,7 @@ _EVICT = (
     " DELETE FROM anchors WHERE scope = ?2 AND response_id IN (SELECT id FROM dead)"
 )
 _SWEEP = "DELETE FROM anchors WHERE expires_at <= ?"
-
-
-def _find_sql(n: int) -> str:
-    """Return the find query for *n* views (only placeholders are inserted)."""
-    where = f"scope = ? AND expires_at > ? AND view IN ({', '.join('?' * n)})"
-    return f"SELECT {_COLUMNS} FROM anchors WHERE {where}"  # noqa: S608
+_FIND = f"SELECT {_COLUMNS} FROM anchors WHERE scope = ? AND expires_at > ? AND view IN "  # noqa: S608
 
 
 class SQLiteStore:
@@ -211,10 +207,9 @@ class SQLiteStore:
             now, found = self._clock(), {}
             for i in range(0, len(wanted), _CHUNK):
                 chunk = wanted[i : i + _CHUNK]
-                for row in conn.execute(_find_sql(len(chunk)), (scope, now, *chunk)):
-                    anchor = _anchor(row)
-                    if anchor is not None:
-                        found[anchor.view] = anchor
+                rows = conn.execute(_FIND + f"({', '.join('?' * len(chunk))})", (scope, now, *chunk))
+                for anchor in filter(None, map(_anchor, rows)):
+                    found[anchor.view] = anchor
             return found
 
         return self._run(run)
