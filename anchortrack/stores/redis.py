@@ -19,9 +19,9 @@ import asyncio
 import inspect
 import math
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, cast
+from weakref import WeakKeyDictionary
 
 import redis
 import redis.asyncio
@@ -93,9 +93,7 @@ class RedisStore:
         self._first_async = _Scripts(asynchronous) if asynchronous is not None else None
         # Set by `from_url` (the store owns its clients): a new async client for each event loop.
         self._new_async_client: Callable[[], redis.asyncio.Redis] | None = None
-        self._async_sides: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Scripts] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._async_sides: WeakKeyDictionary[asyncio.AbstractEventLoop, _Scripts] = WeakKeyDictionary()
 
     @classmethod
     def from_url(

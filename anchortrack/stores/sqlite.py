@@ -288,8 +288,7 @@ class SQLiteStore:
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         try:
-            conn.execute("PRAGMA journal_mode = WAL").close()
-            conn.execute("PRAGMA synchronous = NORMAL").close()
+            conn.executescript("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
             migrate(conn)
         except BaseException:
             conn.close()
