@@ -14,15 +14,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
 __all__ = ["SQLiteStore", "SchemaVersionError"]
-
-_T = TypeVar("_T")
 
 
 class SchemaVersionError(sqlite3.DatabaseError):
@@ -202,8 +200,7 @@ class SQLiteStore:
         wanted = list(dict.fromkeys(views))
         if not wanted:
             return {}
-
-        def run(conn: sqlite3.Connection) -> dict[bytes, Anchor]:
+        with self._connection() as conn:
             now, found = self._clock(), {}
             for i in range(0, len(wanted), _CHUNK):
                 chunk = wanted[i : i + _CHUNK]
@@ -212,21 +209,19 @@ class SQLiteStore:
                     found[anchor.view] = anchor
             return found
 
-        return self._run(run)
-
     def get(self, scope: str, response_id: str) -> Anchor | None:
         """Return the live anchor recorded in *scope* for *response_id*."""
         check_scope(scope)
         check_response_id(response_id)
-        row = self._run(lambda conn: conn.execute(_GET, (scope, response_id, self._clock())).fetchone())
+        with self._connection() as conn:
+            row = conn.execute(_GET, (scope, response_id, self._clock())).fetchone()
         return _anchor(row) if row is not None else None
 
     def put(self, scope: str, anchor: Anchor) -> None:
         """Record *anchor* in *scope* (last writer wins for a view; an id moves to its new view)."""
         check_scope(scope)
         a = check_anchor(anchor)
-
-        def run(conn: sqlite3.Connection) -> None:
+        with self._connection() as conn:
             sweep = self._writes_to_sweep <= 0
             with _transaction(conn):
                 conn.execute(_DROP_OTHER_VIEWS, (scope, a.response_id, a.view))
@@ -235,13 +230,12 @@ class SQLiteStore:
                     conn.execute(_SWEEP, (self._clock(),))
             self._writes_to_sweep = (self.sweep_every if sweep else self._writes_to_sweep) - 1
 
-        self._run(run)
-
     def evict(self, scope: str, response_id: str) -> None:
         """Forget *response_id*, the view it was recorded under, and its descendants (one statement)."""
         check_scope(scope)
         check_response_id(response_id)
-        self._run(lambda conn: conn.execute(_EVICT, (response_id, scope)).close())
+        with self._connection() as conn:
+            conn.execute(_EVICT, (response_id, scope)).close()
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Async twin of `find`, run in a worker thread."""
@@ -270,8 +264,9 @@ class SQLiteStore:
         """Async twin of `close`."""
         await asyncio.to_thread(self.close)
 
-    def _run(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run *operation* on the connection (a new one after a fork); drop the connection if it fails."""
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock (a new one after a fork); dropped if what runs on it fails."""
         if self._pid != os.getpid():  # forked: never share a connection
             self._pid, self._lock, self._conn = os.getpid(), threading.Lock(), None
         with self._lock:
@@ -279,7 +274,7 @@ class SQLiteStore:
             if conn is None:
                 conn = self._conn = self._open()
             try:
-                return operation(conn)
+                yield conn
             except sqlite3.Error:
                 self._conn = None
                 conn.close()
