@@ -64,10 +64,8 @@ def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
 
 def closest_spec(spec: str) -> str | None:
     """
-    The documented spelling a refused *spec* most likely meant, or None if none is close.
-
-    Forgives case and spaces (``Memory ``), URL habits (``sqlite://anchors.db``, ``redis:host``),
-    near-miss words (``memroy``, ``sqlite3``) and a bare file name.
+    The documented spelling a refused *spec* most likely meant, or None: forgives case and spaces, URL habits
+    (``sqlite://anchors.db``, ``redis:host``), near-miss words (``memroy``, ``sqlite3``) and a bare file name.
     """
     text = spec.strip()
     if not text:
@@ -121,11 +119,9 @@ STORE_ACCEPTED = (
 
 def default_store() -> AnchorStore:
     """
-    Return the process-wide default store, creating it on first use.
-
-    One bounded `MemoryStore` shared by every tracker made without ``store=``, so a sync and an
-    async client, or two wraps of one client, continue each other's conversations (scopes keep
-    endpoints and API keys apart).
+    The process-wide default store: one bounded `MemoryStore` shared by every tracker made without
+    ``store=``, so a sync and an async client, or two wraps of one client, continue each other's
+    conversations (scopes keep endpoints and API keys apart).
     """
     global _default
     with _default_lock:
@@ -136,12 +132,8 @@ def default_store() -> AnchorStore:
 
 def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> AnchorStore:
     """
-    Return the store *store* names: an `AnchorStore` as is, a spec string opened.
-
-    Raises:
-        TypeError: *store* is neither (the message names what was given and what is accepted).
-        ImportError: A Redis URL without the ``redis`` package.
-        OSError: A SQLite path whose directory does not exist, or that cannot be created.
+    Return the store *store* names: an `AnchorStore` as is, a spec string opened. Anything else raises
+    `TypeError` naming what was given and what is accepted; opening raises `ImportError` or `OSError`.
     """
     if isinstance(store, str):
         try:

@@ -130,7 +130,10 @@ class MemoryStore:
                 if scope not in self._scopes:
                     self._scopes[scope] = _Scope()
                 self._scopes[scope].link(anchor)
-            self._sweep(now)
+            for (old_scope, view), old in list(islice(self._anchors.items(), 2)):  # the two least recent
+                if old.is_live(now):
+                    break
+                self._drop(old_scope, view)
 
     def evict(self, scope: str, response_id: str) -> None:
         """Forget *response_id*, its view and its descendants (even when it is itself no longer held)."""
@@ -189,10 +192,3 @@ class MemoryStore:
             sc.unlink(anchor)
             if not sc.views:
                 del self._scopes[scope]
-
-    def _sweep(self, now: float) -> None:
-        """Drop expired anchors among the two least recently used: each write looks at a few."""
-        for (scope, view), anchor in list(islice(self._anchors.items(), 2)):
-            if anchor.is_live(now):
-                return
-            self._drop(scope, view)

@@ -19,9 +19,9 @@ import asyncio
 import inspect
 import math
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, cast
+from weakref import WeakKeyDictionary
 
 import redis
 import redis.asyncio
@@ -93,9 +93,7 @@ class RedisStore:
         self._first_async = _Scripts(asynchronous) if asynchronous is not None else None
         # Set by `from_url` (the store owns its clients): a new async client for each event loop.
         self._new_async_client: Callable[[], redis.asyncio.Redis] | None = None
-        self._async_sides: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Scripts] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._async_sides: WeakKeyDictionary[asyncio.AbstractEventLoop, _Scripts] = WeakKeyDictionary()
 
     @classmethod
     def from_url(
@@ -138,23 +136,20 @@ class RedisStore:
     def find(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Return the live anchors recorded in *scope* for any of *views* (one EVALSHA)."""
         wanted = list(dict.fromkeys(views))
-        keys, args = self._find_call(scope, wanted)
-        return self._found(wanted, self._sync("find").find(keys, args)) if wanted else {}
+        call = self._find_call(scope, wanted)  # checks the scope, even with no views
+        return self._found(wanted, self._sync("find").find(*call)) if wanted else {}
 
     def get(self, scope: str, response_id: str) -> Anchor | None:
         """Return the live anchor recorded in *scope* for *response_id* (one EVALSHA)."""
-        keys, args = self._id_call(scope, response_id)
-        return self._got(response_id, self._sync("get").get(keys, args))
+        return self._got(response_id, self._sync("get").get(*self._id_call(scope, response_id)))
 
     def put(self, scope: str, anchor: Anchor) -> None:
         """Record *anchor* in *scope* (one atomic EVALSHA; an id moves to its new view)."""
-        keys, args = self._put_call(scope, anchor)
-        self._sync("put").put(keys, args)
+        self._sync("put").put(*self._put_call(scope, anchor))
 
     def evict(self, scope: str, response_id: str) -> None:
         """Forget *response_id* and its descendants, and each view that still names one (one EVALSHA)."""
-        keys, args = self._id_call(scope, response_id)
-        self._sync("evict").evict(keys, args)
+        self._sync("evict").evict(*self._id_call(scope, response_id))
 
     def close(self) -> None:
         """Close the sync client if `from_url` made it; use `aclose` for both."""
@@ -164,23 +159,20 @@ class RedisStore:
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Async twin of `find`."""
         wanted = list(dict.fromkeys(views))
-        keys, args = self._find_call(scope, wanted)
-        return self._found(wanted, await self._async("afind").find(keys, args)) if wanted else {}
+        call = self._find_call(scope, wanted)
+        return self._found(wanted, await self._async("afind").find(*call)) if wanted else {}
 
     async def aget(self, scope: str, response_id: str) -> Anchor | None:
         """Async twin of `get`."""
-        keys, args = self._id_call(scope, response_id)
-        return self._got(response_id, await self._async("aget").get(keys, args))
+        return self._got(response_id, await self._async("aget").get(*self._id_call(scope, response_id)))
 
     async def aput(self, scope: str, anchor: Anchor) -> None:
         """Async twin of `put`."""
-        keys, args = self._put_call(scope, anchor)
-        await self._async("aput").put(keys, args)
+        await self._async("aput").put(*self._put_call(scope, anchor))
 
     async def aevict(self, scope: str, response_id: str) -> None:
         """Async twin of `evict`."""
-        keys, args = self._id_call(scope, response_id)
-        await self._async("aevict").evict(keys, args)
+        await self._async("aevict").evict(*self._id_call(scope, response_id))
 
     async def aclose(self) -> None:
         """Close the clients `from_url` made (the async one of this event loop)."""
@@ -212,12 +204,9 @@ class RedisStore:
         return side
 
     def _found(self, views: list[bytes], raws: Sequence[bytes | str | None]) -> dict[bytes, Anchor]:
-        now, found = self._clock(), {}
-        for view, raw in zip(views, raws, strict=True):
-            anchor = decode_value(view, raw) if raw is not None else None
-            if anchor is not None and anchor.is_live(now):
-                found[view] = anchor
-        return found
+        now = self._clock()
+        anchors = [decode_value(view, raw) for view, raw in zip(views, raws, strict=True) if raw is not None]
+        return {a.view: a for a in anchors if a is not None and a.is_live(now)}
 
     def _got(self, response_id: str, reply: Sequence[bytes | str] | None) -> Anchor | None:
         if not reply:
@@ -251,10 +240,9 @@ class _Scripts:
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.find = client.register_script(FIND)
-        self.put = client.register_script(PUT)
-        self.get = client.register_script(GET)
-        self.evict = client.register_script(EVICT)
+        self.find, self.put, self.get, self.evict = (
+            client.register_script(s) for s in (FIND, PUT, GET, EVICT)
+        )
 
 
 def _no_client(method: str, needed: str, held: str, instead: str) -> TypeError:
@@ -272,11 +260,9 @@ def _is_async(client: object) -> bool:
 
 class KeySchema:
     """
-    Key names for the Redis store: ``<prefix>:{<scope>}:`` and a kind (see the module's key schema).
-
-    The scope is the tracker's scope key, a digest (keyed by the secret key when there is one), so
-    key names tell a reader without the key nothing about where they belong. It sits in a hash tag,
-    so all keys of one scope share a Redis Cluster slot, where multi-key scripts stay legal.
+    Key names: ``<prefix>:{<scope>}:`` and a kind (see the module's key schema). The scope is a digest
+    (keyed with a secret key), so names say nothing of where they belong; its hash tag keeps a scope's
+    keys on one Redis Cluster slot, where multi-key scripts stay legal.
     """
 
     def __init__(self, prefix: str) -> None:
@@ -313,11 +299,9 @@ PARENT_VALUE_VERSION = "3"
 
 def encode_value(anchor: Anchor) -> str:
     """
-    Encode everything but the view (which is in the key), as in the module's key schema.
-
-    The times as the shortest ``repr`` that round-trips, the digests in hex (the MAC empty when
-    there is none), the response id last so it may hold any character; with a parent, *n* is the
-    parent's length in UTF-8 bytes. ASCII for ASCII ids, so it survives clients that decode responses.
+    Encode all but the view (in the key) as in the module's key schema: times as round-tripping ``repr``,
+    digests in hex, the response id last so it may hold any character, and the parent's length *n* in
+    UTF-8 bytes. ASCII for ASCII ids, so it survives clients that decode responses.
     """
     mac = anchor.mac.hex() if anchor.mac is not None else ""
     head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.properties.hex()}|{mac}"
@@ -349,9 +333,7 @@ def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
     return Anchor(view, response_id, count, created_at, expires_at, properties, mac or None, parent)
 
 
-# -- the Lua scripts: one atomic round trip per find, put, get and evict ----------------------
-# ARGV[1] of each (ARGV[5] of PUT) is the scope's `KeySchema.base`; the scripts add ``v:``, ``r:``
-# or ``c:`` to it, so one scope's keys share a hash tag and stay on one Redis Cluster slot.
+# -- the Lua scripts: one atomic round trip per find, put, get and evict; "scope base" is `KeySchema.base`
 
 _RID_OF = """
 local function rid_of(v)
@@ -360,15 +342,13 @@ local function rid_of(v)
   if rid then return rid end
   local n, rest = string.match(v, '^3|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
   if n then return string.sub(rest, tonumber(n) + 1) end
-  return nil
 end
 """
 
 #: KEYS: view key, reverse key.
 #: ARGV: value, view hex, PXAT milliseconds, response id, scope base, parent response id (or "").
-#: Drops the reverse entry of the response the view used to name, and the view entry the response id
-#: used to be recorded under, then writes both keys with the same absolute expiry, and adds the
-#: response to its parent's children (a set that lives as long as its longest-lived member).
+#: Drops the reverse entry of the response the view named and the view entry the id was recorded under,
+#: writes both keys with one absolute expiry, and adds the response to its parent's children.
 PUT = (
     _RID_OF
     + """
@@ -397,12 +377,10 @@ return 1
 )
 
 #: KEYS: view keys. ARGV: scope base.
-#: Returns the values of the view keys (false where there is none), as ``MGET`` would
-#: (``GET`` per key: Lua's ``unpack`` would limit ``MGET`` to a few thousand keys).
-#: Redis evicting with an ``allkeys-*`` policy may drop an anchor's reverse key and
-#: keep its view key, which `EVICT` could then not reach: a missing reverse key is
-#: restored until the view key's own expiry (``pcall``: with ``noeviction`` a full
-#: Redis refuses the write, and the lookup still answers).
+#: Returns the view keys' values (false where none) as ``MGET`` would (``GET`` per key: Lua's ``unpack``
+#: limits ``MGET`` to a few thousand keys). An ``allkeys-*`` eviction may drop an anchor's reverse key and
+#: keep its view key, which `EVICT` could then not reach: a missing reverse key is restored until the view
+#: key's expiry (``pcall``: a full Redis with ``noeviction`` refuses the write; the lookup still answers).
 FIND = (
     _RID_OF
     + """
@@ -424,8 +402,7 @@ return found
 #: Returns ``{view hex, value}``, or nil when either entry is missing.
 GET = """
 local view = redis.call('GET', KEYS[1])
-if not view then return false end
-local v = redis.call('GET', ARGV[1] .. 'v:' .. view)
+local v = view and redis.call('GET', ARGV[1] .. 'v:' .. view)
 if not v then return false end
 return {view, v}
 """
@@ -434,9 +411,8 @@ return {view, v}
 MAX_EVICTED = 10_000
 
 #: KEYS: reverse key. ARGV: scope base, response id.
-#: Forgets the response and, breadth first, every response recorded as chained from it: deletes each
-#: one's reverse entry, its view entry only if that still names it, and its children set.
-#: Returns how many responses it forgot.
+#: Forgets the response and, breadth first, every response chained from it: deletes each one's reverse
+#: entry, its view entry only if that still names it, and its children set. Returns how many it forgot.
 EVICT = (
     _RID_OF
     + """

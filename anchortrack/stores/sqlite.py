@@ -14,15 +14,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
 from ._checks import check_anchor, check_response_id, check_scope, check_ttl
 
 
 __all__ = ["SQLiteStore", "SchemaVersionError"]
-
-_T = TypeVar("_T")
 
 
 class SchemaVersionError(sqlite3.DatabaseError):
@@ -72,19 +70,17 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -
     """
     Bring the database to the newest schema (*migrations*, default `MIGRATIONS`); return the version it had.
 
-    One ``BEGIN IMMEDIATE`` transaction that re-reads the version inside it, so several processes
-    opening one new file migrate it once. *conn* must be in autocommit mode (``isolation_level=None``).
+    One ``BEGIN IMMEDIATE`` transaction that re-reads the version, so processes opening one new file
+    migrate it once. *conn* must be in autocommit mode (``isolation_level=None``).
 
     Raises:
         SchemaVersionError: The database's version is newer than this code's.
     """
     migrations = MIGRATIONS if migrations is None else migrations
-    found = schema_version(conn)
+    found = _known_version(conn, len(migrations))
     if found != len(migrations):
-        _check_not_too_new(found, len(migrations))
         with _transaction(conn):
-            found = schema_version(conn)
-            _check_not_too_new(found, len(migrations))
+            found = _known_version(conn, len(migrations))
             for version in range(found, len(migrations)):
                 for statement in migrations[version].split(";"):
                     if statement.strip():
@@ -93,12 +89,15 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -
     return found
 
 
-def _check_not_too_new(found: int, known: int) -> None:
+def _known_version(conn: sqlite3.Connection, known: int) -> int:
+    """The database's schema version, if this code knows it (*known* versions); else `SchemaVersionError`."""
+    found = schema_version(conn)
     if found > known:
         raise SchemaVersionError(
             f"anchor database schema version {found} is newer than this anchortrack "
             f"supports ({known}); upgrade anchortrack or use another file"
         )
+    return found
 
 
 @contextlib.contextmanager
@@ -146,12 +145,7 @@ _EVICT = (
     " DELETE FROM anchors WHERE scope = ?2 AND response_id IN (SELECT id FROM dead)"
 )
 _SWEEP = "DELETE FROM anchors WHERE expires_at <= ?"
-
-
-def _find_sql(n: int) -> str:
-    """Return the find query for *n* views (only placeholders are inserted)."""
-    where = f"scope = ? AND expires_at > ? AND view IN ({', '.join('?' * n)})"
-    return f"SELECT {_COLUMNS} FROM anchors WHERE {where}"  # noqa: S608
+_FIND = f"SELECT {_COLUMNS} FROM anchors WHERE scope = ? AND expires_at > ? AND view IN "  # noqa: S608
 
 
 class SQLiteStore:
@@ -206,32 +200,28 @@ class SQLiteStore:
         wanted = list(dict.fromkeys(views))
         if not wanted:
             return {}
-
-        def run(conn: sqlite3.Connection) -> dict[bytes, Anchor]:
+        with self._connection() as conn:
             now, found = self._clock(), {}
             for i in range(0, len(wanted), _CHUNK):
                 chunk = wanted[i : i + _CHUNK]
-                for row in conn.execute(_find_sql(len(chunk)), (scope, now, *chunk)):
-                    anchor = _anchor(row)
-                    if anchor is not None:
-                        found[anchor.view] = anchor
+                rows = conn.execute(_FIND + f"({', '.join('?' * len(chunk))})", (scope, now, *chunk))
+                for anchor in filter(None, map(_anchor, rows)):
+                    found[anchor.view] = anchor
             return found
-
-        return self._run(run)
 
     def get(self, scope: str, response_id: str) -> Anchor | None:
         """Return the live anchor recorded in *scope* for *response_id*."""
         check_scope(scope)
         check_response_id(response_id)
-        row = self._run(lambda conn: conn.execute(_GET, (scope, response_id, self._clock())).fetchone())
+        with self._connection() as conn:
+            row = conn.execute(_GET, (scope, response_id, self._clock())).fetchone()
         return _anchor(row) if row is not None else None
 
     def put(self, scope: str, anchor: Anchor) -> None:
         """Record *anchor* in *scope* (last writer wins for a view; an id moves to its new view)."""
         check_scope(scope)
         a = check_anchor(anchor)
-
-        def run(conn: sqlite3.Connection) -> None:
+        with self._connection() as conn:
             sweep = self._writes_to_sweep <= 0
             with _transaction(conn):
                 conn.execute(_DROP_OTHER_VIEWS, (scope, a.response_id, a.view))
@@ -240,13 +230,12 @@ class SQLiteStore:
                     conn.execute(_SWEEP, (self._clock(),))
             self._writes_to_sweep = (self.sweep_every if sweep else self._writes_to_sweep) - 1
 
-        self._run(run)
-
     def evict(self, scope: str, response_id: str) -> None:
         """Forget *response_id*, the view it was recorded under, and its descendants (one statement)."""
         check_scope(scope)
         check_response_id(response_id)
-        self._run(lambda conn: conn.execute(_EVICT, (response_id, scope)).close())
+        with self._connection() as conn:
+            conn.execute(_EVICT, (response_id, scope)).close()
 
     async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
         """Async twin of `find`, run in a worker thread."""
@@ -275,8 +264,9 @@ class SQLiteStore:
         """Async twin of `close`."""
         await asyncio.to_thread(self.close)
 
-    def _run(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run *operation* on the connection (a new one after a fork); drop the connection if it fails."""
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock (a new one after a fork); dropped if what runs on it fails."""
         if self._pid != os.getpid():  # forked: never share a connection
             self._pid, self._lock, self._conn = os.getpid(), threading.Lock(), None
         with self._lock:
@@ -284,7 +274,7 @@ class SQLiteStore:
             if conn is None:
                 conn = self._conn = self._open()
             try:
-                return operation(conn)
+                yield conn
             except sqlite3.Error:
                 self._conn = None
                 conn.close()
@@ -293,8 +283,7 @@ class SQLiteStore:
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         try:
-            conn.execute("PRAGMA journal_mode = WAL").close()
-            conn.execute("PRAGMA synchronous = NORMAL").close()
+            conn.executescript("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
             migrate(conn)
         except BaseException:
             conn.close()
