@@ -25,16 +25,23 @@ TRACKER_ATTR = "_anchortrack_tracker"
 _Pairs = dict[int, tuple[Any, Any, str]]
 
 
-def clone(client: Any, cls: type[Any]) -> Any:
+def clone(client: Any, cls: type[Any], tracker: object) -> Any:
     """
-    A shallow copy of *client* as an instance of *cls*, without its cached resources (bound to
-    *client*: the copy builds its own). No constructor runs, so nothing ``copy()`` would reset is
+    A shallow copy of *client* as an instance of *cls*, tracked by *tracker*, without its cached resources
+    (bound to *client*: the copy builds its own). No constructor runs, so nothing ``copy()`` would reset is
     lost; top-level dicts and lists are copied, so one client's headers never change the other's.
     """
     new = object.__new__(cls)
     for name, value in vars(client).items():
         if name != TRACKER_ATTR and not is_cached(type(client), name):
             new.__dict__[name] = value.copy() if type(value) in (dict, list) else value
+    return adopt(client, new, tracker)
+
+
+def adopt(source: Any, new: Any, tracker: object) -> Any:
+    """Give *new*, a copy of *source*, *tracker* and the tracer's patches on *source*; return it."""
+    setattr(new, TRACKER_ATTR, tracker)
+    carry_patches(source, new)
     return new
 
 
@@ -42,9 +49,9 @@ def is_cached(cls: type[Any], name: str) -> bool:
     """Whether *name* on instances of *cls* is a cached property's value."""
     names = _cached_names.get(cls)
     if names is None:
-        candidates = {key for klass in cls.__mro__ for key in vars(klass)}
+        keys = {key for klass in cls.__mro__ for key in vars(klass)}
         names = frozenset(
-            key for key in candidates if isinstance(inspect.getattr_static(cls, key, None), cached_property)
+            key for key in keys if isinstance(inspect.getattr_static(cls, key), cached_property)
         )
         _cached_names[cls] = names
     return name in names

@@ -11,8 +11,8 @@ event) is recovered from like an HTTP refusal.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import openai
 from openai import AsyncStream, Stream
@@ -22,18 +22,7 @@ from ._socket import TERMINAL_EVENTS
 
 if TYPE_CHECKING:
     from ._flow import Ticket
-
-
-class Recorder(Protocol):
-    """What a tracked stream needs from the tracker (`anchortrack._tracker.Tracker`)."""
-
-    def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> object: ...
-
-    def flush(self) -> None: ...
-
-    async def aflush(self) -> None: ...
-
-    def abandoned(self, ticket: Ticket | None) -> None: ...
+    from ._tracker import Tracker
 
 
 class _Call:
@@ -41,16 +30,16 @@ class _Call:
 
     __slots__ = ("done", "held", "items", "reported", "stream", "target", "terminal")
 
-    def __init__(self, stream: Any, tracker: Recorder, ticket: Ticket) -> None:
+    def __init__(self, stream: Any, tracker: Tracker, ticket: Ticket) -> None:
         self.stream = stream
-        self.target: tuple[Recorder, Ticket] | None = (tracker, ticket)  # None once discarded
+        self.target: tuple[Tracker, Ticket] | None = (tracker, ticket)  # None once discarded
         self.items: dict[int, Any] = {}  # the output items seen, by index
         self.terminal: str | None = None  # the terminal event's type, once it arrived
         self.reported = False
         self.held = False  # while a peeked error awaits the tracker's decision
         self.done = False
 
-    def completes(self, event: Any) -> Recorder | None:
+    def completes(self, event: Any) -> Tracker | None:
         """
         Feed *event*; if it is the terminal one, record the response and return the tracker to flush.
         The output recorded is the terminal response's, or (a server left it empty) the items seen.
@@ -95,7 +84,7 @@ class _Call:
         return error
 
 
-def track(stream: object, tracker: Recorder, ticket: Ticket) -> _Call | None:
+def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
     """Track *stream* if the SDK made it as a plain ``Stream`` / ``AsyncStream``; return its call."""
     if type(stream) is Stream:
         return StreamCall(stream, tracker, ticket)
@@ -109,7 +98,7 @@ class StreamCall(_Call):
 
     __slots__ = ()
 
-    def __init__(self, stream: Stream[Any], tracker: Recorder, ticket: Ticket) -> None:
+    def __init__(self, stream: Stream[Any], tracker: Tracker, ticket: Ticket) -> None:
         super().__init__(stream, tracker, ticket)
         stream._iterator = self._events(stream._iterator)
         close = stream.response.close
@@ -161,7 +150,7 @@ class AsyncStreamCall(_Call):
 
     __slots__ = ()
 
-    def __init__(self, stream: AsyncStream[Any], tracker: Recorder, ticket: Ticket) -> None:
+    def __init__(self, stream: AsyncStream[Any], tracker: Tracker, ticket: Ticket) -> None:
         super().__init__(stream, tracker, ticket)
         stream._iterator = self._events(stream._iterator)
         aclose = stream.response.aclose
