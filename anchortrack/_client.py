@@ -307,16 +307,9 @@ def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], A
     return apply
 
 
-def _named_like(cls: type[Any], base: type[Any]) -> type[Any]:
-    """*cls*, named (and documented) as *base*, the SDK class it stands in for."""
-    cls.__name__, cls.__qualname__, cls.__module__ = base.__name__, base.__qualname__, base.__module__
-    cls.__doc__ = base.__doc__
-    return cls
-
-
 def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     """
-    The tracked ``client.beta`` classes (sync, async), if the SDK has beta Responses: its ``create`` chains
+    The tracked ``client.beta.responses`` classes (sync, async), if the SDK has them: ``create`` chains
     like the stable one, with the same tracker; its other methods send no history or are passed through.
     """
     try:
@@ -339,17 +332,7 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
         async def create(self, **params: Any) -> Any:
             return await _acreate(self, super().create, params)
 
-    class _TrackedBeta(Beta):
-        @_mirror_property(Beta, "responses")
-        def responses(self) -> Any:
-            return _TrackedBetaResponses(self._client)
-
-    class _AsyncTrackedBeta(AsyncBeta):
-        @_mirror_property(AsyncBeta, "responses")
-        def responses(self) -> Any:
-            return _AsyncTrackedBetaResponses(self._client)
-
-    return _named_like(_TrackedBeta, Beta), _named_like(_AsyncTrackedBeta, AsyncBeta)
+    return _TrackedBetaResponses, _AsyncTrackedBetaResponses
 
 
 _BETA = _beta_classes()
@@ -369,14 +352,15 @@ def _tracked_class(base: type[Any]) -> type[Any]:
     """Return (and cache) the tracked subclass of the client class *base*."""
     with _classes_lock:
         if base not in _classes:
-            _classes[base] = _named_like(_make_class(base), base)
+            _classes[base] = _make_class(base)
         return _classes[base]
 
 
 def _make_class(base: type[Any]) -> type[Any]:
+    """The tracked subclass of *base*, named and documented as *base* (the SDK class it stands in for)."""
     is_async = issubclass(base, openai.AsyncOpenAI)
     responses_cls = _AsyncTrackedResponses if is_async else _TrackedResponses
-    beta_cls = _BETA[is_async] if _BETA is not None and is_cached(base, "beta") else None
+    beta_responses = _BETA[is_async] if _BETA is not None and is_cached(base, "beta") else None
 
     class Tracked(base):  # type: ignore[misc]
         _anchortrack_base = base  # `_untracked_class`
@@ -403,10 +387,14 @@ def _make_class(base: type[Any]) -> type[Any]:
         def with_options(self, *args: Any, **kwargs: Any) -> Any:
             return adopt(self, super().with_options(*args, **kwargs), self.__dict__.get(TRACKER_ATTR))
 
-        if beta_cls is not None:
+        if beta_responses is not None:
 
             @_mirror_property(base, "beta")
             def beta(self) -> Any:
-                return beta_cls(self)
+                beta = (AsyncBeta if is_async else Beta)(self)  # the SDK's, with tracked responses
+                beta.__dict__["responses"] = beta_responses(self)
+                return beta
 
+    for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
+        setattr(Tracked, attr, getattr(base, attr))
     return Tracked

@@ -1,8 +1,6 @@
 """
-``anchortrack.explain``: what anchortrack would send for a history, and why.
-
-It runs the wrapped client's planning pipeline (`read_history`, then `plan_history`), reads the
-store once and writes nothing.
+``anchortrack.explain``: what anchortrack would send for a history, and why (the wrapped client's
+planning, one store read, nothing written).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """
-The feature flag: ``chained``, ``shadow`` or ``off``.
-
-Precedence: the ``ANCHORTRACK_MODE`` environment variable (so operators can
-turn the feature off without a deploy), then a per-call `using` block, then
-the mode given to `anchortrack.wrap`, then ``chained``.
+The feature flag: ``chained``, ``shadow`` or ``off``. Precedence: the ``ANCHORTRACK_MODE`` environment
+variable (operators turn the feature off without a deploy), then a `using` block, then the mode given
+to `anchortrack.wrap`, then ``chained``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """
-A tracked copy of a client, and a tracer's patches carried onto it.
-
-Tracers such as langsmith's and braintrust's ``wrap_openai`` patch a client's
-resources in place (``client.responses.create = traced``), the patch holding
-the original resource's bound method. `carry_patches` carries each patch to the
-copy with those references pointed at the copy's objects, so the tracer sees
-every call made through the wrapped client, before anchortrack plans it.
+A tracked copy of a client, and a tracer's patches carried onto it: tracers (langsmith's, braintrust's
+``wrap_openai``) patch a client's resources in place, holding the original resource's bound method;
+`carry_patches` points those references at the copy's objects, so the tracer sees every call made
+through the wrapped client, before anchortrack plans it.
 """
 
 from __future__ import annotations
@@ -27,9 +24,8 @@ _Pairs = dict[int, tuple[Any, Any, str]]
 
 def clone(client: Any, cls: type[Any], tracker: object) -> Any:
     """
-    A shallow copy of *client* as an instance of *cls*, tracked by *tracker*, without its cached resources
-    (bound to *client*: the copy builds its own). No constructor runs, so nothing ``copy()`` would reset is
-    lost; top-level dicts and lists are copied, so one client's headers never change the other's.
+    A shallow copy of *client* as a *cls* tracked by *tracker*, without its cached resources (bound to
+    *client*). No constructor runs; top-level dicts and lists are copied (headers stay apart).
     """
     new = object.__new__(cls)
     for name, value in vars(client).items():

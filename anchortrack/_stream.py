@@ -1,12 +1,8 @@
 """
-Tracked event streams: the openai ``Stream`` / ``AsyncStream`` of a call, recording on completion.
-
-Tracking attaches to the SDK's own stream object (its iterator and its response's close), so the
-caller gets the stream the SDK made. A response is recorded when its terminal event arrives, before
-that event reaches the caller; a stream that ends or is closed without one is counted
-(``stream_abandoned``) then, not at garbage collection. A chained stream is *peeked*: its first
-event is read at once, so a refusal of a stale anchor inside the stream (HTTP 200, then an error
-event) is recovered from like an HTTP refusal.
+Tracked event streams: hooks on the SDK's own ``Stream`` / ``AsyncStream`` (its iterator and its
+response's close) that record the response when its terminal event arrives, before the caller sees it;
+a stream that ends or is closed without one is counted (``stream_abandoned``) then. A chained stream is
+*peeked* (its first event read at once), so a refusal inside the stream is recovered from like an HTTP one.
 """
 
 from __future__ import annotations
@@ -40,10 +36,7 @@ class _Call:
         self.done = False
 
     def completes(self, event: Any) -> Tracker | None:
-        """
-        Feed *event*; if it is the terminal one, record the response and return the tracker to flush.
-        The output recorded is the terminal response's, or (a server left it empty) the items seen.
-        """
+        """Feed *event*; if terminal, record its response (or the items seen); return the tracker to flush."""
         kind = getattr(event, "type", None)
         if kind == "response.output_item.done":
             self.items[getattr(event, "output_index", len(self.items))] = getattr(event, "item", None)
@@ -122,10 +115,7 @@ class StreamCall(_Call):
             self.end()
 
     def _peek(self) -> BaseException | None:
-        """
-        Read the first event now; return the error it is or carries, if any. After an error the stream
-        is counted nowhere until the tracker decides: `_discard` (it recovers) or `_release`.
-        """
+        """Read the first event now; return the error it is or carries, held until `_discard`/`_release`."""
         self.held = True
         first: object
         try:
