@@ -11,7 +11,7 @@ from typing import Any
 
 from ._flow import CallContext, drive, plan_history, read_history
 from ._hashing import Scope, fingerprint_items, prefix_hashes
-from ._plan import Plan, new_anchor, unrecordable
+from ._plan import Plan, RecentViews, new_anchor, unrecordable
 from ._properties import ANY, announced, properties_digest
 from ._seal import mac_key
 from .stores._base import Anchor, AnchorStore
@@ -44,10 +44,7 @@ def plan_request(
         TypeError: an item has no Responses API shape.
         Exception: whatever *store* raises.
     """
-    secret = store.secret_key
-    context = CallContext(
-        scope_key=scope.store_key(secret), root=scope.root(secret), now=time.time(), mac_key=mac_key(secret)
-    )
+    context = store_context(scope, store)
     history_read = read_history(context, list(history))
     planning = plan_history(context, history_read, properties=properties_digest(params or {}, scope.base_url))
     return drive(planning, lambda find: store.find(find.scope, find.views))
@@ -75,21 +72,33 @@ def record_response(
         return None
     fps, _, _ = fingerprint_items(list(history))
     outputs, _, _ = fingerprint_items(list(response.output))
-    secret = store.secret_key
-    root = scope.root(secret)
-    key = scope.store_key(secret)
+    context = store_context(scope, store)
     parent = getattr(response, "previous_response_id", None)
     anchor = new_anchor(
         response.id,
-        base=root,
+        base=context.root,
         count=0,
-        hashes=prefix_hashes(root, [*fps, *outputs]),
-        now=time.time(),
+        hashes=prefix_hashes(context.root, [*fps, *outputs]),
+        now=context.now,
         ttl=store.ttl,
         properties=ANY if announced(response) else properties_digest(params or {}, scope.base_url),
-        scope=key,
-        mac_key=mac_key(secret),
+        scope=context.scope_key,
+        mac_key=context.mac_key,
         parent=parent if isinstance(parent, str) and parent else None,
     )
-    store.put(key, anchor)
+    store.put(context.scope_key, anchor)
     return anchor
+
+
+def store_context(
+    scope: Scope, store: AnchorStore, now: float | None = None, recent: RecentViews | None = None
+) -> CallContext:
+    """The context of a call planned in *scope* outside a tracker: *store*'s secret key seals its anchors."""
+    secret = store.secret_key
+    return CallContext(
+        scope_key=scope.store_key(secret),
+        root=scope.root(secret),
+        now=time.time() if now is None else now,
+        recent=recent,
+        mac_key=mac_key(secret),
+    )

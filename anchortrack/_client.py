@@ -1,13 +1,11 @@
 """
 Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
 
-`wrap` returns a shallow copy of the client whose class subclasses the original's (``isinstance``
-holds), with every attribute of it, its connection pool and a tracer's patches (`anchortrack._patches`);
-the original is untouched. Two public seams of the SDK are used: ``client.responses`` (and
-``client.beta.responses``) plans ``create`` / ``parse`` before the SDK serializes anything, and
-``client.post`` attaches the recorder to the one ``POST /responses`` a planned call makes. Overrides
-carry the SDK's signatures, docstrings and overloads; an error the SDK raises is re-raised as it is,
-without anchortrack's frames in its traceback.
+`wrap` returns a copy of the client whose class subclasses the original's (`anchortrack._patches`).
+Two public seams of the SDK are used: ``client.responses`` (and ``client.beta.responses``) plans
+``create`` / ``parse`` before the SDK serializes anything, and ``client.post`` attaches the recorder to
+the one ``POST /responses`` a planned call makes. Overrides carry the SDK's signatures and docstrings;
+an error the SDK raises is re-raised as it is, without anchortrack's frames in its traceback.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from . import _otel
 from ._flow import Ticket
 from ._fork import ForkSafeLock
 from ._mode import Mode, coerce
-from ._patches import TRACKER_ATTR, carry_patches, clone, is_cached
+from ._patches import TRACKER_ATTR, adopt, clone, is_cached
 from ._stream import track
 from ._tracker import Tracker, sent_streams
 from ._websocket import connect_tracked
@@ -93,7 +91,22 @@ def wrap(
             *client* is already wrapped and other settings were asked for.
         ImportError: a ``redis://`` spec without the ``redis`` extra.
     """
-    is_async, coerced_mode = _checked(client, mode, namespace, store_timeout)
+    if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
+        raise TypeError(
+            f"anchortrack.wrap() takes an openai.OpenAI or openai.AsyncOpenAI, not {type(client).__name__}"
+        )
+    coerced_mode = coerce(mode) if mode is not None else None
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(
+            f"anchortrack.wrap(namespace=...) takes a string or None, not {type(namespace).__name__}"
+        )
+    if isinstance(store_timeout, bool) or not isinstance(store_timeout, (int, float)):
+        raise TypeError(
+            "anchortrack.wrap(store_timeout=...) takes seconds (a number), "
+            f"not {type(store_timeout).__name__}"
+        )
+    if not store_timeout > 0:
+        raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
     existing = client.__dict__.get(TRACKER_ATTR)
     if isinstance(existing, Tracker):
         # Settings left at their defaults ask for nothing: the existing tracker's are kept.
@@ -121,9 +134,7 @@ def wrap(
         store_timeout=store_timeout,
         scope_by_api_key=scope_by_api_key,
     )
-    tracked: ClientT = clone(client, _tracked_class(_untracked_class(type(client)), is_async=is_async))
-    setattr(tracked, TRACKER_ATTR, tracker)
-    carry_patches(client, tracked)
+    tracked: ClientT = clone(client, _tracked_class(_untracked_class(type(client))), tracker)
     return tracked
 
 
@@ -196,11 +207,7 @@ def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], k
 
 
 def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str, Any]:
-    """
-    The ``post`` arguments, with the pending call's recorder attached if this is its ``POST /responses``:
-    a ``post_parser`` that tracks the SDK's stream for the call (`anchortrack._stream.track`), or hands a
-    parsed response to the tracker (a sync client writes it at once, an async one on its next await).
-    """
+    """The ``post`` arguments, with a ``post_parser`` recording the pending call if this is its request."""
     pending = _pending.get()
     if pending is None or path.partition("?")[0] != "/responses":
         return kwargs
@@ -231,10 +238,7 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _trimmed(error: BaseException) -> BaseException:
-    """
-    *error* without anchortrack's frames in its traceback, if the SDK raised it: the caller sees the entry
-    point (``create``) and the SDK's frames, as unwrapped. An error anchortrack raised keeps every frame.
-    """
+    """*error* without anchortrack's frames in its traceback if the SDK raised it, as if unwrapped."""
     frames: list[types.TracebackType] = []
     tb = error.__traceback__
     while tb is not None:
@@ -303,20 +307,10 @@ def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], A
     return apply
 
 
-def _named_like(cls: type[Any], base: type[Any]) -> type[Any]:
-    """*cls*, named (and documented) as *base*, the SDK class it stands in for."""
-    cls.__name__, cls.__qualname__, cls.__module__ = base.__name__, base.__qualname__, base.__module__
-    cls.__doc__ = base.__doc__
-    return cls
-
-
 def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     """
-    The tracked ``client.beta`` classes (sync, async), if the SDK has beta Responses.
-
-    ``client.beta.responses.create`` posts to the same ``/responses`` and chains like the stable one,
-    so one tracker plans and records both (a conversation may move between them). Its other methods
-    send no history or return nothing to chain from; its ``connect()`` is passed through.
+    The tracked ``client.beta.responses`` classes (sync, async), if the SDK has them: ``create`` chains
+    like the stable one, with the same tracker; its other methods send no history or are passed through.
     """
     try:
         from openai.resources.beta.responses import AsyncResponses as AsyncBetaResponses
@@ -338,27 +332,10 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
         async def create(self, **params: Any) -> Any:
             return await _acreate(self, super().create, params)
 
-    class _TrackedBeta(Beta):
-        @_mirror_property(Beta, "responses")
-        def responses(self) -> Any:
-            return _TrackedBetaResponses(self._client)
-
-    class _AsyncTrackedBeta(AsyncBeta):
-        @_mirror_property(AsyncBeta, "responses")
-        def responses(self) -> Any:
-            return _AsyncTrackedBetaResponses(self._client)
-
-    return _named_like(_TrackedBeta, Beta), _named_like(_AsyncTrackedBeta, AsyncBeta)
+    return _TrackedBetaResponses, _AsyncTrackedBetaResponses
 
 
 _BETA = _beta_classes()
-
-
-def _copied(source: Any, new: Any) -> Any:
-    """Carry the tracker and a tracer's patches over to a client made by ``copy()``/``with_options()``."""
-    setattr(new, TRACKER_ATTR, source.__dict__.get(TRACKER_ATTR))
-    carry_patches(source, new)
-    return new
 
 
 _classes: dict[type[Any], type[Any]] = {}
@@ -371,17 +348,19 @@ def _untracked_class(cls: type[Any]) -> type[Any]:
     return base
 
 
-def _tracked_class(base: type[Any], *, is_async: bool) -> type[Any]:
+def _tracked_class(base: type[Any]) -> type[Any]:
     """Return (and cache) the tracked subclass of the client class *base*."""
     with _classes_lock:
         if base not in _classes:
-            _classes[base] = _named_like(_make_class(base, is_async=is_async), base)
+            _classes[base] = _make_class(base)
         return _classes[base]
 
 
-def _make_class(base: type[Any], *, is_async: bool) -> type[Any]:
+def _make_class(base: type[Any]) -> type[Any]:
+    """The tracked subclass of *base*, named and documented as *base* (the SDK class it stands in for)."""
+    is_async = issubclass(base, openai.AsyncOpenAI)
     responses_cls = _AsyncTrackedResponses if is_async else _TrackedResponses
-    beta_cls = _BETA[is_async] if _BETA is not None and is_cached(base, "beta") else None
+    beta_responses = _BETA[is_async] if _BETA is not None and is_cached(base, "beta") else None
 
     class Tracked(base):  # type: ignore[misc]
         _anchortrack_base = base  # `_untracked_class`
@@ -402,42 +381,20 @@ def _make_class(base: type[Any], *, is_async: bool) -> type[Any]:
 
         @_mirror(base.copy)
         def copy(self, *args: Any, **kwargs: Any) -> Any:
-            return _copied(self, super().copy(*args, **kwargs))
+            return adopt(self, super().copy(*args, **kwargs), self.__dict__.get(TRACKER_ATTR))
 
         @_mirror(base.with_options)
         def with_options(self, *args: Any, **kwargs: Any) -> Any:
-            return _copied(self, super().with_options(*args, **kwargs))
+            return adopt(self, super().with_options(*args, **kwargs), self.__dict__.get(TRACKER_ATTR))
 
-        if beta_cls is not None:
+        if beta_responses is not None:
 
             @_mirror_property(base, "beta")
             def beta(self) -> Any:
-                return beta_cls(self)
+                beta = (AsyncBeta if is_async else Beta)(self)  # the SDK's, with tracked responses
+                beta.__dict__["responses"] = beta_responses(self)
+                return beta
 
+    for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
+        setattr(Tracked, attr, getattr(base, attr))
     return Tracked
-
-
-# -- arguments --------------------------------------------------------------------------------
-
-
-def _checked(
-    client: Any, mode: Mode | str | None, namespace: object, store_timeout: object
-) -> tuple[bool, Mode | None]:
-    """Whether *client* is async, and *mode* as a `Mode`; raise on an argument `wrap` does not take."""
-    if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
-        raise TypeError(
-            f"anchortrack.wrap() takes an openai.OpenAI or openai.AsyncOpenAI, not {type(client).__name__}"
-        )
-    coerced_mode = coerce(mode) if mode is not None else None
-    if namespace is not None and not isinstance(namespace, str):
-        raise TypeError(
-            f"anchortrack.wrap(namespace=...) takes a string or None, not {type(namespace).__name__}"
-        )
-    if isinstance(store_timeout, bool) or not isinstance(store_timeout, (int, float)):
-        raise TypeError(
-            "anchortrack.wrap(store_timeout=...) takes seconds (a number), "
-            f"not {type(store_timeout).__name__}"
-        )
-    if not store_timeout > 0:
-        raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
-    return isinstance(client, openai.AsyncOpenAI), coerced_mode

@@ -1,19 +1,17 @@
 """
-``anchortrack.explain``: what anchortrack would send for a history, and why.
-
-It runs the wrapped client's planning pipeline (`read_history`, then `plan_history`), reads the
-store once and writes nothing.
+``anchortrack.explain``: what anchortrack would send for a history, and why (the wrapped client's
+planning, one store read, nothing written).
 """
 
 from __future__ import annotations
 
 import textwrap
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from ._api import store_context
 from ._canonical import ItemError, canonical_item
 from ._flow import UNAVAILABLE, CallContext, History, drive, plan_history, read_history
 from ._hashing import Kind, Scope, kind_of
@@ -22,7 +20,6 @@ from ._outcome import decision_for
 from ._plan import REASON_TEXT, Plan, Reason, RecentViews, answers, with_sizes
 from ._properties import properties_digest
 from ._request import Request, read_request
-from ._seal import mac_key
 from .stores._base import Anchor, AnchorStore
 
 
@@ -215,14 +212,7 @@ def explain(
     n = len(request.items)
     kinds = [_kind(item) for item in request.items]
     asked = (scope, request.previous_response_id, not request.store)
-    secret = store.secret_key
-    context = CallContext(
-        scope_key=scope.store_key(secret),
-        root=scope.root(secret),
-        now=time.time() if now is None else now,
-        recent=recent,
-        mac_key=mac_key(secret),
-    )
+    context = store_context(scope, store, now, recent)
     try:
         history = read_history(context, request.items)
     except ItemError as error:

@@ -1,15 +1,14 @@
 """
-The feature flag: ``chained``, ``shadow`` or ``off``.
-
-Precedence: the ``ANCHORTRACK_MODE`` environment variable (so operators can
-turn the feature off without a deploy), then a per-call `using` block, then
-the mode given to `anchortrack.wrap`, then ``chained``.
+The feature flag: ``chained``, ``shadow`` or ``off``. Precedence: the ``ANCHORTRACK_MODE`` environment
+variable (operators turn the feature off without a deploy), then a `using` block, then the mode given
+to `anchortrack.wrap`, then ``chained``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import os
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -33,9 +32,6 @@ class Mode(str, enum.Enum):
 
 
 _call_mode: ContextVar[Mode | None] = ContextVar("anchortrack_mode", default=None)
-_warned_env: set[str] = set()
-#: Values of the variable seen, and the modes they name (it is read on every call).
-_env_modes: dict[str, Mode] = {}
 
 
 def coerce(value: Mode | str) -> Mode:
@@ -48,29 +44,19 @@ def coerce(value: Mode | str) -> Mode:
 
 
 def env_mode() -> tuple[str | None, Mode | None]:
-    """
-    ``ANCHORTRACK_MODE`` as set, and the mode it puts in force (``(None, None)`` when unset or empty).
-
-    An unknown value puts ``off`` in force and logs ``anchortrack.mode_invalid`` (once per value).
-    """
+    """``ANCHORTRACK_MODE`` as set, and the mode it puts in force (``(None, None)`` when unset or empty)."""
     env = os.environ.get(MODE_ENV)
-    if not env:
-        return None, None
-    known = _env_modes.get(env)
-    if known is not None:
-        return env, known
+    return (env, _env_value(env)) if env else (None, None)
+
+
+@functools.cache  # the variable is read on every call; a process sees few values
+def _env_value(env: str) -> Mode:
+    """The mode *env* names; an unknown value is ``off`` and logs ``anchortrack.mode_invalid`` once."""
     try:
-        mode = coerce(env.strip())
+        return coerce(env.strip())
     except ValueError:
-        if env not in _warned_env:
-            _warned_env.add(env)
-            get_logger().warning(
-                "anchortrack.mode_invalid", variable=MODE_ENV, value=env, using=Mode.OFF.value
-            )
-        return env, Mode.OFF
-    if len(_env_modes) < 16:
-        _env_modes[env] = mode
-    return env, mode
+        get_logger().warning("anchortrack.mode_invalid", variable=MODE_ENV, value=env, using=Mode.OFF.value)
+        return Mode.OFF
 
 
 def resolve(client_mode: Mode | None) -> Mode:

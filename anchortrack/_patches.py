@@ -1,11 +1,8 @@
 """
-A tracked copy of a client, and a tracer's patches carried onto it.
-
-Tracers such as langsmith's and braintrust's ``wrap_openai`` patch a client's
-resources in place (``client.responses.create = traced``), the patch holding
-the original resource's bound method. `carry_patches` carries each patch to the
-copy with those references pointed at the copy's objects, so the tracer sees
-every call made through the wrapped client, before anchortrack plans it.
+A tracked copy of a client, and a tracer's patches carried onto it: tracers (langsmith's, braintrust's
+``wrap_openai``) patch a client's resources in place, holding the original resource's bound method;
+`carry_patches` points those references at the copy's objects, so the tracer sees every call made
+through the wrapped client, before anchortrack plans it.
 """
 
 from __future__ import annotations
@@ -25,16 +22,22 @@ TRACKER_ATTR = "_anchortrack_tracker"
 _Pairs = dict[int, tuple[Any, Any, str]]
 
 
-def clone(client: Any, cls: type[Any]) -> Any:
+def clone(client: Any, cls: type[Any], tracker: object) -> Any:
     """
-    A shallow copy of *client* as an instance of *cls*, without its cached resources (bound to
-    *client*: the copy builds its own). No constructor runs, so nothing ``copy()`` would reset is
-    lost; top-level dicts and lists are copied, so one client's headers never change the other's.
+    A shallow copy of *client* as a *cls* tracked by *tracker*, without its cached resources (bound to
+    *client*). No constructor runs; top-level dicts and lists are copied (headers stay apart).
     """
     new = object.__new__(cls)
     for name, value in vars(client).items():
         if name != TRACKER_ATTR and not is_cached(type(client), name):
             new.__dict__[name] = value.copy() if type(value) in (dict, list) else value
+    return adopt(client, new, tracker)
+
+
+def adopt(source: Any, new: Any, tracker: object) -> Any:
+    """Give *new*, a copy of *source*, *tracker* and the tracer's patches on *source*; return it."""
+    setattr(new, TRACKER_ATTR, tracker)
+    carry_patches(source, new)
     return new
 
 
@@ -42,9 +45,9 @@ def is_cached(cls: type[Any], name: str) -> bool:
     """Whether *name* on instances of *cls* is a cached property's value."""
     names = _cached_names.get(cls)
     if names is None:
-        candidates = {key for klass in cls.__mro__ for key in vars(klass)}
+        keys = {key for klass in cls.__mro__ for key in vars(klass)}
         names = frozenset(
-            key for key in candidates if isinstance(inspect.getattr_static(cls, key, None), cached_property)
+            key for key in keys if isinstance(inspect.getattr_static(cls, key), cached_property)
         )
         _cached_names[cls] = names
     return name in names

@@ -1,9 +1,7 @@
 """
-Reading and rewriting the arguments of ``responses.create`` / ``parse`` (pure).
-
-Planning reads the arguments before the SDK serializes anything, so a chained
-call only serializes its delta. ``extra_body`` keys win over the arguments, as
-in the client; the SDK's "not given" sentinels count as absent.
+Reading and rewriting the arguments of ``responses.create`` / ``parse`` (pure), before the SDK serializes
+anything. ``extra_body`` keys win over the arguments, as in the client; the SDK's "not given" sentinels
+count as absent.
 """
 
 from __future__ import annotations

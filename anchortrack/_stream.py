@@ -1,18 +1,14 @@
 """
-Tracked event streams: the openai ``Stream`` / ``AsyncStream`` of a call, recording on completion.
-
-Tracking attaches to the SDK's own stream object (its iterator and its response's close), so the
-caller gets the stream the SDK made. A response is recorded when its terminal event arrives, before
-that event reaches the caller; a stream that ends or is closed without one is counted
-(``stream_abandoned``) then, not at garbage collection. A chained stream is *peeked*: its first
-event is read at once, so a refusal of a stale anchor inside the stream (HTTP 200, then an error
-event) is recovered from like an HTTP refusal.
+Tracked event streams: hooks on the SDK's own ``Stream`` / ``AsyncStream`` (its iterator and its
+response's close) that record the response when its terminal event arrives, before the caller sees it;
+a stream that ends or is closed without one is counted (``stream_abandoned``) then. A chained stream is
+*peeked* (its first event read at once), so a refusal inside the stream is recovered from like an HTTP one.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import openai
 from openai import AsyncStream, Stream
@@ -22,18 +18,7 @@ from ._socket import TERMINAL_EVENTS
 
 if TYPE_CHECKING:
     from ._flow import Ticket
-
-
-class Recorder(Protocol):
-    """What a tracked stream needs from the tracker (`anchortrack._tracker.Tracker`)."""
-
-    def observe(self, ticket: Ticket, response: object, output: Sequence[Any] | None = None) -> object: ...
-
-    def flush(self) -> None: ...
-
-    async def aflush(self) -> None: ...
-
-    def abandoned(self, ticket: Ticket | None) -> None: ...
+    from ._tracker import Tracker
 
 
 class _Call:
@@ -41,20 +26,17 @@ class _Call:
 
     __slots__ = ("done", "held", "items", "reported", "stream", "target", "terminal")
 
-    def __init__(self, stream: Any, tracker: Recorder, ticket: Ticket) -> None:
+    def __init__(self, stream: Any, tracker: Tracker, ticket: Ticket) -> None:
         self.stream = stream
-        self.target: tuple[Recorder, Ticket] | None = (tracker, ticket)  # None once discarded
+        self.target: tuple[Tracker, Ticket] | None = (tracker, ticket)  # None once discarded
         self.items: dict[int, Any] = {}  # the output items seen, by index
         self.terminal: str | None = None  # the terminal event's type, once it arrived
         self.reported = False
         self.held = False  # while a peeked error awaits the tracker's decision
         self.done = False
 
-    def completes(self, event: Any) -> Recorder | None:
-        """
-        Feed *event*; if it is the terminal one, record the response and return the tracker to flush.
-        The output recorded is the terminal response's, or (a server left it empty) the items seen.
-        """
+    def completes(self, event: Any) -> Tracker | None:
+        """Feed *event*; if terminal, record its response (or the items seen); return the tracker to flush."""
         kind = getattr(event, "type", None)
         if kind == "response.output_item.done":
             self.items[getattr(event, "output_index", len(self.items))] = getattr(event, "item", None)
@@ -95,7 +77,7 @@ class _Call:
         return error
 
 
-def track(stream: object, tracker: Recorder, ticket: Ticket) -> _Call | None:
+def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
     """Track *stream* if the SDK made it as a plain ``Stream`` / ``AsyncStream``; return its call."""
     if type(stream) is Stream:
         return StreamCall(stream, tracker, ticket)
@@ -109,7 +91,7 @@ class StreamCall(_Call):
 
     __slots__ = ()
 
-    def __init__(self, stream: Stream[Any], tracker: Recorder, ticket: Ticket) -> None:
+    def __init__(self, stream: Stream[Any], tracker: Tracker, ticket: Ticket) -> None:
         super().__init__(stream, tracker, ticket)
         stream._iterator = self._events(stream._iterator)
         close = stream.response.close
@@ -133,10 +115,7 @@ class StreamCall(_Call):
             self.end()
 
     def _peek(self) -> BaseException | None:
-        """
-        Read the first event now; return the error it is or carries, if any. After an error the stream
-        is counted nowhere until the tracker decides: `_discard` (it recovers) or `_release`.
-        """
+        """Read the first event now; return the error it is or carries, held until `_discard`/`_release`."""
         self.held = True
         first: object
         try:
@@ -161,7 +140,7 @@ class AsyncStreamCall(_Call):
 
     __slots__ = ()
 
-    def __init__(self, stream: AsyncStream[Any], tracker: Recorder, ticket: Ticket) -> None:
+    def __init__(self, stream: AsyncStream[Any], tracker: Tracker, ticket: Ticket) -> None:
         super().__init__(stream, tracker, ticket)
         stream._iterator = self._events(stream._iterator)
         aclose = stream.response.aclose
