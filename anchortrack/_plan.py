@@ -1,8 +1,7 @@
 """
 Choosing the anchor, and building the anchor a response becomes (pure: no network, store or SDK calls).
-
-The anchor is the recorded view that is the *longest* prefix of the caller's
-history while leaving at least one item to send.
+The anchor is the recorded view that is the *longest* prefix of the caller's history while leaving at
+least one item to send.
 """
 
 from __future__ import annotations
@@ -45,8 +44,7 @@ class Reason(str, enum.Enum):
     WEBSOCKET_DROPPED = "websocket_reconnect_dropped"
 
 
-#: One line per reason: why a request went out the way it did, or why a
-#: response was not recorded.
+#: What each `Reason` means, in one line.
 REASON_TEXT: Mapping[Reason, str] = {
     Reason.CHAINED: "a recorded response's view is a prefix of the history",
     Reason.NO_HISTORY: "the history holds no model output yet, so no recorded response can be its prefix",
@@ -161,11 +159,8 @@ def unrecordable(
     if _attribute(response, "store") is False and not connection_local:
         return Reason.STORE_FALSE
     status = getattr(response, "status", None)
-    if not (status == "completed" or (status == "incomplete" and record_incomplete)):
-        return Reason.NOT_COMPLETED
-    if not isinstance(getattr(response, "id", None), str):
-        return Reason.NOT_COMPLETED
-    return None
+    completed = status == "completed" or (status == "incomplete" and record_incomplete)
+    return None if completed and isinstance(getattr(response, "id", None), str) else Reason.NOT_COMPLETED
 
 
 def new_anchor(
@@ -309,17 +304,14 @@ class RecentViews:
             views = list(self._views.values())
         best = 0
         for first, rest in views:
-            best = max(best, _common_prefix([*first, *rest], hashes))
+            view = [*first, *rest]
+            # The longest common prefix, by binary search: prefix hashes equal at i are equal before it.
+            lo, hi = best, min(len(view), len(hashes))
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if view[mid - 1] == hashes[mid - 1]:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            best = lo
         return best if best > 0 else None
-
-
-def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
-    """Length of the common prefix of two prefix-hash lists (binary search: equal at ``i``, equal before)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[mid - 1] == b[mid - 1]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

@@ -59,7 +59,9 @@ def classify(error: BaseException, anchor_id: str) -> Reason | None:
         return Reason.STALE_ANCHOR
     if status is None:
         return None
-    texts = list(_texts(error))
+    message = getattr(error, "message", None)
+    texts = [message] if isinstance(message, str) else []
+    texts += _strings(getattr(error, "body", None), 0)
     if any(_CODEX_MESSAGE in text for text in texts):
         return Reason.STALE_ANCHOR
     names = _names(anchor_id)
@@ -81,14 +83,6 @@ def _status(error: BaseException) -> int | None:
     return None
 
 
-def _texts(error: BaseException) -> Iterator[str]:
-    """Every string in the error's message and body (nested objects and lists too)."""
-    message = getattr(error, "message", None)
-    if isinstance(message, str):
-        yield message
-    yield from _strings(getattr(error, "body", None), 0)
-
-
 def _strings(value: object, depth: int) -> Iterator[str]:
     if depth > _MAX_DEPTH:
         return
@@ -103,23 +97,16 @@ def _strings(value: object, depth: int) -> Iterator[str]:
 
 
 def _names(anchor_id: str) -> list[re.Pattern[str]]:
-    """Patterns for the ids a server may use for *anchor_id* in its message."""
+    """Patterns for the ids a server may use for *anchor_id* (also the upstream id a LiteLLM one wraps)."""
     ids = [anchor_id]
-    inner = _litellm_inner_id(anchor_id)
-    if inner is not None and inner != anchor_id:
-        ids.append(inner)
+    if anchor_id.startswith("resp_"):
+        encoded = anchor_id[len("resp_") :]
+        try:
+            decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            decoded = ""
+        match = _LITELLM_ID.match(decoded)
+        if match and match.group("id") != anchor_id:
+            ids.append(match.group("id"))
     # Whole ids only: "resp_1" must not match inside "resp_12".
     return [re.compile(rf"(?<![\w-]){re.escape(i)}(?![\w-])") for i in ids if i]
-
-
-def _litellm_inner_id(anchor_id: str) -> str | None:
-    """The upstream id inside a LiteLLM-managed ``resp_<base64>`` id, if it is one."""
-    if not anchor_id.startswith("resp_"):
-        return None
-    encoded = anchor_id[len("resp_") :]
-    try:
-        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    match = _LITELLM_ID.match(decoded)
-    return match.group("id") if match else None
