@@ -66,7 +66,6 @@ class Scope:
         return self._digest(secret_key, DIGEST_SIZE, SCHEME.encode() + b"\x00")
 
     def _digest(self, secret_key: bytes | None, size: int, prefix: bytes = b"") -> bytes:
-        """A BLAKE2b of *prefix* and the scope's fields, keyed by *secret_key* if given."""
         parts = [self.base_url.rstrip("/"), self.organization or "", self.project or "", self.namespace or ""]
         if self.api_key_digest is not None:
             parts.append(self.api_key_digest)
@@ -75,10 +74,7 @@ class Scope:
 
 
 def api_key_digest(api_key: str, secret_key: bytes | None = None) -> str:
-    """
-    A digest naming an API key in a `Scope`, keyed by *secret_key* (else by a fixed domain key):
-    API keys are long random strings, so it cannot be turned back into one.
-    """
+    """A digest naming an API key in a `Scope`, keyed by *secret_key* (else a fixed key); not reversible."""
     key = fit_key(secret_key) if secret_key else b"anchortrack/api-key/1"
     return _blake2b(api_key.encode(), digest_size=16, key=key).hexdigest()
 
@@ -141,7 +137,6 @@ class Memo:
     """
     The fingerprints of items seen before, reused only on an exact proof that calls no method of a user
     type (an item edited in place, or a ``str`` subclass's ``__eq__``, cannot pass for the old one).
-
     An item is known by its exact type and value (`exact_value`); a dict or str of strings also by
     ``id(item)`` and a copy of its data compared by ``==`` of exact strings, which spares serializing
     it again in a loop. Entries count against *max_bytes* (half per table, oldest out first); a value

@@ -178,9 +178,8 @@ def new_anchor(
     parent: str | None = None,
 ) -> Anchor:
     """
-    Build the anchor a recorded response becomes, sealed for *scope* with *mac_key*: its view continues
-    *base* (of *count* items) with *hashes*. It never outlives *chain_expires_at*: the server resolves a
-    response through its ancestors.
+    The anchor a recorded response becomes, sealed for *scope* with *mac_key*: its view continues *base*
+    (of *count* items) with *hashes*; never outliving *chain_expires_at* (the server resolves ancestors).
     """
     expires_at = now + ttl if chain_expires_at is None else min(now + ttl, chain_expires_at)
     anchor = Anchor(
@@ -196,10 +195,7 @@ def new_anchor(
 
 
 def answers(anchor: Anchor, *, view: bytes | None = None, response_id: str | None = None) -> bool:
-    """
-    Whether *anchor* is the one a store was asked for: its own view and response id are the requested ones
-    (a MAC alone would pass a copy of another conversation's anchor under this key).
-    """
+    """Whether *anchor*'s own view and id are those asked for (a MAC alone passes another chain's copy)."""
     if view is not None and anchor.view != view:
         return False
     return response_id is None or anchor.response_id == response_id
@@ -222,8 +218,7 @@ def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
 
 def candidates(hashes: Sequence[bytes]) -> list[bytes]:
     """Return the prefix hashes that could be anchors, longest first (``i < n``)."""
-    longest_first = hashes[-2::-1]  # one copy
-    return longest_first if isinstance(longest_first, list) else list(longest_first)
+    return hashes[-2::-1] if isinstance(hashes, list) else list(hashes)[-2::-1]  # one copy of a list
 
 
 def choose(
@@ -239,7 +234,6 @@ def choose(
 ) -> Plan:
     """
     Pick the longest usable anchor among *found* for a history whose prefix hashes are *hashes*.
-
     Usable: its view is that prefix (same digest, same count), it is live at *now*, made with the same
     carried-over *properties*, and passes *authentic* (its MAC). One returned under a view not its own
     or failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items* tells a first

@@ -19,16 +19,12 @@ from urllib.parse import urlsplit
 
 
 #: The properties whose digest must match for a request to chain.
+# fmt: off
 CARRIED_PROPERTIES: tuple[str, ...] = (
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "max_tool_calls",
-    "text",
-    "reasoning",
-    "truncation",
+    "tools", "tool_choice", "parallel_tool_calls", "max_tool_calls", "text", "reasoning", "truncation",
     "context_management",
 )
+# fmt: on
 
 #: ``parse()`` turns this into ``text.format``.
 TEXT_FORMAT = "text_format"

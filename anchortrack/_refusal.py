@@ -17,15 +17,12 @@ from ._plan import Reason
 
 
 #: OpenAI's code, plus what chain-resolving gateways answer instead.
-STALE_CODES = frozenset(
-    {
-        "previous_response_not_found",
-        "session.chain.not_found",
-        "session.chain.unavailable",
-        "session.chain.depth_exceeded",
-        "session.chain.cycle_detected",
-    }
-)
+# fmt: off
+STALE_CODES = frozenset({
+    "previous_response_not_found", "session.chain.not_found", "session.chain.unavailable",
+    "session.chain.depth_exceeded", "session.chain.cycle_detected",
+})
+# fmt: on
 
 #: The statuses a refused anchor comes with; anything else is never stale.
 _REFUSAL_STATUSES = frozenset({400, 404})
@@ -62,12 +59,9 @@ def classify(error: BaseException, anchor_id: str) -> Reason | None:
     message = getattr(error, "message", None)
     texts = [message] if isinstance(message, str) else []
     texts += _strings(getattr(error, "body", None), 0)
-    if any(_CODEX_MESSAGE in text for text in texts):
-        return Reason.STALE_ANCHOR
     names = _names(anchor_id)
-    if any(name.search(text) for text in texts for name in names):
-        return Reason.STALE_ANCHOR
-    return None
+    stale = any(_CODEX_MESSAGE in text or any(name.search(text) for name in names) for text in texts)
+    return Reason.STALE_ANCHOR if stale else None
 
 
 def _status(error: BaseException) -> int | None:
