@@ -35,7 +35,6 @@ _EMPTY_DEFAULT_KEYS = frozenset({"annotations", "logprobs"})
 
 _ID_STATUS = frozenset({"id", "status"})
 _ID = frozenset({"id"})
-_STATUS = frozenset({"status"})
 _NOTHING: frozenset[str] = frozenset()
 
 #: The per-type table: item ``type`` (as the spec's ``InputItem`` / ``Item`` / ``ItemResource`` /
@@ -163,7 +162,7 @@ def canonical_item(item: object) -> dict[str, Any]:
             out["arguments"] = {"json": normal}
     elif kind == "reasoning":
         encrypted = out.get("encrypted_content")
-        ignored = _ID_STATUS if isinstance(encrypted, str) and encrypted else _STATUS
+        ignored = _ID_STATUS if isinstance(encrypted, str) and encrypted else frozenset({"status"})
         if out.get("content") == []:
             del out["content"]
     for key in ignored:
@@ -189,11 +188,6 @@ def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
                 _keep_verbatim(value, out.get(step), rest)
             else:
                 out[step] = _strip(value, keep_null=True)
-
-
-def canonical_bytes(item: object) -> bytes:
-    """Return the canonical UTF-8 JSON bytes of one item."""
-    return dump_canonical(canonical_item(item))
 
 
 def dump_canonical(canonical: dict[str, Any]) -> bytes:
@@ -265,9 +259,8 @@ _TOKEN_DECODER = json.JSONDecoder(
 )
 
 
-#: With Python's default spacing.
+#: Sorted keys with ``json.dumps``'s default spacing.
 _dumps_spaced = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
-_PLAIN_DECODER = json.JSONDecoder()
 
 
 def json_tokens(text: str) -> str | None:
@@ -276,14 +269,13 @@ def json_tokens(text: str) -> str | None:
     one JSON value, has a duplicate key, or nests too deep (then it can only be compared verbatim).
     """
     try:
-        value = _PLAIN_DECODER.decode(text)
+        value = json.loads(text)
         # The common texts, in C: written back, the parsed value gives the text again only if every
         # number, key and escape is as json.dumps writes it; then the token-by-token pass agrees.
         compact = _dumps(value)
         if compact == text or _dumps_spaced(value) == text:
             return compact
-        value = _TOKEN_DECODER.decode(text)
-        return _emit(value)
+        return _emit(_TOKEN_DECODER.decode(text))
     except (ValueError, RecursionError):
         return None
 

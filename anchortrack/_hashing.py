@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ._canonical import CANONICAL_VERSION, canonical_bytes, canonical_item, dump_canonical
+from ._canonical import CANONICAL_VERSION, canonical_item, dump_canonical
 from ._seal import fit_key
 
 
@@ -29,7 +29,7 @@ _blake2b = hashlib.blake2b
 
 def fingerprint(item: object) -> bytes:
     """Return the 16-byte fingerprint of one item."""
-    return _blake2b(canonical_bytes(item), digest_size=DIGEST_SIZE).digest()
+    return _fingerprint_one(item)[0]
 
 
 @attrs.frozen

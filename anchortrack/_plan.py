@@ -181,13 +181,12 @@ def new_anchor(
     The anchor a recorded response becomes, sealed for *scope* with *mac_key*: its view continues *base*
     (of *count* items) with *hashes*; never outliving *chain_expires_at* (the server resolves ancestors).
     """
-    expires_at = now + ttl if chain_expires_at is None else min(now + ttl, chain_expires_at)
     anchor = Anchor(
         view=hashes[-1] if hashes else base,
         response_id=response_id,
         count=count + len(hashes),
         created_at=now,
-        expires_at=expires_at,
+        expires_at=now + ttl if chain_expires_at is None else min(now + ttl, chain_expires_at),
         properties=properties,
         parent=parent,
     )

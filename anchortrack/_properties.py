@@ -112,14 +112,12 @@ def properties_digest(params: Mapping[str, Any], base_url: str | None = None) ->
 
 
 def _jsonable(value: object) -> Any:
-    """The JSON data of a value `json` cannot write by itself (an SDK model, an iterable)."""
+    """The JSON data of an SDK model, which `json` cannot write by itself; any other value has none."""
     serializer = getattr(value, "__pydantic_serializer__", None)
     if serializer is not None and not isinstance(value, type):
         return serializer.to_python(value, mode="json", exclude_unset=True)
     if isinstance(value, (set, frozenset)):
         raise TypeError("a set has no order, so no JSON form")
-    if isinstance(value, (tuple, list)):
-        return list(value)
     raise TypeError(f"{type(value).__name__} has no JSON form")
 
 
