@@ -1,23 +1,16 @@
 """
-Canonical form of Responses API input items (pure).
+Canonical form of Responses API input items (pure): equivalent items (the server would put the same
+thing in front of the model) map to identical bytes, so fingerprints compare by value. The rules,
+each tested in ``tests/core/test_canonical.py``:
 
-Two items are *equivalent* when the server would put the same thing in front of the model for
-either of them; the canonical form maps equivalent items to identical bytes, so that fingerprints
-compare by value. The rules for every shape (each one is tested in ``tests/core/test_canonical.py``):
-
-* ``{"k": null}`` ≡ ``{}`` at any depth of the API's own fields (``null`` means "not given"); dict
-  key order never matters (JSON objects are unordered).
-* Free-form JSON the API passes through verbatim is kept verbatim, nulls and number types included
-  (``{"default": null}`` ≠ ``{}``, ``1`` ≠ ``1.0`` ≠ ``true``): the spec's open ``type: object``
-  fields inside items, listed in `FREE_FORM`.
-* A lone surrogate (a JSON-legal ``\\ud800`` escape) is text of its own: it never raises and never
-  equals other text.
-* An SDK pydantic model ≡ its ``model_dump(mode="json", exclude_unset=True)`` dict (the same wire
-  JSON); ``parsed`` / ``parsed_arguments`` are SDK-only fields, never sent.
-* Subclasses of ``str``/``int``/``float``/``dict``/``list`` count by their data (what ``json.dumps``
+* ``{"k": null}`` ≡ ``{}`` at any depth of the API's own fields; dict key order never matters.
+* Free-form JSON the API passes through (the spec's open ``type: object`` fields, `FREE_FORM`) is kept
+  verbatim, nulls and number types included (``{"default": null}`` ≠ ``{}``, ``1`` ≠ ``1.0`` ≠ ``true``).
+* A lone surrogate (a JSON-legal ``\\ud800`` escape) is text of its own: it never raises or equals other text.
+* An SDK model ≡ its ``model_dump(mode="json", exclude_unset=True)`` dict; ``parsed`` / ``parsed_arguments``
+  are SDK-only fields, never sent. Subclasses of the JSON types count by their data (what ``json.dumps``
   puts on the wire), never by their own ``__eq__``, ``__hash__`` or ``__repr__``.
-* ``id`` and ``status`` are kept unless the item's type lists them in `IGNORED_KEYS`, the per-type
-  table, which says why for each type.
+* ``id`` and ``status`` are kept unless the item's type lists them in `IGNORED_KEYS`, which says why.
 
 Not equivalent (kept apart on purpose): different text, role, ``call_id``, ``name``, ``phase``,
 ``encrypted_content``, ``input_text`` vs ``output_text`` in an explicit content list, any tool
@@ -42,7 +35,6 @@ _EMPTY_DEFAULT_KEYS = frozenset({"annotations", "logprobs"})
 
 _ID_STATUS = frozenset({"id", "status"})
 _ID = frozenset({"id"})
-_STATUS = frozenset({"status"})
 _NOTHING: frozenset[str] = frozenset()
 
 #: The per-type table: item ``type`` (as the spec's ``InputItem`` / ``Item`` / ``ItemResource`` /
@@ -106,10 +98,8 @@ FREE_FORM: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
-#: ``json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``,
-#: without building an encoder each time.
+#: ``json.dumps`` with these options, without building an encoder each time.
 _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
-#: ``json.dumps(text, ensure_ascii=False)`` for a string.
 _dump_string = json.JSONEncoder(ensure_ascii=False).encode
 
 
@@ -118,10 +108,7 @@ class ItemError(TypeError):
 
 
 def _dump(model: Any) -> Any:
-    """
-    *model*'s ``model_dump(mode="json", exclude_unset=True)``, without pydantic's warnings about a
-    value the server returned that the installed SDK types otherwise (the SDK sends it back as it is).
-    """
+    """*model*'s wire JSON, without pydantic's warnings about a value the installed SDK types otherwise."""
     try:
         return model.model_dump(mode="json", exclude_unset=True, warnings=False)
     except TypeError:  # an override of model_dump without the `warnings` argument
@@ -129,12 +116,7 @@ def _dump(model: Any) -> Any:
 
 
 def to_plain(item: object) -> object:
-    """
-    Return *item* as plain JSON data (SDK models dumped as the SDK sends them).
-
-    Raises:
-        ItemError: *item* is neither a mapping, a string nor an SDK model.
-    """
+    """Return *item* as plain JSON data (SDK models dumped as the SDK sends them), else `ItemError`."""
     if type(item) is dict or isinstance(item, (Mapping, str)):
         return item
     if hasattr(item, "model_dump"):
@@ -143,12 +125,7 @@ def to_plain(item: object) -> object:
 
 
 def canonical_item(item: object) -> dict[str, Any]:
-    """
-    Return the canonical form of one input or output item.
-
-    Raises:
-        ItemError: the item has a shape no Responses API item has.
-    """
+    """Return the canonical form of one input or output item (`ItemError`: a shape no item has)."""
     if isinstance(item, str):
         text = item if type(item) is str else str.__str__(item)
         return {"content": [{"text": text, "type": "input_text"}], "role": "user", "type": "message"}
@@ -180,14 +157,12 @@ def canonical_item(item: object) -> dict[str, Any]:
         elif isinstance(content, list):
             out["content"] = [_canonical_part(part) for part in content]
     elif kind == "function_call":
-        raw = out.get("arguments")
-        if isinstance(raw, str):
-            normal = json_tokens(raw)
-            if normal is not None:
-                out["arguments"] = {"json": normal}
+        normal = json_tokens(out["arguments"]) if isinstance(out.get("arguments"), str) else None
+        if normal is not None:
+            out["arguments"] = {"json": normal}
     elif kind == "reasoning":
         encrypted = out.get("encrypted_content")
-        ignored = _ID_STATUS if isinstance(encrypted, str) and encrypted else _STATUS
+        ignored = _ID_STATUS if isinstance(encrypted, str) and encrypted else frozenset({"status"})
         if out.get("content") == []:
             del out["content"]
     for key in ignored:
@@ -215,16 +190,9 @@ def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
                 out[step] = _strip(value, keep_null=True)
 
 
-def canonical_bytes(item: object) -> bytes:
-    """Return the canonical UTF-8 JSON bytes of one item."""
-    return dump_canonical(canonical_item(item))
-
-
 def dump_canonical(canonical: dict[str, Any]) -> bytes:
     """
-    Return the bytes of an item already in canonical form.
-
-    A lone surrogate has no UTF-8 form: it is written as its three
+    Return the bytes of an item already in canonical form; a lone surrogate (no UTF-8 form) as its three
     surrogate-escaped bytes, which no valid UTF-8 text contains.
     """
     return _dumps(canonical).encode("utf-8", "surrogatepass")
@@ -233,14 +201,9 @@ def dump_canonical(canonical: dict[str, Any]) -> bytes:
 def _canonical_part(part: object) -> object:
     if not isinstance(part, dict):
         return part
-    if part.get("annotations") == [] or part.get("logprobs") == []:
-        return {
-            k: v
-            for k, v in part.items()
-            if not (k in _EMPTY_DEFAULT_KEYS and v == []) and k not in _SDK_ONLY_KEYS
-        }
-    if "parsed" in part:
-        return {k: v for k, v in part.items() if k not in _SDK_ONLY_KEYS}
+    if part.get("annotations") == [] or part.get("logprobs") == [] or "parsed" in part:
+        empty = {k for k in _EMPTY_DEFAULT_KEYS if part.get(k) == []}
+        return {k: v for k, v in part.items() if k not in _SDK_ONLY_KEYS and k not in empty}
     return part
 
 
@@ -254,9 +217,8 @@ def _key(key: object) -> str:
 
 def _strip(value: object, *, keep_null: bool = False) -> object:
     """
-    Return *value* as exact JSON data, dropping ``None`` values from mappings unless *keep_null*:
-    subclasses of the JSON types as their base type's data (no method of theirs called), SDK models
-    as their JSON data; any other value raises `ItemError`.
+    Return *value* as exact JSON data (``None`` values dropped from mappings unless *keep_null*): a JSON
+    type's subclass as its base type's data, calling no method of its own; else `ItemError`.
     """
     kind = type(value)
     if kind is str or kind is int or kind is bool or kind is float or value is None:
@@ -269,7 +231,7 @@ def _strip(value: object, *, keep_null: bool = False) -> object:
         return [_strip(v, keep_null=keep_null) for v in value]  # type: ignore[attr-defined]
     if isinstance(value, str):
         return str.__str__(value)
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int):  # not a bool: bool has no subclasses
         return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
@@ -281,13 +243,8 @@ def _strip(value: object, *, keep_null: bool = False) -> object:
 # -- JSON strings compared by token --------------------------------------------
 
 
-class _Number:
+class _Number(str):
     """A JSON number (or NaN / Infinity constant) kept as its exact token."""
-
-    __slots__ = ("token",)
-
-    def __init__(self, token: str) -> None:
-        self.token = token
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -302,34 +259,30 @@ _TOKEN_DECODER = json.JSONDecoder(
 )
 
 
-#: ``json.dumps(data, ensure_ascii=False, sort_keys=True)``: Python's default spacing.
+#: Sorted keys with ``json.dumps``'s default spacing.
 _dumps_spaced = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
-_PLAIN_DECODER = json.JSONDecoder()
 
 
 def json_tokens(text: str) -> str | None:
     """
-    Return *text* re-serialized with sorted keys and no whitespace, numbers by token.
-
-    Returns None when *text* is not one JSON value, has a duplicate key, or
-    nests too deep: such a string can only be compared verbatim.
+    Return *text* re-serialized with sorted keys and no whitespace, numbers by token; None when it is not
+    one JSON value, has a duplicate key, or nests too deep (then it can only be compared verbatim).
     """
     try:
-        value = _PLAIN_DECODER.decode(text)
+        value = json.loads(text)
         # The common texts, in C: written back, the parsed value gives the text again only if every
         # number, key and escape is as json.dumps writes it; then the token-by-token pass agrees.
         compact = _dumps(value)
         if compact == text or _dumps_spaced(value) == text:
             return compact
-        value = _TOKEN_DECODER.decode(text)
-        return _emit(value)
+        return _emit(_TOKEN_DECODER.decode(text))
     except (ValueError, RecursionError):
         return None
 
 
 def _emit(value: object) -> str:
     if isinstance(value, _Number):
-        return value.token
+        return str.__str__(value)
     if isinstance(value, str):
         return _dump_string(value)
     if isinstance(value, dict):

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ._canonical import CANONICAL_VERSION, canonical_bytes, canonical_item, dump_canonical
+from ._canonical import CANONICAL_VERSION, canonical_item, dump_canonical
 from ._seal import fit_key
 
 
@@ -29,7 +29,7 @@ _blake2b = hashlib.blake2b
 
 def fingerprint(item: object) -> bytes:
     """Return the 16-byte fingerprint of one item."""
-    return _blake2b(canonical_bytes(item), digest_size=DIGEST_SIZE).digest()
+    return _fingerprint_one(item)[0]
 
 
 @attrs.frozen
@@ -58,10 +58,7 @@ class Scope:
         return self.store_key(None)
 
     def store_key(self, secret_key: bytes | None) -> str:
-        """
-        The short printable digest that namespaces this scope's anchors in a store; keyed by
-        *secret_key* when given, so a store's keys tell a reader without it nothing about the scope.
-        """
+        """The digest that namespaces this scope in a store, keyed by *secret_key* (if any) to hide it."""
         return self._digest(secret_key, 8).hex()
 
     def root(self, secret_key: bytes | None) -> bytes:
@@ -69,7 +66,6 @@ class Scope:
         return self._digest(secret_key, DIGEST_SIZE, SCHEME.encode() + b"\x00")
 
     def _digest(self, secret_key: bytes | None, size: int, prefix: bytes = b"") -> bytes:
-        """A BLAKE2b of *prefix* and the scope's fields, keyed by *secret_key* if given."""
         parts = [self.base_url.rstrip("/"), self.organization or "", self.project or "", self.namespace or ""]
         if self.api_key_digest is not None:
             parts.append(self.api_key_digest)
@@ -78,22 +74,17 @@ class Scope:
 
 
 def api_key_digest(api_key: str, secret_key: bytes | None = None) -> str:
-    """
-    A digest naming an API key in a `Scope`, keyed by *secret_key* (else by a fixed domain key):
-    API keys are long random strings, so it cannot be turned back into one.
-    """
+    """A digest naming an API key in a `Scope`, keyed by *secret_key* (else a fixed key); not reversible."""
     key = fit_key(secret_key) if secret_key else b"anchortrack/api-key/1"
     return _blake2b(api_key.encode(), digest_size=16, key=key).hexdigest()
 
 
 def extend(prefix: bytes, fingerprints: Iterable[bytes]) -> bytes:
     """Continue the prefix hash *prefix* over *fingerprints*; return the last."""
-    for fp in fingerprints:
-        prefix = _blake2b(prefix + fp, digest_size=DIGEST_SIZE).digest()
-    return prefix
+    return (prefix_hashes(prefix, fingerprints) or [prefix])[-1]
 
 
-def prefix_hashes(root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
+def prefix_hashes(root: bytes, fingerprints: Iterable[bytes]) -> list[bytes]:
     """Return ``[h(1), …, h(n)]`` for *fingerprints* starting from *root*."""
     out: list[bytes] = []
     for fp in fingerprints:
@@ -144,14 +135,12 @@ class _Table(dict[Any, tuple[Any, ...]]):
 
 class Memo:
     """
-    Remembers the fingerprints of items seen before, reusing one only on an exact proof that calls
-    no method of a user type (a ``str`` subclass's ``__eq__`` cannot pass an edited item off as the
-    old one; an item edited in place is fingerprinted afresh).
-
-    An item is known by its exact type and value (`exact_value`); a dict or str of strings only also
-    by ``id(item)`` and a copy of its data, compared by ``==`` of exact strings, which spares
-    serializing it again in a loop. Entries count against *max_bytes* (half per table, oldest out
-    first); a value over *max_item_bytes* is keyed by its digest, so no large text is kept alive.
+    The fingerprints of items seen before, reused only on an exact proof that calls no method of a user
+    type (an item edited in place, or a ``str`` subclass's ``__eq__``, cannot pass for the old one).
+    An item is known by its exact type and value (`exact_value`); a dict or str of strings also by
+    ``id(item)`` and a copy of its data compared by ``==`` of exact strings, which spares serializing
+    it again in a loop. Entries count against *max_bytes* (half per table, oldest out first); a value
+    over *max_item_bytes* is keyed by its digest, so no large text is kept alive.
     """
 
     def __init__(self, max_bytes: int = 24 << 20, max_item_bytes: int = 64 << 10) -> None:
@@ -170,12 +159,7 @@ class Memo:
         return self._known.counted + self._seen.counted
 
     def known(self, item: object) -> Known:
-        """
-        The fingerprint, canonical size and model-output flag of *item*.
-
-        Raises:
-            ItemError: the item has no Responses API shape.
-        """
+        """The fingerprint, canonical size and model-output flag of *item* (`ItemError`: not an item)."""
         seen = self._seen.get(id(item))
         if seen is not None and type(item) is seen[0] and _strings(item) and item == seen[1]:
             return seen[2]  # type: ignore[no-any-return]
@@ -195,10 +179,7 @@ class Memo:
         return known
 
     def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
-        """
-        `prefix_hashes`, continuing the last history's when this one extends it (same root,
-        same leading fingerprints), as a loop's does: only the new items are hashed.
-        """
+        """`prefix_hashes`, hashing only the new items when the history extends the last one (a loop's)."""
         last_root, last_fps, last_hashes = self._last  # one read: safe across threads
         k = len(last_fps)
         if k and root == last_root and len(fingerprints) >= k and fingerprints[:k] == last_fps:
@@ -213,9 +194,8 @@ class Memo:
 
 def exact_value(item: object) -> bytes | None:
     """
-    Bytes that name *item*'s value exactly, or None when there are none the memo can trust: an exact
-    ``dict`` or ``str``'s `marshal` form (which refuses subclasses and anything but plain data), an
-    ``openai`` SDK model's JSON as its serializer writes it; None for a user's own types.
+    Bytes naming *item*'s value exactly, or None (a user's own types): an exact ``dict`` or ``str``'s
+    `marshal` form (which refuses subclasses and anything but plain data), an ``openai`` model's JSON.
     """
     kind = type(item)
     if kind is dict or kind is str:
@@ -276,12 +256,7 @@ def _fingerprint_one(item: object) -> Known:
 def fingerprint_items(
     items: Sequence[object], memo: Memo | None = None
 ) -> tuple[list[bytes], list[int], bool]:
-    """
-    The fingerprints of a history, their canonical sizes, and whether any item is model output.
-
-    Raises:
-        ItemError: an item has no Responses API shape.
-    """
+    """The fingerprints of a history, their canonical sizes, whether any is model output (`ItemError`)."""
     known = memo.known if memo is not None else _fingerprint_one
     each = [known(item) for item in items]
     return [k[0] for k in each], [k[1] for k in each], any(k[2] for k in each)

@@ -1,8 +1,7 @@
 """
 Choosing the anchor, and building the anchor a response becomes (pure: no network, store or SDK calls).
-
-The anchor is the recorded view that is the *longest* prefix of the caller's
-history while leaving at least one item to send.
+The anchor is the recorded view that is the *longest* prefix of the caller's history while leaving at
+least one item to send.
 """
 
 from __future__ import annotations
@@ -45,8 +44,7 @@ class Reason(str, enum.Enum):
     WEBSOCKET_DROPPED = "websocket_reconnect_dropped"
 
 
-#: One line per reason: why a request went out the way it did, or why a
-#: response was not recorded.
+#: What each `Reason` means, in one line.
 REASON_TEXT: Mapping[Reason, str] = {
     Reason.CHAINED: "a recorded response's view is a prefix of the history",
     Reason.NO_HISTORY: "the history holds no model output yet, so no recorded response can be its prefix",
@@ -161,11 +159,8 @@ def unrecordable(
     if _attribute(response, "store") is False and not connection_local:
         return Reason.STORE_FALSE
     status = getattr(response, "status", None)
-    if not (status == "completed" or (status == "incomplete" and record_incomplete)):
-        return Reason.NOT_COMPLETED
-    if not isinstance(getattr(response, "id", None), str):
-        return Reason.NOT_COMPLETED
-    return None
+    completed = status == "completed" or (status == "incomplete" and record_incomplete)
+    return None if completed and isinstance(getattr(response, "id", None), str) else Reason.NOT_COMPLETED
 
 
 def new_anchor(
@@ -183,17 +178,15 @@ def new_anchor(
     parent: str | None = None,
 ) -> Anchor:
     """
-    Build the anchor a recorded response becomes, sealed for *scope* with *mac_key*: its view continues
-    *base* (of *count* items) with *hashes*. It never outlives *chain_expires_at*: the server resolves a
-    response through its ancestors.
+    The anchor a recorded response becomes, sealed for *scope* with *mac_key*: its view continues *base*
+    (of *count* items) with *hashes*; never outliving *chain_expires_at* (the server resolves ancestors).
     """
-    expires_at = now + ttl if chain_expires_at is None else min(now + ttl, chain_expires_at)
     anchor = Anchor(
         view=hashes[-1] if hashes else base,
         response_id=response_id,
         count=count + len(hashes),
         created_at=now,
-        expires_at=expires_at,
+        expires_at=now + ttl if chain_expires_at is None else min(now + ttl, chain_expires_at),
         properties=properties,
         parent=parent,
     )
@@ -201,10 +194,7 @@ def new_anchor(
 
 
 def answers(anchor: Anchor, *, view: bytes | None = None, response_id: str | None = None) -> bool:
-    """
-    Whether *anchor* is the one a store was asked for: its own view and response id are the requested ones
-    (a MAC alone would pass a copy of another conversation's anchor under this key).
-    """
+    """Whether *anchor*'s own view and id are those asked for (a MAC alone passes another chain's copy)."""
     if view is not None and anchor.view != view:
         return False
     return response_id is None or anchor.response_id == response_id
@@ -227,8 +217,7 @@ def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
 
 def candidates(hashes: Sequence[bytes]) -> list[bytes]:
     """Return the prefix hashes that could be anchors, longest first (``i < n``)."""
-    longest_first = hashes[-2::-1]  # one copy
-    return longest_first if isinstance(longest_first, list) else list(longest_first)
+    return hashes[-2::-1] if isinstance(hashes, list) else list(hashes)[-2::-1]  # one copy of a list
 
 
 def choose(
@@ -244,7 +233,6 @@ def choose(
 ) -> Plan:
     """
     Pick the longest usable anchor among *found* for a history whose prefix hashes are *hashes*.
-
     Usable: its view is that prefix (same digest, same count), it is live at *now*, made with the same
     carried-over *properties*, and passes *authentic* (its MAC). One returned under a view not its own
     or failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items* tells a first
@@ -309,17 +297,14 @@ class RecentViews:
             views = list(self._views.values())
         best = 0
         for first, rest in views:
-            best = max(best, _common_prefix([*first, *rest], hashes))
+            view = [*first, *rest]
+            # The longest common prefix, by binary search: prefix hashes equal at i are equal before it.
+            lo, hi = best, min(len(view), len(hashes))
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if view[mid - 1] == hashes[mid - 1]:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            best = lo
         return best if best > 0 else None
-
-
-def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
-    """Length of the common prefix of two prefix-hash lists (binary search: equal at ``i``, equal before)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[mid - 1] == b[mid - 1]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

@@ -1,12 +1,9 @@
 """
 The request properties a Responses server could carry over a chain (pure).
 
-OpenAI applies every request property but the items to its own request; other servers (vLLM's
-agentic-api) give a chained request the previous response's ``tools`` and ``tool_choice``. So an
-anchor records a digest of the properties its request set, and a request chains only from an anchor
-with its own digest (else ``properties_changed``). The digest is empty for servers known to apply
-them per request (by host, or declared in ``ANCHORTRACK_PER_REQUEST_PROPERTIES``), and a response
-that announces it (`ANNOUNCEMENT`) becomes an anchor any request may chain from (`ANY`).
+OpenAI applies them per request; other servers (vLLM's agentic-api) give a chained request the
+previous response's ``tools`` and ``tool_choice``. So an anchor records a digest of the properties its
+request set, and a request chains only from an anchor with its own digest (else ``properties_changed``).
 docs/compatibility.md lists which properties count, which do not, and why.
 """
 
@@ -22,16 +19,12 @@ from urllib.parse import urlsplit
 
 
 #: The properties whose digest must match for a request to chain.
+# fmt: off
 CARRIED_PROPERTIES: tuple[str, ...] = (
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "max_tool_calls",
-    "text",
-    "reasoning",
-    "truncation",
+    "tools", "tool_choice", "parallel_tool_calls", "max_tool_calls", "text", "reasoning", "truncation",
     "context_management",
 )
+# fmt: on
 
 #: ``parse()`` turns this into ``text.format``.
 TEXT_FORMAT = "text_format"
@@ -81,37 +74,28 @@ def applies_per_request(base_url: str | None) -> bool:
     Whether the server at *base_url* applies the carried properties per request (never over a chain):
     OpenAI's and Azure OpenAI's hosts, and base URLs declared (with the URLs under them) in the variable.
     """
-    if not base_url:
-        return False
-    url = str(base_url).rstrip("/")
-    declared = _declared(os.environ.get(PER_REQUEST_ENV, ""))
-    return _known(url) or any(url == d or url.startswith(d + "/") for d in declared)
-
-
-@functools.lru_cache(maxsize=8)
-def _declared(value: str) -> frozenset[str]:
-    return frozenset(url.rstrip("/") for url in value.replace(",", " ").split())
+    return bool(base_url) and _applies(str(base_url).rstrip("/"), os.environ.get(PER_REQUEST_ENV, ""))
 
 
 @functools.lru_cache(maxsize=64)
-def _known(url: str) -> bool:
+def _applies(url: str, declared: str) -> bool:
     try:
         host = (urlsplit(url).hostname or "").lower()
     except ValueError:
-        return False
-    return host in _PER_REQUEST_HOSTS or host.endswith(_PER_REQUEST_HOST_SUFFIXES)
+        host = ""
+    if host in _PER_REQUEST_HOSTS or host.endswith(_PER_REQUEST_HOST_SUFFIXES):
+        return True
+    urls = (each.rstrip("/") for each in declared.replace(",", " ").split())
+    return any(url == d or url.startswith(d + "/") for d in urls)
 
 
 def properties_digest(params: Mapping[str, Any], base_url: str | None = None) -> bytes:
     """
-    Digest the carried-over properties among *params* (``create`` arguments) sent to *base_url*.
-
-    ``b""`` when that server applies them per request, or when none is set (None and the SDK's
-    sentinels are absent). Values compare as the JSON the SDK would send; absent and an explicit
-    default (``tool_choice="auto"``) differ, since a server could carry a value over in place of one.
-
-    Raises:
-        TypeError: A value has no JSON form.
+    Digest the carried-over properties among *params* (``create`` arguments) sent to *base_url*:
+    ``b""`` when that server applies them per request or none is set (None and the SDK's sentinels are
+    absent). Values compare as the JSON the SDK sends; absent and an explicit default
+    (``tool_choice="auto"``) differ, since a server could carry a value over in place of one.
+    A value with no JSON form raises `TypeError`.
     """
     if params.keys().isdisjoint(_NAMES) or applies_per_request(base_url):  # the common call sets none
         return b""
@@ -128,14 +112,12 @@ def properties_digest(params: Mapping[str, Any], base_url: str | None = None) ->
 
 
 def _jsonable(value: object) -> Any:
-    """The JSON data of a value `json` cannot write by itself (an SDK model, an iterable)."""
+    """The JSON data of an SDK model, which `json` cannot write by itself; any other value has none."""
     serializer = getattr(value, "__pydantic_serializer__", None)
     if serializer is not None and not isinstance(value, type):
         return serializer.to_python(value, mode="json", exclude_unset=True)
     if isinstance(value, (set, frozenset)):
         raise TypeError("a set has no order, so no JSON form")
-    if isinstance(value, (tuple, list)):
-        return list(value)
     raise TypeError(f"{type(value).__name__} has no JSON form")
 
 

@@ -17,15 +17,12 @@ from ._plan import Reason
 
 
 #: OpenAI's code, plus what chain-resolving gateways answer instead.
-STALE_CODES = frozenset(
-    {
-        "previous_response_not_found",
-        "session.chain.not_found",
-        "session.chain.unavailable",
-        "session.chain.depth_exceeded",
-        "session.chain.cycle_detected",
-    }
-)
+# fmt: off
+STALE_CODES = frozenset({
+    "previous_response_not_found", "session.chain.not_found", "session.chain.unavailable",
+    "session.chain.depth_exceeded", "session.chain.cycle_detected",
+})
+# fmt: on
 
 #: The statuses a refused anchor comes with; anything else is never stale.
 _REFUSAL_STATUSES = frozenset({400, 404})
@@ -59,13 +56,12 @@ def classify(error: BaseException, anchor_id: str) -> Reason | None:
         return Reason.STALE_ANCHOR
     if status is None:
         return None
-    texts = list(_texts(error))
-    if any(_CODEX_MESSAGE in text for text in texts):
-        return Reason.STALE_ANCHOR
+    message = getattr(error, "message", None)
+    texts = [message] if isinstance(message, str) else []
+    texts += _strings(getattr(error, "body", None), 0)
     names = _names(anchor_id)
-    if any(name.search(text) for text in texts for name in names):
-        return Reason.STALE_ANCHOR
-    return None
+    stale = any(_CODEX_MESSAGE in text or any(name.search(text) for name in names) for text in texts)
+    return Reason.STALE_ANCHOR if stale else None
 
 
 def _status(error: BaseException) -> int | None:
@@ -79,14 +75,6 @@ def _status(error: BaseException) -> int | None:
     if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599:
         return code
     return None
-
-
-def _texts(error: BaseException) -> Iterator[str]:
-    """Every string in the error's message and body (nested objects and lists too)."""
-    message = getattr(error, "message", None)
-    if isinstance(message, str):
-        yield message
-    yield from _strings(getattr(error, "body", None), 0)
 
 
 def _strings(value: object, depth: int) -> Iterator[str]:
@@ -103,23 +91,16 @@ def _strings(value: object, depth: int) -> Iterator[str]:
 
 
 def _names(anchor_id: str) -> list[re.Pattern[str]]:
-    """Patterns for the ids a server may use for *anchor_id* in its message."""
+    """Patterns for the ids a server may use for *anchor_id* (also the upstream id a LiteLLM one wraps)."""
     ids = [anchor_id]
-    inner = _litellm_inner_id(anchor_id)
-    if inner is not None and inner != anchor_id:
-        ids.append(inner)
+    if anchor_id.startswith("resp_"):
+        encoded = anchor_id[len("resp_") :]
+        try:
+            decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            decoded = ""
+        match = _LITELLM_ID.match(decoded)
+        if match and match.group("id") != anchor_id:
+            ids.append(match.group("id"))
     # Whole ids only: "resp_1" must not match inside "resp_12".
     return [re.compile(rf"(?<![\w-]){re.escape(i)}(?![\w-])") for i in ids if i]
-
-
-def _litellm_inner_id(anchor_id: str) -> str | None:
-    """The upstream id inside a LiteLLM-managed ``resp_<base64>`` id, if it is one."""
-    if not anchor_id.startswith("resp_"):
-        return None
-    encoded = anchor_id[len("resp_") :]
-    try:
-        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    match = _LITELLM_ID.match(decoded)
-    return match.group("id") if match else None
