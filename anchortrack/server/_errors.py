@@ -147,3 +147,8 @@ def error_event(code: str | None, message: str, param: str | None = None) -> dic
 def server_error(message: str, status: int = 500, code: str | None = None) -> APIError:
     """A failure on the server's side: an internal one (500), or a model backend's (5xx, with a code)."""
     return APIError(status, message, type="server_error", code=code)
+
+
+def save_failed() -> APIError:
+    """A response that could not be saved: code ``server_error``, as the HTTP stream's error event says."""
+    return server_error(SAVE_FAILED, code="server_error")

@@ -400,14 +400,14 @@ class WebSocketHub:
                 self.state.save_in_progress(to_save)
             except Exception:
                 logger.error("anchortrack.server.save_failed", exc_info=True)
-                await conn.send(error_frame(_errors.server_error(_errors.SAVE_FAILED), event.stream_id))
+                await conn.send(error_frame(_errors.save_failed(), event.stream_id))
                 return
         lane_id = {} if event.stream_id is None else {"stream_id": event.stream_id}
         async with aclosing(self.state.live_events(pending, to_save)) as events:
             async for item in events:
                 if item["type"] == "error":  # the final save failed
-                    error = _errors.server_error(_errors.SAVE_FAILED)
-                    await conn.send(error_frame(error, event.stream_id, item["sequence_number"]))
+                    frame = error_frame(_errors.save_failed(), event.stream_id, item["sequence_number"])
+                    await conn.send(frame)
                     return
                 if item["type"] in TERMINAL_EVENTS.values():
                     self._update_cache(conn, event.stream_id, pending)

@@ -211,3 +211,4 @@ def test_a_stream_whose_final_save_fails_ends_with_an_error_event() -> None:
     assert "response.completed" not in [event.type for event in events]
     assert "error" == frames[-1].type
     assert "The server could not save the response." == frames[-1].error.message
+    assert events[-1].code == frames[-1].error.code == "server_error"  # one code on both transports
