@@ -203,14 +203,6 @@ class Stats:
             else:
                 getattr(self, counter)[key] += n
 
-    def recorded_locally(self) -> None:
-        """Count one response kept as a connection-local anchor (WebSocket)."""
-        self.add("recorded_local")
-
-    def skipped_response(self, reason: str) -> None:
-        """Count one response that was not recorded."""
-        self.add("not_recorded", key=reason)
-
     def snapshot(self) -> dict[str, Any]:
         """
         Return every counter and histogram as plain data, and ``bytes_saved`` (``bytes_stateless -

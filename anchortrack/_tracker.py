@@ -427,7 +427,7 @@ class Tracker:
                 response, record_incomplete=self.record_incomplete, connection_local=local
             )
             if reason is not None:
-                self.stats.skipped_response(reason.value)
+                self.stats.add("not_recorded", key=reason.value)
                 fields = {"response_id": response_id, "status": getattr(response, "status", None)}
                 get_logger().debug("anchortrack.response_not_recorded", **fields, reason=reason.value, **via)
                 return None
@@ -450,7 +450,7 @@ class Tracker:
             if ticket.hashes is not None:
                 self.recent.add(ticket.hashes, hashes)
             if local:
-                self.stats.recorded_locally()
+                self.stats.add("recorded_local")
             else:
                 self.failopen.record(ticket.scope, anchor)
             if debug_enabled():
@@ -470,7 +470,7 @@ class Tracker:
     def abandoned(self, ticket: Ticket | None) -> None:
         """Report a stream that ended without a terminal event."""
         if ticket is not None:
-            self.stats.skipped_response(Reason.STREAM_ABANDONED.value)
+            self.stats.add("not_recorded", key=Reason.STREAM_ABANDONED.value)
             get_logger().debug("anchortrack.response_not_recorded", reason=Reason.STREAM_ABANDONED.value)
 
 

@@ -291,7 +291,7 @@ class _Socket:
     def _dropped(self, in_flight: list[Pending], local_anchors: int) -> None:
         for pending in in_flight:
             self.tracker.settle(pending.plan.state)
-            self.tracker.stats.skipped_response(Reason.WEBSOCKET_DROPPED.value)
+            self.tracker.stats.add("not_recorded", key=Reason.WEBSOCKET_DROPPED.value)
         if in_flight or local_anchors:
             get_logger().debug(
                 "anchortrack.websocket_state_dropped",
