@@ -110,7 +110,7 @@ class Planned:
 
 @attrs.frozen
 class FellBack:
-    """A chained request was refused (stale anchor, or ZDR: chaining stops in the scope); resent in full."""
+    """A chained request was refused (stale anchor, duplicate item, or ZDR: chaining stops in the scope)."""
 
     reason: Reason
     anchor: Anchor
@@ -280,8 +280,9 @@ def refused_flow(
     ctx: CallContext, request: Request, anchor: Anchor, ticket: Ticket, error: Exception
 ) -> Flow:
     """
-    A request chained to *anchor* was refused with *error*: evict a stale anchor, or stop chaining in
-    the scope (ZDR), and resend in full once with *ticket*; any other error is raised again, unchanged.
+    A request chained to *anchor* was refused with *error*: evict a stale anchor, stop chaining in the
+    scope (ZDR), or keep the anchor (a duplicate item), and resend in full once with *ticket*; any other
+    error is raised again, unchanged.
     """
     refusal = classify(error, anchor.response_id)
     if refusal is None:
@@ -292,8 +293,10 @@ def refused_flow(
     yield FellBack(refusal, anchor)
     if refusal is Reason.ZDR:
         yield Log("warning", "anchortrack.scope_disabled", {**fields, "scope": ctx.scope_key})
-    else:
+    elif refusal is Reason.STALE_ANCHOR:
         yield Log("warning", "anchortrack.anchor_evicted", {**fields, "resent": "stateless"})
+    else:
+        yield Log("warning", "anchortrack.request_resent", {**fields, "resent": "stateless"})
     return (yield Send(request.body, ticket))
 
 

@@ -33,6 +33,7 @@ class Reason(str, enum.Enum):
     MODE_OFF = "mode_off"
     CALLER_MANAGED = "caller_managed"
     STALE_ANCHOR = "stale_anchor"
+    DUPLICATE_ITEM = "duplicate_item"
     ZDR = "zdr"
     STORE_UNAVAILABLE = "store_unavailable"
     INTERNAL_ERROR = "internal_error"
@@ -58,6 +59,10 @@ REASON_TEXT: Mapping[Reason, str] = {
     ),
     Reason.STALE_ANCHOR: (
         "the server no longer had the anchor: it was evicted and the call resent in full, once"
+    ),
+    Reason.DUPLICATE_ITEM: (
+        "the delta named an item (by id) that the anchor's context already holds, which the server "
+        "refuses as a duplicate: the call was resent in full, once, and the anchor kept"
     ),
     Reason.ZDR: (
         "the organization refuses previous_response_id (zero data retention): chaining stopped in this scope"

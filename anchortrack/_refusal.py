@@ -1,9 +1,11 @@
 """
 What a refused chained request means (pure).
 
-Only two refusals are ours: the server forgot the anchor (evict it, resend once in full) and the
-organization refuses ``previous_response_id`` (zero data retention: stop chaining in that scope).
-Every other error is the caller's, unchanged. docs/compatibility.md has each server's exact bodies.
+Three refusals are ours: the server forgot the anchor (evict it, resend once in full), the organization
+refuses ``previous_response_id`` (zero data retention: stop chaining in that scope), and the delta names
+an item the anchor's context already holds (``Duplicate item``: a history that names an earlier item by
+id, where only that id tells the two apart; resend once in full). Every other error is the caller's.
+docs/compatibility.md has each server's exact bodies.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ _REFUSAL_STATUSES = frozenset({400, 404})
 #: What the ChatGPT/Codex backend says instead of OpenAI's code.
 _CODEX_MESSAGE = "Invalid `previous_response_id`"
 
+#: What OpenAI (and our server) say when an item id is in the context twice.
+_DUPLICATE_MESSAGE = "Duplicate item found with id"
+
 #: LiteLLM's managed response ids: ``resp_`` + base64 of this.
 _LITELLM_ID = re.compile(r"^litellm:custom_llm_provider:[^;]*;model_id:[^;]*;response_id:(?P<id>.+)$")
 
@@ -40,7 +45,8 @@ _MAX_DEPTH = 8
 def classify(error: BaseException, anchor_id: str) -> Reason | None:
     """
     What *error* (an SDK API error, one raised from a stream's error event, or alike), raised by a request
-    chained to *anchor_id*, means: `Reason.STALE_ANCHOR`, `Reason.ZDR`, or None (the caller's error).
+    chained to *anchor_id*, means: `Reason.STALE_ANCHOR`, `Reason.ZDR`, `Reason.DUPLICATE_ITEM`, or None
+    (the caller's error).
 
     Stale: OpenAI's code or param (also Azure's and our server's), a chain-resolving proxy's code, or a
     400 or 404 whose body names the anchor (agentic-api, llama-stack, LiteLLM's ``resp_<base64>`` ids).
@@ -60,8 +66,11 @@ def classify(error: BaseException, anchor_id: str) -> Reason | None:
     texts = [message] if isinstance(message, str) else []
     texts += _strings(getattr(error, "body", None), 0)
     names = _names(anchor_id)
-    stale = any(_CODEX_MESSAGE in text or any(name.search(text) for name in names) for text in texts)
-    return Reason.STALE_ANCHOR if stale else None
+    if any(_CODEX_MESSAGE in text or any(name.search(text) for name in names) for text in texts):
+        return Reason.STALE_ANCHOR
+    if status == 400 and any(_DUPLICATE_MESSAGE in text for text in texts):
+        return Reason.DUPLICATE_ITEM
+    return None
 
 
 def _status(error: BaseException) -> int | None:

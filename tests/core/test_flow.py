@@ -30,8 +30,8 @@ from ..helpers import SCOPE, DictStore, assistant, turn, user
 class APIError(Exception):
     """Looks like an openai.APIStatusError to the classifier."""
 
-    def __init__(self, status: int, code: str | None, param: str | None = None) -> None:
-        super().__init__(f"{status} {code}")
+    def __init__(self, status: int, code: str | None, param: str | None = None, message: str = "") -> None:
+        super().__init__(message or f"{status} {code}")
         self.status_code = status
         self.code = code
         self.param = param
@@ -124,6 +124,22 @@ def test_zdr_refusal_falls_back_and_resends() -> None:
     assert "previous_response_id" not in resend.body
     assert [Reason.ZDR] == [n.reason for n in step.notes if isinstance(n, FellBack)]
     assert "anchortrack.scope_disabled" in step.events()
+
+
+def test_a_duplicate_item_refusal_keeps_the_anchor_and_resends_in_full() -> None:
+    """400 Duplicate item: the anchor is not evicted (the server has it); the caller's body goes once."""
+    store, history = _setup()
+    body = {"model": "m", "input": history}
+    step = Stepper(_context(store), body)
+    send = _answer_find(step, store)
+    anchor_id = send.body["previous_response_id"]
+
+    resend = step.throw(APIError(400, None, "input", message="Duplicate item found with id msg_1."))
+
+    assert body is resend.body
+    [fell_back] = [n for n in step.notes if isinstance(n, FellBack)]
+    assert (Reason.DUPLICATE_ITEM, anchor_id) == (fell_back.reason, fell_back.anchor.response_id)
+    assert ["anchortrack.request_chained", "anchortrack.request_resent"] == step.events()
 
 
 def test_a_disabled_scope_neither_looks_up_nor_chains() -> None:

@@ -203,7 +203,7 @@ HTTP_CASES = [
         ),
         OTHER,
     ),
-    (
+    (  # the delta named an item the anchor's context holds: resent in full, the anchor kept
         "openai-duplicate-item",
         400,
         _openai_error(
@@ -212,6 +212,12 @@ HTTP_CASES = [
             "input",
             None,
         ),
+        Reason.DUPLICATE_ITEM,
+    ),
+    (
+        "duplicate-item-words-in-a-404",
+        404,
+        _openai_error("Duplicate item found with id msg_1.", "invalid_request_error", "input", None),
         OTHER,
     ),
     (
