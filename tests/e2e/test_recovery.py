@@ -14,7 +14,7 @@ import anchortrack
 import anchortrack._flow
 from anchortrack.server import ResponsesServer, WireTap
 
-from ..helpers import assert_server_saw, scope_of, sent, user
+from ..helpers import assert_server_saw, canon, scope_of, sent, user
 
 
 @pytest.fixture(name="zdr")
@@ -28,6 +28,46 @@ def _two_turns(client: openai.OpenAI) -> tuple[list[Any], str]:
     history: list[Any] = [{"role": "user", "content": "one"}]
     resp = client.responses.create(model="scripted", input=history)
     return [*history, *resp.output, {"role": "user", "content": "two"}], resp.id
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_delta_naming_an_item_the_anchor_holds_is_resent_in_full_and_the_anchor_kept(
+    server: ResponsesServer, client: openai.OpenAI, wire: WireTap, stream: bool
+) -> None:
+    """400 Duplicate item on the chained request → one full resend; the anchor stays; the next call chains."""
+    history: list[Any] = [{"role": "user", "content": "one"}]
+    first = client.responses.create(model="scripted", input=history)
+    [message] = [item for item in first.output if item.type == "message"]
+    # Middleware rewrote the answer without its id (the same value), then names it again by id.
+    history = [
+        *history,
+        {"role": "assistant", "content": message.content[0].text},
+        {"type": "item_reference", "id": message.id},
+        {"role": "user", "content": "two"},
+    ]
+    before = len(wire.bodies)
+
+    with capture_logs() as logs:
+        if stream:
+            resp = list(client.responses.create(model="scripted", input=history, stream=True))[-1].response
+        else:
+            resp = client.responses.create(model="scripted", input=history)
+
+    assert 2 == len(wire.bodies) - before
+    assert first.id == sent(wire, -2)["previous_response_id"]
+    assert [{"type": "item_reference", "id": message.id}, user("two")] == sent(wire, -2)["input"]
+    assert "previous_response_id" not in sent(wire)
+    assert history == sent(wire)["input"]
+    assert canon(server.state.resolve_input(history)) == canon(server.state.resolved_context(resp.id))
+    resent = [e for e in logs if e["event"] == "anchortrack.request_resent"]
+    assert [("duplicate_item", first.id, "stateless")] == [
+        (e["reason"], e["anchor_id"], e["resent"]) for e in resent
+    ]
+    tracker = anchortrack.tracker(client)
+    assert {"duplicate_item": 1} == tracker.stats.snapshot()["resends"]
+    assert tracker.store.get(scope_of(client).key, first.id) is not None  # not evicted
+    client.responses.create(model="scripted", input=[*history, *resp.output, user("three")])
+    assert resp.id == sent(wire)["previous_response_id"]
 
 
 @pytest.mark.parametrize("forget", ["drop", "expire"])
