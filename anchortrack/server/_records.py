@@ -187,7 +187,7 @@ class ResponseStore:
     The storage contract the server relies on (thread-safe), written once over rows.
 
     A backend supplies the row primitives (`_live`, `_put`, `_drop`,
-    `_drop_expired`, `_count`), always called with the store's lock held, and
+    `_drop_expired`, `_count`, `_holding`), always called with the store's lock held, and
     may widen `_transaction` (SQLite makes a save's read-check-write one
     database transaction, so the policy holds across processes too).
     """
@@ -220,6 +220,10 @@ class ResponseStore:
         """How many rows are live at *now*."""
         raise NotImplementedError
 
+    def _holding(self, text: str, now: float) -> list[str]:
+        """The ids of the rows live at *now* whose input or output JSON contains *text*, newest first."""
+        raise NotImplementedError
+
     def _transaction(self) -> AbstractContextManager[object]:
         """What a read-check-write runs under: the lock."""
         return self._lock
@@ -239,6 +243,20 @@ class ResponseStore:
         """The live record's chain data (cheaper than `get`: no response object), or ``None``."""
         row = self._read(response_id)
         return None if row is None else row_link(row)
+
+    def find_item(self, item_id: str, owner: str | None = None) -> tuple[str, Item] | None:
+        """(Response id, item) of *owner*'s (any, for None) newest live record holding an item of this id."""
+        text = _json({"id": item_id})[1:-1]  # how a row's JSON spells the id
+        with self._lock:
+            now = self._clock()
+            for response_id in self._holding(text, now):
+                row = self._live(response_id, now)
+                if row is not None and owner in (None, row.owner):
+                    link = row_link(row)
+                    for item in [*link.input_items, *link.output]:
+                        if item.get("id") == item_id:
+                            return response_id, item
+        return None
 
     def save(
         self,

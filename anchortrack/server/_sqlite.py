@@ -121,6 +121,14 @@ class SQLiteResponseStore(ResponseStore):
         cursor = self._conn.execute("SELECT COUNT(*) FROM responses WHERE expires_at > ?", (now,))
         return int(cursor.fetchone()[0])
 
+    def _holding(self, text: str, now: float) -> list[str]:
+        cursor = self._conn.execute(
+            "SELECT id FROM responses WHERE expires_at > ?"
+            " AND (instr(input_json, ?) OR instr(output_json, ?)) ORDER BY created_at DESC, rowid DESC",
+            (now, text, text),
+        )
+        return [values[0] for values in cursor]
+
     def close(self) -> None:
         """Close the database connection; idempotent."""
         with self._lock:

@@ -174,7 +174,7 @@ class ServerState:
         self._requests: list[Any] = []
         # response id → (parent id, its input items, its output items)
         self._seen: dict[str, tuple[str | None, list[Item], list[Item]]] = {}
-        # item id → owner → (id of the stored response holding it, the item): what ids resolve to
+        # item id → owner → (the newest stored response this process saw holding it, the item)
         self._items: dict[str, dict[str, tuple[str, Item]]] = {}
 
     # -- what tests read and drive ------------------------------------------------
@@ -212,13 +212,26 @@ class ServerState:
         return copy.deepcopy(resolve_context(items, self.stored_item))
 
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
-        """The item of a live stored response of *owner* (any, for None) with this id, or None."""
+        """
+        The item with this id of *owner*'s (any, for None) newest live stored response holding it, or None.
+
+        The index names one holder per owner; once it is gone (or the holders were stored before a
+        restart, or by another process), the store is searched and the index updated.
+        """
         with self._lock:
-            by_owner = dict(self._items.get(item_id, {}))
-        for holder, (response_id, item) in by_owner.items():
+            known = dict(self._items.get(item_id, {}))
+        for holder, (response_id, item) in known.items():
             if owner in (None, holder) and self.link(response_id) is not None:
                 return item
-        return None
+        found = self.store.find_item(item_id, owner)
+        if owner is not None and (found is not None or owner in known):
+            with self._lock:  # one key's ids never shadow another's
+                by_owner = self._items.setdefault(item_id, {})
+                if found is None:
+                    by_owner.pop(owner, None)
+                else:
+                    by_owner[owner] = found
+        return None if found is None else found[1]
 
     def link(self, response_id: str, owner: str | None = None) -> ChainLink | None:
         """The chain data of a live stored response of *owner* (any, for None), or None."""
@@ -367,9 +380,7 @@ class ServerState:
             for item in [*pending.input_items, *pending.response["output"]]:
                 item_id = item.get("id")
                 if isinstance(item_id, str):  # one key's ids never shadow another's
-                    self._items.setdefault(item_id, {}).setdefault(
-                        pending.owner, (pending.response["id"], item)
-                    )
+                    self._items.setdefault(item_id, {})[pending.owner] = (pending.response["id"], item)
 
     def save_final_or_log(self, pending: PendingResponse) -> bool:
         """Save the finished *pending* over its in-progress record; a failure is logged and gives False."""
