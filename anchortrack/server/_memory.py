@@ -1,6 +1,4 @@
-"""
-`MemoryResponseStore`: the server's responses in this process's memory.
-"""
+"""`MemoryResponseStore`: the server's responses in this process's memory."""
 
 from __future__ import annotations
 
