@@ -213,7 +213,7 @@ class ServerState:
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
         """
         The item with this id of *owner*'s (any, for None) newest live stored response holding it, or None.
-        The store is searched once the index's holder is gone (or held before a restart, or elsewhere).
+        When the index names no live holder (deleted, expired, saved before a restart), the store is searched.
         """
         with self._lock:
             known = dict(self._items.get(item_id, {}))
@@ -222,7 +222,7 @@ class ServerState:
                 return item
         found = self.store.find_item(item_id, owner)
         if owner is not None and (found is not None or owner in known):
-            with self._lock:  # one key's ids never shadow another's
+            with self._lock:  # the store's holder replaces the index's dead one, or that one is forgotten
                 by_owner = self._items.setdefault(item_id, {})
                 if found is None:
                     by_owner.pop(owner, None)
