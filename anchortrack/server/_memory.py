@@ -1,6 +1,4 @@
-"""
-`MemoryResponseStore`: the server's responses in this process's memory.
-"""
+"""`MemoryResponseStore`: the server's responses in this process's memory."""
 
 from __future__ import annotations
 
@@ -37,6 +35,10 @@ class MemoryResponseStore(ResponseStore):
 
     def _count(self, now: float) -> int:
         return sum(1 for row in self._rows.values() if row.expires_at > now)
+
+    def _holding(self, text: str, now: float) -> list[str]:
+        rows = [row for row in reversed(self._rows.values()) if row.expires_at > now]
+        return [row.id for row in rows if text in row.input_json or text in row.output_json]
 
     def link(self, response_id: str) -> ChainLink | None:
         """The live record's chain data, decoded once per save and shared (read-only)."""

@@ -1,12 +1,9 @@
 """
-What the server's response stores share: the records, the store contract, the
-row codec and the save policy.
+What the server's response stores share: the records, the store contract, the row codec and the save policy.
 
-`ResponseStore` implements OpenAI's semantics once, over row primitives each
-backend supplies.  Records are kept as JSON text (a `Row`), so what a caller
-saved or read can never change what is stored, and both backends give back
-the same data.  Stores take an injectable clock, so retention is tested
-without sleeping.
+`ResponseStore` implements OpenAI's semantics once, over row primitives each backend supplies.  Records
+are kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored, and both
+backends give back the same data.  Stores take an injectable clock, so retention is tested without sleeping.
 """
 
 from __future__ import annotations
@@ -73,13 +70,12 @@ class StoredResponse:
     One stored response: what the request sent and what the server answered.
 
     Attributes:
-        input_items: This request's own input items (a string input is one
-            user message item), not the chain's.
+        input_items: This request's own input items (a string input is one user message item), not the
+            chain's.
         response: The response object as returned to the client.
         created_at: Store-clock time of the first save (set by the store).
         expires_at: Store-clock time the record is gone at (set by the store).
-        owner: Digest of the API key that created it (`owner_digest`); only
-            that key sees it.
+        owner: Digest of the API key that created it (`owner_digest`); only that key sees it.
     """
 
     id: str
@@ -186,10 +182,9 @@ class ResponseStore:
     """
     The storage contract the server relies on (thread-safe), written once over rows.
 
-    A backend supplies the row primitives (`_live`, `_put`, `_drop`,
-    `_drop_expired`, `_count`), always called with the store's lock held, and
-    may widen `_transaction` (SQLite makes a save's read-check-write one
-    database transaction, so the policy holds across processes too).
+    A backend supplies the row primitives (`_live`, `_put`, `_drop`, `_drop_expired`, `_count`, `_holding`),
+    always called with the store's lock held, and may widen `_transaction` (SQLite makes a save's
+    read-check-write one database transaction, so the policy holds across processes too).
     """
 
     def __init__(self, retention: float, clock: Clock) -> None:
@@ -220,6 +215,10 @@ class ResponseStore:
         """How many rows are live at *now*."""
         raise NotImplementedError
 
+    def _holding(self, text: str, now: float) -> list[str]:
+        """The ids of the rows live at *now* whose input or output JSON contains *text*, newest first."""
+        raise NotImplementedError
+
     def _transaction(self) -> AbstractContextManager[object]:
         """What a read-check-write runs under: the lock."""
         return self._lock
@@ -240,6 +239,20 @@ class ResponseStore:
         row = self._read(response_id)
         return None if row is None else row_link(row)
 
+    def find_item(self, item_id: str, owner: str | None = None) -> tuple[str, Item] | None:
+        """(Response id, item) of *owner*'s (any, for None) newest live record holding an item of this id."""
+        text = _json({"id": item_id})[1:-1]  # how a row's JSON spells the id
+        with self._lock:
+            now = self._clock()
+            for response_id in self._holding(text, now):
+                row = self._live(response_id, now)
+                if row is not None and owner in (None, row.owner):
+                    link = row_link(row)
+                    for item in [*link.input_items, *link.output]:
+                        if item.get("id") == item_id:
+                            return response_id, item
+        return None
+
     def save(
         self,
         record: StoredResponse,
@@ -251,9 +264,8 @@ class ResponseStore:
         Store *record*; return it with ``created_at``/``expires_at`` set (a replaced one keeps its own).
 
         Raises:
-            StoreConflictError: A live record with this id exists and
-                *overwrite* is false, or *expected_previous_response_id*
-                differs from the record's (or the existing record's) parent.
+            StoreConflictError: A live record with this id exists and *overwrite* is false, or
+                *expected_previous_response_id* differs from the record's (or the existing record's) parent.
         """
         with self._transaction():
             now = self._clock()

@@ -1,6 +1,4 @@
-"""
-`SQLiteResponseStore`: the contract of `anchortrack.server._records` over a SQLite file.
-"""
+"""`SQLiteResponseStore`: the contract of `anchortrack.server._records` over a SQLite file."""
 
 from __future__ import annotations
 
@@ -15,9 +13,8 @@ from pathlib import Path
 from anchortrack.server._records import DEFAULT_RETENTION, Clock, ResponseStore, Row
 
 
-#: Version of the SQLite schema, kept in ``PRAGMA user_version``.  Version 2
-#: added ``owner``; a version-1 file is migrated in place, its responses
-#: belonging to requests without an API key.
+#: Version of the SQLite schema, kept in ``PRAGMA user_version``.  Version 2 added ``owner``; a version-1
+#: file is migrated in place, its responses belonging to requests without an API key.
 SCHEMA_VERSION = 2
 
 _SCHEMA = """
@@ -45,9 +42,8 @@ class SQLiteResponseStore(ResponseStore):
     """
     Responses kept in a SQLite file (WAL mode), surviving restarts.
 
-    The file and its parent directories are created on first use; *path* may
-    be ``":memory:"`` for a private in-memory database.  A file written by a
-    newer schema is refused rather than misread.
+    The file and its parent directories are created on first use; *path* may be ``":memory:"`` for a
+    private in-memory database.  A file written by a newer schema is refused rather than misread.
     """
 
     def __init__(
@@ -120,6 +116,14 @@ class SQLiteResponseStore(ResponseStore):
     def _count(self, now: float) -> int:
         cursor = self._conn.execute("SELECT COUNT(*) FROM responses WHERE expires_at > ?", (now,))
         return int(cursor.fetchone()[0])
+
+    def _holding(self, text: str, now: float) -> list[str]:
+        cursor = self._conn.execute(
+            "SELECT id FROM responses WHERE expires_at > ?"
+            " AND (instr(input_json, ?) OR instr(output_json, ?)) ORDER BY created_at DESC, rowid DESC",
+            (now, text, text),
+        )
+        return [values[0] for values in cursor]
 
     def close(self) -> None:
         """Close the database connection; idempotent."""

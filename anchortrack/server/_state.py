@@ -101,8 +101,8 @@ class AsyncModel(Protocol):
         """
         Start answering *turn* as a stream; return once the backend accepted it.
 
-        The iterator gives output item events (no sequence numbers, no
-        lifecycle events), then the final `ModelReply`.
+        The iterator gives output item events (no sequence numbers, no lifecycle events), then the final
+        `ModelReply`.
         """
         ...
 
@@ -133,18 +133,17 @@ class ServerState:
         max_depth: Most stored responses one chain may hold.
         model: The backend; a `ScriptedModel` by default.
         clock: Time source for timestamps and (for a spelled store) retention.
-        record: Keep what tests look at (`requests`, WebSocket client frames,
-            `resolved_context`).  It grows with traffic and holds
-            ``store: false`` content: ``anchortrack serve`` records only with ``--test-hooks``.
-        backend: An asynchronous backend (e.g. an upstream provider) that
-            answers instead of *model*.
+        record: Keep what tests look at (`requests`, WebSocket client frames, `resolved_context`).
+            It grows with traffic and holds ``store: false`` content: ``anchortrack serve`` records
+            only with ``--test-hooks``.
+        backend: An asynchronous backend (e.g. an upstream provider) that answers instead of *model*.
 
     Attributes:
         zdr: Refuse every ``previous_response_id`` with OpenAI's zero-data-retention error.
         stale_in_stream: Refuse a streamed request's unknown ``previous_response_id``
             as llama-stack does: HTTP 200, then one ``{"error": {…, "code": "404"}}`` event.
-        announce_per_request: Say on every response that request properties apply
-            per request (``False`` serves like a server anchortrack does not know).
+        announce_per_request: Say on every response that request properties apply per request
+            (``False`` serves like a server anchortrack does not know).
     """
 
     def __init__(
@@ -174,7 +173,7 @@ class ServerState:
         self._requests: list[Any] = []
         # response id → (parent id, its input items, its output items)
         self._seen: dict[str, tuple[str | None, list[Item], list[Item]]] = {}
-        # item id → owner → (id of the stored response holding it, the item): what ids resolve to
+        # item id → owner → (the newest stored response this process saw holding it, the item)
         self._items: dict[str, dict[str, tuple[str, Item]]] = {}
 
     # -- what tests read and drive ------------------------------------------------
@@ -194,8 +193,8 @@ class ServerState:
         """
         The items the model saw for *response_id* (stored or not, while `record` is on), oldest first.
 
-        Item references and by-id reasoning items are resolved; no
-        instructions, not the response's own output.
+        Item references and by-id reasoning items are resolved; no instructions, not the response's
+        own output.
 
         Raises:
             KeyError: The server created no such response (or was not recording).
@@ -212,13 +211,24 @@ class ServerState:
         return copy.deepcopy(resolve_context(items, self.stored_item))
 
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
-        """The item of a live stored response of *owner* (any, for None) with this id, or None."""
+        """
+        The item with this id of *owner*'s (any, for None) newest live stored response holding it, or None.
+        When the index names no live holder (deleted, expired, saved before a restart), the store is searched.
+        """
         with self._lock:
-            by_owner = dict(self._items.get(item_id, {}))
-        for holder, (response_id, item) in by_owner.items():
+            known = dict(self._items.get(item_id, {}))
+        for holder, (response_id, item) in known.items():
             if owner in (None, holder) and self.link(response_id) is not None:
                 return item
-        return None
+        found = self.store.find_item(item_id, owner)
+        if owner is not None and (found is not None or owner in known):
+            with self._lock:  # the store's holder replaces the index's dead one, or that one is forgotten
+                by_owner = self._items.setdefault(item_id, {})
+                if found is None:
+                    by_owner.pop(owner, None)
+                else:
+                    by_owner[owner] = found
+        return None if found is None else found[1]
 
     def link(self, response_id: str, owner: str | None = None) -> ChainLink | None:
         """The chain data of a live stored response of *owner* (any, for None), or None."""
@@ -266,8 +276,8 @@ class ServerState:
         """
         `resolve` *body*, then answer it with the model.
 
-        *generate* ``False`` answers without the model: a ``completed``
-        response with no output (a WebSocket warm-up).
+        *generate* ``False`` answers without the model: a ``completed`` response with no output (a WebSocket
+        warm-up).
         """
         turn = self.resolve(body, owner=owner, link=link)
         if not generate:
@@ -367,9 +377,7 @@ class ServerState:
             for item in [*pending.input_items, *pending.response["output"]]:
                 item_id = item.get("id")
                 if isinstance(item_id, str):  # one key's ids never shadow another's
-                    self._items.setdefault(item_id, {}).setdefault(
-                        pending.owner, (pending.response["id"], item)
-                    )
+                    self._items.setdefault(item_id, {})[pending.owner] = (pending.response["id"], item)
 
     def save_final_or_log(self, pending: PendingResponse) -> bool:
         """Save the finished *pending* over its in-progress record; a failure is logged and gives False."""
@@ -386,10 +394,9 @@ class ServerState:
         """
         *pending*'s events as a live stream sends them (HTTP and WebSocket alike).
 
-        Its delay is waited after ``response.in_progress``; *to_save* (if
-        any) is saved before the terminal event, which becomes an ``error``
-        event when that fails.  Closed early (the client went away) it still
-        saves.  Close it with `contextlib.aclosing`.
+        Its delay is waited after ``response.in_progress``; *to_save* (if any) is saved before the terminal
+        event, which becomes an ``error`` event when that fails.  Closed early (the client went away) it
+        still saves.  Close it with `contextlib.aclosing`.
         """
         events = stream_events(pending.response)
         finished = False
@@ -433,12 +440,12 @@ class ServerState:
         """
         One page of the items used to generate a stored response, read from the store now.
 
-        The walk stops at the first ancestor no longer stored; an item
-        without an ``id`` is listed with a stable one.
+        The walk stops at the first ancestor no longer stored; an item without an ``id`` is listed with a
+        stable one.
 
         Raises:
-            APIError: 404 when the response is not stored (or another
-                key's); 400 for a bad ``limit`` or ``order``.
+            APIError: 404 when the response is not stored (or another key's); 400 for a bad ``limit`` or
+                ``order``.
         """
         if not 1 <= limit <= 100:
             message = f"Invalid 'limit': expected a value between 1 and 100, but got {limit}."
@@ -481,10 +488,9 @@ def _unwind(
     max_depth: float = math.inf,
 ) -> list[Item]:
     """
-    The items of *response_id*'s chain, oldest first, ending with its *own_input*.
-
-    *step* gives an ancestor's ``(parent, input items, output items)``, or
-    ``None`` where the walk stops; so do a cycle and *max_depth* responses.
+    The items of *response_id*'s chain, oldest first, ending with its *own_input*.  *step* gives an
+    ancestor's ``(parent, input items, output items)``, or None where the walk stops (as do a cycle and
+    *max_depth* responses).
     """
     segments = [own_input]
     seen = {response_id}
@@ -500,12 +506,10 @@ def _unwind(
 
 def _listed(response_id: str, items: list[Item]) -> list[Item]:
     """*items* with a stable made-up id on each that arrived without one."""
-    return [
-        item if isinstance(item.get("id"), str) else {"id": _made_up_id(response_id, index, item), **item}
-        for index, item in enumerate(items)
-    ]
-
-
-def _made_up_id(response_id: str, index: int, item: Item) -> str:
-    digest = hashlib.sha256(f"{response_id}:{index}".encode()).hexdigest()[:48]
-    return f"{item_type(item.get('type', 'message')).prefix}_{digest}"
+    listed = []
+    for index, item in enumerate(items):
+        if not isinstance(item.get("id"), str):
+            digest = hashlib.sha256(f"{response_id}:{index}".encode()).hexdigest()[:48]
+            item = {"id": f"{item_type(item.get('type', 'message')).prefix}_{digest}", **item}
+        listed.append(item)
+    return listed

@@ -10,7 +10,7 @@ from anchortrack.server import APIError, ResponsesServer
 from anchortrack.server._chain import is_reference, resolve_context
 
 from ..helpers import user
-from .helpers import post_json
+from .helpers import post_json, raw_request
 
 
 STORED: dict[str, dict[str, Any]] = {
@@ -126,7 +126,8 @@ def test_items_of_unstored_or_deleted_responses_do_not_resolve(fake_server: Resp
     unstored_id, stored_id = unstored["output"][0]["id"], stored["output"][0]["id"]
 
     assert 404 == post_json(fake_server, {"model": "scripted", "input": [{"id": unstored_id}]})[0]
-    assert 200 == post_json(fake_server, {"model": "scripted", "input": [{"id": stored_id}]})[0]
+    reference = {"model": "scripted", "input": [{"id": stored_id}], "store": False}  # holds no copy
+    assert 200 == post_json(fake_server, reference)[0]
     fake_server.state.drop(stored["id"])
     assert 404 == post_json(fake_server, {"model": "scripted", "input": [{"id": stored_id}]})[0]
 
@@ -160,3 +161,42 @@ def test_a_chain_resolves_as_the_same_history_sent_in_full(any_server: Responses
     seen_full = by_full["output"][-1]["content"][0]["text"]
     assert "ctx:" in seen_full
     assert seen_full == seen_chained
+
+
+def item_not_found(item_id: str) -> dict[str, Any]:
+    message = (
+        f"Item with id '{item_id}' not found. Items are not persisted when `store` is set to false. "
+        "Try again with `store` set to true, or remove this item from your input."
+    )
+    return {"error": {"message": message, "type": "invalid_request_error", "param": "input", "code": None}}
+
+
+@pytest.mark.parametrize("form", ["item_reference", "reasoning_by_id"])
+@pytest.mark.parametrize("gone_first", ["older", "newer"])
+def test_an_id_resolves_while_any_stored_response_holding_it_lives(
+    any_server: ResponsesServer, form: str, gone_first: str
+) -> None:
+    """Two stored responses of one key hold an item: it resolves until both are gone, then 404s as
+    an unknown id does.  Another key holding the same item does not keep it alive."""
+    status, older = post_json(any_server, {"model": "scripted", "input": "think\n!reason"})
+    assert 200 == status
+    reasoning, message = older["output"]
+    held = [user("think\n!reason"), reasoning, message, user("again")]
+    status, newer = post_json(any_server, {"model": "scripted", "input": held})
+    assert 200 == status
+    assert 200 == post_json(any_server, {"model": "scripted", "input": held}, api_key="sk-other")[0]
+    target = message if form == "item_reference" else reasoning
+    pointer = {"type": "item_reference", "id": message["id"]}
+    if form == "reasoning_by_id":
+        pointer = {"type": "reasoning", "id": reasoning["id"], "summary": []}
+    body = {"model": "scripted", "input": [user("think\n!reason"), pointer, user("next")]}
+    first, second = (older, newer) if gone_first == "older" else (newer, older)
+
+    assert 200 == raw_request(any_server, "DELETE", f"/v1/responses/{first['id']}")[0]
+    status, answer = post_json(any_server, body)
+    assert 200 == status
+    seen = any_server.state.resolved_context(answer["id"])
+    assert [user("think\n!reason"), target, user("next")] == seen
+    any_server.state.drop(answer["id"])  # it holds the item too
+    any_server.state.expire(second["id"])
+    assert (404, item_not_found(target["id"])) == post_json(any_server, body)

@@ -108,6 +108,30 @@ class TestPersistence:
         ] == context
         assert one.to_dict() == retrieved.to_dict()
 
+    def test_sqlite_items_resolve_by_id_after_a_restart(self, tmp_path: Path) -> None:
+        """Items of responses stored before a restart resolve by id, for their key only, while stored."""
+        spec = f"sqlite:{tmp_path / 'responses.db'}"
+        with ResponsesServer(store=spec) as first_server:
+            client = make_client(first_server)
+            one = client.responses.create(model="scripted", input="one")
+            client.close()
+        message = as_items(one.output)[0]
+        reference = [{"type": "item_reference", "id": message["id"]}, user_message("two")]
+
+        with ResponsesServer(store=spec) as second_server:
+            client = make_client(second_server)
+            two = client.responses.create(model="scripted", input=reference, store=False)
+            other = openai.OpenAI(base_url=second_server.base_url, api_key="sk-other", max_retries=0)
+            with other, pytest.raises(openai.NotFoundError):
+                other.responses.create(model="scripted", input=reference)
+            client.responses.delete(one.id)
+            with pytest.raises(openai.NotFoundError, match=f"Item with id '{message['id']}' not found"):
+                client.responses.create(model="scripted", input=reference)
+            client.close()
+            context = second_server.state.resolved_context(two.id)
+
+        assert [message, user_message("two")] == context
+
     def test_memory_store_forgets_on_restart(self) -> None:
         """A memory-backed server starts empty."""
         with ResponsesServer() as srv:
