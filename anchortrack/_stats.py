@@ -151,10 +151,8 @@ class Stats:
         decisions = [d.value for d in Decision]
         split = [f"{d} {live[d]}" for d in decisions if live[d]]
         if shadow:  # never resent
-            would = ", ".join(
-                f"{'would chain' if d == 'chained' else d} {shadow[d]}" for d in decisions if shadow[d]
-            )
-            split.append(f"shadow {sum(shadow.values())}: {would}")
+            would = (f"{'would chain' if d == 'chained' else d} {shadow[d]}" for d in decisions if shadow[d])
+            split.append(f"shadow {sum(shadow.values())}: {', '.join(would)}")
         parts = [f"requests {total}" + (f" ({', '.join(split)})" if split else "")]
         share = stateless_share(sent, stateless)
         if share is not None:
