@@ -1,20 +1,13 @@
 """
 Canonical form of Responses API input items (pure): equivalent items (the server would put the same
-thing in front of the model) map to identical bytes, so fingerprints compare by value. The rules,
-each tested in ``tests/core/test_canonical.py``:
-
-* ``{"k": null}`` ≡ ``{}`` at any depth of the API's own fields; dict key order never matters.
-* Free-form JSON the API passes through (the spec's open ``type: object`` fields, `FREE_FORM`) is kept
-  verbatim, nulls and number types included (``{"default": null}`` ≠ ``{}``, ``1`` ≠ ``1.0`` ≠ ``true``).
-* A lone surrogate (a JSON-legal ``\\ud800`` escape) is text of its own: it never raises or equals other text.
-* An SDK model ≡ its ``model_dump(mode="json", exclude_unset=True)`` dict; ``parsed`` / ``parsed_arguments``
-  are SDK-only fields, never sent. Subclasses of the JSON types count by their data (what ``json.dumps``
-  puts on the wire), never by their own ``__eq__``, ``__hash__`` or ``__repr__``.
-* ``id`` and ``status`` are kept unless the item's type lists them in `IGNORED_KEYS`, which says why.
-
-Not equivalent (kept apart on purpose): different text, role, ``call_id``, ``name``, ``phase``,
-``encrypted_content``, ``input_text`` vs ``output_text`` in an explicit content list, any tool
-``output`` re-serialised differently (the model reads that string verbatim), and every id kept.
+thing in front of the model) map to identical bytes, so fingerprints compare by value. The rules are
+the user guide's (docs/guide/anchors.md), each tested in ``tests/core/test_canonical.py``: `IGNORED_KEYS`
+says per item type which ids and statuses are bookkeeping and why, `FREE_FORM` which JSON is kept
+verbatim (nulls and number types included). An SDK model counts as its ``model_dump(mode="json",
+exclude_unset=True)`` without the SDK-only ``parsed`` fields; a subclass of a JSON type by its data (what
+``json.dumps`` puts on the wire), never by its own ``__eq__``, ``__hash__`` or ``__repr__``. Kept apart on
+purpose: different text, role, ``call_id``, ``name``, ``phase``, ``encrypted_content``, ``input_text`` vs
+``output_text`` in an explicit content list, and any tool ``output`` re-serialised differently.
 """
 
 from __future__ import annotations
@@ -191,10 +184,7 @@ def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
 
 
 def dump_canonical(canonical: dict[str, Any]) -> bytes:
-    """
-    Return the bytes of an item already in canonical form; a lone surrogate (no UTF-8 form) as its three
-    surrogate-escaped bytes, which no valid UTF-8 text contains.
-    """
+    """The bytes of an item in canonical form; a lone surrogate as its three surrogate-escaped bytes."""
     return _dumps(canonical).encode("utf-8", "surrogatepass")
 
 

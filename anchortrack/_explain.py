@@ -32,11 +32,9 @@ class ItemRow:
         index: Position in the history (0-based).
         type: The item's ``type`` (``message``, ``function_call``, …).
         role: The message role, if a message.
-        fingerprint: The first 12 hex digits of the item's fingerprint
-            (None if it cannot be fingerprinted).
-        held_by: The recorded response whose view first holds this item
-            (the shortest recorded view that is a prefix of the history and
-            covers it), if any.
+        fingerprint: The first 12 hex digits of the item's fingerprint (None if it cannot be fingerprinted).
+        held_by: The recorded response whose view first holds this item (the shortest recorded view that
+            is a prefix of the history and covers it), if any.
         in_delta: Whether the item goes out in ``input``.
     """
 
@@ -59,8 +57,7 @@ class Explanation:
         scope: The scope the anchors were looked up in.
         previous_response_id: Set by the caller in the request body, if so.
         store_false: The request body says ``store: false``.
-        closest: The response whose recorded view is the longest prefix of
-            the history, if any.
+        closest: The response whose recorded view is the longest prefix of the history, if any.
         detail: The error behind ``store_unavailable`` or ``internal_error``.
     """
 
@@ -154,9 +151,10 @@ class Explanation:
             if anchor is not None and row.index == self.plan.skip:
                 lines.append(f"  ── anchor {anchor.response_id} ──")
             mark = "+" if row.in_delta else " "
+            held = row.held_by or "-"
             lines.append(
                 f"{mark} {row.index:>4}  {row.type:<22} {row.role or '-':<10} "
-                f"{row.fingerprint or '?':<12}  {_abbrev(row.held_by)}"
+                f"{row.fingerprint or '?':<12}  {held if len(held) <= 16 else held[:14] + '…'}"
             )
         if not self.items:
             lines.append("  (no items)")
@@ -182,20 +180,17 @@ def explain(
     Explain what the wrapped client would send for *history_or_body*.
 
     Args:
-        history_or_body: A history (a list of items, or a string: one user
-            message), or a ``POST /responses`` body (a mapping with
-            ``input``; its ``previous_response_id``, ``conversation`` and
-            ``store`` are taken into account).
+        history_or_body: A history (a list of items, or a string: one user message), or a
+            ``POST /responses`` body (a mapping with ``input``; its ``previous_response_id``,
+            ``conversation`` and ``store`` are taken into account).
         store: The store the anchors are in.
         scope: The scope they were recorded under: for a wrapped client,
             ``anchortrack.tracker(client).scope_for(client)``.
-        recent: The views a live tracker recorded lately
-            (``anchortrack.tracker(client).recent``), to locate where a
-            diverged history first differs (``Plan.diverged_at``).
+        recent: The views a live tracker recorded lately (``anchortrack.tracker(client).recent``), to
+            locate where a diverged history first differs (``Plan.diverged_at``).
         now: Unix time for anchor expiry (default: now).
-        params: For a history, the request's other ``create`` arguments
-            (``tools``, ``text``, …), whose carried-over properties must
-            match an anchor's; a body carries its own.
+        params: For a history, the request's other ``create`` arguments (``tools``, ``text``, …), whose
+            carried-over properties must match an anchor's; a body carries its own.
 
     Raises:
         TypeError: A body's ``input`` is neither a string nor a list.
@@ -278,9 +273,3 @@ def _anchor_dict(anchor: Anchor | None) -> dict[str, Any] | None:
     if anchor is None:
         return None
     return {"response_id": anchor.response_id, "items": anchor.count, "view": short(anchor.view)}
-
-
-def _abbrev(response_id: str | None) -> str:
-    if response_id is None:
-        return "-"
-    return response_id if len(response_id) <= 16 else response_id[:14] + "…"

@@ -136,11 +136,9 @@ class _Table(dict[Any, tuple[Any, ...]]):
 class Memo:
     """
     The fingerprints of items seen before, reused only on an exact proof that calls no method of a user
-    type (an item edited in place, or a ``str`` subclass's ``__eq__``, cannot pass for the old one).
-    An item is known by its exact type and value (`exact_value`); a dict or str of strings also by
-    ``id(item)`` and a copy of its data compared by ``==`` of exact strings, which spares serializing
-    it again in a loop. Entries count against *max_bytes* (half per table, oldest out first); a value
-    over *max_item_bytes* is keyed by its digest, so no large text is kept alive.
+    type (an item edited in place, or a ``str`` subclass's ``__eq__``, cannot pass for the old one): by
+    exact type and value (`exact_value`), or for plain data by ``id(item)`` and a copy compared by ``==``.
+    Bounded by *max_bytes*; a value over *max_item_bytes* is keyed by its digest (no large text kept).
     """
 
     def __init__(self, max_bytes: int = 24 << 20, max_item_bytes: int = 64 << 10) -> None:

@@ -138,23 +138,18 @@ class Stats:
         input bytes ~5,210 sent of ~21,337 stateless (24%), saved ~16,127; recorded 12``; shadow-mode
         requests apart, by what they would have done.
         """
-        with self._lock:
-            live: Counter[str] = Counter()
-            shadow: Counter[str] = Counter()
-            for (mode, decision, _, _), n in self.requests.items():
-                (shadow if mode == "shadow" else live)[decision] += n
-            sent, stateless, planned = self.bytes_sent, self.bytes_stateless, self.bytes_planned
-            recorded = self.recorded
-            not_recorded = sum(self.not_recorded.values())
-            store_errors = sum(self.store_errors.values())
+        snap = self.snapshot()
+        live: Counter[str] = Counter()
+        shadow: Counter[str] = Counter()
+        for row in snap["requests"]:
+            (shadow if row["mode"] == "shadow" else live)[row["decision"]] += row["count"]
+        sent, stateless, planned = snap["bytes_sent"], snap["bytes_stateless"], snap["bytes_planned"]
         total = sum(live.values()) + sum(shadow.values())
         decisions = [d.value for d in Decision]
         split = [f"{d} {live[d]}" for d in decisions if live[d]]
         if shadow:  # never resent
-            would = ", ".join(
-                f"{'would chain' if d == 'chained' else d} {shadow[d]}" for d in decisions if shadow[d]
-            )
-            split.append(f"shadow {sum(shadow.values())}: {would}")
+            would = (f"{'would chain' if d == 'chained' else d} {shadow[d]}" for d in decisions if shadow[d])
+            split.append(f"shadow {sum(shadow.values())}: {', '.join(would)}")
         parts = [f"requests {total}" + (f" ({', '.join(split)})" if split else "")]
         share = stateless_share(sent, stateless)
         if share is not None:
@@ -163,11 +158,9 @@ class Stats:
             if shadow and planned != sent:
                 line += f", chaining would send ~{planned:,} ({stateless_share(planned, stateless):.0%})"
             parts.append(line)
-        parts.append(f"recorded {recorded}")
-        if not_recorded:
-            parts.append(f"not recorded {not_recorded}")
-        if store_errors:
-            parts.append(f"store errors {store_errors}")
+        parts.append(f"recorded {snap['recorded']}")
+        failed = {key: sum(snap[key].values()) for key in ("not_recorded", "store_errors")}
+        parts.extend(f"{key.replace('_', ' ')} {n}" for key, n in failed.items() if n)
         return "; ".join(parts)
 
     _summary = __str__
