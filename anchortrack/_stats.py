@@ -61,15 +61,15 @@ class Stats:
     Counters:
         requests: by ``(mode, decision, reason, transport)``. The decision is ``chained``
             (``previous_response_id`` plus the delta, accepted by the server), ``resent`` (sent
-            chained, the server refused the anchor, resent in full; the reason is ``stale_anchor``
-            or ``zdr``), ``stateless`` (the full history: no anchor could be proved) or
+            chained, the server refused it, resent in full; the reason is ``stale_anchor``,
+            ``duplicate_item`` or ``zdr``), ``stateless`` (the full history: no anchor could be proved) or
             ``passthrough`` (the request exactly as built: mode ``off``, caller-managed state, or a
             fault inside anchortrack).
             A chained call is counted when its answer (or error) arrives, so a refusal is never
             counted as chained. In ``shadow`` mode the decision is what *would* have been sent
             (never ``resent``); the request itself went out in full. The transport is ``http``,
             or ``websocket`` for a ``response.create`` sent over ``client.responses.connect()``.
-        resends: the ``resent`` requests by reason (``stale_anchor``, ``zdr``).
+        resends: the ``resent`` requests by reason (``stale_anchor``, ``duplicate_item``, ``zdr``).
         fallbacks: the same counts as ``resends`` (its older name).
         stateless: the ``stateless`` requests by reason (``no_history``, ``prefix_diverged``,
             …): the history went out in full without a refusal. The guide's "fallbacks" are
