@@ -35,9 +35,6 @@ from ._checks import FORBIDDEN_KEY_CHARS, check_anchor, check_response_id, check
 
 __all__ = ["RedisStore"]
 
-#: Per-operation socket timeouts `RedisStore.from_url` uses unless told.
-DEFAULT_SOCKET_TIMEOUT = 0.25
-
 _Call = tuple[list[str], list[str | int]]  # keys, args
 
 
@@ -89,8 +86,7 @@ class RedisStore:
         self.async_client = cast("redis.asyncio.Redis | None", asynchronous)
         self._clock = clock
         self._sync_side = _Scripts(sync) if sync is not None else None
-        #: The given async client's scripts (one from `from_url` goes to the first event loop: `_async`).
-        self._first_async = _Scripts(asynchronous) if asynchronous is not None else None
+        self._given_async = _Scripts(asynchronous) if asynchronous is not None else None
         # Set by `from_url` (the store owns its clients): a new async client for each event loop.
         self._new_async_client: Callable[[], redis.asyncio.Redis] | None = None
         self._async_sides: WeakKeyDictionary[asyncio.AbstractEventLoop, _Scripts] = WeakKeyDictionary()
@@ -119,17 +115,14 @@ class RedisStore:
                 "RedisStore.from_url() clients never retry (the tracker retries later);"
                 " build the clients yourself to use a retry policy"
             )
-        timeout = DEFAULT_SOCKET_TIMEOUT
-        options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout, **kwargs}
+        options: dict[str, Any] = {"socket_timeout": 0.25, "socket_connect_timeout": 0.25, **kwargs}
         no_retry = redis.backoff.NoBackoff()
 
         def new_async() -> redis.asyncio.Redis:
             return redis.asyncio.Redis.from_url(url, retry=redis.asyncio.retry.Retry(no_retry, 0), **options)
 
         sync = redis.Redis.from_url(url, retry=redis.retry.Retry(no_retry, 0), **options)
-        store = cls(
-            sync, async_client=new_async(), prefix=prefix, ttl=ttl, secret_key=secret_key, clock=clock
-        )
+        store = cls(sync, prefix=prefix, ttl=ttl, secret_key=secret_key, clock=clock)
         store._new_async_client = new_async
         return store
 
@@ -178,8 +171,7 @@ class RedisStore:
         """Close the clients `from_url` made (the async one of this event loop)."""
         if self._new_async_client is None:
             return
-        side = self._async_sides.pop(asyncio.get_running_loop(), None) or self._first_async
-        self._first_async = None
+        side = self._async_sides.pop(asyncio.get_running_loop(), None)
         if side is not None:
             await side.client.aclose()
         self.close()
@@ -190,17 +182,15 @@ class RedisStore:
         return self._sync_side
 
     def _async(self, method: str) -> _Scripts:
-        if self.async_client is None:
-            raise _no_client(method, "a redis.asyncio.Redis", "a sync", f"call RedisStore.{method[1:]}()")
-        if self._new_async_client is None:  # the caller's client: used as given
-            assert self._first_async is not None
-            return self._first_async
+        if self._new_async_client is None:  # the caller's client, if any: used as given
+            if self._given_async is None:
+                raise _no_client(method, "a redis.asyncio.Redis", "a sync", f"call RedisStore.{method[1:]}()")
+            return self._given_async
         loop = asyncio.get_running_loop()
         side = self._async_sides.get(loop)
         if side is None:
-            side = self._first_async or _Scripts(self._new_async_client())
-            self._first_async = None
-            self._async_sides[loop] = side
+            side = self._async_sides[loop] = _Scripts(self._new_async_client())
+            self.async_client = self.async_client or side.client
         return side
 
     def _found(self, views: list[bytes], raws: Sequence[bytes | str | None]) -> dict[bytes, Anchor]:
@@ -260,9 +250,8 @@ def _is_async(client: object) -> bool:
 
 class KeySchema:
     """
-    Key names: ``<prefix>:{<scope>}:`` and a kind (see the module's key schema). The scope is a digest
-    (keyed with a secret key), so names say nothing of where they belong; its hash tag keeps a scope's
-    keys on one Redis Cluster slot, where multi-key scripts stay legal.
+    Key names: ``<prefix>:{<scope>}:`` and a kind (see the module's key schema). The scope's hash tag
+    keeps its keys on one Redis Cluster slot, where multi-key scripts stay legal.
     """
 
     def __init__(self, prefix: str) -> None:
@@ -299,9 +288,8 @@ PARENT_VALUE_VERSION = "3"
 
 def encode_value(anchor: Anchor) -> str:
     """
-    Encode all but the view (in the key) as in the module's key schema: times as round-tripping ``repr``,
-    digests in hex, the response id last so it may hold any character, and the parent's length *n* in
-    UTF-8 bytes. ASCII for ASCII ids, so it survives clients that decode responses.
+    Encode all but the view (in the key) as in the module's key schema: the response id last, so it may
+    hold any character; the parent's length *n* in UTF-8 bytes; ASCII for ASCII ids (decoding clients).
     """
     mac = anchor.mac.hex() if anchor.mac is not None else ""
     head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.properties.hex()}|{mac}"
@@ -407,17 +395,15 @@ if not v then return false end
 return {view, v}
 """
 
-#: Most responses one eviction forgets (a bound on the script's run time).
-MAX_EVICTED = 10_000
-
 #: KEYS: reverse key. ARGV: scope base, response id.
-#: Forgets the response and, breadth first, every response chained from it: deletes each one's reverse
-#: entry, its view entry only if that still names it, and its children set. Returns how many it forgot.
+#: Forgets the response and, breadth first, every response chained from it (at most 10,000: a bound on the
+#: run time): deletes each one's reverse entry, its view entry only if that still names it, and its children
+#: set. Returns how many it forgot.
 EVICT = (
     _RID_OF
     + """
 local queue, seen, i, forgot = {ARGV[2]}, {[ARGV[2]] = true}, 1, 0
-while i <= #queue and i <= MAX_EVICTED do
+while i <= #queue and i <= 10000 do
   local rid = queue[i]
   i = i + 1
   local rkey = ARGV[1] .. 'r:' .. rid
@@ -438,5 +424,5 @@ while i <= #queue and i <= MAX_EVICTED do
   redis.call('DEL', ckey)
 end
 return forgot
-""".replace("MAX_EVICTED", str(MAX_EVICTED))
+"""
 )
