@@ -74,7 +74,7 @@ def closest_spec(spec: str) -> str | None:
     if meant is None:
         return None
     if meant == "sqlite":
-        path = rest[2:] if rest.startswith("//") else rest
+        path = rest.removeprefix("//")
         return f"sqlite:{path}" if path else None
     if meant == "unix":
         return "unix:///" + rest.lstrip("/")
