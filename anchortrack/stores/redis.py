@@ -86,7 +86,8 @@ class RedisStore:
         self.async_client = cast("redis.asyncio.Redis | None", asynchronous)
         self._clock = clock
         self._sync_side = _Scripts(sync) if sync is not None else None
-        self._given_async = _Scripts(asynchronous) if asynchronous is not None else None
+        #: The given async client's scripts (one from `from_url` goes to the first event loop: `_async`).
+        self._first_async = _Scripts(asynchronous) if asynchronous is not None else None
         # Set by `from_url` (the store owns its clients): a new async client for each event loop.
         self._new_async_client: Callable[[], redis.asyncio.Redis] | None = None
         self._async_sides: WeakKeyDictionary[asyncio.AbstractEventLoop, _Scripts] = WeakKeyDictionary()
@@ -122,7 +123,9 @@ class RedisStore:
             return redis.asyncio.Redis.from_url(url, retry=redis.asyncio.retry.Retry(no_retry, 0), **options)
 
         sync = redis.Redis.from_url(url, retry=redis.retry.Retry(no_retry, 0), **options)
-        store = cls(sync, prefix=prefix, ttl=ttl, secret_key=secret_key, clock=clock)
+        store = cls(
+            sync, async_client=new_async(), prefix=prefix, ttl=ttl, secret_key=secret_key, clock=clock
+        )
         store._new_async_client = new_async
         return store
 
@@ -171,7 +174,8 @@ class RedisStore:
         """Close the clients `from_url` made (the async one of this event loop)."""
         if self._new_async_client is None:
             return
-        side = self._async_sides.pop(asyncio.get_running_loop(), None)
+        side = self._async_sides.pop(asyncio.get_running_loop(), None) or self._first_async
+        self._first_async = None
         if side is not None:
             await side.client.aclose()
         self.close()
@@ -182,15 +186,16 @@ class RedisStore:
         return self._sync_side
 
     def _async(self, method: str) -> _Scripts:
-        if self._new_async_client is None:  # the caller's client, if any: used as given
-            if self._given_async is None:
-                raise _no_client(method, "a redis.asyncio.Redis", "a sync", f"call RedisStore.{method[1:]}()")
-            return self._given_async
+        if self.async_client is None:
+            raise _no_client(method, "a redis.asyncio.Redis", "a sync", f"call RedisStore.{method[1:]}()")
+        if self._new_async_client is None:  # the caller's client: used as given
+            assert self._first_async is not None
+            return self._first_async
         loop = asyncio.get_running_loop()
         side = self._async_sides.get(loop)
         if side is None:
-            side = self._async_sides[loop] = _Scripts(self._new_async_client())
-            self.async_client = self.async_client or side.client
+            side = self._async_sides[loop] = self._first_async or _Scripts(self._new_async_client())
+            self._first_async = None
         return side
 
     def _found(self, views: list[bytes], raws: Sequence[bytes | str | None]) -> dict[bytes, Anchor]:
