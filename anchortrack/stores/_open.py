@@ -20,10 +20,6 @@ if TYPE_CHECKING:
     from .redis import RedisStore
 
 
-#: URL schemes `open_store` hands to `RedisStore.from_url`.
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
 def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
     """
     Open a new store spelled *spec*, with its default settings; the caller closes it.
@@ -53,7 +49,7 @@ def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
                 f"store {spec!r}: no directory {path.parent} (the store creates its file, not directories)"
             )
         return SQLiteStore(path)
-    if spec.startswith(REDIS_SCHEMES) and spec == spec.strip():
+    if spec.startswith(("redis://", "rediss://", "unix://")) and spec == spec.strip():
         return redis_store_class().from_url(spec)
     close = closest_spec(spec)
     hint = f"; did you mean {close!r}?" if close is not None else ""
@@ -63,10 +59,7 @@ def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
 
 
 def closest_spec(spec: str) -> str | None:
-    """
-    The documented spelling a refused *spec* most likely meant, or None: forgives case and spaces, URL habits
-    (``sqlite://anchors.db``, ``redis:host``), near-miss words (``memroy``, ``sqlite3``) and a bare file name.
-    """
+    """The spelling a refused *spec* most likely meant (``Memory``, ``sqlite://x``, ``x.db``), or None."""
     text = spec.strip()
     if not text:
         return None
@@ -81,7 +74,7 @@ def closest_spec(spec: str) -> str | None:
     if meant is None:
         return None
     if meant == "sqlite":
-        path = rest[2:] if rest.startswith("//") else rest
+        path = rest.removeprefix("//")
         return f"sqlite:{path}" if path else None
     if meant == "unix":
         return "unix:///" + rest.lstrip("/")
@@ -119,9 +112,8 @@ STORE_ACCEPTED = (
 
 def default_store() -> AnchorStore:
     """
-    The process-wide default store: one bounded `MemoryStore` shared by every tracker made without
-    ``store=``, so a sync and an async client, or two wraps of one client, continue each other's
-    conversations (scopes keep endpoints and API keys apart).
+    The bounded `MemoryStore` shared by every tracker made without ``store=``, so a sync and an async
+    client, or two wraps of one client, continue each other's conversations (scopes keep them apart).
     """
     global _default
     with _default_lock:
@@ -132,8 +124,8 @@ def default_store() -> AnchorStore:
 
 def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> AnchorStore:
     """
-    Return the store *store* names: an `AnchorStore` as is, a spec string opened. Anything else raises
-    `TypeError` naming what was given and what is accepted; opening raises `ImportError` or `OSError`.
+    Return the store *store* names: an `AnchorStore` as is, a spec string opened (may raise `ImportError` or
+    `OSError`); anything else raises `TypeError` naming what was given and what is accepted.
     """
     if isinstance(store, str):
         try:

@@ -127,9 +127,7 @@ class MemoryStore:
                 while len(self._anchors) >= self.max_anchors:
                     self._drop(*next(iter(self._anchors)))
                 self._anchors[scope, anchor.view] = anchor
-                if scope not in self._scopes:
-                    self._scopes[scope] = _Scope()
-                self._scopes[scope].link(anchor)
+                self._scopes.setdefault(scope, _Scope()).link(anchor)
             for (old_scope, view), old in list(islice(self._anchors.items(), 2)):  # the two least recent
                 if old.is_live(now):
                     break

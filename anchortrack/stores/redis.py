@@ -35,9 +35,6 @@ from ._checks import FORBIDDEN_KEY_CHARS, check_anchor, check_response_id, check
 
 __all__ = ["RedisStore"]
 
-#: Per-operation socket timeouts `RedisStore.from_url` uses unless told.
-DEFAULT_SOCKET_TIMEOUT = 0.25
-
 _Call = tuple[list[str], list[str | int]]  # keys, args
 
 
@@ -119,8 +116,7 @@ class RedisStore:
                 "RedisStore.from_url() clients never retry (the tracker retries later);"
                 " build the clients yourself to use a retry policy"
             )
-        timeout = DEFAULT_SOCKET_TIMEOUT
-        options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout, **kwargs}
+        options: dict[str, Any] = {"socket_timeout": 0.25, "socket_connect_timeout": 0.25, **kwargs}
         no_retry = redis.backoff.NoBackoff()
 
         def new_async() -> redis.asyncio.Redis:
@@ -198,9 +194,8 @@ class RedisStore:
         loop = asyncio.get_running_loop()
         side = self._async_sides.get(loop)
         if side is None:
-            side = self._first_async or _Scripts(self._new_async_client())
+            side = self._async_sides[loop] = self._first_async or _Scripts(self._new_async_client())
             self._first_async = None
-            self._async_sides[loop] = side
         return side
 
     def _found(self, views: list[bytes], raws: Sequence[bytes | str | None]) -> dict[bytes, Anchor]:
@@ -260,9 +255,8 @@ def _is_async(client: object) -> bool:
 
 class KeySchema:
     """
-    Key names: ``<prefix>:{<scope>}:`` and a kind (see the module's key schema). The scope is a digest
-    (keyed with a secret key), so names say nothing of where they belong; its hash tag keeps a scope's
-    keys on one Redis Cluster slot, where multi-key scripts stay legal.
+    Key names: ``<prefix>:{<scope>}:`` and a kind (see the module's key schema). The scope's hash tag
+    keeps its keys on one Redis Cluster slot, where multi-key scripts stay legal.
     """
 
     def __init__(self, prefix: str) -> None:
@@ -299,9 +293,8 @@ PARENT_VALUE_VERSION = "3"
 
 def encode_value(anchor: Anchor) -> str:
     """
-    Encode all but the view (in the key) as in the module's key schema: times as round-tripping ``repr``,
-    digests in hex, the response id last so it may hold any character, and the parent's length *n* in
-    UTF-8 bytes. ASCII for ASCII ids, so it survives clients that decode responses.
+    Encode all but the view (in the key) as in the module's key schema: the response id last, so it may
+    hold any character; the parent's length *n* in UTF-8 bytes; ASCII for ASCII ids (decoding clients).
     """
     mac = anchor.mac.hex() if anchor.mac is not None else ""
     head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.properties.hex()}|{mac}"
@@ -407,17 +400,15 @@ if not v then return false end
 return {view, v}
 """
 
-#: Most responses one eviction forgets (a bound on the script's run time).
-MAX_EVICTED = 10_000
-
 #: KEYS: reverse key. ARGV: scope base, response id.
-#: Forgets the response and, breadth first, every response chained from it: deletes each one's reverse
-#: entry, its view entry only if that still names it, and its children set. Returns how many it forgot.
+#: Forgets the response and, breadth first, every response chained from it (at most 10,000: a bound on the
+#: run time): deletes each one's reverse entry, its view entry only if that still names it, and its children
+#: set. Returns how many it forgot.
 EVICT = (
     _RID_OF
     + """
 local queue, seen, i, forgot = {ARGV[2]}, {[ARGV[2]] = true}, 1, 0
-while i <= #queue and i <= MAX_EVICTED do
+while i <= #queue and i <= 10000 do
   local rid = queue[i]
   i = i + 1
   local rkey = ARGV[1] .. 'r:' .. rid
@@ -438,5 +429,5 @@ while i <= #queue and i <= MAX_EVICTED do
   redis.call('DEL', ckey)
 end
 return forgot
-""".replace("MAX_EVICTED", str(MAX_EVICTED))
+"""
 )

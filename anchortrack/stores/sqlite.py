@@ -69,12 +69,8 @@ def schema_version(conn: sqlite3.Connection) -> int:
 def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -> int:
     """
     Bring the database to the newest schema (*migrations*, default `MIGRATIONS`); return the version it had.
-
-    One ``BEGIN IMMEDIATE`` transaction that re-reads the version, so processes opening one new file
-    migrate it once. *conn* must be in autocommit mode (``isolation_level=None``).
-
-    Raises:
-        SchemaVersionError: The database's version is newer than this code's.
+    One ``BEGIN IMMEDIATE`` transaction that re-reads the version, so processes opening one new file migrate
+    it once; *conn* must be in autocommit mode. A newer version than this code's raises `SchemaVersionError`.
     """
     migrations = MIGRATIONS if migrations is None else migrations
     found = _known_version(conn, len(migrations))
@@ -123,14 +119,8 @@ _GET = (
     " ORDER BY created_at DESC LIMIT 1"
 )
 _DROP_OTHER_VIEWS = "DELETE FROM anchors WHERE scope = ? AND response_id = ? AND view <> ?"
-_UPSERT = (
-    f"INSERT INTO anchors (scope, {_COLUMNS})"  # noqa: S608 - constant column names
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (scope, view) DO UPDATE SET response_id = excluded.response_id,"
-    " count = excluded.count, created_at = excluded.created_at,"
-    " expires_at = excluded.expires_at, properties = excluded.properties, mac = excluded.mac,"
-    " parent = excluded.parent"
-)
+#: Replaces the row of the same (scope, view), if any (the table has no other unique key, nor triggers).
+_UPSERT = f"INSERT OR REPLACE INTO anchors (scope, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"  # noqa: S608
 
 
 def _row(scope: str, a: Anchor) -> tuple[object, ...]:
