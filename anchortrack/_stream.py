@@ -77,15 +77,6 @@ class _Call:
         return error
 
 
-def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
-    """Track *stream* if the SDK made it as a plain ``Stream`` / ``AsyncStream``; return its call."""
-    if type(stream) is Stream:
-        return StreamCall(stream, tracker, ticket)
-    if type(stream) is AsyncStream:
-        return AsyncStreamCall(stream, tracker, ticket)
-    return None
-
-
 class StreamCall(_Call):
     """The call of a sync ``Stream``; `_peek`, `_discard` and `_release` are the tracker's steps."""
 
@@ -130,9 +121,8 @@ class StreamCall(_Call):
         self.target = None
         self.stream.close()
 
-    def _release(self) -> None:
-        """Count a stream whose first-event error is the caller's, as if it had ended now."""
-        self.release()
+    #: Count a stream whose first-event error is the caller's, as if it had ended now.
+    _release = _Call.release
 
 
 class AsyncStreamCall(_Call):
@@ -179,6 +169,12 @@ class AsyncStreamCall(_Call):
 
     async def _release(self) -> None:
         self.release()
+
+
+def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
+    """Track *stream* if the SDK made it as a plain ``Stream`` / ``AsyncStream``; return its call."""
+    call = {Stream: StreamCall, AsyncStream: AsyncStreamCall}.get(type(stream))
+    return None if call is None else call(stream, tracker, ticket)
 
 
 def _error_event(event: object, response: Any) -> openai.APIError | None:
