@@ -108,7 +108,6 @@ class StreamCall(_Call):
     def _peek(self) -> BaseException | None:
         """Read the first event now; return the error it is or carries, held until `_discard`/`_release`."""
         self.held = True
-        first: object
         try:
             first = next(self.stream._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
@@ -155,7 +154,6 @@ class AsyncStreamCall(_Call):
 
     async def _peek(self) -> BaseException | None:
         self.held = True
-        first: object
         try:
             first = await anext(self.stream._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
