@@ -157,68 +157,53 @@ def tracker(client: object) -> Tracker:
 _pending: ContextVar[tuple[Tracker, Ticket] | None] = ContextVar("anchortrack_pending", default=None)
 
 
-def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
-    """`functools.wraps`, so `inspect.signature` and ``typing.get_overloads`` report the SDK method's."""
-    return functools.wraps(source)  # type: ignore[return-value]
+def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
+    """The tracked ``Responses.create`` / ``parse``."""
+    client = resource._client
+    tracker = client.__dict__.get(TRACKER_ATTR)
+    if tracker is None:
+        return method(**params)
 
-
-def _planned(original: Callable[..., Any]) -> Callable[..., Any]:
-    """The tracked override of the SDK's ``create`` / ``parse`` *original* (sync or async, as it is)."""
-    if inspect.iscoroutinefunction(original):
-
-        @_mirror(original)
-        async def acreate(self: Any, **params: Any) -> Any:
-            tracker = self._client.__dict__.get(TRACKER_ATTR)
-            if tracker is None:
-                return await original(self, **params)
-
-            async def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
-                token = _pending.set((tracker, ticket) if ticket is not None else None)
-                try:
-                    return await original(self, **body)
-                finally:
-                    _pending.reset(token)
-
-            try:
-                return await tracker.acall(params, lambda: tracker.scope_for(self._client), send)
-            except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
-                raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
-
-        return acreate
-
-    @_mirror(original)
-    def create(self: Any, **params: Any) -> Any:
-        tracker = self._client.__dict__.get(TRACKER_ATTR)
-        if tracker is None:
-            return original(self, **params)
-
-        def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
-            token = _pending.set((tracker, ticket) if ticket is not None else None)
-            try:
-                return original(self, **body)
-            finally:
-                _pending.reset(token)
-
+    def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
+        token = _pending.set((tracker, ticket) if ticket is not None else None)
         try:
-            return tracker.call(params, lambda: tracker.scope_for(self._client), send)
-        except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
-            raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
+            return method(**body)
+        finally:
+            _pending.reset(token)
 
-    return create
+    try:
+        return tracker.call(params, lambda: tracker.scope_for(client), send)
+    except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
+        raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
 
 
-def _connected(original: Callable[..., Any]) -> Callable[..., Any]:
-    """The tracked override of ``responses.connect()`` (WebSocket mode, `anchortrack._websocket`)."""
+async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
+    """The tracked ``AsyncResponses.create`` / ``parse``."""
+    client = resource._client
+    tracker = client.__dict__.get(TRACKER_ATTR)
+    if tracker is None:
+        return await method(**params)
 
-    @_mirror(original)
-    def connect(self: Any, *args: Any, **kwargs: Any) -> Any:
-        tracker = self._client.__dict__.get(TRACKER_ATTR)
-        if tracker is None:
-            return original(self, *args, **kwargs)
-        scope = lambda: tracker.scope_for(self._client)  # noqa: E731
-        return connect_tracked(tracker, scope, types.MethodType(original, self), args, kwargs)
+    async def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
+        token = _pending.set((tracker, ticket) if ticket is not None else None)
+        try:
+            return await method(**body)
+        finally:
+            _pending.reset(token)
 
-    return connect
+    try:
+        return await tracker.acall(params, lambda: tracker.scope_for(client), send)
+    except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
+        raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
+
+
+def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The tracked ``responses.connect()`` (WebSocket mode; see `anchortrack._websocket`)."""
+    client = resource._client
+    tracker = client.__dict__.get(TRACKER_ATTR)
+    if tracker is None:
+        return method(*args, **kwargs)
+    return connect_tracked(tracker, lambda: tracker.scope_for(client), method, args, kwargs)
 
 
 def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str, Any]:
@@ -271,20 +256,41 @@ def _trimmed(error: BaseException) -> BaseException:
 # -- the tracked classes ----------------------------------------------------------------------
 
 
+def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
+    """`functools.wraps`, so `inspect.signature` and ``typing.get_overloads`` report the SDK method's."""
+    return functools.wraps(source)  # type: ignore[return-value]
+
+
 class _TrackedResponses(Responses):
     """``client.responses`` of a tracked sync client."""
 
-    create = _planned(Responses.create)
-    parse = _planned(Responses.parse)
-    connect = _connected(Responses.connect)
+    @_mirror(Responses.create)
+    def create(self, **params: Any) -> Any:
+        return _create(self, super().create, params)
+
+    @_mirror(Responses.parse)
+    def parse(self, **params: Any) -> Any:
+        return _create(self, super().parse, params)
+
+    @_mirror(Responses.connect)
+    def connect(self, *args: Any, **kwargs: Any) -> Any:
+        return _connect(self, super().connect, args, kwargs)
 
 
 class _AsyncTrackedResponses(AsyncResponses):
     """``client.responses`` of a tracked async client."""
 
-    create = _planned(AsyncResponses.create)
-    parse = _planned(AsyncResponses.parse)
-    connect = _connected(AsyncResponses.connect)
+    @_mirror(AsyncResponses.create)
+    async def create(self, **params: Any) -> Any:
+        return await _acreate(self, super().create, params)
+
+    @_mirror(AsyncResponses.parse)
+    async def parse(self, **params: Any) -> Any:
+        return await _acreate(self, super().parse, params)
+
+    @_mirror(AsyncResponses.connect)
+    def connect(self, *args: Any, **kwargs: Any) -> Any:
+        return _connect(self, super().connect, args, kwargs)
 
 
 def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], Any]], Any]:
@@ -311,12 +317,16 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     class _TrackedBetaResponses(BetaResponses):
         """``client.beta.responses`` of a tracked sync client."""
 
-        create = _planned(BetaResponses.create)
+        @_mirror(BetaResponses.create)
+        def create(self, **params: Any) -> Any:
+            return _create(self, super().create, params)
 
     class _AsyncTrackedBetaResponses(AsyncBetaResponses):
         """``client.beta.responses`` of a tracked async client."""
 
-        create = _planned(AsyncBetaResponses.create)
+        @_mirror(AsyncBetaResponses.create)
+        async def create(self, **params: Any) -> Any:
+            return await _acreate(self, super().create, params)
 
     return _TrackedBetaResponses, _AsyncTrackedBetaResponses
 
@@ -342,16 +352,6 @@ def _tracked_class(base: type[Any]) -> type[Any]:
         return _classes[base]
 
 
-def _adopting(original: Callable[..., Any]) -> Callable[..., Any]:
-    """The override of the client's ``copy`` / ``with_options`` *original*: the copy keeps the tracker."""
-
-    @_mirror(original)
-    def copy(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return adopt(self, original(self, *args, **kwargs), self.__dict__.get(TRACKER_ATTR))
-
-    return copy
-
-
 def _make_class(base: type[Any]) -> type[Any]:
     """The tracked subclass of *base*, named and documented as *base* (the SDK class it stands in for)."""
     is_async = issubclass(base, openai.AsyncOpenAI)
@@ -375,8 +375,13 @@ def _make_class(base: type[Any]) -> type[Any]:
             def post(self, path: str, **kwargs: Any) -> Any:  # type: ignore[misc]
                 return super().post(path, **_observed(path, kwargs, is_async=False))
 
-        copy = _adopting(base.copy)
-        with_options = _adopting(base.with_options)
+        @_mirror(base.copy)
+        def copy(self, *args: Any, **kwargs: Any) -> Any:
+            return adopt(self, super().copy(*args, **kwargs), self.__dict__.get(TRACKER_ATTR))
+
+        @_mirror(base.with_options)
+        def with_options(self, *args: Any, **kwargs: Any) -> Any:
+            return adopt(self, super().with_options(*args, **kwargs), self.__dict__.get(TRACKER_ATTR))
 
         if beta_responses is not None:
 

@@ -71,10 +71,17 @@ class _Call:
 
     def refusal(self, first: object) -> BaseException | None:
         """The error the peeked *first* event (None: there was none) is or carries; without one, `release`."""
-        error = first if isinstance(first, BaseException) else _error_event(first, self.stream.response)
-        if error is None:
+        if isinstance(first, BaseException):
+            return first
+        if getattr(first, "type", None) != "error":
             self.release()
-        return error
+            return None
+        # OpenAI's in-stream error event, as the ``APIError`` it stands for
+        body = {key: getattr(first, key, None) for key in ("message", "code", "param")}
+        message = body["message"]
+        if not isinstance(message, str):
+            message = "An error occurred during streaming"
+        return openai.APIError(message, self.stream.response.request, body=body)
 
 
 class StreamCall(_Call):
@@ -173,15 +180,6 @@ def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
     """Track *stream* if the SDK made it as a plain ``Stream`` / ``AsyncStream``; return its call."""
     call = {Stream: StreamCall, AsyncStream: AsyncStreamCall}.get(type(stream))
     return None if call is None else call(stream, tracker, ticket)
-
-
-def _error_event(event: object, response: Any) -> openai.APIError | None:
-    """An ``error`` event (OpenAI's in-stream shape) as the ``APIError`` it stands for, else None."""
-    if getattr(event, "type", None) != "error":
-        return None
-    body = {key: getattr(event, key, None) for key in ("message", "code", "param")}
-    message = body["message"] if isinstance(body["message"], str) else "An error occurred during streaming"
-    return openai.APIError(message, response.request, body=body)
 
 
 def _replay(first: object, rest: Iterator[Any]) -> Iterator[Any]:
