@@ -68,27 +68,22 @@ _HOMES = {
 }
 
 
-def _load() -> None:
-    """Import every public name into this module's namespace."""
-    for home, names in _HOMES.items():
-        module = importlib.import_module(home, __name__)
-        for name in names:
-            value = getattr(module, name)
-            # A name from a private module says where users import it from, as httpx's do: anchortrack.Plan
-            if getattr(value, "__module__", "").startswith("anchortrack._"):
-                value.__module__ = "anchortrack"
-            globals()[name] = value
-
-
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        _load()
-        return globals()[name]
     if name == "__version__":
         from importlib.metadata import version
 
         return version("anchortrack")
-    raise AttributeError(f"module 'anchortrack' has no attribute {name!r}")
+    if name not in __all__:
+        raise AttributeError(f"module 'anchortrack' has no attribute {name!r}")
+    for home, names in _HOMES.items():
+        module = importlib.import_module(home, __name__)
+        for public in names:
+            value = getattr(module, public)
+            # A name from a private module says where users import it from, as httpx's do: anchortrack.Plan
+            if getattr(value, "__module__", "").startswith("anchortrack._"):
+                value.__module__ = "anchortrack"
+            globals()[public] = value
+    return globals()[name]
 
 
 def __dir__() -> list[str]:

@@ -244,17 +244,13 @@ def _trimmed(error: BaseException) -> BaseException:
     while tb is not None:
         frames.append(tb)
         tb = tb.tb_next
-    if not frames or _ours(frames[-1]):
+    theirs = [frame for frame in frames if not frame.tb_frame.f_code.co_filename.startswith(_PACKAGE)]
+    if not theirs or theirs[-1] is not frames[-1]:  # raised inside anchortrack: left as it is
         return error
     kept: types.TracebackType | None = None
-    for frame in reversed(frames):
-        if not _ours(frame):
-            kept = types.TracebackType(kept, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    for frame in reversed(theirs):
+        kept = types.TracebackType(kept, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
     return error.with_traceback(kept)
-
-
-def _ours(tb: types.TracebackType) -> bool:
-    return tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
 
 
 # -- the tracked classes ----------------------------------------------------------------------

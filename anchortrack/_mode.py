@@ -43,12 +43,6 @@ def coerce(value: Mode | str) -> Mode:
         raise ValueError(f"unknown anchortrack mode {value!r}; expected one of: {names}") from None
 
 
-def env_mode() -> tuple[str | None, Mode | None]:
-    """``ANCHORTRACK_MODE`` as set, and the mode it puts in force (``(None, None)`` when unset or empty)."""
-    env = os.environ.get(MODE_ENV)
-    return (env, _env_value(env)) if env else (None, None)
-
-
 @functools.cache  # the variable is read on every call; a process sees few values
 def _env_value(env: str) -> Mode:
     """The mode *env* names; an unknown value is ``off`` and logs ``anchortrack.mode_invalid`` once."""
@@ -61,22 +55,22 @@ def _env_value(env: str) -> Mode:
 
 def resolve(client_mode: Mode | None) -> Mode:
     """Return the mode in force for one call."""
-    _, forced = env_mode()
-    if forced is not None:
-        return forced
+    env = os.environ.get(MODE_ENV)
+    if env:
+        return _env_value(env)
     return _call_mode.get() or client_mode or Mode.CHAINED
 
 
 def describe(client_mode: Mode | None) -> str:
     """The mode in force and where it comes from, for people: ``shadow (ANCHORTRACK_MODE=shadow)``."""
-    raw, forced = env_mode()
     mode = resolve(client_mode).value
-    if raw is None or forced is None:
+    env = os.environ.get(MODE_ENV)
+    if not env:
         return mode
-    if raw.strip().lower() == forced.value:
-        return f"{mode} ({MODE_ENV}={raw})"
+    if env.strip().lower() == _env_value(env).value:
+        return f"{mode} ({MODE_ENV}={env})"
     names = ", ".join(m.value for m in Mode)
-    return f"{mode} ({MODE_ENV}={raw!r} is not a mode: {names.replace(', off', ' or off')})"
+    return f"{mode} ({MODE_ENV}={env!r} is not a mode: {names.replace(', off', ' or off')})"
 
 
 @contextlib.contextmanager

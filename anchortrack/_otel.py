@@ -34,14 +34,14 @@ def planned(plan: Any, mode: str) -> None:
 
 def fell_back(failure: str) -> None:
     """The anchor was refused (*failure*); the call is resent in full."""
-    call = _current.get() if trace is not None else None
+    call = _current.get()
     if call is not None:
         _annotate((call[0], call[1], failure))
 
 
 def sent() -> None:
     """The SDK has the response: annotate the span current now, too."""
-    call = _current.get() if trace is not None else None
+    call = _current.get()
     if call is not None:
         _annotate(call)
 

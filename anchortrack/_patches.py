@@ -46,10 +46,8 @@ def is_cached(cls: type[Any], name: str) -> bool:
     names = _cached_names.get(cls)
     if names is None:
         keys = {key for klass in cls.__mro__ for key in vars(klass)}
-        names = frozenset(
-            key for key in keys if isinstance(inspect.getattr_static(cls, key), cached_property)
-        )
-        _cached_names[cls] = names
+        cached = (key for key in keys if isinstance(inspect.getattr_static(cls, key), cached_property))
+        names = _cached_names[cls] = frozenset(cached)
     return name in names
 
 

@@ -71,19 +71,17 @@ class _Call:
 
     def refusal(self, first: object) -> BaseException | None:
         """The error the peeked *first* event (None: there was none) is or carries; without one, `release`."""
-        error = first if isinstance(first, BaseException) else _error_event(first, self.stream.response)
-        if error is None:
+        if isinstance(first, BaseException):
+            return first
+        if getattr(first, "type", None) != "error":
             self.release()
-        return error
-
-
-def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
-    """Track *stream* if the SDK made it as a plain ``Stream`` / ``AsyncStream``; return its call."""
-    if type(stream) is Stream:
-        return StreamCall(stream, tracker, ticket)
-    if type(stream) is AsyncStream:
-        return AsyncStreamCall(stream, tracker, ticket)
-    return None
+            return None
+        # OpenAI's in-stream error event, as the ``APIError`` it stands for
+        body = {key: getattr(first, key, None) for key in ("message", "code", "param")}
+        message = body["message"]
+        if not isinstance(message, str):
+            message = "An error occurred during streaming"
+        return openai.APIError(message, self.stream.response.request, body=body)
 
 
 class StreamCall(_Call):
@@ -117,7 +115,6 @@ class StreamCall(_Call):
     def _peek(self) -> BaseException | None:
         """Read the first event now; return the error it is or carries, held until `_discard`/`_release`."""
         self.held = True
-        first: object
         try:
             first = next(self.stream._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
@@ -130,9 +127,8 @@ class StreamCall(_Call):
         self.target = None
         self.stream.close()
 
-    def _release(self) -> None:
-        """Count a stream whose first-event error is the caller's, as if it had ended now."""
-        self.release()
+    #: Count a stream whose first-event error is the caller's, as if it had ended now.
+    _release = _Call.release
 
 
 class AsyncStreamCall(_Call):
@@ -165,7 +161,6 @@ class AsyncStreamCall(_Call):
 
     async def _peek(self) -> BaseException | None:
         self.held = True
-        first: object
         try:
             first = await anext(self.stream._iterator, None)
         except Exception as caught:  # noqa: BLE001 - an error event, raised by the SDK
@@ -181,13 +176,10 @@ class AsyncStreamCall(_Call):
         self.release()
 
 
-def _error_event(event: object, response: Any) -> openai.APIError | None:
-    """An ``error`` event (OpenAI's in-stream shape) as the ``APIError`` it stands for, else None."""
-    if getattr(event, "type", None) != "error":
-        return None
-    body = {key: getattr(event, key, None) for key in ("message", "code", "param")}
-    message = body["message"] if isinstance(body["message"], str) else "An error occurred during streaming"
-    return openai.APIError(message, response.request, body=body)
+def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
+    """Track *stream* if the SDK made it as a plain ``Stream`` / ``AsyncStream``; return its call."""
+    call = {Stream: StreamCall, AsyncStream: AsyncStreamCall}.get(type(stream))
+    return None if call is None else call(stream, tracker, ticket)
 
 
 def _replay(first: object, rest: Iterator[Any]) -> Iterator[Any]:
