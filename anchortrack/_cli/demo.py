@@ -88,12 +88,9 @@ def register(subparsers: Any) -> None:
 
 class Screen:
     """
-    Where the demo writes: whole lines, so its rows stream into terminals, pipes and CI logs alike.
-
-    Every line fits the width (``COLUMNS`` wins; 80 when piped). Colours and the overwritable
-    status line only on a terminal (no colours with ``NO_COLOR`` or ``TERM=dumb``); ASCII on a
-    stream that cannot carry ``─ · … ↳``. A row's reason / note goes beside the fixed columns
-    when at least 24 columns are left, else on indented lines below the row.
+    Where the demo writes: whole lines that fit the width (``COLUMNS``; 80 when piped), so rows stream
+    into terminals, pipes and CI logs alike. Colours and an overwritable status line only on a terminal
+    (no colours with ``NO_COLOR`` or ``TERM=dumb``); ASCII on a stream that cannot carry ``─ · … ↳``.
     """
 
     def __init__(self, stream: TextIO) -> None:
@@ -135,7 +132,7 @@ class Screen:
             self.status_shown = False
 
     def row(self, cells: Sequence[str], text: str, color: str = "") -> None:
-        """Write one table row and its free *text*, beside it or on indented lines below it."""
+        """Write one table row and its free *text*: beside it if 24 columns are left, else indented below."""
         out = [f"{self.text(c)[:w]:{align}{w}}" for c, (_, w, align) in zip(cells, COLUMNS, strict=True)]
         if self.color and color:  # the decision's colour
             out[2] = f"\033[{color}m{out[2]}\033[0m"

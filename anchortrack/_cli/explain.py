@@ -206,10 +206,9 @@ def scope_lines(scope: Scope, sources: Mapping[str, str]) -> list[str]:
         f"scope {scope.key} (change with --base-url, --organization, --project,",
         "  --namespace, --api-key, --no-api-key-scope):",
         part("base URL", scope.base_url.rstrip("/"), sources["base_url"]),
-        *(
-            part(name, getattr(scope, name), sources[name])
-            for name in ("organization", "project", "namespace")
-        ),
+        part("organization", scope.organization, sources["organization"]),
+        part("project", scope.project, sources["project"]),
+        part("namespace", scope.namespace, sources["namespace"]),
         part("API key", scope.api_key_digest and "digest", sources["api_key"]),
     ]
 
