@@ -99,7 +99,6 @@ class Screen:
         self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         self.encoding = stream.encoding or "ascii"
         self.ascii = "─·…↳—→≈".encode(self.encoding, "replace").decode(self.encoding) != "─·…↳—→≈"
-        self.ellipsis = self.text("…")
         self.inline = self.width - TEXT_AT >= 24
 
     def text(self, line: str) -> str:
@@ -349,7 +348,7 @@ class _Demo:
             parts.insert(0, f"chaining would send {planned:,} B ({change})")
         if equivalent is False:
             parts.append("CONTEXT MISMATCH: the server saw another history")
-        anchor = short_id(o.anchor_id if decided == "chained" else None, self.screen.ellipsis)
+        anchor = short_id(o.anchor_id if decided == "chained" else None, self.screen.text("…"))
         items = (
             f"{o.items_total if decided == 'resent' else o.items_sent}/{o.items_total}"  # the last request's
         )
