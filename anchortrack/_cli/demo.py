@@ -218,9 +218,8 @@ class Row:
 
     call: int
     outcome: Outcome
-    decision: str  # as a shadow run says it: ``would chain``
+    decision: str  # as a shadow run says it: ``would chain``, ``would resend`` (the anchor was deleted)
     reason: str  # with where the history diverged
-    deleted_anchor: bool  # shadow mode: the anchor it would chain from was deleted on the server
     equivalent: bool | None  # the server's context was the agent's history (None: a real endpoint)
 
 
@@ -335,7 +334,7 @@ class _Demo:
 
             seen = self.server.state.resolved_context(response.id)
             equivalent = [canonical_item(i) for i in seen] == [canonical_item(i) for i in history]
-        self.rows.append(Row(call, o, decision, reason, deleted, equivalent))
+        self.rows.append(Row(call, o, decision, reason, equivalent))
         parts = ["" if reason == "chained" else reason, note]
         if decided == "resent":
             parts.append(f"{short_id(o.anchor_id)} refused: resent in full")
@@ -375,7 +374,7 @@ class _Demo:
         share = _share(sent, stateless)
         say(f"input bytes: {sent:,} sent vs {stateless:,} stateless ({share}): saved {stateless - sent:,}")
         if shadow:  # what chaining plans, plus the full resend each refusal it cannot see would cost
-            refused = [row.outcome.bytes_stateless for row in rows if row.deleted_anchor]
+            refused = [row.outcome.bytes_stateless for row in rows if row.decision == "would resend"]
             would, n = stats.bytes_planned + sum(refused), len(refused)
             hit = f", counting the {n} refusal{'s' if n > 1 else ''} it would have hit" if n else ""
             say(f"shadow: chaining would have sent {would:,} ({_share(would, stateless)} of stateless){hit}")
@@ -429,7 +428,7 @@ def fallback_notes(rows: Sequence[Row]) -> list[str]:
     notes = []
     for reason, group in calls.items():
         o = group[0].outcome
-        why = WOULD_RESEND_TEXT if group[0].deleted_anchor else REASON_TEXT[o.reason]
+        why = WOULD_RESEND_TEXT if group[0].decision == "would resend" else REASON_TEXT[o.reason]
         if o.diverged_at is not None:
             why = f"item {o.diverged_at} differs from the closest view recorded so far, so the history"
             why += " went out in full"
