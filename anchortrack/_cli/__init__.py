@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = signal.signal(signal.SIGINT, interrupt)
     try:
         args = build_parser().parse_args(argv)
-        code = args.handler(args)
+        return int(args.handler(args))
     except KeyboardInterrupt:
         sys.stdout.flush()
         sys.stderr.write("\ninterrupted\n")
@@ -60,4 +60,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-    return int(code or 0)

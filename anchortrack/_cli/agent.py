@@ -141,32 +141,30 @@ def run_tool(name: str, arguments: str) -> str:
         ]
         result: dict[str, Any] = {"city": args.get("city"), "date": args.get("date"), "hourly": hours}
     elif name == "search_flights":
-        result = {
-            "flights": [
-                {
-                    "flight": f"TP{500 + (seed + i * 37) % 400}",
-                    "depart": f"{6 + i * 2:02d}:{(seed + i) % 6}0",
-                    "arrive": f"{10 + i * 2:02d}:{(seed + 3 * i) % 6}5",
-                    "price_eur": 89 + (seed * (i + 1)) % 180,
-                    "seats_left": (seed + i) % 9 + 1,
-                }
-                for i in range(6)
-            ]
-        }
+        flights = [
+            {
+                "flight": f"TP{500 + (seed + i * 37) % 400}",
+                "depart": f"{6 + i * 2:02d}:{(seed + i) % 6}0",
+                "arrive": f"{10 + i * 2:02d}:{(seed + 3 * i) % 6}5",
+                "price_eur": 89 + (seed * (i + 1)) % 180,
+                "seats_left": (seed + i) % 9 + 1,
+            }
+            for i in range(6)
+        ]
+        result = {"flights": flights}
     elif name == "search_hotels":
-        result = {
-            "hotels": [
-                {
-                    "hotel_id": f"H-{i + 1}",
-                    "name": f"Casa {['Azul', 'do Fado', 'Alfama', 'Lisboa', 'Tejo'][i]}",
-                    "price_eur": 95 + (seed + 23 * i) % 85,
-                    "rating": round(3.9 + ((seed + i) % 10) / 10, 1),
-                    "quiet": (seed + i) % 2 == 0,
-                    "amenities": ["wifi", "breakfast", "air conditioning"][: 1 + i % 3],
-                }
-                for i in range(5)
-            ]
-        }
+        hotels = [
+            {
+                "hotel_id": f"H-{i + 1}",
+                "name": f"Casa {['Azul', 'do Fado', 'Alfama', 'Lisboa', 'Tejo'][i]}",
+                "price_eur": 95 + (seed + 23 * i) % 85,
+                "rating": round(3.9 + ((seed + i) % 10) / 10, 1),
+                "quiet": (seed + i) % 2 == 0,
+                "amenities": ["wifi", "breakfast", "air conditioning"][: 1 + i % 3],
+            }
+            for i in range(5)
+        ]
+        result = {"hotels": hotels}
     else:
         result = {"ok": True, "reference": f"{name.upper()}-{seed:06d}", "request": args}
     result["terms"] = "Prices include taxes. Free cancellation until 48 hours before arrival. " * 3

@@ -88,12 +88,9 @@ def register(subparsers: Any) -> None:
 
 class Screen:
     """
-    Where the demo writes: whole lines, so its rows stream into terminals, pipes and CI logs alike.
-
-    Every line fits the width (``COLUMNS`` wins; 80 when piped). Colours and the overwritable
-    status line only on a terminal (no colours with ``NO_COLOR`` or ``TERM=dumb``); ASCII on a
-    stream that cannot carry ``─ · … ↳``. A row's reason / note goes beside the fixed columns
-    when at least 24 columns are left, else on indented lines below the row.
+    Where the demo writes: whole lines that fit the width (``COLUMNS``; 80 when piped), so rows stream
+    into terminals, pipes and CI logs alike. Colours and an overwritable status line only on a terminal
+    (no colours with ``NO_COLOR`` or ``TERM=dumb``); ASCII on a stream that cannot carry ``─ · … ↳``.
     """
 
     def __init__(self, stream: TextIO) -> None:
@@ -101,12 +98,7 @@ class Screen:
         self.width = max(40, shutil.get_terminal_size((80, 24)).columns)
         self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         self.encoding = stream.encoding or "ascii"
-        self.ascii = False
-        try:
-            "─·…↳—→≈".encode(self.encoding)
-        except UnicodeEncodeError:
-            self.ascii = True
-        self.ellipsis = self.text("…")
+        self.ascii = "─·…↳—→≈".encode(self.encoding, "replace").decode(self.encoding) != "─·…↳—→≈"
         self.inline = self.width - TEXT_AT >= 24
 
     def text(self, line: str) -> str:
@@ -139,7 +131,7 @@ class Screen:
             self.status_shown = False
 
     def row(self, cells: Sequence[str], text: str, color: str = "") -> None:
-        """Write one table row and its free *text*, beside it or on indented lines below it."""
+        """Write one table row and its free *text*: beside it if 24 columns are left, else indented below."""
         out = [f"{self.text(c)[:w]:{align}{w}}" for c, (_, w, align) in zip(cells, COLUMNS, strict=True)]
         if self.color and color:  # the decision's colour
             out[2] = f"\033[{color}m{out[2]}\033[0m"
@@ -226,10 +218,8 @@ class Row:
 
     call: int
     outcome: Outcome
-    decision: str  # as a shadow run says it: ``would chain``
+    decision: str  # as a shadow run says it: ``would chain``, ``would resend`` (the anchor was deleted)
     reason: str  # with where the history diverged
-    requests: int  # on the wire
-    deleted_anchor: bool  # shadow mode: the anchor it would chain from was deleted on the server
     equivalent: bool | None  # the server's context was the agent's history (None: a real endpoint)
 
 
@@ -330,14 +320,12 @@ class _Demo:
         """Make one model call, show its row (and with ``--events`` its events); return the response."""
         call = len(self.rows) + 1
         self.screen.status(f"… call {call} (turn {label}): waiting for the model")
-        start = len(self.tap.bodies)
         response = self.client.responses.create(model=self.model, input=history, tools=agent.TOOLS)
         o = self.outcomes[-1]
         decided, shadow = o.decision.value, o.mode == "shadow"
-        deleted = shadow and o.anchor_id in self.deleted
-        decision = decided
-        if shadow and decided == "chained":
-            decision = "would resend" if deleted else "would chain"
+        would = shadow and decided == "chained"  # what chaining would have sent
+        deleted = would and o.anchor_id in self.deleted
+        decision = ("would resend" if deleted else "would chain") if would else decided
         reason = "stale_anchor" if deleted else o.reason.value
         reason += f" at {o.diverged_at}" if o.diverged_at is not None else ""
         equivalent = None
@@ -346,22 +334,23 @@ class _Demo:
 
             seen = self.server.state.resolved_context(response.id)
             equivalent = [canonical_item(i) for i in seen] == [canonical_item(i) for i in history]
-        self.rows.append(Row(call, o, decision, reason, len(self.tap.since(start)), deleted, equivalent))
+        self.rows.append(Row(call, o, decision, reason, equivalent))
         parts = ["" if reason == "chained" else reason, note]
         if decided == "resent":
             parts.append(f"{short_id(o.anchor_id)} refused: resent in full")
         elif deleted:
             parts.append(f"{short_id(o.anchor_id)} would be refused: resend in full")
-        if shadow and decided == "chained":  # the plan's bytes, and the resend a refusal would cost
-            would = o.bytes_planned + (o.bytes_stateless if deleted else 0)
-            less = _saved(would, o.bytes_stateless)
+        if would:  # the plan's bytes, and the resend a refusal would cost
+            planned = o.bytes_planned + (o.bytes_stateless if deleted else 0)
+            less = _saved(planned, o.bytes_stateless)
             change = f"{less:.0%} less" if less >= 0 else f"{-less:.0%} more"
-            parts.insert(0, f"chaining would send {would:,} B ({change})")
+            parts.insert(0, f"chaining would send {planned:,} B ({change})")
         if equivalent is False:
             parts.append("CONTEXT MISMATCH: the server saw another history")
-        in_full = shadow or decided == "resent"  # the last request held every item
-        anchor = short_id(o.anchor_id if decided == "chained" else None, self.screen.ellipsis)
-        items = f"{o.items_total if in_full else o.items_planned}/{o.items_total}"
+        anchor = short_id(o.anchor_id if decided == "chained" else None, self.screen.text("…"))
+        items = (
+            f"{o.items_total if decided == 'resent' else o.items_sent}/{o.items_total}"  # the last request's
+        )
         saved = f"{_saved(o.bytes_sent, o.bytes_stateless):.0%}"
         sizes = [f"{o.bytes_sent:,}", f"{o.bytes_stateless:,}", saved]
         cells = [str(call), label, decision, anchor, items, *sizes]
@@ -377,7 +366,7 @@ class _Demo:
         sent, stateless = stats.bytes_sent, stats.bytes_stateless
         shadow = any(row.outcome.mode == "shadow" for row in rows)
         counts = [f"{d} {n}" for d in DECISIONS if (n := sum(1 for row in rows if row.decision == d))]
-        wire = f"{sum(row.requests for row in rows)} requests on the wire"
+        wire = f"{len(self.tap.bodies)} requests on the wire"
         wire += " (all in full: shadow mode)" if shadow else ""
         screen.write("\n")
         screen.para(f"summary: {len(rows)} calls, {wire}: {', '.join(counts)}")
@@ -385,7 +374,7 @@ class _Demo:
         share = _share(sent, stateless)
         say(f"input bytes: {sent:,} sent vs {stateless:,} stateless ({share}): saved {stateless - sent:,}")
         if shadow:  # what chaining plans, plus the full resend each refusal it cannot see would cost
-            refused = [row.outcome.bytes_stateless for row in rows if row.deleted_anchor]
+            refused = [row.outcome.bytes_stateless for row in rows if row.decision == "would resend"]
             would, n = stats.bytes_planned + sum(refused), len(refused)
             hit = f", counting the {n} refusal{'s' if n > 1 else ''} it would have hit" if n else ""
             say(f"shadow: chaining would have sent {would:,} ({_share(would, stateless)} of stateless){hit}")
@@ -419,19 +408,13 @@ def short_id(response_id: str | None, ellipsis: str = "…") -> str:
 
 
 def _share(part: int, whole: int) -> str:
-    """`stateless_share` as the demo prints it."""
-    from .._outcome import stateless_share
-
-    share = stateless_share(part, whole)
-    return "-" if share is None else f"{share:.0%}"
+    """*part* as a share of *whole*, the stateless bytes (``-`` when nothing went stateless)."""
+    return f"{part / whole:.0%}" if whole else "-"
 
 
 def _saved(part: int, whole: int) -> float:
-    """The share of *whole* (the stateless bytes) that sending *part* saves: 1 - `stateless_share`."""
-    from .._outcome import stateless_share
-
-    share = stateless_share(part, whole)
-    return 0.0 if share is None else 1 - share
+    """The share of *whole*, the stateless bytes, that sending only *part* saves."""
+    return 1 - part / whole if whole else 0.0
 
 
 def fallback_notes(rows: Sequence[Row]) -> list[str]:
@@ -445,7 +428,7 @@ def fallback_notes(rows: Sequence[Row]) -> list[str]:
     notes = []
     for reason, group in calls.items():
         o = group[0].outcome
-        why = WOULD_RESEND_TEXT if group[0].deleted_anchor else REASON_TEXT[o.reason]
+        why = WOULD_RESEND_TEXT if group[0].decision == "would resend" else REASON_TEXT[o.reason]
         if o.diverged_at is not None:
             why = f"item {o.diverged_at} differs from the closest view recorded so far, so the history"
             why += " went out in full"

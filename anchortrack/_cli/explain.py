@@ -121,13 +121,13 @@ def choose_store(args: argparse.Namespace) -> tuple[str, DemoRecord | None]:
     record = DemoRecord.load()
     if args.store:
         return args.store, record if record is not None and record.store == args.store else None
+    ask = "which store holds the anchors? pass --store SPEC, as the client was wrapped with"
     if record is None:
-        raise Unusable("which store holds the anchors? pass --store SPEC, as the client was wrapped with")
+        raise Unusable(ask)
     if args.file != "-" and Path(args.file).resolve() == Path(record.request_file).resolve():
         return record.store, record
     raise Unusable(
-        "which store holds the anchors? pass --store SPEC, as the client was wrapped with (the last "
-        f"demo's store is used only for its own request file, {record.request_file})"
+        f"{ask} (the last demo's store is used only for its own request file, {record.request_file})"
     )
 
 
@@ -206,10 +206,9 @@ def scope_lines(scope: Scope, sources: Mapping[str, str]) -> list[str]:
         f"scope {scope.key} (change with --base-url, --organization, --project,",
         "  --namespace, --api-key, --no-api-key-scope):",
         part("base URL", scope.base_url.rstrip("/"), sources["base_url"]),
-        *(
-            part(name, getattr(scope, name), sources[name])
-            for name in ("organization", "project", "namespace")
-        ),
+        part("organization", scope.organization, sources["organization"]),
+        part("project", scope.project, sources["project"]),
+        part("namespace", scope.namespace, sources["namespace"]),
         part("API key", scope.api_key_digest and "digest", sources["api_key"]),
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -35,11 +36,8 @@ def _checked(convert: Callable[[str], T], valid: Callable[[T], bool], expected: 
     """An argparse type: *convert* the text, and refuse what does not convert or is not *valid*."""
 
     def check(text: str) -> T:
-        try:
+        with contextlib.suppress(ValueError):
             value = convert(text)
-        except ValueError:
-            pass
-        else:
             if valid(value):
                 return value
         raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sqlite3
@@ -99,10 +100,8 @@ def serve(args: argparse.Namespace) -> int:
     timeouts = Timeouts(header=args.header_timeout, body=args.body_timeout, shutdown=args.shutdown_timeout)
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        # uvicorn shuts down gracefully, then re-raises the signal it caught.
-        uvicorn.Server(uvicorn_config(app, timeouts, log_level=args.log_level)).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn shuts down gracefully, then re-raises it
+            uvicorn.Server(uvicorn_config(app, timeouts, log_level=args.log_level)).run(sockets=[sock])
     finally:
         signal.signal(signal.SIGTERM, previous)
         sock.close()
