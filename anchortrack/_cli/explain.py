@@ -10,6 +10,7 @@ can act on. Every line fits 80 columns; every error is one line, exit code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sqlite3
@@ -224,7 +225,7 @@ def store_holds(store: AnchorStore, scope_key: str) -> Holds:
     if isinstance(store, MemoryStore):
         return False, False  # opened by this command a moment ago
     if isinstance(store, SQLiteStore):
-        with sqlite3.connect(f"file:{store.path}?mode=ro", uri=True) as conn:
+        with contextlib.closing(sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)) as conn:
             live = "SELECT 1 FROM anchors WHERE expires_at > ?"
             mine = conn.execute(live + " AND scope = ? LIMIT 1", (time.time(), scope_key)).fetchone()
             some = conn.execute(live + " LIMIT 1", (time.time(),)).fetchone()

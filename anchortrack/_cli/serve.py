@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
     add("--upstream", metavar="BASE_URL", help="answer with this Chat Completions provider, e.g. "
         "http://localhost:11434/v1 (API key: $ANCHORTRACK_UPSTREAM_API_KEY, optional)")  # fmt: skip
     add("--upstream-model", metavar="NAME", help="model sent to the provider (default: the request's model)")
-    add("--upstream-timeout", type=float, default=120.0, metavar="SECONDS",
+    add("--upstream-timeout", type=positive_seconds, default=120.0, metavar="SECONDS",
         help="seconds to wait for the provider to connect or send (default: %(default)s)")  # fmt: skip
     add("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn log level (default: %(default)s)")  # fmt: skip

@@ -50,6 +50,21 @@ def test_serve_upstream_flags() -> None:
     )
 
 
+@pytest.mark.parametrize("seconds", ["0", "-1", "inf", "soon"])
+def test_serve_refuses_an_upstream_timeout_that_is_no_positive_number(
+    seconds: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--upstream-timeout takes seconds above 0, as every other timeout flag does (exit 2, one line)."""
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["serve", "--upstream", "http://h:1/v1", "--upstream-timeout", seconds])
+
+    assert 2 == exited.value.code
+    assert f"expected a number of seconds above 0, got {seconds!r}" in capsys.readouterr().err
+
+
 def test_anchortrack_serve_upstream_answers_through_the_provider(provider: FakeProvider) -> None:
     """The CLI server forwards to the provider with the key from the environment and the model override."""
     env = {**os.environ, "ANCHORTRACK_UPSTREAM_API_KEY": API_KEY}
