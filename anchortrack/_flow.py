@@ -1,17 +1,16 @@
 """
 One ``responses.create`` call as a generator of effects (pure): every decision, written once.
 
-`call_flow` hashes the history, plans from the longest provably valid recorded prefix, sends the
-delta or the full request, and recovers from a refused anchor (`refused_flow`). It yields store I/O,
-the `Send` and bookkeeping; answers, or what a send raised, come back in. `drive` and `adrive` (the
-tracker, the WebSocket calls) perform the effects.
+`call_flow` plans from the longest provably valid recorded prefix, sends the delta or the full request,
+and recovers from a refused anchor (`refused_flow`). It yields store I/O, the `Send` and bookkeeping;
+answers, or what a send raised, come back in. `drive` and `adrive` perform the effects.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -19,7 +18,7 @@ import attrs
 from ._canonical import ItemError
 from ._hashing import Memo, extend, fingerprint_history, fingerprint_items, prefix_hashes
 from ._mode import Mode
-from ._plan import Plan, Reason, RecentViews, answers, candidates, choose, with_sizes
+from ._plan import Plan, Reason, RecentViews, answers, choose, with_sizes
 from ._properties import matches
 from ._refusal import classify
 from ._request import Request, chained_body
@@ -125,8 +124,7 @@ class Log:
     fields: Mapping[str, Any] = attrs.field(factory=dict)
 
 
-Effect = Find | Get | Evict | Send | Planned | FellBack | Log
-Flow = Generator[Effect, Any, Any]
+Flow = Generator[Find | Get | Evict | Send | Planned | FellBack | Log, Any, Any]
 
 
 @attrs.frozen
@@ -224,7 +222,8 @@ def plan_history(
             )
             if plan.anchor is not None:
                 return with_sizes(plan, history.sizes)
-    found = (yield Find(ctx.scope_key, candidates(hashes))) if n >= 2 else {}
+    # Every view that could be an anchor (h(1) to h(n-1)), longest first.
+    found = (yield Find(ctx.scope_key, hashes[-2::-1])) if n >= 2 else {}
     if isinstance(found, Unavailable):
         plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
     else:
@@ -412,15 +411,12 @@ class _Steps(Generic[R]):
         self._resume: Callable[[Any], Any] = flow.send
         self._answer: Any = None
 
-    def __iter__(self) -> _Steps[R]:
-        return self
-
-    def __next__(self) -> Any:
+    def __iter__(self) -> Iterator[Any]:
         try:
-            return self._resume(self._answer)
+            while True:
+                yield self._resume(self._answer)
         except StopIteration as stop:
             self.result: R = stop.value
-            raise
 
     def answer(self, value: Any) -> None:
         self._resume, self._answer = self._flow.send, value

@@ -220,11 +220,6 @@ def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
     )
 
 
-def candidates(hashes: Sequence[bytes]) -> list[bytes]:
-    """Return the prefix hashes that could be anchors, longest first (``i < n``)."""
-    return hashes[-2::-1] if isinstance(hashes, list) else list(hashes)[-2::-1]  # one copy of a list
-
-
 def choose(
     hashes: Sequence[bytes],
     found: Mapping[bytes, Anchor],

@@ -1,11 +1,8 @@
 """
-What a refused chained request means (pure).
-
-Three refusals are ours: the server forgot the anchor (evict it, resend once in full), the organization
-refuses ``previous_response_id`` (zero data retention: stop chaining in that scope), and the delta names
-an item the anchor's context already holds (``Duplicate item``: a history that names an earlier item by
-id, where only that id tells the two apart; resend once in full). Every other error is the caller's.
-docs/compatibility.md has each server's exact bodies.
+What a refused chained request means (pure): the server forgot the anchor, the organization refuses
+``previous_response_id`` (zero data retention), or the delta names by id an item the anchor's context
+already holds (``Duplicate item``). Every other error is the caller's. docs/compatibility.md has each
+server's exact bodies.
 """
 
 from __future__ import annotations
@@ -44,12 +41,9 @@ _MAX_DEPTH = 8
 
 def classify(error: BaseException, anchor_id: str) -> Reason | None:
     """
-    What *error* (an SDK API error, one raised from a stream's error event, or alike), raised by a request
-    chained to *anchor_id*, means: `Reason.STALE_ANCHOR`, `Reason.ZDR`, `Reason.DUPLICATE_ITEM`, or None
-    (the caller's error).
-
-    Stale: OpenAI's code or param (also Azure's and our server's), a chain-resolving proxy's code, or a
-    400 or 404 whose body names the anchor (agentic-api, llama-stack, LiteLLM's ``resp_<base64>`` ids).
+    What *error* (an SDK API error, or one raised from a stream's error event) from a request chained to
+    *anchor_id* means: `Reason.STALE_ANCHOR`, `Reason.ZDR`, `Reason.DUPLICATE_ITEM`, or None (the caller's).
+    Stale: OpenAI's code or param, a chain-resolving proxy's code, or a 400 or 404 naming the anchor.
     """
     status = _status(error)
     if status is not None and status not in _REFUSAL_STATUSES:

@@ -51,8 +51,10 @@ def read_request(params: Mapping[str, Any], base_url: str | None = None) -> Requ
             or a carried-over property has no JSON form.
     """
     extra = params.get("extra_body")
+    if not isinstance(extra, Mapping):
+        extra = {}
     effective: Mapping[str, Any] = params
-    if isinstance(extra, Mapping) and any(k in extra for k in _STATE_KEYS):
+    if any(k in extra for k in _STATE_KEYS):
         effective = {**params, **{k: extra[k] for k in _STATE_KEYS if k in extra}}
         if "text" in extra:  # the JSON body's text replaces the one parse() derives
             effective = {k: v for k, v in effective.items() if k != TEXT_FORMAT}
@@ -74,17 +76,16 @@ def read_request(params: Mapping[str, Any], base_url: str | None = None) -> Requ
     if _given(tools) and not isinstance(tools, (list, tuple, Mapping, str)) and isinstance(tools, Iterable):
         tools = list(tools)  # read once here, so the SDK sends the same list
         body = {**body, "tools": tools}
-        if not (isinstance(extra, Mapping) and "tools" in extra):
+        if "tools" not in extra:
             effective = {**effective, "tools": tools}
     previous = effective.get("previous_response_id")
-    overridden = isinstance(extra, Mapping) and ("input" in extra or "previous_response_id" in extra)
     return Request(
         body=body,
         items=items,
         previous_response_id=previous if isinstance(previous, str) and previous else None,
         conversation=_given(effective.get("conversation")),
         store=effective.get("store") is not False,
-        overridden=overridden,
+        overridden="input" in extra or "previous_response_id" in extra,
         properties=properties_digest(effective, base_url),
     )
 

@@ -212,8 +212,8 @@ class Tracker:
                 response = yield functools.partial(send, effect.body, effect.ticket)
             finally:
                 sent_streams.reset(token)
-            stream = built[0] if built else None
-            if effect.anchor_id is not None and stream is not None:
+            if effect.anchor_id is not None and built:
+                stream = built[0]
                 refusal = yield stream._peek
                 if refusal is not None:
                     if classify(refusal, effect.anchor_id) is not None:
