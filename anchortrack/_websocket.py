@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 import attrs
+import openai
 from openai import BaseModel
 from openai._utils import maybe_transform
 from openai.resources.responses.responses import (
@@ -29,6 +30,7 @@ from openai.resources.responses.responses import (
     ResponsesConnectionManager,
 )
 from openai.types.responses import ResponsesClientEventParam
+from pydantic import PrivateAttr
 
 from ._flow import (
     FLUSH,
@@ -55,11 +57,8 @@ from ._stats import WEBSOCKET
 from ._tracker import Tracker
 
 
-try:  # openai 3.x: ``send`` serializes, then hands the text to the base class's queue-aware ``send_raw``
-    from openai._websocket_connection import AsyncWebSocketConnectionBase, WebSocketConnectionBase
-except ImportError:  # openai 2.x: ``send`` queues while reconnecting, and queues a frame whose send failed
-    WebSocketConnectionBase = AsyncWebSocketConnectionBase = None  # type: ignore[assignment,misc]
-_OPENAI_2 = WebSocketConnectionBase is None
+#: openai 2.x serializes a client event without its default values; 3.x with them.
+_OPENAI_2 = openai.__version__.startswith("2.")
 #: What an unplanned outgoing text must contain to be worth parsing.
 _CREATE_MARK = f'"{CREATE}"'
 
@@ -102,6 +101,19 @@ class _Framed(str):
     """A create's text planned by ``conn.send``, carrying its pending create until a transport takes it."""
 
     pending: Pending
+
+
+class _Planned(BaseModel):
+    """A `_Framed` text as a client event: the SDK's own ``send`` sends what its ``to_json`` returns."""
+
+    _text: str = PrivateAttr()
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self._text = text
+
+    def to_json(self, *args: Any, **kwargs: Any) -> str:
+        return self._text
 
 
 def _serialized(body: Mapping[str, Any]) -> str:
@@ -347,19 +359,7 @@ class TrackedResponsesConnection(ResponsesConnection):
 
     def send(self, event: Any) -> None:
         text = drive(self._anchortrack.framing(event), self._anchortrack.tracker.perform)
-        # As given, or what the SDK's own send does with its text, in either major version.
-        if text is None:
-            super().send(event)
-        elif WebSocketConnectionBase is not None:
-            WebSocketConnectionBase.send_raw(self, text)
-        elif self._is_reconnecting:
-            self._send_queue.enqueue(text)
-        else:
-            try:
-                self._connection.send(text)
-            except Exception:
-                self._send_queue.enqueue(text)
-                raise
+        super().send(event if text is None else _Planned(text))  # type: ignore[arg-type]
 
     def recv_bytes(self) -> bytes:
         while True:
@@ -378,19 +378,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
 
     async def send(self, event: Any) -> None:
         text = await adrive(self._anchortrack.framing(event), self._anchortrack.tracker.aperform)
-        # As given, or what the SDK's own send does with its text, in either major version.
-        if text is None:
-            await super().send(event)
-        elif AsyncWebSocketConnectionBase is not None:
-            await AsyncWebSocketConnectionBase.send_raw(self, text)
-        elif self._is_reconnecting:
-            self._send_queue.enqueue(text)
-        else:
-            try:
-                await self._connection.send(text)
-            except Exception:
-                self._send_queue.enqueue(text)
-                raise
+        await super().send(event if text is None else _Planned(text))  # type: ignore[arg-type]
 
     async def recv_bytes(self) -> bytes:
         while True:
