@@ -122,10 +122,8 @@ def _serialized(body: Mapping[str, Any]) -> str:
 
 
 class _Socket:
-    """
-    One tracked connection: its book, its calls (HTTP's call flow, split where a send returns nothing),
-    and what its transports share. A fault inside anchortrack sends the event, or lets the frame in, as given.
-    """
+    """One tracked connection: its book, its calls (HTTP's call flow, split where a send returns nothing),
+    and its send locks. A fault inside anchortrack sends the event, or lets the frame in, as given."""
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
         self.tracker = tracker
