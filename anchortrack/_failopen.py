@@ -300,10 +300,10 @@ class FailOpen:
             if (yield Put(scope, anchor, ends)) is UNAVAILABLE:  # it waits in the backlog
                 queued, overflowed = backlog.add(scope, anchor, self._clock())
                 self._count(queued=int(queued), overflow=overflowed, expired=int(not queued))
-                continue
-            self.stats.add("recorded")
-            if backlog.keep_written:
-                backlog.add(scope, anchor, self._clock(), written=True)
+            else:
+                self.stats.add("recorded")
+                if backlog.keep_written:
+                    backlog.add(scope, anchor, self._clock(), written=True)
         if not len(backlog) or not self.healthy:
             return
         batch, expired = backlog.take(_FLUSH_BATCH, self._clock())

@@ -134,13 +134,12 @@ class _Socket:
 
     def framing(self, event: object) -> Generator[Any, Any, str | None]:
         """The text ``conn.send`` sends for a client event, planned and marked (None: as given)."""
-        fields: Mapping[str, Any] | None = None
-        if isinstance(event, BaseModel):
-            if getattr(event, "type", None) == CREATE:
-                fields = event.to_dict(mode="json", exclude_unset=True)
+        fields: Mapping[str, Any]
+        if isinstance(event, BaseModel) and getattr(event, "type", None) == CREATE:
+            fields = event.to_dict(mode="json", exclude_unset=True)
         elif isinstance(event, Mapping) and event.get("type") == CREATE:
             fields = event
-        if fields is None:
+        else:
             return None
         plan = yield from self.planning(fields)
         try:
