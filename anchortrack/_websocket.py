@@ -292,10 +292,9 @@ class _Socket:
         """The socket closed: report what it took with it."""
         self._dropped(*self.book.reset())
 
-    def attach(self, transport: _Transport) -> _Transport:
-        """A new socket (wrapped in *transport*) is in use."""
+    def attach(self) -> None:
+        """A new socket is in use."""
         self._dropped(*self.book.attach())
-        return transport
 
     def _dropped(self, in_flight: list[Pending], local_anchors: int) -> None:
         for pending in in_flight:
@@ -311,11 +310,12 @@ class _Socket:
 
 
 class _Transport:
-    """A socket's websockets connection: every frame goes out through it, and it plans unplanned creates."""
+    """A new socket's connection (attached when made): it sends every frame, planning unplanned creates."""
 
     def __init__(self, ws: Any, socket: _Socket) -> None:
         self._ws = ws
         self._socket = socket
+        socket.attach()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ws, name)
@@ -407,9 +407,7 @@ class TrackedResponsesConnectionManager(ResponsesConnectionManager):
             self._anchortrack.close()
 
     def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        return self._anchortrack.attach(
-            _Transport(super()._connect_ws(extra_query, extra_headers), self._anchortrack)
-        )
+        return _Transport(super()._connect_ws(extra_query, extra_headers), self._anchortrack)
 
 
 class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
@@ -432,6 +430,4 @@ class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
             self._anchortrack.close()
 
     async def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        return self._anchortrack.attach(
-            _AsyncTransport(await super()._connect_ws(extra_query, extra_headers), self._anchortrack)
-        )
+        return _AsyncTransport(await super()._connect_ws(extra_query, extra_headers), self._anchortrack)
