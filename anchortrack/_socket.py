@@ -264,8 +264,7 @@ class SocketBook:
             # The server keeps this response as the lane's latest; ours is no longer it.
             self._local.pop(lane, None)
         else:
-            parent = response.get("previous_response_id")
-            self._evict_referenced(lane, parent if isinstance(parent, str) else None)
+            self._evict_referenced(lane, response.get("previous_response_id"))
         if head is None:
             return None
         if head.plan.ticket is None:
