@@ -78,11 +78,8 @@ def _kind(operation: str) -> str:
 
 
 class FailOpen:
-    """
-    The store as a tracker uses it: every call with a deadline (*timeout*, also the one deadline of
-    all the writes after a response), a *cooldown* between probes, and a backlog. *clock* is Unix
-    time (anchor lifetimes); outages are measured on *monotonic*.
-    """
+    """The store as a tracker uses it: every call with a deadline (*timeout*, also the one deadline of all the
+    writes after a response), a *cooldown* between probes, a backlog; *monotonic* times outages."""
 
     def __init__(
         self,
@@ -303,10 +300,10 @@ class FailOpen:
             if (yield Put(scope, anchor, ends)) is UNAVAILABLE:  # it waits in the backlog
                 queued, overflowed = backlog.add(scope, anchor, self._clock())
                 self._count(queued=int(queued), overflow=overflowed, expired=int(not queued))
-                continue
-            self.stats.add("recorded")
-            if backlog.keep_written:
-                backlog.add(scope, anchor, self._clock(), written=True)
+            else:
+                self.stats.add("recorded")
+                if backlog.keep_written:
+                    backlog.add(scope, anchor, self._clock(), written=True)
         if not len(backlog) or not self.healthy:
             return
         batch, expired = backlog.take(_FLUSH_BATCH, self._clock())
@@ -345,21 +342,18 @@ class FailOpen:
 
 
 class Backlog:
-    """
-    This tracker's anchors the store has not taken yet (``len()``), oldest first, and with *keep_written*
-    its latest ones the store did take, for planning to read. Bounded: past *limit* the oldest written
-    one goes, and only when none is left the oldest waiting one (it is lost: ``overflow``); expired ones
-    are dropped when met. Thread-safe.
-    """
+    """This tracker's anchors the store has not taken yet (``len()``) and, with *keep_written*, its latest
+    ones it did take, for planning to read. Past *limit* the oldest written one goes, else the oldest
+    waiting one (lost: ``overflow``); expired ones are dropped when met. Thread-safe."""
 
     def __init__(self, limit: int = DEFAULT_BACKLOG_LIMIT, *, keep_written: bool = False) -> None:
         self.limit = limit
         self.keep_written = keep_written
         self._lock = ForkSafeLock()
-        self._held: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()  # by (scope, view), oldest first
-        self._ids: dict[tuple[str, str], bytes] = {}  # (scope, response id) -> view
-        self._waiting: OrderedDict[tuple[str, bytes], None] = OrderedDict()  # held, not written yet
-        self._kept: OrderedDict[tuple[str, bytes], None] = OrderedDict()  # held, written (keep_written)
+        # By (scope, view), oldest first: the anchors waiting to be written, and those written (keep_written).
+        self._waiting: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()
+        self._kept: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()
+        self._ids: dict[tuple[str, str], bytes] = {}  # (scope, response id) -> view, of both
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -367,7 +361,7 @@ class Backlog:
     @property
     def held(self) -> int:
         """How many anchors it holds, written or not."""
-        return len(self._held)
+        return len(self._waiting) + len(self._kept)
 
     def add(self, scope: str, anchor: Anchor, now: float, *, written: bool = False) -> tuple[bool, int]:
         """Hold *anchor* (waiting to be written, unless *written*), replacing what its view or id held;
@@ -378,34 +372,33 @@ class Backlog:
             self._drop(key)
             if not anchor.is_live(now) or self.limit <= 0:
                 return False, 0
-            self._held[key] = anchor
+            (self._kept if written else self._waiting)[key] = anchor
             self._ids[scope, anchor.response_id] = anchor.view
-            (self._kept if written else self._waiting)[key] = None
             overflowed = 0
-            while len(self._held) > self.limit:
+            while self.held > self.limit:
                 pool = self._kept or self._waiting  # a written anchor never pushes out an unwritten one
                 overflowed += pool is self._waiting
                 self._drop(next(iter(pool)))
-            return key in self._held, overflowed
+            return self._at(key) is not None, overflowed
 
     def find(self, scope: str, views: Sequence[bytes], now: float) -> dict[bytes, Anchor]:
         """The live anchors of *scope* it holds for any of *views*."""
         with self._lock:
-            found = {view: self._held.get((scope, view)) for view in views}
+            found = {view: self._at((scope, view)) for view in views}
         return {view: anchor for view, anchor in found.items() if anchor is not None and anchor.is_live(now)}
 
     def get(self, scope: str, response_id: str, now: float) -> Anchor | None:
         """The live anchor of *scope* it holds for *response_id*, if any."""
         with self._lock:
             view = self._ids.get((scope, response_id))
-            anchor = self._held.get((scope, view)) if view is not None else None
+            anchor = self._at((scope, view)) if view is not None else None
         return anchor if anchor is not None and anchor.is_live(now) else None
 
     def evict(self, scope: str, response_id: str) -> None:
         """Forget *response_id* and every anchor chained from it."""
         with self._lock:
             children: dict[str, list[str]] = {}
-            for (entry_scope, _), anchor in self._held.items():
+            for (entry_scope, _), anchor in [*self._waiting.items(), *self._kept.items()]:
                 if entry_scope == scope and anchor.parent is not None:
                     children.setdefault(anchor.parent, []).append(anchor.response_id)
             todo = [response_id]
@@ -421,25 +414,25 @@ class Backlog:
         expired = 0
         with self._lock:
             while self._waiting and len(taken) < n:
-                key, _ = self._waiting.popitem(last=False)
-                anchor = self._held[key]
+                key, anchor = self._waiting.popitem(last=False)
                 if not anchor.is_live(now):
-                    self._drop(key)
+                    self._ids.pop((key[0], anchor.response_id), None)
                     expired += 1
                     continue
                 taken.append((key[0], anchor))
                 if self.keep_written:
-                    self._kept[key] = None  # held as written; `add` makes it wait again if it was not
+                    self._kept[key] = anchor  # held as written; `add` makes it wait again if it was not
                 else:
-                    self._drop(key)
+                    self._ids.pop((key[0], anchor.response_id), None)
         return taken, expired
 
+    def _at(self, key: tuple[str, bytes]) -> Anchor | None:
+        return self._waiting.get(key) or self._kept.get(key)
+
     def _drop(self, key: tuple[str, bytes]) -> None:
-        anchor = self._held.pop(key, None)
+        anchor = self._waiting.pop(key, None) or self._kept.pop(key, None)
         if anchor is not None:
             self._ids.pop((key[0], anchor.response_id), None)
-            self._waiting.pop(key, None)
-            self._kept.pop(key, None)
 
     def _forget(self, scope: str, response_id: str) -> None:
         view = self._ids.get((scope, response_id))
@@ -448,11 +441,8 @@ class Backlog:
 
 
 class _Workers:
-    """
-    Daemon threads (never keeping the interpreter alive, even while a store call hangs) that run a sync
-    store's calls, so a caller waits at most its deadline: one starts whenever none is idle (up to
-    *most*), and exits after *idle_seconds* without work.
-    """
+    """Up to *most* daemon threads (never keeping the interpreter alive while a store call hangs) running a
+    sync store's calls, so a caller waits at most its deadline; each exits after *idle_seconds* idle."""
 
     def __init__(self, most: int = 4, idle_seconds: float = 10.0) -> None:
         self.most = most

@@ -48,11 +48,8 @@ def lane_of(fields: Mapping[str, Any]) -> Lane:
 
 @attrs.frozen
 class SocketPlan:
-    """
-    What to send for one ``response.create`` (*body*, the caller's own when nothing changes), how to record
-    its response (*ticket*), and the call's *request* and *state*: to resend it in full if it chains from
-    *anchor* (*local*: the socket's) and is refused, and to publish its outcome once its answer is known.
-    """
+    """What to send for one ``response.create`` (*body*) and how to record its response (*ticket*); the call's
+    *request* and *state* resend it in full if *anchor* (*local*: the socket's) is refused, and publish it."""
 
     body: Mapping[str, Any]
     ticket: Ticket | None = None
@@ -116,10 +113,8 @@ class ResponseView:
 
 @attrs.frozen
 class Verdict:
-    """
-    The creates a received frame ended: with a *response* (and its *output*), record it for the only
-    one; with a *refusal* of a create anchortrack chained, recover it. Otherwise publish their outcomes.
-    """
+    """The creates a received frame ended: with a *response* (and its *output*), record it for the only
+    one; with a *refusal* of a create anchortrack chained, recover it. Otherwise publish their outcomes."""
 
     ended: tuple[Pending, ...]
     response: ResponseView | None = None
@@ -128,10 +123,8 @@ class Verdict:
 
 
 class SocketBook:
-    """
-    The lanes and local anchors of one tracked connection, across reconnects: `reset` or `attach`
-    drops what a closed socket took with it. Thread-safe.
-    """
+    """The lanes and local anchors of one tracked connection, across reconnects: `reset` or `attach`
+    drops what a closed socket took with it. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = ForkSafeLock()
@@ -271,8 +264,7 @@ class SocketBook:
             # The server keeps this response as the lane's latest; ours is no longer it.
             self._local.pop(lane, None)
         else:
-            parent = response.get("previous_response_id")
-            self._evict_referenced(lane, parent if isinstance(parent, str) else None)
+            self._evict_referenced(lane, response.get("previous_response_id"))
         if head is None:
             return None
         if head.plan.ticket is None:

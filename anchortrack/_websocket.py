@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 import attrs
+import openai
 from openai import BaseModel
 from openai._utils import maybe_transform
 from openai.resources.responses.responses import (
@@ -29,6 +30,7 @@ from openai.resources.responses.responses import (
     ResponsesConnectionManager,
 )
 from openai.types.responses import ResponsesClientEventParam
+from pydantic import PrivateAttr
 
 from ._flow import (
     FLUSH,
@@ -55,11 +57,8 @@ from ._stats import WEBSOCKET
 from ._tracker import Tracker
 
 
-try:  # openai 3.x: ``send`` serializes, then hands the text to the base class's queue-aware ``send_raw``
-    from openai._websocket_connection import AsyncWebSocketConnectionBase, WebSocketConnectionBase
-except ImportError:  # openai 2.x: ``send`` queues while reconnecting, and queues a frame whose send failed
-    WebSocketConnectionBase = AsyncWebSocketConnectionBase = None  # type: ignore[assignment,misc]
-_OPENAI_2 = WebSocketConnectionBase is None
+#: openai 2.x serializes a client event without its default values; 3.x with them.
+_OPENAI_2 = openai.__version__.startswith("2.")
 #: What an unplanned outgoing text must contain to be worth parsing.
 _CREATE_MARK = f'"{CREATE}"'
 
@@ -104,16 +103,27 @@ class _Framed(str):
     pending: Pending
 
 
+class _Planned(BaseModel):
+    """A `_Framed` text as a client event: the SDK's own ``send`` sends what its ``to_json`` returns."""
+
+    _text: str = PrivateAttr()
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self._text = text
+
+    def to_json(self, *args: Any, **kwargs: Any) -> str:
+        return self._text
+
+
 def _serialized(body: Mapping[str, Any]) -> str:
     """The text the SDK would send for the client event *body*."""
     return json.dumps(maybe_transform(dict(body), ResponsesClientEventParam))
 
 
 class _Socket:
-    """
-    One tracked connection: its book, its calls (HTTP's call flow, split where a send returns nothing),
-    and what its transports share. A fault inside anchortrack sends the event, or lets the frame in, as given.
-    """
+    """One tracked connection: its book, its calls (HTTP's call flow, split where a send returns nothing),
+    and its send locks. A fault inside anchortrack sends the event, or lets the frame in, as given."""
 
     def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
         self.tracker = tracker
@@ -124,13 +134,12 @@ class _Socket:
 
     def framing(self, event: object) -> Generator[Any, Any, str | None]:
         """The text ``conn.send`` sends for a client event, planned and marked (None: as given)."""
-        fields: Mapping[str, Any] | None = None
-        if isinstance(event, BaseModel):
-            if getattr(event, "type", None) == CREATE:
-                fields = event.to_dict(mode="json", exclude_unset=True)
+        fields: Mapping[str, Any]
+        if isinstance(event, BaseModel) and getattr(event, "type", None) == CREATE:
+            fields = event.to_dict(mode="json", exclude_unset=True)
         elif isinstance(event, Mapping) and event.get("type") == CREATE:
             fields = event
-        if fields is None:
+        else:
             return None
         plan = yield from self.planning(fields)
         try:
@@ -283,10 +292,9 @@ class _Socket:
         """The socket closed: report what it took with it."""
         self._dropped(*self.book.reset())
 
-    def attach(self, transport: _Transport) -> _Transport:
-        """A new socket (wrapped in *transport*) is in use."""
+    def attach(self) -> None:
+        """A new socket is in use."""
         self._dropped(*self.book.attach())
-        return transport
 
     def _dropped(self, in_flight: list[Pending], local_anchors: int) -> None:
         for pending in in_flight:
@@ -302,11 +310,12 @@ class _Socket:
 
 
 class _Transport:
-    """A socket's websockets connection: every frame goes out through it, and it plans unplanned creates."""
+    """A new socket's connection (attached when made): it sends every frame, planning unplanned creates."""
 
     def __init__(self, ws: Any, socket: _Socket) -> None:
         self._ws = ws
         self._socket = socket
+        socket.attach()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ws, name)
@@ -347,19 +356,7 @@ class TrackedResponsesConnection(ResponsesConnection):
 
     def send(self, event: Any) -> None:
         text = drive(self._anchortrack.framing(event), self._anchortrack.tracker.perform)
-        # As given, or what the SDK's own send does with its text, in either major version.
-        if text is None:
-            super().send(event)
-        elif WebSocketConnectionBase is not None:
-            WebSocketConnectionBase.send_raw(self, text)
-        elif self._is_reconnecting:
-            self._send_queue.enqueue(text)
-        else:
-            try:
-                self._connection.send(text)
-            except Exception:
-                self._send_queue.enqueue(text)
-                raise
+        super().send(event if text is None else _Planned(text))  # type: ignore[arg-type]
 
     def recv_bytes(self) -> bytes:
         while True:
@@ -378,19 +375,7 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
 
     async def send(self, event: Any) -> None:
         text = await adrive(self._anchortrack.framing(event), self._anchortrack.tracker.aperform)
-        # As given, or what the SDK's own send does with its text, in either major version.
-        if text is None:
-            await super().send(event)
-        elif AsyncWebSocketConnectionBase is not None:
-            await AsyncWebSocketConnectionBase.send_raw(self, text)
-        elif self._is_reconnecting:
-            self._send_queue.enqueue(text)
-        else:
-            try:
-                await self._connection.send(text)
-            except Exception:
-                self._send_queue.enqueue(text)
-                raise
+        await super().send(event if text is None else _Planned(text))  # type: ignore[arg-type]
 
     async def recv_bytes(self) -> bytes:
         while True:
@@ -422,9 +407,7 @@ class TrackedResponsesConnectionManager(ResponsesConnectionManager):
             self._anchortrack.close()
 
     def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        return self._anchortrack.attach(
-            _Transport(super()._connect_ws(extra_query, extra_headers), self._anchortrack)
-        )
+        return _Transport(super()._connect_ws(extra_query, extra_headers), self._anchortrack)
 
 
 class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
@@ -447,6 +430,4 @@ class AsyncTrackedResponsesConnectionManager(AsyncResponsesConnectionManager):
             self._anchortrack.close()
 
     async def _connect_ws(self, extra_query: Any, extra_headers: Any) -> Any:
-        return self._anchortrack.attach(
-            _AsyncTransport(await super()._connect_ws(extra_query, extra_headers), self._anchortrack)
-        )
+        return _AsyncTransport(await super()._connect_ws(extra_query, extra_headers), self._anchortrack)
