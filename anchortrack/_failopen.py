@@ -312,10 +312,11 @@ class FailOpen:
             if (yield Put(scope, anchor, ends)) is UNAVAILABLE:
                 break
             done += 1
-        now = self._clock()
-        for scope, anchor in batch[done:]:
-            backlog.add(scope, anchor, now)
-        self._count(written=done, expired=expired)
+        now, overflow = self._clock(), 0
+        for scope, anchor in batch[done:]:  # back to wait: what that pushes out, or what expired, is lost
+            queued, overflowed = backlog.add(scope, anchor, now)
+            overflow, expired = overflow + overflowed, expired + int(not queued)
+        self._count(written=done, overflow=overflow, expired=expired)
         if not len(backlog):
             with self._lock:
                 (written, lost), self._cycle = self._cycle, [0, 0]

@@ -295,6 +295,27 @@ def test_written_anchors_are_held_for_planning_but_do_not_wait() -> None:
     assert (True, 1) == backlog.add("s", _anchor("d"), now=100.0)  # b, unwritten, is lost
 
 
+def test_a_batch_the_store_refused_goes_back_and_what_it_pushes_out_is_counted() -> None:
+    """A flush's batch goes back to wait when the store fails; anchors it pushes out are counted as lost."""
+    stats = Stats()
+    store = guard(stats, clock=lambda: 100.0)
+    store.backlog.limit = 2
+    store.backlog.add("s", _anchor("a"), now=100.0)
+    store.backlog.add("s", _anchor("b"), now=100.0)
+    writes = store._writes()
+    assert "resp_a" == next(writes).anchor.response_id  # the batch (a, b) left the backlog
+    store.backlog.add("s", _anchor("c"), now=100.0)  # meanwhile, other writes failed and wait
+    store.backlog.add("s", _anchor("d"), now=100.0)
+
+    with pytest.raises(StopIteration):
+        writes.send(UNAVAILABLE)
+
+    assert ["resp_a", "resp_b"] == [anchor.response_id for _, anchor in store.backlog.take(9, now=100.0)[0]]
+    snapshot = stats.snapshot()
+    assert {"overflow": 2, "expired": 0} == snapshot["backlog"]["dropped"]
+    assert {"store_unavailable": 2} == snapshot["not_recorded"]
+
+
 def test_a_written_anchor_never_pushes_out_one_that_waits() -> None:
     """At the limit the oldest written anchor makes room, even for another written one; waiting ones stay."""
     backlog = Backlog(limit=2, keep_written=True)
