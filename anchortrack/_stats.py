@@ -14,10 +14,18 @@ from ._fork import ForkSafeLock
 from ._outcome import Decision, Outcome, stateless_share
 
 
-#: Upper bounds of the plan-duration histogram, in seconds.
-PLAN_SECONDS_BUCKETS: tuple[float, ...] = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1)
-#: Upper bounds of the delta-size histogram, in items.
-DELTA_ITEMS_BUCKETS: tuple[float, ...] = (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000)
+#: The histograms (`Stats` attributes; Prometheus ``anchortrack_<name>``): their upper bounds, and what one
+#: observation is. Adding one is a row here and its line in `Stats.observe` (and docs/operations.md).
+HISTOGRAMS: dict[str, tuple[tuple[float, ...], str]] = {
+    "plan_seconds": (
+        (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1),
+        "Time to plan one request (fingerprint, look up, choose).",
+    ),
+    "delta_items": (
+        (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000),
+        "Items sent by chained requests the server accepted.",
+    ),
+}
 
 #: Transports a request is counted under.
 HTTP, WEBSOCKET = "http", "websocket"
@@ -58,47 +66,18 @@ class Stats:
     What a tracker did, since it was created: every call through the tracked client is counted
     once in ``requests`` from its `Outcome` (`observe`); ``print(stats)`` shows the headline.
 
-    Counters:
-        requests: by ``(mode, decision, reason, transport)``. The decision is ``chained``
-            (``previous_response_id`` plus the delta, accepted by the server), ``resent`` (sent
-            chained, the server refused it, resent in full; the reason is ``stale_anchor``,
-            ``duplicate_item`` or ``zdr``), ``stateless`` (the full history: no anchor could be proved) or
-            ``passthrough`` (the request exactly as built: mode ``off``, caller-managed state, or a
-            fault inside anchortrack).
-            A chained call is counted when its answer (or error) arrives, so a refusal is never
-            counted as chained. In ``shadow`` mode the decision is what *would* have been sent
-            (never ``resent``); the request itself went out in full. The transport is ``http``,
-            or ``websocket`` for a ``response.create`` sent over ``client.responses.connect()``.
-        resends: the ``resent`` requests by reason (``stale_anchor``, ``duplicate_item``, ``zdr``).
-        fallbacks: the same counts as ``resends`` (its older name).
-        stateless: the ``stateless`` requests by reason (``no_history``, ``prefix_diverged``,
-            …): the history went out in full without a refusal. The guide's "fallbacks" are
-            these and the resends.
-        recorded: anchors written to the store.
-        recorded_local: connection-local anchors: responses a WebSocket keeps in memory
-            (``store: false``, or zero data retention), chained from on that socket only and
-            never written to the store.
-        not_recorded: responses that did not become anchors, by reason (``store_unavailable``:
-            the store failed, or was skipped during an outage, when the anchor was written).
-        store_errors: failed store operations, by operation.
-        anchors_rejected: anchors the store returned whose MAC did not verify (with a secret
-            key), treated as absent.
-        store_stalls: store operations that failed while the caller's own event loop was
-            blocked, and were tried again, by operation.
-        backlog: anchor writes the store did not take in time: ``queued`` (waited in the
-            backlog), ``written`` (later written from it), ``dropped`` by reason (``overflow``,
-            ``expired``), and ``size`` (waiting now).
-        items_sent / items_total: items sent (resends included) vs items in the caller's
-            histories (tracked requests only; mode ``off`` reads nothing).
-        items_planned: items the plans send (as items_sent, except in shadow mode, where it is
-            what chaining would have sent, and after resends).
-        bytes_sent / bytes_stateless: estimated input bytes sent (resends included) vs what
-            stateless requests would have sent.
-        bytes_planned: estimated input bytes of the planned requests (what chaining sends or,
-            in shadow mode, would have sent).
-        delta_items: a histogram of the items sent by chained requests the server accepted
-            (mode ``chained`` only).
+    ``requests`` counts by ``(mode, decision, reason, transport)``. The decision is ``chained``
+    (``previous_response_id`` plus the delta, accepted by the server), ``resent`` (sent chained,
+    refused, resent in full), ``stateless`` (the full history: no anchor could be proved) or
+    ``passthrough`` (the request exactly as built: mode ``off``, caller-managed state, or a fault
+    inside anchortrack); in ``shadow`` mode, what *would* have been sent. The other counters
+    (``resends``, ``recorded``, ``store_errors``, ``backlog_*``, the items and bytes, …) and the
+    histograms (`HISTOGRAMS`) are attributes of the same names, each described where
+    ``snapshot()`` is: docs/operations.md, "Counters in process".
     """
+
+    plan_seconds: Histogram
+    delta_items: Histogram
 
     def __init__(self) -> None:
         self._lock = ForkSafeLock()
@@ -121,8 +100,8 @@ class Stats:
         self.bytes_sent = 0
         self.bytes_stateless = 0
         self.bytes_planned = 0
-        self.plan_seconds = Histogram(PLAN_SECONDS_BUCKETS)
-        self.delta_items = Histogram(DELTA_ITEMS_BUCKETS)
+        for name, (bounds, _) in HISTOGRAMS.items():
+            setattr(self, name, Histogram(bounds))
 
     @property
     def fallbacks(self) -> Counter[str]:
@@ -230,8 +209,7 @@ class Stats:
                 "bytes_planned": self.bytes_planned,
                 "bytes_saved": self.bytes_stateless - self.bytes_sent,
                 "bytes_would_save": self.bytes_stateless - self.bytes_planned,
-                "plan_seconds": self.plan_seconds.snapshot(),
-                "delta_items": self.delta_items.snapshot(),
+                **{name: getattr(self, name).snapshot() for name in HISTOGRAMS},
             }
 
     def count(

@@ -43,7 +43,7 @@ except ModuleNotFoundError as _error:  # pragma: no cover - exercised in a subpr
 
 from . import _client
 from ._fork import ForkSafeLock
-from ._stats import merge_snapshots
+from ._stats import HISTOGRAMS, merge_snapshots
 from ._tracker import Tracker
 
 
@@ -142,13 +142,6 @@ _SERIES: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str | N
 )
 # fmt: on
 
-#: The histograms, after the series: name, key in the snapshot, and help.
-_HISTOGRAMS = (
-    ("anchortrack_plan_seconds", "plan_seconds", "Time to plan one request (fingerprint, look up, choose)."),
-    ("anchortrack_delta_items", "delta_items", "Items sent by chained requests the server accepted."),
-)
-
-
 def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
     requests = CounterMetricFamily(
@@ -172,6 +165,7 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
         for label_value, value in flat[key].items():
             series.add_metric([label_value], value)
         yield series
-    for name, key, documentation in _HISTOGRAMS:
+    for key, (_, documentation) in HISTOGRAMS.items():  # after the series
         buckets = [(b if b == "+Inf" else repr(float(b)), n) for b, n in snap[key]["buckets"].items()]
+        name = f"anchortrack_{key}"
         yield HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=snap[key]["sum"])

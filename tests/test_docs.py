@@ -292,3 +292,25 @@ def test_the_readme_quotes_what_the_25_turn_demo_sends(tmp_path: Path) -> None:
     quoted = float(re.findall(r"`anchortrack demo --turns 25` about ([\d.]+)%", text)[0])
 
     assert round(100 * sent / stateless) == quoted
+
+
+def _first_column(text: str, heading: str) -> set[str]:
+    """The backticked names in the first column of the first table under the line *heading* starts."""
+    table = text.split(heading, 1)[1].split("\n|", 1)[1].split("\n\n", 1)[0]
+    cells = [line.split("|")[1] for line in table.splitlines()[1:] if line.startswith("|")]
+    return {name for cell in cells for name in re.findall(r"`([\w.]+)`", cell)}
+
+
+def test_the_operations_page_lists_every_snapshot_key_and_metric() -> None:
+    """docs/operations.md has a row for each key of ``Stats.snapshot()`` and each Prometheus series."""
+    pytest.importorskip("prometheus_client")
+    from anchortrack import Stats
+    from anchortrack._stats import merge_snapshots
+    from anchortrack.metrics import _families
+
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    keys = set(Stats().snapshot()) - {"requests"}  # `requests` has its own table, by decision
+    assert _first_column(text, "The other keys of\n`snapshot()`") == keys
+    families = list(_families(merge_snapshots([])))
+    series = {f.name + ("_total" if f.type == "counter" else "") for f in families}
+    assert _first_column(text, "| metric | type | labels |") == series
