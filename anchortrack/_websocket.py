@@ -103,6 +103,21 @@ class _Framed(str):
     pending: Pending
 
 
+@contextlib.contextmanager
+def _kept_if_unsent(message: str) -> Iterator[None]:
+    """Around a transport's send of *message*: if it fails, a `_Framed` text keeps its pending create. openai
+    2.x queues a send that failed and sends the very string again after reconnecting: planned, it then goes
+    out in full if its anchor was the old socket's, instead of as a delta chained to an anchor now gone."""
+    framed = message if isinstance(message, _Framed) else None
+    pending = vars(framed).get("pending") if framed is not None else None
+    try:
+        yield
+    except BaseException:
+        if framed is not None and pending is not None:
+            framed.pending = pending
+        raise
+
+
 class _Planned(BaseModel):
     """A `_Framed` text as a client event: the SDK's own ``send`` sends what its ``to_json`` returns."""
 
@@ -322,9 +337,10 @@ class _Transport:
 
     def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(message, str):
-            frame = drive(self._socket.outgoing(message), self._socket.tracker.perform)
-            if frame is not None:
-                return self.emit(*frame, *args, **kwargs)
+            with _kept_if_unsent(message):
+                frame = drive(self._socket.outgoing(message), self._socket.tracker.perform)
+                if frame is not None:
+                    return self.emit(*frame, *args, **kwargs)
         return self._ws.send(message, *args, **kwargs)
 
     def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
@@ -338,9 +354,10 @@ class _AsyncTransport(_Transport):
 
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(message, str):
-            frame = await adrive(self._socket.outgoing(message), self._socket.tracker.aperform)
-            if frame is not None:
-                return await self.emit(*frame, *args, **kwargs)
+            with _kept_if_unsent(message):
+                frame = await adrive(self._socket.outgoing(message), self._socket.tracker.aperform)
+                if frame is not None:
+                    return await self.emit(*frame, *args, **kwargs)
         return await self._ws.send(message, *args, **kwargs)
 
     async def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:

@@ -2,14 +2,50 @@
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import json
 import time
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+from openai.resources.responses.responses import ResponsesResponseResource
+
 from anchortrack._canonical import canonical_item
 from anchortrack.server import ResponsesServer, http_client_classes
+
+
+# -- what the installed SDK's WebSocket mode offers (openai 2.x has ``connect()`` without these) --------
+
+_CREATE_PARAMS = inspect.signature(ResponsesResponseResource.create).parameters
+
+#: The SDK's sessions with routed lanes, for ``pytest.importorskip(SESSIONS, reason=NO_SESSIONS)``.
+SESSIONS = "openai.lib.responses_websocket"
+NO_SESSIONS = f"the SDK has no WebSocket sessions ({SESSIONS})"
+
+needs_lanes = pytest.mark.skipif(
+    "stream_id" not in _CREATE_PARAMS,
+    reason="the SDK's conn.response.create() has no stream_id (named lanes)",
+)
+needs_warm_up = pytest.mark.skipif(
+    "generate" not in _CREATE_PARAMS,
+    reason="the SDK's conn.response.create() has no generate (warm-up)",
+)
+#: openai 3's shared WebSocket connection layer connects to an http(s) ``websocket_base_url`` as ws(s) and
+#: reconnects after a 1001 (going away) close; openai 2.x, without it, hands the URL to ``websockets`` as
+#: given (which wants ws(s)) and ends iteration at a 1000 or 1001 close. (2.x also queues a send that failed
+#: on a closed socket and sends it again after reconnecting; 3.x raises and drops it.)
+_CONNECTION_LAYER = importlib.util.find_spec("openai._websocket_connection") is not None
+needs_http_websocket_base_url = pytest.mark.skipif(
+    not _CONNECTION_LAYER,
+    reason="the SDK does not map an http(s) websocket_base_url to ws(s) when connecting",
+)
+needs_reconnect_after_going_away = pytest.mark.skipif(
+    not _CONNECTION_LAYER,
+    reason="the SDK ends iteration at a 1001 (going away) close instead of reconnecting",
+)
 
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})

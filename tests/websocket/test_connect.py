@@ -16,6 +16,9 @@ from .helpers import (
     assert_server_saw,
     collect,
     function_calls,
+    needs_http_websocket_base_url,
+    needs_lanes,
+    needs_warm_up,
     output_items,
     user,
     wait_until,
@@ -43,9 +46,13 @@ def test_websocket_url_is_base_url_with_ws_scheme_plus_responses(
     assert str(client.responses.connect()._prepare_url()) == expected
 
 
-def test_websocket_base_url_alone_decides_where_the_socket_goes(ws_server: ResponsesServer) -> None:
+@pytest.mark.parametrize("scheme", ["ws", pytest.param("http", marks=needs_http_websocket_base_url)])
+def test_websocket_base_url_alone_decides_where_the_socket_goes(
+    ws_server: ResponsesServer, scheme: str
+) -> None:
+    websocket_base_url = scheme + ws_server.base_url.removeprefix("http")
     client = openai.OpenAI(
-        base_url="http://127.0.0.1:9/nowhere/v1", websocket_base_url=ws_server.base_url, api_key="k"
+        base_url="http://127.0.0.1:9/nowhere/v1", websocket_base_url=websocket_base_url, api_key="k"
     )
     with client.responses.connect() as conn:
         conn.response.create(model="scripted", input="hello", store=False)
@@ -144,6 +151,7 @@ def test_the_socket_sends_the_same_events_as_an_http_stream(
 # -- warm-up -------------------------------------------------------------------------
 
 
+@needs_warm_up
 @pytest.mark.parametrize("store", [False, True])
 def test_warm_up_returns_a_chainable_id_without_output(
     ws_client: openai.OpenAI, ws_server: ResponsesServer, store: bool
@@ -163,6 +171,8 @@ def test_warm_up_returns_a_chainable_id_without_output(
     assert_server_saw(ws_server, response.id, [system, user("go")])
 
 
+@needs_warm_up
+@needs_lanes
 async def test_async_warm_up_on_a_named_lane(
     ws_aclient: openai.AsyncOpenAI, ws_server: ResponsesServer
 ) -> None:
@@ -188,6 +198,7 @@ async def test_async_warm_up_on_a_named_lane(
 # -- hooks ---------------------------------------------------------------------------
 
 
+@needs_lanes
 def test_hooks_show_connections_cache_frames_and_resolved_context(
     ws_client: openai.OpenAI, ws_server: ResponsesServer, ws_hooks: Hooks
 ) -> None:

@@ -9,25 +9,22 @@ from typing import Any
 import openai
 import pytest
 import websockets
-from openai.lib import responses_websocket as sessions
 
 from anchortrack.server import ResponsesServer
 
 from .helpers import (
+    NO_SESSIONS,
+    SESSIONS,
     Hooks,
     acollect,
     assert_server_saw,
     collect,
+    needs_reconnect_after_going_away,
     not_found_frame,
     output_items,
     the_only_connection,
     user,
     wait_until,
-)
-
-
-LIMITS = sessions.ResponsesWebSocketLimits(
-    max_lanes=8, max_events_per_lane=512, max_events=2048, max_bytes_per_lane=1 << 24, max_bytes=1 << 25
 )
 
 
@@ -48,7 +45,7 @@ def _open_ids(hooks: Hooks) -> set[str]:
     return {conn["id"] for conn in hooks.connections()}
 
 
-@pytest.mark.parametrize("code", [1001, 1011, 1012])
+@pytest.mark.parametrize("code", [pytest.param(1001, marks=needs_reconnect_after_going_away), 1011, 1012])
 def test_a_drop_mid_response_reconnects_and_a_full_resend_recovers(
     ws_client: openai.OpenAI, ws_server: ResponsesServer, ws_hooks: Hooks, code: int
 ) -> None:
@@ -119,6 +116,7 @@ async def test_async_drop_mid_response_reconnects_and_a_full_resend_recovers(
     assert [e.close_code for e in reconnects.events] == [1012]
 
 
+@needs_reconnect_after_going_away
 def test_an_idle_drop_surfaces_at_the_next_send_and_iterating_reconnects(
     ws_client: openai.OpenAI, ws_server: ResponsesServer, ws_hooks: Hooks
 ) -> None:
@@ -190,11 +188,15 @@ def _send_when_recovered(lane: Any, event: dict[str, Any]) -> None:
 def test_a_session_reconnects_and_a_fresh_lane_resends_in_full(
     ws_client: openai.OpenAI, ws_server: ResponsesServer, ws_hooks: Hooks
 ) -> None:
+    sessions = pytest.importorskip(SESSIONS, reason=NO_SESSIONS)
+    limits = sessions.ResponsesWebSocketLimits(
+        max_lanes=8, max_events_per_lane=512, max_events=2048, max_bytes_per_lane=1 << 24, max_bytes=1 << 25
+    )
     reconnects = Reconnects()
     before = _open_ids(ws_hooks)
     with (
         ws_client.responses.connect(on_reconnecting=reconnects, initial_delay=0.01) as conn,
-        sessions.ResponsesWebSocketSession(conn, limits=LIMITS) as session,
+        sessions.ResponsesWebSocketSession(conn, limits=limits) as session,
     ):
         lane = session.lane("work")
         lane.send({"type": "response.create", "model": "scripted", "input": [user("one")], "store": False})

@@ -9,11 +9,13 @@ from typing import Any
 
 import openai
 import pytest
-from openai.lib import responses_websocket as sessions
 
 from anchortrack.server import ResponsesServer
 
-from .helpers import assert_server_saw, not_found_frame, output_items, user
+from .helpers import NO_SESSIONS, SESSIONS, assert_server_saw, not_found_frame, output_items, user
+
+
+sessions = pytest.importorskip(SESSIONS, reason=NO_SESSIONS)
 
 
 LIMITS = sessions.ResponsesWebSocketLimits(

@@ -14,6 +14,7 @@ from typing import Any
 
 import openai
 import pytest
+import websockets
 from openai.resources.responses.responses import (
     AsyncResponsesConnection,
     AsyncResponsesConnectionManager,
@@ -41,6 +42,7 @@ from .helpers import (
     output_items,
     the_only_connection,
     user,
+    wait_until,
 )
 
 
@@ -452,6 +454,40 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
     assert "previous_response_id" not in frames.events()[-1]
     stats = anchortrack.tracker(client).stats
     assert stats.count("resent", "websocket_reconnect_dropped", transport="websocket") == 1
+
+
+def test_a_planned_create_sent_again_after_its_send_failed_goes_out_in_full(
+    client: openai.OpenAI, ws_server: ResponsesServer, ws_hooks: Hooks, frames: Frames
+) -> None:
+    """openai 2.x queues a send that failed on a closed socket and sends the very string again after
+    reconnecting: chained to the old socket's anchor, it goes out in full (it used to go out refused)."""
+    reconnects = Reconnects()
+    before = sorted(c["id"] for c in ws_hooks.connections())
+    with client.responses.connect(on_reconnecting=reconnects, initial_delay=0.01) as conn:
+        first = _turn(conn, [user("one")], store=False)
+        history = [user("one"), *output_items(first), user("two")]
+        socket = conn._anchortrack  # type: ignore[attr-defined]
+        fields = {"type": "response.create", "model": "scripted", "input": history, "store": False}
+        text = drive(socket.framing(fields), socket.tracker.perform)
+        assert text.pending.plan.local
+        old = the_only_connection(ws_hooks, known=before)
+        ws_hooks.drop(old, code=1012)
+        wait_until(
+            lambda: old not in {c["id"] for c in ws_hooks.connections()}, "the client answered the close"
+        )
+        # The SDK's send hands the planned text to the transport; the closed socket refuses it.
+        with pytest.raises(websockets.exceptions.ConnectionClosed):
+            conn._connection.send(text)
+        # Iterating reconnects; the very string goes out again, as openai 2.x's queue sends it.
+        reconnects.action = lambda: conn.send_raw(text)
+        turn = collect(conn)
+    assert "error" not in turn.types
+    assert_server_saw(ws_server, turn.response.id, history)
+    assert [(e.get("previous_response_id"), len(e["input"])) for e in frames.events()] == [
+        (None, 1),
+        (None, 3),
+    ]
+    assert [e.close_code for e in reconnects.events] == [1012]
 
 
 def test_a_planned_frame_is_known_once_and_only_as_the_very_string(client: openai.OpenAI) -> None:

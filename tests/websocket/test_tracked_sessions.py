@@ -12,12 +12,24 @@ from typing import Any
 
 import openai
 import pytest
-from openai.lib import responses_websocket as sessions
 
 import anchortrack
 from anchortrack.server import ResponsesServer
 
-from .helpers import Frames, Hooks, assert_server_saw, output_items, the_only_connection, user, wait_until
+from .helpers import (
+    NO_SESSIONS,
+    SESSIONS,
+    Frames,
+    Hooks,
+    assert_server_saw,
+    output_items,
+    the_only_connection,
+    user,
+    wait_until,
+)
+
+
+sessions = pytest.importorskip(SESSIONS, reason=NO_SESSIONS)
 
 
 LIMITS = sessions.ResponsesWebSocketLimits(
