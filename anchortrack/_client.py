@@ -5,7 +5,8 @@ Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
 Two public seams of the SDK are used: ``client.responses`` (and ``client.beta.responses``) plans
 ``create`` / ``parse`` before the SDK serializes anything, and ``client.post`` attaches the recorder to
 the one ``POST /responses`` a planned call makes. Overrides carry the SDK's signatures and docstrings;
-an error the SDK raises is re-raised as it is, without anchortrack's frames in its traceback.
+an error the SDK raises is re-raised as it is, without anchortrack's frames in its traceback. The
+decision itself is `anchortrack._flow.call_flow` (docs/code.md).
 """
 
 from __future__ import annotations

@@ -209,6 +209,7 @@ def plan_history(
     authentic = ctx.authentic if ctx.mac_key is not None else None
     start = history.proven if ctx.local_store else 0
     if 1 < start < n:
+        # h(n-1) down to h(start), longest first (hashes[i - 1] is h(i), the view of items[:i])
         found = yield Find(ctx.scope_key, hashes[n - 2 : start - 2 : -1])
         if not isinstance(found, Unavailable):
             plan = choose(
@@ -261,17 +262,16 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
     plan = yield from plan_history(ctx, history, properties=request.properties)
     yield from _planned(ctx, plan, ctx.timer() - started, hashes)
     base = hashes[-1] if hashes else ctx.root
-    fields = (ctx.scope_key, base, n, hashes, None if request.store else Reason.STORE_FALSE)
-    ticket = Ticket(*fields, properties=request.properties)
+    skip = None if request.store else Reason.STORE_FALSE
+    ticket = Ticket(ctx.scope_key, base, n, hashes, skip, properties=request.properties)
     anchor = plan.anchor
     if ctx.mode is Mode.SHADOW or anchor is None:
         return (yield Send(request.body, ticket))
     try:
-        # Not attrs.evolve: this runs on every chained call.
-        chained = Ticket(*fields, anchor.expires_at, request.properties, anchor.response_id)
+        chained = attrs.evolve(ticket, expires_at=anchor.expires_at, parent=anchor.response_id)
         body = chained_body(request, plan.skip, anchor.response_id)
         return (yield Send(body, chained, anchor_id=anchor.response_id))
-    except Exception as error:  # noqa: BLE001 - refused_flow raises again what is not a refusal
+    except Exception as error:  # noqa: BLE001 - what the send raised, thrown in here by `drive` / `relay`
         return (yield from refused_flow(ctx, request, anchor, ticket, error))
 
 

@@ -242,8 +242,8 @@ def choose(
     rejected: list[str] = []
     changed = False
     if found:
-        for i in range(n - 1, max(shortest, 1) - 1, -1):
-            view = hashes[i - 1]
+        for i in range(n - 1, max(shortest, 1) - 1, -1):  # longest first
+            view = hashes[i - 1]  # h(i), the view of the history's first i items
             anchor = found.get(view)
             if anchor is None or not anchor.is_live(now):
                 continue

@@ -142,6 +142,7 @@ _SERIES: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str | N
 )
 # fmt: on
 
+
 def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
     requests = CounterMetricFamily(
