@@ -26,6 +26,7 @@ from openai.resources.beta import AsyncBeta, Beta
 from openai.resources.responses import AsyncResponses, Responses
 
 from . import _otel
+from ._failopen import DEFAULT_TIMEOUT, checked_seconds
 from ._flow import Ticket
 from ._fork import ForkSafeLock
 from ._mode import Mode, coerce
@@ -48,7 +49,7 @@ def wrap(
     mode: Mode | str | None = None,
     namespace: str | None = None,
     record_incomplete: bool = False,
-    store_timeout: float = 1.0,
+    store_timeout: float = DEFAULT_TIMEOUT,
     scope_by_api_key: bool = True,
 ) -> ClientT:
     """
@@ -88,7 +89,7 @@ def wrap(
         TypeError: *client* is not an openai client; *store* is neither a
             store nor a store spec; *namespace* is not a string;
             *store_timeout* is not a number.
-        ValueError: *mode* names no mode; *store_timeout* is not positive;
+        ValueError: *mode* names no mode; *store_timeout* is not a finite number above 0;
             *client* is already wrapped and other settings were asked for.
         ImportError: a ``redis://`` spec without the ``redis`` extra.
     """
@@ -101,13 +102,7 @@ def wrap(
         raise TypeError(
             f"anchortrack.wrap(namespace=...) takes a string or None, not {type(namespace).__name__}"
         )
-    if isinstance(store_timeout, bool) or not isinstance(store_timeout, (int, float)):
-        raise TypeError(
-            "anchortrack.wrap(store_timeout=...) takes seconds (a number), "
-            f"not {type(store_timeout).__name__}"
-        )
-    if not store_timeout > 0:
-        raise ValueError(f"anchortrack.wrap(store_timeout={store_timeout!r}): must be more than 0 seconds")
+    checked_seconds(store_timeout, "anchortrack.wrap", "store_timeout")
     existing = client.__dict__.get(TRACKER_ATTR)
     if isinstance(existing, Tracker):
         # Settings left at their defaults ask for nothing: the existing tracker's are kept.
@@ -116,7 +111,7 @@ def wrap(
             "mode": coerced_mode is not None and coerced_mode is not existing.mode,
             "namespace": namespace is not None and namespace != existing.namespace,
             "record_incomplete": record_incomplete and not existing.record_incomplete,
-            "store_timeout": store_timeout != 1.0 and store_timeout != existing.store_timeout,
+            "store_timeout": store_timeout != DEFAULT_TIMEOUT and store_timeout != existing.store_timeout,
             "scope_by_api_key": not scope_by_api_key and existing.scope_by_api_key,
         }
         differing = [name for name, differs in asked.items() if differs]

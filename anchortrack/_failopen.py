@@ -34,6 +34,9 @@ T = TypeVar("T")
 #: A sync store call for a worker thread, and where its answer goes.
 _Job = tuple[Callable[[], Any], Future[Any]]
 
+#: Seconds a store call may take (`FailOpen.timeout`) and between two probes of a store that is down
+#: (`FailOpen.cooldown`), by default.
+DEFAULT_TIMEOUT = DEFAULT_COOLDOWN = 1.0
 #: How many anchors the backlog holds by default.
 DEFAULT_BACKLOG_LIMIT = 10_000
 #: Most backlog entries one flush writes (the rest wait for the next call).
@@ -44,6 +47,18 @@ _MIN_STALL = 0.02
 #: How often the loop is sampled while an async call waits; lateness below `_NOISE` is scheduling noise.
 _TICK = 0.025
 _NOISE = 0.005
+
+
+def checked_seconds(value: object, caller: str, name: str, *, zero: bool = False) -> float:
+    """*value*, the seconds *caller* takes as *name*: a finite number above 0 (or 0, with *zero*)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{caller}({name}=...) takes seconds (a number), not {type(value).__name__}")
+    if not (value >= 0 if zero else value > 0):
+        least = "0 seconds or more" if zero else "more than 0 seconds"
+        raise ValueError(f"{caller}({name}={value!r}): must be {least}")
+    if not math.isfinite(value):
+        raise ValueError(f"{caller}({name}={value!r}): must be a finite number of seconds")
+    return float(value)
 
 
 class StoreTimeout(TimeoutError):
@@ -86,8 +101,8 @@ class FailOpen:
         store: Any,
         stats: Stats,
         *,
-        timeout: float = 1.0,
-        cooldown: float = 1.0,
+        timeout: float = DEFAULT_TIMEOUT,
+        cooldown: float = DEFAULT_COOLDOWN,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import _otel
-from ._failopen import FailOpen, is_store_effect
+from ._failopen import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, FailOpen, checked_seconds, is_store_effect
 from ._flow import (
     FLUSH,
     HINTS,
@@ -81,7 +81,9 @@ class Tracker:
         clock: Unix time source (tests).
 
     Raises:
-        TypeError: *store* is not a store or a store spec.
+        TypeError: *store* is not a store or a store spec; a time is not a number.
+        ValueError: *store_timeout* is not a finite number above 0, or *store_cooldown* of 0 or more
+            (also when set on a live tracker).
 
     Its methods other than `scope_for` and `subscribe` are an internal
     interface of the wrapped client, its streams and its WebSocket calls.
@@ -106,8 +108,8 @@ class Tracker:
         mode: Mode | str | None = None,
         namespace: str | None = None,
         record_incomplete: bool = False,
-        store_timeout: float = 1.0,
-        store_cooldown: float = 1.0,
+        store_timeout: float = DEFAULT_TIMEOUT,
+        store_cooldown: float = DEFAULT_COOLDOWN,
         scope_by_api_key: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -122,9 +124,9 @@ class Tracker:
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
-        self.failopen = FailOpen(
-            self.store, self.stats, timeout=store_timeout, cooldown=store_cooldown, clock=clock
-        )
+        timeout = checked_seconds(store_timeout, "Tracker", "store_timeout")
+        cooldown = checked_seconds(store_cooldown, "Tracker", "store_cooldown", zero=True)
+        self.failopen = FailOpen(self.store, self.stats, timeout=timeout, cooldown=cooldown, clock=clock)
         self.backlog = self.failopen.backlog
         #: Write the anchors recorded, then some of the backlog, within one deadline (``aflush``: async).
         self.flush = self.failopen.flush
@@ -286,7 +288,7 @@ class Tracker:
 
     @store_cooldown.setter
     def store_cooldown(self, seconds: float) -> None:
-        self.failopen.cooldown = seconds
+        self.failopen.cooldown = checked_seconds(seconds, "Tracker", "store_cooldown", zero=True)
 
     @property
     def store_timeout(self) -> float:
@@ -295,7 +297,7 @@ class Tracker:
 
     @store_timeout.setter
     def store_timeout(self, seconds: float) -> None:
-        self.failopen.timeout = seconds
+        self.failopen.timeout = checked_seconds(seconds, "Tracker", "store_timeout")
 
     def scope_for(self, client: Any) -> Scope:
         """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -150,6 +151,30 @@ def test_reprs_read_well() -> None:
     assert repr(tracker) == f"<Tracker mode=shadow store=DictStore namespace='team-a' {summary}>"
     assert repr(tracker.stats) == f"<Stats {summary}>"
     assert str(tracker.stats) == summary
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "error", "message"),
+    [
+        ("store_timeout", 0, ValueError, "Tracker(store_timeout=0): must be more than 0 seconds"),
+        ("store_timeout", float("inf"), ValueError, "Tracker(store_timeout=inf): must be a finite number"),
+        ("store_timeout", float("nan"), ValueError, "Tracker(store_timeout=nan): must be more than 0"),
+        ("store_timeout", "1", TypeError, "Tracker(store_timeout=...) takes seconds (a number), not str"),
+        ("store_cooldown", -1, ValueError, "Tracker(store_cooldown=-1): must be 0 seconds or more"),
+        ("store_cooldown", float("inf"), ValueError, "Tracker(store_cooldown=inf): must be a finite number"),
+        ("store_cooldown", True, TypeError, "Tracker(store_cooldown=...) takes seconds (a number), not bool"),
+    ],
+)
+def test_store_times_are_checked_at_construction_and_on_a_live_tracker(
+    setting: str, value: object, error: type[Exception], message: str
+) -> None:
+    """A time the store calls could not wait (inf overflows a thread's wait) is refused, never stored."""
+    with pytest.raises(error, match=re.escape(message)):
+        Tracker(DictStore(), **{setting: value})  # type: ignore[arg-type]
+    tracker = Tracker(DictStore())
+    with pytest.raises(error, match=re.escape(message)):
+        setattr(tracker, setting, value)
+    assert 1.0 == getattr(tracker, setting)
 
 
 def test_store_cooldown_is_a_knob() -> None:

@@ -92,6 +92,11 @@ def test_tracker_validates_its_store_too() -> None:
             "anchortrack.wrap(store_timeout=...) takes seconds (a number), not str",
         ),
         ({"store_timeout": 0}, ValueError, "anchortrack.wrap(store_timeout=0): must be more than 0 seconds"),
+        (
+            {"store_timeout": float("inf")},
+            ValueError,
+            "anchortrack.wrap(store_timeout=inf): must be a finite number of seconds",
+        ),
     ],
 )
 def test_other_arguments_are_checked(
