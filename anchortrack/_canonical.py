@@ -78,6 +78,16 @@ IGNORED_KEYS: dict[str, frozenset[str]] = {
     "configuration_update": _NOTHING,  # not proven bookkeeping (SDK only); text.format.schema verbatim
 }
 
+#: Item types that only the model produces (besides assistant messages): a history holding one has model
+#: output, so a history that cannot chain has diverged (`prefix_diverged`) rather than none (`no_history`).
+# fmt: off
+MODEL_ITEM_TYPES = frozenset((
+    "function_call", "custom_tool_call", "reasoning", "compaction", "file_search_call", "web_search_call",
+    "computer_call", "code_interpreter_call", "image_generation_call", "local_shell_call", "shell_call",
+    "apply_patch_call", "mcp_call", "mcp_list_tools", "mcp_approval_request", "tool_search_call",
+))
+# fmt: on
+
 #: Item type → paths to the free-form JSON values inside it ("*": every element of a list): values
 #: the API passes through verbatim (a tool's JSON schema, a tool search's arguments), where
 #: ``null`` is data, not "not given". Derived from the spec: the open ``type: object`` fields.

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ._canonical import CANONICAL_VERSION, canonical_item, dump_canonical
+from ._canonical import CANONICAL_VERSION, MODEL_ITEM_TYPES, canonical_item, dump_canonical
 from ._seal import fit_key
 
 
@@ -92,15 +92,6 @@ def prefix_hashes(root: bytes, fingerprints: Iterable[bytes]) -> list[bytes]:
         out.append(root)
     return out
 
-
-#: Item types that only the model produces (besides assistant messages).
-# fmt: off
-MODEL_ITEM_TYPES = frozenset((
-    "function_call", "custom_tool_call", "reasoning", "compaction", "file_search_call", "web_search_call",
-    "computer_call", "code_interpreter_call", "image_generation_call", "local_shell_call", "shell_call",
-    "apply_patch_call", "mcp_call", "mcp_list_tools", "mcp_approval_request", "tool_search_call",
-))
-# fmt: on
 
 #: (fingerprint, canonical size, is model output)
 Known = tuple[bytes, int, bool]

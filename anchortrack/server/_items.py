@@ -2,7 +2,8 @@
 What the server knows about each item type, in one table.
 
 Request validation, the context checks, the upstream bridge and the ids the
-server makes up all read `ITEM_TYPES`: adding an item type is one row here.
+server makes up all read `ITEM_TYPES`: adding an item type is one row here (and,
+for a call the bridge sends on, its form in `_translate.call_arguments`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ CALLS = {kind: spec for kind, spec in ITEM_TYPES.items() if spec.output is not N
 #: Output type → the call type it answers.
 OUTPUTS = {str(spec.output): kind for kind, spec in CALLS.items()}
 #: Tool type → the call type a call of that tool is.
-CALL_OF_TOOL = {str(spec.tool): kind for kind, spec in CALLS.items()}
+CALL_OF_TOOL = {spec.tool: kind for kind, spec in CALLS.items() if spec.tool is not None}
 
 
 def item_type(kind: object) -> ItemType:

@@ -177,7 +177,9 @@ def call_arguments(item: Item) -> tuple[str, str]:
     if kind in ("shell_call", "local_shell_call"):  # the action's fields the wrapper schema names
         tool = kind.removesuffix("_call")
         return tool, _json(_without_none(item.get("action"), list(WRAPPER_SCHEMAS[tool]["properties"])))
-    return "apply_patch", _json({"operation": item.get("operation")})
+    if kind == "apply_patch_call":
+        return "apply_patch", _json({"operation": item.get("operation")})
+    raise ValueError(f"the upstream bridge has no provider form for a {kind} item")
 
 
 def _tool_call(call: Item) -> Item:

@@ -169,3 +169,16 @@ def test_well_formed_context_passes() -> None:
     check_context([call("a", "fc_a"), call("b", "fc_b"), output("b"), output("a")])
     with pytest.raises(APIError, match="No tool output found"):
         check_context([call("a", "fc_a"), call("b", "fc_b"), output("b")])
+
+
+def test_the_servers_item_types_agree_with_the_librarys_rules() -> None:
+    """Every call the server pairs with an output is a type the client compares by rule (not as unknown,
+    id included) and knows the model makes: adding a type to one table and not the other fails here."""
+    from anchortrack._canonical import IGNORED_KEYS, MODEL_ITEM_TYPES
+    from anchortrack.server._items import CALLS, ITEM_TYPES
+
+    assert len(CALLS) >= 5
+    for call, spec in CALLS.items():
+        assert {call, str(spec.output)} <= set(IGNORED_KEYS), call
+        assert call in MODEL_ITEM_TYPES, call
+    assert set(ITEM_TYPES) - {"item_reference"} <= {*IGNORED_KEYS, "reasoning"}

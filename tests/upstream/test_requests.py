@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from anchortrack.server import ResponsesServer, ServerState, Upstream
-from anchortrack.server._translate import build_messages
+from anchortrack.server._translate import build_messages, call_arguments
 
 from .provider import FakeProvider, Reply, chat_problems
 
@@ -303,3 +303,10 @@ def test_tool_choice_is_mapped(
     bridge_client.responses.create(model="m1", input="x", tools=tools, tool_choice=choice)
 
     assert provider.bodies[-1]["tool_choice"] == sent
+
+
+def test_a_call_type_without_a_provider_form_is_an_error_not_another_tool() -> None:
+    """A call type the bridge has no form for fails loudly instead of reaching the provider as apply_patch."""
+    assert "apply_patch" == call_arguments({"type": "apply_patch_call", "operation": {}})[0]
+    with pytest.raises(ValueError, match="no provider form for a widget_call item"):
+        call_arguments({"type": "widget_call", "call_id": "c", "name": "w", "arguments": "{}"})
