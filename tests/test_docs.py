@@ -314,3 +314,12 @@ def test_the_operations_page_lists_every_snapshot_key_and_metric() -> None:
     families = list(_families(merge_snapshots([])))
     series = {f.name + ("_total" if f.type == "counter" else "") for f in families}
     assert _first_column(text, "| metric | type | labels |") == series
+
+
+def test_the_operations_page_lists_every_environment_variable() -> None:
+    """Every ``ANCHORTRACK_*`` variable the package reads has its row in docs/operations.md's table."""
+    source = "".join(path.read_text(encoding="utf-8") for path in (ROOT / "anchortrack").rglob("*.py"))
+    read = set(re.findall(r"[\"'](ANCHORTRACK_[A-Z_]+)[\"']", source))
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    assert len(read) >= 5
+    assert _first_column(text, "| variable | what it sets |") == read
