@@ -41,6 +41,8 @@ from anchortrack.server._sqlite import SQLiteResponseStore
 Item = dict[str, Any]
 
 logger = logging.getLogger("anchortrack.server")
+#: Most item ids the server remembers the holder of (a lookup past it searches the store).
+ITEM_INDEX_LIMIT = 100_000
 
 
 def open_store(spec: str, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> ResponseStore:
@@ -173,8 +175,8 @@ class ServerState:
         self._requests: list[Any] = []
         # response id → (parent id, its input items, its output items)
         self._seen: dict[str, tuple[str | None, list[Item], list[Item]]] = {}
-        # item id → owner → (the newest stored response this process saw holding it, the item)
-        self._items: dict[str, dict[str, tuple[str, Item]]] = {}
+        # item id → owner → the newest stored response seen holding it (oldest ids dropped: ITEM_INDEX_LIMIT)
+        self._items: dict[str, dict[str, str]] = {}
 
     # -- what tests read and drive ------------------------------------------------
 
@@ -217,17 +219,15 @@ class ServerState:
         """
         with self._lock:
             known = dict(self._items.get(item_id, {}))
-        for holder, (response_id, item) in known.items():
-            if owner in (None, holder) and self.link(response_id) is not None:
-                return item
+        for holder, response_id in known.items():
+            link = self.link(response_id) if owner in (None, holder) else None
+            for item in [*link.input_items, *link.output] if link is not None else ():
+                if item.get("id") == item_id:
+                    return item
         found = self.store.find_item(item_id, owner)
-        if owner is not None and (found is not None or owner in known):
-            with self._lock:  # the store's holder replaces the index's dead one, or that one is forgotten
-                by_owner = self._items.setdefault(item_id, {})
-                if found is None:
-                    by_owner.pop(owner, None)
-                else:
-                    by_owner[owner] = found
+        if owner is not None and found is not None:
+            with self._lock:  # the store's holder replaces the index's dead one
+                self._items.setdefault(item_id, {})[owner] = found[0]
         return None if found is None else found[1]
 
     def link(self, response_id: str, owner: str | None = None) -> ChainLink | None:
@@ -375,9 +375,10 @@ class ServerState:
         )
         with self._lock:  # what ids resolve to (the inputs are resolved: no pointers among them)
             for item in [*pending.input_items, *pending.response["output"]]:
-                item_id = item.get("id")
-                if isinstance(item_id, str):  # one key's ids never shadow another's
-                    self._items.setdefault(item_id, {})[pending.owner] = (pending.response["id"], item)
+                if isinstance(item_id := item.get("id"), str):  # one key's ids never shadow another's
+                    self._items.setdefault(item_id, {})[pending.owner] = pending.response["id"]
+            while len(self._items) > ITEM_INDEX_LIMIT:
+                del self._items[next(iter(self._items))]
 
     def save_final_or_log(self, pending: PendingResponse) -> bool:
         """Save the finished *pending* over its in-progress record; a failure is logged and gives False."""

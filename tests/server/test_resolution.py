@@ -200,3 +200,25 @@ def test_an_id_resolves_while_any_stored_response_holding_it_lives(
     any_server.state.drop(answer["id"])  # it holds the item too
     any_server.state.expire(second["id"])
     assert (404, item_not_found(target["id"])) == post_json(any_server, body)
+
+
+def test_the_item_index_holds_ids_only_and_is_bounded(
+    any_server: ResponsesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-running server does not keep every item it stored in memory: the index names holders by
+    response id, keeps at most ITEM_INDEX_LIMIT ids, and an id it dropped still resolves from the store."""
+    from anchortrack.server import _state
+
+    monkeypatch.setattr(_state, "ITEM_INDEX_LIMIT", 2)
+    answers = [post_json(any_server, {"model": "scripted", "input": f"turn {n}"})[1] for n in range(4)]
+    index = any_server.state._items
+    assert 2 == len(index)
+    assert all(isinstance(holder, str) for by_owner in index.values() for holder in by_owner.values())
+    oldest = answers[0]["output"][0]
+    assert oldest["id"] not in index
+
+    status, answer = post_json(
+        any_server, {"model": "scripted", "input": [{"id": oldest["id"]}, user("next")]}
+    )
+    assert 200 == status
+    assert [oldest, user("next")] == any_server.state.resolved_context(answer["id"])
