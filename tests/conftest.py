@@ -8,6 +8,7 @@ server; ``wire`` is the `WireTap` that saw every request body the raw clients se
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import openai
@@ -17,6 +18,13 @@ import structlog
 import anchortrack
 from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import MemoryStore
+
+
+# A shell may hold anchortrack's own variables (ANCHORTRACK_MODE=shadow while trying a rollout): the suite,
+# and every process it starts, runs without them; a test that needs one sets it. Its own knobs stay.
+for _name in [name for name in os.environ if name.startswith("ANCHORTRACK_")]:
+    if not _name.startswith("ANCHORTRACK_TEST_"):
+        del os.environ[_name]
 
 
 @pytest.fixture(autouse=True)
