@@ -431,6 +431,18 @@ async def test_async_after_a_reconnect_the_lost_turn_goes_out_in_full(
     assert [e.get("previous_response_id") for e in frames.events()] == [None, first.id, None]
 
 
+def _planned_on_this_socket(conn: Any) -> tuple[list[Any], Any]:
+    """A second turn's history, and its create planned (not sent) against *conn*'s socket, chained to the
+    first turn's connection-local anchor (``store: false``)."""
+    first = _turn(conn, [user("one")], store=False)
+    history = [user("one"), *output_items(first), user("two")]
+    socket = conn._anchortrack
+    fields = {"type": "response.create", "model": "scripted", "input": history, "store": False}
+    text = drive(socket.framing(fields), socket.tracker.perform)
+    assert text.pending.plan.local
+    return history, text
+
+
 def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
     client: openai.OpenAI, ws_server: ResponsesServer, ws_hooks: Hooks, frames: Frames
 ) -> None:
@@ -438,13 +450,8 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
     reconnects = Reconnects()
     before = sorted(c["id"] for c in ws_hooks.connections())
     with client.responses.connect(on_reconnecting=reconnects, initial_delay=0.01) as conn:
-        first = _turn(conn, [user("one")], store=False)
-        history = [user("one"), *output_items(first), user("two")]
         # Planned now, against the socket about to drop; sent only after the reconnect.
-        socket = conn._anchortrack  # type: ignore[attr-defined]
-        fields = {"type": "response.create", "model": "scripted", "input": history, "store": False}
-        text = drive(socket.framing(fields), socket.tracker.perform)
-        assert text.pending.plan.local
+        history, text = _planned_on_this_socket(conn)
         reconnects.action = lambda: conn.send_raw(text)  # queued by the SDK, flushed on the new socket
         ws_hooks.drop(the_only_connection(ws_hooks, known=before), when="after_created")
         conn.response.create(model="scripted", input=[*history[:-1], user("lost")], store=False)
@@ -464,12 +471,7 @@ def test_a_planned_create_sent_again_after_its_send_failed_goes_out_in_full(
     reconnects = Reconnects()
     before = sorted(c["id"] for c in ws_hooks.connections())
     with client.responses.connect(on_reconnecting=reconnects, initial_delay=0.01) as conn:
-        first = _turn(conn, [user("one")], store=False)
-        history = [user("one"), *output_items(first), user("two")]
-        socket = conn._anchortrack  # type: ignore[attr-defined]
-        fields = {"type": "response.create", "model": "scripted", "input": history, "store": False}
-        text = drive(socket.framing(fields), socket.tracker.perform)
-        assert text.pending.plan.local
+        history, text = _planned_on_this_socket(conn)
         old = the_only_connection(ws_hooks, known=before)
         ws_hooks.drop(old, code=1012)
         wait_until(
