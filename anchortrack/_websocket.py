@@ -103,19 +103,9 @@ class _Framed(str):
     pending: Pending
 
 
-@contextlib.contextmanager
-def _kept_if_unsent(message: str) -> Iterator[None]:
-    """Around a transport's send of *message*: if it fails, a `_Framed` text keeps its pending create. openai
-    2.x queues a send that failed and sends the very string again after reconnecting: planned, it then goes
-    out in full if its anchor was the old socket's, instead of as a delta chained to an anchor now gone."""
-    framed = message if isinstance(message, _Framed) else None
-    pending = vars(framed).get("pending") if framed is not None else None
-    try:
-        yield
-    except BaseException:
-        if framed is not None and pending is not None:
-            framed.pending = pending
-        raise
+def _resent(message: str) -> _Framed | None:
+    """*message*, a planned text, if the SDK sends it again itself when its send fails (openai 2.x does)."""
+    return message if _OPENAI_2 and isinstance(message, _Framed) else None
 
 
 class _Planned(BaseModel):
@@ -293,14 +283,19 @@ class _Socket:
         self.book.settle(pending, self.tracker.observe(ticket, response, verdict.output, local=local))
 
     @contextlib.contextmanager
-    def sending(self, pending: Pending) -> Iterator[None]:
-        """Send *pending*'s frame inside: its lane awaits its answer, unless the send fails."""
+    def sending(self, pending: Pending, framed: _Framed | None = None) -> Iterator[None]:
+        """Send *pending*'s frame inside: its lane awaits its answer, unless the send fails. Then the create
+        ends, unless *framed*, a text openai 2.x sends again itself after reconnecting, keeps it until then
+        (planned again: in full if it chained from this socket's local anchor)."""
         self.book.commit(pending)
         try:
             yield
         except BaseException:
             self.book.withdraw(pending)
-            self.tracker.settle(pending.plan.state)
+            if framed is None:
+                self.tracker.settle(pending.plan.state)
+            else:
+                framed.pending = pending
             raise
 
     def close(self) -> None:
@@ -337,15 +332,16 @@ class _Transport:
 
     def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(message, str):
-            with _kept_if_unsent(message):
-                frame = drive(self._socket.outgoing(message), self._socket.tracker.perform)
-                if frame is not None:
-                    return self.emit(*frame, *args, **kwargs)
+            frame = drive(self._socket.outgoing(message), self._socket.tracker.perform)
+            if frame is not None:
+                return self.emit(*frame, *args, framed=_resent(message), **kwargs)
         return self._ws.send(message, *args, **kwargs)
 
-    def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
-        """Send *text*, the frame of *pending*, keeping the lane's order."""
-        with self._socket.send_lock, self._socket.sending(pending):
+    def emit(
+        self, text: str, pending: Pending, *args: Any, framed: _Framed | None = None, **kwargs: Any
+    ) -> Any:
+        """Send *text*, the frame of *pending*, keeping the lane's order (see `_Socket.sending`)."""
+        with self._socket.send_lock, self._socket.sending(pending, framed):
             return self._ws.send(text, *args, **kwargs)
 
 
@@ -354,15 +350,16 @@ class _AsyncTransport(_Transport):
 
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(message, str):
-            with _kept_if_unsent(message):
-                frame = await adrive(self._socket.outgoing(message), self._socket.tracker.aperform)
-                if frame is not None:
-                    return await self.emit(*frame, *args, **kwargs)
+            frame = await adrive(self._socket.outgoing(message), self._socket.tracker.aperform)
+            if frame is not None:
+                return await self.emit(*frame, *args, framed=_resent(message), **kwargs)
         return await self._ws.send(message, *args, **kwargs)
 
-    async def emit(self, text: str, pending: Pending, *args: Any, **kwargs: Any) -> Any:
+    async def emit(
+        self, text: str, pending: Pending, *args: Any, framed: _Framed | None = None, **kwargs: Any
+    ) -> Any:
         async with self._socket.asend_lock:
-            with self._socket.sending(pending):
+            with self._socket.sending(pending, framed):
                 return await self._ws.send(text, *args, **kwargs)
 
 

@@ -42,6 +42,10 @@ needs_http_websocket_base_url = pytest.mark.skipif(
     not _CONNECTION_LAYER,
     reason="the SDK does not map an http(s) websocket_base_url to ws(s) when connecting",
 )
+needs_resend_of_failed_sends = pytest.mark.skipif(
+    _CONNECTION_LAYER,
+    reason="the SDK raises a send that failed on a closed socket and drops it (it never sends it again)",
+)
 needs_reconnect_after_going_away = pytest.mark.skipif(
     not _CONNECTION_LAYER,
     reason="the SDK ends iteration at a 1001 (going away) close instead of reconnecting",

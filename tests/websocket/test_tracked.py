@@ -38,6 +38,7 @@ from .helpers import (
     assert_server_saw,
     collect,
     function_calls,
+    needs_resend_of_failed_sends,
     not_found_frame,
     output_items,
     the_only_connection,
@@ -463,6 +464,7 @@ def test_a_queued_create_chained_to_the_old_socket_goes_out_in_full(
     assert stats.count("resent", "websocket_reconnect_dropped", transport="websocket") == 1
 
 
+@needs_resend_of_failed_sends
 def test_a_planned_create_sent_again_after_its_send_failed_goes_out_in_full(
     client: openai.OpenAI, ws_server: ResponsesServer, ws_hooks: Hooks, frames: Frames
 ) -> None:
@@ -490,6 +492,9 @@ def test_a_planned_create_sent_again_after_its_send_failed_goes_out_in_full(
         (None, 3),
     ]
     assert [e.close_code for e in reconnects.events] == [1012]
+    stats = anchortrack.tracker(client).stats  # the create counts once, as what went out: in full
+    assert 1 == stats.count("resent", "websocket_reconnect_dropped", transport="websocket")
+    assert 0 == stats.count("chained", transport="websocket")
 
 
 def test_a_planned_frame_is_known_once_and_only_as_the_very_string(client: openai.OpenAI) -> None:
