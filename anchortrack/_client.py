@@ -26,7 +26,7 @@ from openai.resources.beta import AsyncBeta, Beta
 from openai.resources.responses import AsyncResponses, Responses
 
 from . import _otel
-from ._failopen import DEFAULT_TIMEOUT, checked_seconds
+from ._failopen import DEFAULT_TIMEOUT
 from ._flow import Ticket
 from ._fork import ForkSafeLock
 from ._mode import Mode, coerce
@@ -35,6 +35,7 @@ from ._stream import track
 from ._tracker import Tracker, sent_streams
 from ._websocket import connect_tracked
 from .stores._base import AnchorStore
+from .stores._checks import checked_seconds
 from .stores._open import coerce_store
 
 

@@ -49,18 +49,6 @@ _TICK = 0.025
 _NOISE = 0.005
 
 
-def checked_seconds(value: object, caller: str, name: str, *, zero: bool = False) -> float:
-    """*value*, the seconds *caller* takes as *name*: a finite number above 0 (or 0, with *zero*)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{caller}({name}=...) takes seconds (a number), not {type(value).__name__}")
-    if not (value >= 0 if zero else value > 0):
-        least = "0 seconds or more" if zero else "more than 0 seconds"
-        raise ValueError(f"{caller}({name}={value!r}): must be {least}")
-    if not math.isfinite(value):
-        raise ValueError(f"{caller}({name}={value!r}): must be a finite number of seconds")
-    return float(value)
-
-
 class StoreTimeout(TimeoutError):
     """A store call did not answer within its deadline."""
 

@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import _otel
-from ._failopen import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, FailOpen, checked_seconds, is_store_effect
+from ._failopen import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, FailOpen, is_store_effect
 from ._flow import (
     FLUSH,
     HINTS,
@@ -41,6 +41,7 @@ from ._request import Request, read_request
 from ._seal import mac_key
 from ._stats import HTTP, WEBSOCKET, Stats
 from .stores._base import Anchor, AnchorStore
+from .stores._checks import checked_seconds
 from .stores._open import coerce_store, default_store
 
 

@@ -62,8 +62,19 @@ def check_response_id(response_id: str) -> str:
     return response_id
 
 
-def check_ttl(ttl: float) -> float:
-    """Return *ttl* as a float if it is a positive number of seconds, else raise `ValueError`."""
-    if ttl <= 0:
-        raise ValueError(f"ttl must be positive, got {ttl}")
-    return float(ttl)
+def checked_seconds(value: object, caller: str, name: str, *, zero: bool = False) -> float:
+    """*value*, the seconds *caller* takes as *name*: a finite number above 0 (or 0, with *zero*); else
+    `TypeError` or `ValueError` naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{caller}({name}=...) takes seconds (a number), not {type(value).__name__}")
+    if not (value >= 0 if zero else value > 0):
+        least = "0 seconds or more" if zero else "more than 0 seconds"
+        raise ValueError(f"{caller}({name}={value!r}): must be {least}")
+    if not math.isfinite(value):
+        raise ValueError(f"{caller}({name}={value!r}): must be a finite number of seconds")
+    return float(value)
+
+
+def check_ttl(ttl: float, store: object) -> float:
+    """Return *ttl*, the lifetime *store* gives its anchors, if it is a finite number of seconds above 0."""
+    return checked_seconds(ttl, type(store).__name__, "ttl")

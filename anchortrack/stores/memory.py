@@ -87,7 +87,7 @@ class MemoryStore:
         if max_anchors < 1:
             raise ValueError(f"max_anchors must be at least 1, got {max_anchors}")
         self.max_anchors = max_anchors
-        self.ttl = check_ttl(ttl)
+        self.ttl = check_ttl(ttl, self)
         self.secret_key = resolve_secret_key(secret_key)
         self._clock = clock
         self._lock = ForkSafeLock()

@@ -80,7 +80,7 @@ class RedisStore:
         if asynchronous is not None and not _is_async(asynchronous):
             raise TypeError(f"async_client must be a redis.asyncio.Redis, got {asynchronous!r}")
         self.key_schema = KeySchema(prefix)
-        self.ttl = check_ttl(ttl)
+        self.ttl = check_ttl(ttl, self)
         self.secret_key = resolve_secret_key(secret_key)
         self.client = cast("redis.Redis | None", sync)
         self.async_client = cast("redis.asyncio.Redis | None", asynchronous)

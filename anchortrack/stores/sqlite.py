@@ -174,7 +174,7 @@ class SQLiteStore:
         if sweep_every < 1:
             raise ValueError(f"sweep_every must be at least 1, got {sweep_every}")
         self.path = os.fspath(path)
-        self.ttl = check_ttl(ttl)
+        self.ttl = check_ttl(ttl, self)
         self.secret_key = resolve_secret_key(secret_key)
         self.timeout = timeout
         self.sweep_every = sweep_every

@@ -23,6 +23,16 @@ async def test_store_satisfies_the_protocol(api: Api) -> None:
     assert api.store.secret_key is None
 
 
+@pytest.mark.parametrize("ttl", [0, -1.0, float("inf"), float("nan"), "30"])
+async def test_a_ttl_that_is_not_a_finite_number_of_seconds_is_refused(
+    make_store: StoreFactory, ttl: object
+) -> None:
+    """Every backend refuses such a ttl at construction, naming itself: an infinite one used to be taken,
+    and then every anchor write failed (anchor times must be finite) and the store was reported degraded."""
+    with pytest.raises((ValueError, TypeError), match=r"^\w+Store\(ttl="):
+        make_store(ttl=ttl)
+
+
 async def test_secret_key_from_argument_and_environment(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
