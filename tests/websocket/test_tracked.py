@@ -469,21 +469,20 @@ def test_a_planned_create_sent_again_after_its_send_failed_goes_out_in_full(
     client: openai.OpenAI, ws_server: ResponsesServer, ws_hooks: Hooks, frames: Frames
 ) -> None:
     """openai 2.x queues a send that failed on a closed socket and sends the very string again after
-    reconnecting: chained to the old socket's anchor, it goes out in full (it used to go out refused)."""
+    reconnecting: chained to the old socket's anchor, it goes out in full (it used to go out refused).
+    The SDK's own path: its send raises and queues the create, and iterating reconnects and flushes it."""
     reconnects = Reconnects()
     before = sorted(c["id"] for c in ws_hooks.connections())
     with client.responses.connect(on_reconnecting=reconnects, initial_delay=0.01) as conn:
-        history, text = _planned_on_this_socket(conn)
+        first = _turn(conn, [user("one")], store=False)
+        history = [user("one"), *output_items(first), user("two")]
         old = the_only_connection(ws_hooks, known=before)
         ws_hooks.drop(old, code=1012)
         wait_until(
             lambda: old not in {c["id"] for c in ws_hooks.connections()}, "the client answered the close"
         )
-        # The SDK's send hands the planned text to the transport; the closed socket refuses it.
         with pytest.raises(websockets.exceptions.ConnectionClosed):
-            conn._connection.send(text)
-        # Iterating reconnects; the very string goes out again, as openai 2.x's queue sends it.
-        reconnects.action = lambda: conn.send_raw(text)
+            conn.response.create(model="scripted", input=history, store=False)
         turn = collect(conn)
     assert "error" not in turn.types
     assert_server_saw(ws_server, turn.response.id, history)
