@@ -250,6 +250,8 @@ LOOPS: dict[str, tuple[Callable[[Any, Any, Setup], None], bool]] = {
     "langchain-openai, use_previous_response_id=True": (langchain_loop(auto=True), False),
     "langchain-openai, wrapped client": (langchain_loop(auto=False), True),
 }
+if sys.version_info < (3, 11):  # pydantic-ai-slim 2.68 needs Python >= 3.11 (the dev group skips it)
+    LOOPS = {name: loop for name, loop in LOOPS.items() if not name.startswith("pydantic-ai")}
 
 
 def _run(server: ResponsesServer, state: LoggingState, name: str, setup: Setup) -> dict[str, Any]:
@@ -354,7 +356,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def versions() -> str:
-    names = ["openai", "pydantic-ai-slim", "openai-agents", "langchain-openai"]
+    names = ["openai", "openai-agents", "langchain-openai"]
+    if any(name.startswith("pydantic-ai") for name in LOOPS):
+        names.insert(1, "pydantic-ai-slim")
     return (
         ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names)
         + f", Python {sys.version.split()[0]}"

@@ -53,5 +53,6 @@ def test_the_comparison_table_at_toy_size(bench: ModuleType) -> None:
                 "langchain-openai, use_previous_response_id=True"):  # fmt: skip
         assert rows[own]["edit"] == kept, own
         assert rows[own]["forget"] == "**aborts** (HTTP 400)", own
-    assert rows["pydantic-ai, openai_previous_response_id='auto'"]["forget"] == "**aborts** (HTTP 400)"
+    if sys.version_info >= (3, 11):  # pydantic-ai needs it (the benchmark leaves it out below)
+        assert rows["pydantic-ai, openai_previous_response_id='auto'"]["forget"] == "**aborts** (HTTP 400)"
     assert "| anchortrack | 4 | 3 of 4 |" in bench.table(list(rows.values()))
