@@ -88,6 +88,8 @@ def _docs_server() -> Iterator[ResponsesServer]:
 def test_page_examples_run(page: Path, docs_server: ResponsesServer, tmp_path: Path) -> None:
     """The page's Python examples run, in order, against the local server (their asserts included)."""
     runnable = [b for b in python_blocks(page) if b.not_run is None]
+    if sys.version_info < (3, 11):  # pydantic-ai-slim needs Python >= 3.11: the dev group skips it here
+        runnable = [b for b in runnable if "pydantic_ai" not in b.code]
     spec = tmp_path / "blocks.json"
     payload = [{"page": str(b.page), "line": b.line, "code": b.code} for b in runnable]
     spec.write_text(json.dumps(payload), encoding="utf-8")
