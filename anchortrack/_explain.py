@@ -100,17 +100,16 @@ class Explanation:
             )
         if reason is Reason.NO_HISTORY and plan.total == 0:
             return "the history is empty"
-        if reason is Reason.PREFIX_DIVERGED:
-            if self.closest is not None and self.closest.count == plan.total:
-                return (
-                    f"the history ends exactly where {self.closest.response_id}'s view ends, "
-                    "so there is nothing new to send after it"
-                )
-            if plan.diverged_at is not None:
-                return (
-                    f"item {plan.diverged_at} is the first that differs from the closest recorded view; "
-                    "no recorded response's view is a prefix of the history"
-                )
+        if reason is Reason.NOTHING_NEW and self.closest is not None:
+            return (
+                f"the history ends exactly where {self.closest.response_id}'s view ends, "
+                "so there is nothing new to send after it"
+            )
+        if reason is Reason.PREFIX_DIVERGED and plan.diverged_at is not None:
+            return (
+                f"item {plan.diverged_at} is the first that differs from the closest recorded view; "
+                "no recorded response's view is a prefix of the history"
+            )
         if reason is Reason.CALLER_MANAGED and self.previous_response_id is not None:
             return (
                 f"the request sets previous_response_id={self.previous_response_id} itself, "
@@ -218,8 +217,7 @@ def explain(
     if request.caller_managed:
         plan = with_sizes(Plan(Reason.CALLER_MANAGED, total=n), history.sizes)
     else:
-        # One lookup of every prefix view: the candidates the planner asks for, plus the whole
-        # history's (it may end exactly where a view ends).
+        # One lookup of every prefix view: the ones the planner asks for.
         found: object
         try:
             found = store.find(context.scope_key, history.hashes) if history.hashes else {}

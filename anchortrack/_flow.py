@@ -223,8 +223,9 @@ def plan_history(
             )
             if plan.anchor is not None:
                 return with_sizes(plan, history.sizes)
-    # Every view that could be an anchor (h(1) to h(n-1)), longest first.
-    found = (yield Find(ctx.scope_key, hashes[-2::-1])) if n >= 2 else {}
+    # Every view that could be an anchor (h(1) to h(n-1)), longest first, and the whole history's (h(n)),
+    # which tells a history with nothing new from a diverged one.
+    found = (yield Find(ctx.scope_key, hashes[::-1])) if n >= 2 else {}
     if isinstance(found, Unavailable):
         plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
     else:

@@ -30,6 +30,7 @@ class Reason(str, enum.Enum):
     CHAINED = "chained"
     NO_HISTORY = "no_history"
     PREFIX_DIVERGED = "prefix_diverged"
+    NOTHING_NEW = "nothing_new"
     MODE_OFF = "mode_off"
     CALLER_MANAGED = "caller_managed"
     STALE_ANCHOR = "stale_anchor"
@@ -52,6 +53,10 @@ REASON_TEXT: Mapping[Reason, str] = {
     Reason.PREFIX_DIVERGED: (
         "no recorded response's view is a prefix of the history: an earlier item was edited, "
         "removed or inserted (or the anchors are in another store or scope)"
+    ),
+    Reason.NOTHING_NEW: (
+        "the history ends exactly where a recorded response's view ends: a chained request carries "
+        "at least one new item, and no shorter view is a prefix"
     ),
     Reason.MODE_OFF: "ANCHORTRACK_MODE=off: requests pass through untouched",
     Reason.CALLER_MANAGED: (
@@ -234,15 +239,17 @@ def choose(
     """
     Pick the longest usable anchor among *found* for a history whose prefix hashes are *hashes*.
     Usable: its view is that prefix (same digest, same count), it is live at *now*, made with the same
-    carried-over *properties*, and passes *authentic* (its MAC). One returned under a view not its own
-    or failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items* tells a first
-    turn from a diverged history; *recent* locates a divergence; *shortest*: the fewest items looked at.
+    carried-over *properties*, passes *authentic* (its MAC), and leaves at least one item to send (one
+    whose view is the whole history only makes the reason `Reason.NOTHING_NEW`). One returned under a
+    view not its own or failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items*
+    tells a first turn from a diverged history; *recent* locates a divergence; *shortest*: the fewest
+    items looked at.
     """
     n = len(hashes)
     rejected: list[str] = []
-    changed = False
+    changed = exact = False
     if found:
-        for i in range(n - 1, max(shortest, 1) - 1, -1):  # longest first
+        for i in range(n, max(shortest, 1) - 1, -1):  # longest first
             view = hashes[i - 1]  # h(i), the view of the history's first i items
             anchor = found.get(view)
             if anchor is None or not anchor.is_live(now):
@@ -252,12 +259,17 @@ def choose(
                 continue
             if anchor.count != i:
                 continue
+            if i == n:  # the whole history: nothing would be left to send after it
+                exact = True
+                continue
             if not matches(anchor.properties, properties):
                 changed = True
                 continue
             return Plan(Reason.CHAINED, total=n, skip=i, anchor=anchor, rejected=tuple(rejected))
     if changed:
         return Plan(Reason.PROPERTIES_CHANGED, total=n, rejected=tuple(rejected))
+    if exact:
+        return Plan(Reason.NOTHING_NEW, total=n, rejected=tuple(rejected))
     if not has_model_items:
         return Plan(Reason.NO_HISTORY, total=n, rejected=tuple(rejected))
     diverged = recent.diverged_at(hashes) if recent is not None else None

@@ -244,14 +244,36 @@ def test_an_edited_server_output_invalidates_its_response(store: DictStore) -> N
 
 
 def test_never_an_empty_delta(store: DictStore) -> None:
-    """A history that ends exactly at a view does not chain from that view."""
+    """A history that ends exactly at a view does not chain from that view: the reason says so."""
     u1, a1 = user("one"), assistant("ONE")
-    r1 = turn(store, [u1], [a1])
+    turn(store, [u1], [a1])
 
     plan = plan_request([u1, a1], scope=SCOPE, store=store)
 
-    assert plan.anchor is None or r1 != plan.anchor.response_id
-    assert plan.sent >= 1
+    assert (Reason.NOTHING_NEW, None, None, 2) == (plan.reason, plan.anchor, plan.diverged_at, plan.sent)
+
+
+def test_a_history_ending_at_a_view_chains_from_a_shorter_one(store: DictStore) -> None:
+    """The whole history's own view is not an anchor, but an older view before it still is."""
+    u1, a1, u2, a2 = user("one"), assistant("ONE"), user("two"), assistant("TWO")
+    r1 = turn(store, [u1], [a1])
+    turn(store, [u1, a1, u2], [a2])
+
+    plan = plan_request([u1, a1, u2, a2], scope=SCOPE, store=store)
+
+    assert (Reason.CHAINED, r1, 2) == (plan.reason, plan.anchor and plan.anchor.response_id, plan.sent)
+
+
+def test_nothing_new_needs_a_live_view_of_the_whole_history() -> None:
+    """An expired or unauthentic view of the whole history is no reason: the history diverged."""
+    hashes = [b"h1", b"h2"]
+    anchor = new_anchor("r", base=b"root", count=0, hashes=hashes, now=0.0, ttl=10.0)
+    found = {b"h2": anchor}
+
+    assert Reason.NOTHING_NEW == choose(hashes, found, 1.0, has_model_items=True).reason
+    assert Reason.PREFIX_DIVERGED == choose(hashes, found, 11.0, has_model_items=True).reason
+    refused = choose(hashes, found, 1.0, has_model_items=True, authentic=lambda _: False)
+    assert (Reason.PREFIX_DIVERGED, ("r",)) == (refused.reason, refused.rejected)
 
 
 def test_interleaved_conversations_are_independent(store: DictStore) -> None:

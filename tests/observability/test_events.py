@@ -70,6 +70,19 @@ def test_first_turn_is_stateless_no_history_then_recorded(client: openai.OpenAI,
     assert short(anchor.view) == recorded["view"]
 
 
+def test_a_history_with_nothing_new_is_stateless_nothing_new(client: openai.OpenAI) -> None:
+    """A first turn's history and output sent again: stateless, nothing_new, no item named as diverged."""
+    history, _ = ask(client, [], "hello")
+
+    with capture_logs() as logs:
+        client.responses.create(model="scripted", input=history)
+
+    assert {"reason": "nothing_new", "items_sent": 2, "diverged_at": None} == {
+        key: _events(logs, "request_stateless")[0][key] for key in ("reason", "items_sent", "diverged_at")
+    }
+    assert 1 == anchortrack.tracker(client).stats.count("stateless", "nothing_new")
+
+
 def test_chained_request_logs_anchor_items_and_bytes_saved(client: openai.OpenAI, store: MemoryStore) -> None:
     """request_chained carries the anchor id, items sent and skipped, and the bytes saved."""
     history, first = ask(client, [], "one")

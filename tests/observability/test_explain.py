@@ -84,10 +84,11 @@ class TestExplainFunction:
 
         result = anchortrack.explain(dumped(history), store=store, scope=scope_of(client))
 
-        assert Reason.PREFIX_DIVERGED == result.reason
+        assert Reason.NOTHING_NEW == result.reason
+        assert result.plan.diverged_at is None
         assert result.closest is not None
         assert first.id == result.closest.response_id
         assert result.summary == (
-            f"stateless (prefix_diverged): the history ends exactly where {first.id}'s view ends, "
+            f"stateless (nothing_new): the history ends exactly where {first.id}'s view ends, "
             "so there is nothing new to send after it"
         )
