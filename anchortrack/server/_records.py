@@ -109,6 +109,10 @@ class ChainLink:
     output: list[Item]
     owner: str = ""
 
+    def item(self, item_id: str) -> Item | None:
+        """Its input or output item of this id, if it holds one."""
+        return next((item for item in [*self.input_items, *self.output] if item.get("id") == item_id), None)
+
 
 class StoreConflictError(Exception):
     """A save refused by the save policy (existing record or parent mismatch)."""
@@ -246,11 +250,9 @@ class ResponseStore:
             now = self._clock()
             for response_id in self._holding(text, now):
                 row = self._live(response_id, now)
-                if row is not None and owner in (None, row.owner):
-                    link = row_link(row)
-                    for item in [*link.input_items, *link.output]:
-                        if item.get("id") == item_id:
-                            return response_id, item
+                item = row_link(row).item(item_id) if row is not None and owner in (None, row.owner) else None
+                if item is not None:
+                    return response_id, item
         return None
 
     def save(

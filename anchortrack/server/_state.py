@@ -221,9 +221,9 @@ class ServerState:
             known = dict(self._items.get(item_id, {}))
         for holder, response_id in known.items():
             link = self.link(response_id) if owner in (None, holder) else None
-            for item in [*link.input_items, *link.output] if link is not None else ():
-                if item.get("id") == item_id:
-                    return item
+            item = link.item(item_id) if link is not None else None
+            if item is not None:
+                return item
         found = self.store.find_item(item_id, owner)
         if owner is not None and found is not None:
             with self._lock:  # the store's holder replaces the index's dead one
