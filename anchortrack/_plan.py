@@ -102,7 +102,8 @@ class Plan:
         skip: How many leading items the anchor covers (0 when stateless).
         anchor: The anchor to chain from, if any.
         diverged_at: For `Reason.PREFIX_DIVERGED`, the index of the first item
-            that differs from the closest view this process has seen, if known.
+            that differs from the closest view this process has seen, if known
+            (None when that whole view is still a prefix: its anchor is gone).
         bytes_stateless: Estimated JSON bytes of the whole history.
         bytes_planned: Estimated JSON bytes of the items this plan sends.
         rejected: The response ids of anchors the store returned whose MAC
@@ -304,19 +305,29 @@ class RecentViews:
                 self._size -= len(first) + len(rest)
 
     def diverged_at(self, hashes: Sequence[bytes]) -> int | None:
-        """The index of the first item of *hashes* that leaves the closest view (None: not even the first)."""
+        """
+        The index of the first item of *hashes* that leaves the closest view. None: not even the first
+        item is in a view, or no item left it: the closest view is a whole prefix of the history (its
+        anchor is gone), or the history a prefix of it.
+        """
         with self._lock:
             views = list(self._views.values())
-        best = 0
+        best, whole = 0, False
         for first, rest in views:
             view = [*first, *rest]
+            m = len(view)
+            if m <= len(hashes) and view[-1] == hashes[m - 1]:  # the whole view is a prefix
+                if m >= best:
+                    best, whole = m, True
+                continue
             # The longest common prefix, by binary search: prefix hashes equal at i are equal before it.
-            lo, hi = best, min(len(view), len(hashes))
+            lo, hi = best, min(m, len(hashes))
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 if view[mid - 1] == hashes[mid - 1]:
                     lo = mid
                 else:
                     hi = mid - 1
-            best = lo
-        return best if best > 0 else None
+            if lo > best:
+                best, whole = lo, False
+        return best if 0 < best < len(hashes) and not whole else None

@@ -338,11 +338,28 @@ def test_diverged_at_names_the_first_differing_item() -> None:
     assert plan.diverged_at == 2
 
 
+def test_diverged_at_is_none_when_the_closest_view_is_whole() -> None:
+    """A history that extends (or equals) a recent view left none of it: that view's anchor is gone."""
+    root = SCOPE.root(None)
+    old = [user("1"), assistant("2")]
+    view = [*old, user("3"), assistant("4")]
+    recent = RecentViews()
+    recent.add(prefix_hashes(root, [fingerprint(i) for i in old]))
+    recent.add(prefix_hashes(root, [fingerprint(i) for i in view]))
+    hashes = prefix_hashes(root, [fingerprint(i) for i in [*view, user("5")]])
+
+    assert recent.diverged_at(hashes) is None
+    assert recent.diverged_at(hashes[:4]) is None
+    assert recent.diverged_at(hashes[:3]) is None  # extends the older view, which is whole
+    branched = prefix_hashes(root, [fingerprint(i) for i in [*old, user("3"), assistant("other")]])
+    assert recent.diverged_at(branched) == 3
+
+
 def test_recent_views_are_bounded() -> None:
     """RecentViews keeps at most max_views views and max_hashes hashes."""
     recent = RecentViews(max_views=3, max_hashes=10)
     for n in range(6):
         recent.add([bytes([n, i]) for i in range(3)])
 
-    assert recent.diverged_at([bytes([0, 0])]) is None
-    assert recent.diverged_at([bytes([5, i]) for i in range(3)]) == 3
+    assert recent.diverged_at([bytes([0, 0]), bytes([0, 1]), b"x"]) is None  # view 0 was dropped
+    assert recent.diverged_at([bytes([5, 0]), bytes([5, 1]), b"x"]) == 2

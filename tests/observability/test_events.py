@@ -83,6 +83,21 @@ def test_a_history_with_nothing_new_is_stateless_nothing_new(client: openai.Open
     assert 1 == anchortrack.tracker(client).stats.count("stateless", "nothing_new")
 
 
+def test_a_history_after_an_anchor_the_store_lost_names_no_diverged_item(
+    client: openai.OpenAI, store: MemoryStore
+) -> None:
+    """The next turn after an evicted anchor is prefix_diverged, but no item left the view: no diverged_at."""
+    history, first = ask(client, [], "one")
+    store.evict(scope_of(client).key, first.id)
+
+    with capture_logs() as logs:
+        ask(client, history, "two")
+
+    assert {"reason": "prefix_diverged", "items_sent": 3, "diverged_at": None} == {
+        key: _events(logs, "request_stateless")[0][key] for key in ("reason", "items_sent", "diverged_at")
+    }
+
+
 def test_chained_request_logs_anchor_items_and_bytes_saved(client: openai.OpenAI, store: MemoryStore) -> None:
     """request_chained carries the anchor id, items sent and skipped, and the bytes saved."""
     history, first = ask(client, [], "one")
