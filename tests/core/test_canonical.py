@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import typing
 from pathlib import Path
@@ -18,7 +19,14 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_reasoning_item import Summary
 
-from anchortrack._canonical import IGNORED_KEYS, ItemError, canonical_item, json_tokens
+from anchortrack._canonical import (
+    CANONICAL_VERSION,
+    IGNORED_KEYS,
+    ItemError,
+    canonical_item,
+    dump_canonical,
+    json_tokens,
+)
 from anchortrack._hashing import fingerprint
 
 
@@ -861,6 +869,24 @@ def test_every_item_type_of_the_spec_and_the_sdk_has_a_row() -> None:
     assert sdk <= rows
     assert (spec | sdk) <= ruled
     assert set(IGNORED_KEYS) <= rows, "a rule without a row here: every rule is pinned by a test"
+
+
+#: The canonical bytes of every row's base item, digested, by `CANONICAL_VERSION`. A released version's
+#: entry is never edited: when the digest changes (an item's canonical bytes changed, or a type gained a
+#: row), bump CANONICAL_VERSION and add the new version's entry; while that version is unreleased, a
+#: further change replaces its entry (docs/code.md, "A new item type").
+CANONICAL_DIGESTS = {3: "c77296dd8ed45c0c61fe77f03cfc8730"}
+
+
+def test_canonical_bytes_change_only_with_the_canonical_version() -> None:
+    """Anchors recorded under one version must never match another's bytes: a change needs a bump."""
+    lines = sorted(f"{name} {dump_canonical(canonical_item(base)).hex()}" for name, base, _, _ in ROWS)
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:32]
+
+    assert CANONICAL_DIGESTS.get(CANONICAL_VERSION) == digest, (
+        f"canonical bytes changed: bump CANONICAL_VERSION and add {{{CANONICAL_VERSION + 1}: {digest!r}}} "
+        f"(or, if version {CANONICAL_VERSION} is not released yet, make its entry {digest!r})"
+    )
 
 
 # -- JSON strings: arguments compare by token, everything else verbatim --------------------------
