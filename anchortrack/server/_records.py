@@ -250,8 +250,7 @@ class ResponseStore:
             now = self._clock()
             for response_id in self._holding(text, now):
                 row = self._live(response_id, now)
-                item = row_link(row).item(item_id) if row is not None and owner in (None, row.owner) else None
-                if item is not None:
+                if row is not None and owner in (None, row.owner) and (item := row_link(row).item(item_id)):
                     return response_id, item
         return None
 

@@ -221,8 +221,7 @@ class ServerState:
             known = dict(self._items.get(item_id, {}))
         for holder, response_id in known.items():
             link = self.link(response_id) if owner in (None, holder) else None
-            item = link.item(item_id) if link is not None else None
-            if item is not None:
+            if link is not None and (item := link.item(item_id)) is not None:
                 return item
         found = self.store.find_item(item_id, owner)
         if owner is not None and found is not None:
