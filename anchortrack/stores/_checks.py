@@ -73,8 +73,3 @@ def checked_seconds(value: object, caller: str, name: str, *, zero: bool = False
     if not math.isfinite(value):
         raise ValueError(f"{caller}({name}={value!r}): must be a finite number of seconds")
     return float(value)
-
-
-def check_ttl(ttl: float, store: object) -> float:
-    """Return *ttl*, the lifetime *store* gives its anchors, if it is a finite number of seconds above 0."""
-    return checked_seconds(ttl, type(store).__name__, "ttl")

@@ -9,7 +9,7 @@ from itertools import islice
 
 from .._fork import ForkSafeLock
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
-from ._checks import check_anchor, check_response_id, check_scope, check_ttl
+from ._checks import check_anchor, check_response_id, check_scope, checked_seconds
 
 
 class _Scope:
@@ -87,7 +87,7 @@ class MemoryStore:
         if max_anchors < 1:
             raise ValueError(f"max_anchors must be at least 1, got {max_anchors}")
         self.max_anchors = max_anchors
-        self.ttl = check_ttl(ttl, self)
+        self.ttl = checked_seconds(ttl, type(self).__name__, "ttl")
         self.secret_key = resolve_secret_key(secret_key)
         self._clock = clock
         self._lock = ForkSafeLock()

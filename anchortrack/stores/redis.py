@@ -30,7 +30,7 @@ import redis.backoff
 import redis.retry
 
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
-from ._checks import FORBIDDEN_KEY_CHARS, check_anchor, check_response_id, check_scope, check_ttl
+from ._checks import FORBIDDEN_KEY_CHARS, check_anchor, check_response_id, check_scope, checked_seconds
 
 
 __all__ = ["RedisStore"]
@@ -80,7 +80,7 @@ class RedisStore:
         if asynchronous is not None and not _is_async(asynchronous):
             raise TypeError(f"async_client must be a redis.asyncio.Redis, got {asynchronous!r}")
         self.key_schema = KeySchema(prefix)
-        self.ttl = check_ttl(ttl, self)
+        self.ttl = checked_seconds(ttl, type(self).__name__, "ttl")
         self.secret_key = resolve_secret_key(secret_key)
         self.client = cast("redis.Redis | None", sync)
         self.async_client = cast("redis.asyncio.Redis | None", asynchronous)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ._base import DEFAULT_TTL, Anchor, resolve_secret_key
-from ._checks import check_anchor, check_response_id, check_scope, check_ttl
+from ._checks import check_anchor, check_response_id, check_scope, checked_seconds
 
 
 __all__ = ["SQLiteStore", "SchemaVersionError"]
@@ -174,7 +174,7 @@ class SQLiteStore:
         if sweep_every < 1:
             raise ValueError(f"sweep_every must be at least 1, got {sweep_every}")
         self.path = os.fspath(path)
-        self.ttl = check_ttl(ttl, self)
+        self.ttl = checked_seconds(ttl, type(self).__name__, "ttl")
         self.secret_key = resolve_secret_key(secret_key)
         self.timeout = timeout
         self.sweep_every = sweep_every
