@@ -2,9 +2,11 @@
 Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
 
 `wrap` returns a copy of the client whose class subclasses the original's (`anchortrack._patches`).
-Two public seams of the SDK are used: ``client.responses`` (and ``client.beta.responses``) plans
+Two seams of the SDK are used: ``client.responses`` (and ``client.beta.responses``) plans
 ``create`` / ``parse`` before the SDK serializes anything, and ``client.post`` attaches the recorder to
-the one ``POST /responses`` a planned call makes. Overrides carry the SDK's signatures and docstrings;
+the one ``POST /responses`` a planned call makes (through the SDK's private names `anchortrack._seams`
+checks on each call). ``responses.connect()`` is tracked where the SDK has it (WebSocket mode,
+`anchortrack._websocket`, imported on first use). Overrides carry the SDK's signatures and docstrings;
 an error the SDK raises is re-raised as it is, without anchortrack's frames in its traceback. The
 decision itself is `anchortrack._flow.call_flow` (docs/code.md).
 """
@@ -31,9 +33,9 @@ from ._flow import Ticket
 from ._fork import ForkSafeLock
 from ._mode import Mode, coerce
 from ._patches import TRACKER_ATTR, adopt, clone, is_cached
+from ._seams import missing_http, unattached
 from ._stream import track
 from ._tracker import Tracker, sent_streams
-from ._websocket import connect_tracked
 from .stores._base import AnchorStore
 from .stores._checks import checked_seconds
 from .stores._open import coerce_store
@@ -154,12 +156,23 @@ def tracker(client: object) -> Tracker:
 _pending: ContextVar[tuple[Tracker, Ticket] | None] = ContextVar("anchortrack_pending", default=None)
 
 
+def _untracked(resource: Any) -> bool:
+    """Whether calls through *resource* go out untracked: its client is not tracked, or a seam is missing."""
+    client = resource._anchortrack_client
+    if not isinstance(client.__dict__.get(TRACKER_ATTR), Tracker):
+        return True
+    missing = missing_http(resource, client)
+    if missing is not None:
+        unattached(missing, "responses.create() and parse() calls go out", stacklevel=5)
+    return missing is not None
+
+
 def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
     """The tracked ``Responses.create`` / ``parse``."""
-    client = resource._client
-    tracker = client.__dict__.get(TRACKER_ATTR)
-    if tracker is None:
+    if _untracked(resource):
         return method(**params)
+    client = resource._anchortrack_client
+    tracker = client.__dict__[TRACKER_ATTR]
 
     def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
         token = _pending.set((tracker, ticket) if ticket is not None else None)
@@ -176,10 +189,10 @@ def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -
 
 async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
     """The tracked ``AsyncResponses.create`` / ``parse``."""
-    client = resource._client
-    tracker = client.__dict__.get(TRACKER_ATTR)
-    if tracker is None:
+    if _untracked(resource):
         return await method(**params)
+    client = resource._anchortrack_client
+    tracker = client.__dict__[TRACKER_ATTR]
 
     async def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
         token = _pending.set((tracker, ticket) if ticket is not None else None)
@@ -196,9 +209,14 @@ async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, 
 
 def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The tracked ``responses.connect()`` (WebSocket mode; see `anchortrack._websocket`)."""
-    client = resource._client
+    client = resource._anchortrack_client
     tracker = client.__dict__.get(TRACKER_ATTR)
-    if tracker is None:
+    if not isinstance(tracker, Tracker):
+        return method(*args, **kwargs)
+    try:
+        from ._websocket import connect_tracked
+    except ImportError as error:  # an SDK with connect() but without a name its tracking needs
+        unattached(str(error), "responses.connect() sockets go out")
         return method(*args, **kwargs)
     return connect_tracked(tracker, lambda: tracker.scope_for(client), method, args, kwargs)
 
@@ -258,6 +276,10 @@ def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
     return functools.wraps(source)  # type: ignore[return-value]
 
 
+#: Whether the SDK has WebSocket mode (``responses.connect()``, openai >= 2.22).
+_WEBSOCKET = hasattr(Responses, "connect")
+
+
 class _TrackedResponses(Responses):
     """``client.responses`` of a tracked sync client."""
 
@@ -269,9 +291,11 @@ class _TrackedResponses(Responses):
     def parse(self, **params: Any) -> Any:
         return _create(self, super().parse, params)
 
-    @_mirror(Responses.connect)
-    def connect(self, *args: Any, **kwargs: Any) -> Any:
-        return _connect(self, super().connect, args, kwargs)
+    if _WEBSOCKET:
+
+        @_mirror(Responses.connect)
+        def connect(self, *args: Any, **kwargs: Any) -> Any:
+            return _connect(self, super().connect, args, kwargs)
 
 
 class _AsyncTrackedResponses(AsyncResponses):
@@ -285,9 +309,17 @@ class _AsyncTrackedResponses(AsyncResponses):
     async def parse(self, **params: Any) -> Any:
         return await _acreate(self, super().parse, params)
 
-    @_mirror(AsyncResponses.connect)
-    def connect(self, *args: Any, **kwargs: Any) -> Any:
-        return _connect(self, super().connect, args, kwargs)
+    if _WEBSOCKET:
+
+        @_mirror(AsyncResponses.connect)
+        def connect(self, *args: Any, **kwargs: Any) -> Any:
+            return _connect(self, super().connect, args, kwargs)
+
+
+def _owned(resource: Any, client: Any) -> Any:
+    """*resource*, a tracked resource of *client*, keeping *client* (the SDK's own reference is private)."""
+    resource._anchortrack_client = client
+    return resource
 
 
 def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], Any]], Any]:
@@ -360,7 +392,7 @@ def _make_class(base: type[Any]) -> type[Any]:
 
         @_mirror_property(base, "responses")
         def responses(self) -> Any:
-            return responses_cls(self)
+            return _owned(responses_cls(self), self)
 
         if is_async:
 
@@ -385,7 +417,7 @@ def _make_class(base: type[Any]) -> type[Any]:
             @_mirror_property(base, "beta")
             def beta(self) -> Any:
                 beta = (AsyncBeta if is_async else Beta)(self)  # the SDK's, with tracked responses
-                beta.__dict__["responses"] = beta_responses(self)
+                beta.__dict__["responses"] = _owned(beta_responses(self), self)
                 return beta
 
     for attr in ("__name__", "__qualname__", "__module__", "__doc__"):

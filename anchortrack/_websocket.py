@@ -1,5 +1,7 @@
 """
-Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (openai 2.x and 3.x).
+Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (openai >= 2.32: the SDK's
+private names it needs are checked by `anchortrack._seams` on each ``connect()``; `anchortrack._client`
+imports this module on the first ``connect()`` of a wrapped client).
 
 The SDK's own manager and connection, retagged to subclasses. ``conn.send`` plans a ``response.create``
 before the SDK serializes it (a chained one serializes only its delta); each socket's transport plans the
@@ -22,7 +24,6 @@ from typing import Any
 import attrs
 import openai
 from openai import BaseModel
-from openai._utils import maybe_transform
 from openai.resources.responses.responses import (
     AsyncResponsesConnection,
     AsyncResponsesConnectionManager,
@@ -52,6 +53,7 @@ from ._hashing import Scope
 from ._log import get_logger
 from ._mode import Mode, resolve
 from ._plan import Reason
+from ._seams import missing_websocket, sdk, unattached
 from ._socket import CREATE, Lane, Pending, SocketBook, SocketPlan, Verdict, lane_of
 from ._stats import WEBSOCKET
 from ._tracker import Tracker
@@ -59,6 +61,8 @@ from ._tracker import Tracker
 
 #: openai 2.x serializes a client event without its default values; 3.x with them.
 _OPENAI_2 = openai.__version__.startswith("2.")
+#: What goes out untracked where a seam is missing (`anchortrack._seams.unattached`).
+_SOCKETS = "responses.connect() sockets go out"
 #: What an unplanned outgoing text must contain to be worth parsing.
 _CREATE_MARK = f'"{CREATE}"'
 
@@ -72,6 +76,10 @@ def connect_tracked(
 ) -> Any:
     """``responses.connect(...)`` of a wrapped client: the SDK's manager, tracked (but not in mode off)."""
     if resolve(tracker.mode) is Mode.OFF:
+        return connect(*args, **kwargs)
+    missing = missing_websocket()
+    if missing is not None:
+        unattached(missing, _SOCKETS, stacklevel=5)
         return connect(*args, **kwargs)
     try:
         params = dict(inspect.signature(connect).bind(*args, **kwargs).arguments)
@@ -91,7 +99,10 @@ def connect_tracked(
         manager.__class__ = AsyncTrackedResponsesConnectionManager
     elif isinstance(manager, ResponsesConnectionManager):
         manager.__class__ = TrackedResponsesConnectionManager
-    else:  # pragma: no cover - an SDK this module does not know
+    else:  # not the SDK's manager this module subclasses
+        unattached(
+            f"openai {type(manager).__qualname__} as a ResponsesConnectionManager", _SOCKETS, stacklevel=5
+        )
         return manager
     manager._anchortrack = socket
     return manager
@@ -123,7 +134,7 @@ class _Planned(BaseModel):
 
 def _serialized(body: Mapping[str, Any]) -> str:
     """The text the SDK would send for the client event *body*."""
-    return json.dumps(maybe_transform(dict(body), ResponsesClientEventParam))
+    return json.dumps(sdk("openai._utils", "maybe_transform")(dict(body), ResponsesClientEventParam))
 
 
 class _Socket:
@@ -136,6 +147,7 @@ class _Socket:
         self.book = SocketBook()
         self.send_lock = threading.Lock()
         self.asend_lock = asyncio.Lock()  # bound to its event loop on first use
+        self.transport: _Transport | None = None  # the socket's connection in use (the latest made)
 
     def framing(self, event: object) -> Generator[Any, Any, str | None]:
         """The text ``conn.send`` sends for a client event, planned and marked (None: as given)."""
@@ -326,6 +338,7 @@ class _Transport:
         self._ws = ws
         self._socket = socket
         socket.attach()
+        socket.transport = self
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ws, name)
@@ -378,8 +391,9 @@ class TrackedResponsesConnection(ResponsesConnection):
             frame = drive(self._anchortrack.incoming(data), self._anchortrack.tracker.perform)
             if frame is None:
                 return data
-            assert isinstance(self._connection, _Transport)
-            self._connection.emit(*frame)
+            transport = self._anchortrack.transport
+            assert transport is not None  # a frame arrived, so a socket was made
+            transport.emit(*frame)
 
 
 class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
@@ -397,8 +411,9 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
             frame = await adrive(self._anchortrack.incoming(data), self._anchortrack.tracker.aperform)
             if frame is None:
                 return data
-            assert isinstance(self._connection, _AsyncTransport)
-            await self._connection.emit(*frame)
+            transport = self._anchortrack.transport
+            assert isinstance(transport, _AsyncTransport)  # a frame arrived, so a socket was made
+            await transport.emit(*frame)
 
 
 class TrackedResponsesConnectionManager(ResponsesConnectionManager):
