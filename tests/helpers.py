@@ -232,3 +232,19 @@ class DictStore:
 
     async def aevict(self, scope: str, response_id: str) -> None:
         self.evict(scope, response_id)
+
+
+# -- what the installed openai SDK offers (the declared floor lacks some of it) ---------------------
+
+
+def _websocket_untracked() -> str | None:
+    from anchortrack._seams import missing_websocket
+
+    if not hasattr(openai.resources.responses.Responses, "connect"):
+        return "the SDK has no responses.connect() (WebSocket mode, openai >= 2.22)"
+    missing = missing_websocket()
+    return None if missing is None else f"the SDK lacks {missing}, which WebSocket tracking needs"
+
+
+#: Why ``responses.connect()`` of a wrapped client is not tracked with the installed SDK (None: it is).
+WEBSOCKET_UNTRACKED = _websocket_untracked()
