@@ -5,7 +5,6 @@ time: the call still succeeds and goes out exactly as the unwrapped client sends
 """
 
 from __future__ import annotations
-
 import __future__
 
 import importlib
