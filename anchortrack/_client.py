@@ -133,7 +133,12 @@ def wrap(
         store_timeout=store_timeout,
         scope_by_api_key=scope_by_api_key,
     )
-    tracked: ClientT = clone(client, _tracked_class(_untracked_class(type(client))), tracker)
+    base = _untracked_class(type(client))
+    if not is_cached(base, "responses"):  # an SDK that builds its resources in the constructor
+        unattached(
+            f"its {base.__name__}.responses is not a cached_property", "its calls go out", stacklevel=3
+        )
+    tracked: ClientT = clone(client, _tracked_class(base), tracker)
     return tracked
 
 
@@ -216,7 +221,7 @@ def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], k
     try:
         from ._websocket import connect_tracked
     except ImportError as error:  # an SDK with connect() but without a name its tracking needs
-        unattached(str(error), "responses.connect() sockets go out")
+        unattached(f"{error}".split(" (")[0], "responses.connect() sockets go out")
         return method(*args, **kwargs)
     return connect_tracked(tracker, lambda: tracker.scope_for(client), method, args, kwargs)
 

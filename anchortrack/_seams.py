@@ -30,11 +30,11 @@ def missing_http(resource: Any, client: Any) -> str | None:
     ``post_parser`` to what it parsed (where anchortrack records the response).
     """
     if getattr(resource, "_post", None) != client.post:
-        return "openai resource._post (the resource no longer sends through client.post)"
+        return "its resources' _post is not the client's post"
     options = sdk("openai._models", "FinalRequestOptions")
     fields = getattr(options, "model_fields", None) or getattr(options, "__fields__", None) or {}
     if "post_parser" not in fields:
-        return "openai._models.FinalRequestOptions.post_parser"
+        return "no openai._models.FinalRequestOptions.post_parser"
     return None
 
 
@@ -48,11 +48,15 @@ def missing_websocket() -> str | None:
     connection managers' ``_connect_ws`` (each socket they open, and reopen, is made there; openai >= 2.32).
     """
     if sdk("openai._utils", "maybe_transform") is None:
-        return "openai._utils.maybe_transform"
+        return "no openai._utils.maybe_transform"
     for name in ("ResponsesConnectionManager", "AsyncResponsesConnectionManager"):
         if not callable(getattr(sdk(_RESPONSES, name), "_connect_ws", None)):
-            return f"openai {name}._connect_ws"
+            return f"no {name}._connect_ws"
     return None
+
+
+def _version() -> str:
+    return str(sdk("openai", "__version__"))
 
 
 def unattached(seam: str, what: str, *, stacklevel: int = 4) -> None:
@@ -61,9 +65,9 @@ def unattached(seam: str, what: str, *, stacklevel: int = 4) -> None:
         return
     _warned.add(seam)
     warnings.warn(
-        f"anchortrack could not attach to the installed openai SDK ({seam} is missing): {what} "
-        "untracked, exactly as the unwrapped client sends them. See anchortrack's compatibility notes "
-        "for the openai versions it supports.",
+        f"anchortrack could not attach to the installed openai {_version()} ({seam}): {what} untracked, "
+        "exactly as the unwrapped client sends them. anchortrack's compatibility notes list the openai "
+        "versions it tracks.",
         RuntimeWarning,
         stacklevel=stacklevel,
     )

@@ -100,9 +100,7 @@ def connect_tracked(
     elif isinstance(manager, ResponsesConnectionManager):
         manager.__class__ = TrackedResponsesConnectionManager
     else:  # not the SDK's manager this module subclasses
-        unattached(
-            f"openai {type(manager).__qualname__} as a ResponsesConnectionManager", _SOCKETS, stacklevel=5
-        )
+        unattached(f"its connect() made a {type(manager).__qualname__}", _SOCKETS, stacklevel=5)
         return manager
     manager._anchortrack = socket
     return manager

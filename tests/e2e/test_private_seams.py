@@ -71,7 +71,7 @@ class _RenamedOptions(openai.BaseModel):
 
 _BREAK = {
     "intact": (None, ""),
-    "resource._post": (_bypass_post, "openai resource._post"),
+    "resource._post": (_bypass_post, "resources' _post is not the client's post"),
     "post_parser removed": (
         lambda mp: mp.delattr(openai._models, "FinalRequestOptions"),
         "openai._models.FinalRequestOptions.post_parser",
@@ -242,4 +242,35 @@ def test_a_socket_without_a_seam_goes_out_as_unwrapped_with_one_warning(
     messages = _runtime(caught)
     assert 1 == len(messages), messages
     assert named in messages[0]
+    raw.close()
+
+
+class _EagerOpenAI(openai.OpenAI):
+    """A client built as openai < 1.9x built them: its resources made in the constructor."""
+
+    responses = None  # type: ignore[assignment]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.responses = openai.resources.responses.Responses(self)  # type: ignore[assignment]
+
+
+def test_a_client_with_eager_resources_goes_out_as_unwrapped_with_one_warning(
+    server: ResponsesServer, wire: WireTap, caught: list[warnings.WarningMessage]
+) -> None:
+    raw = _EagerOpenAI(
+        base_url=server.base_url, api_key="test", http_client=wire.http_client(), max_retries=0
+    )
+    client = anchortrack.wrap(raw)
+
+    def send(wrapped: bool, history: list[Any]) -> list[Any]:
+        return list((client if wrapped else raw).responses.create(model="scripted", input=history).output)
+
+    bodies = _turns(send, wire)
+
+    assert "previous_response_id" not in json.loads(bodies[2])
+    assert bodies[0::2] == bodies[1::2]
+    messages = _runtime(caught)
+    assert 1 == len(messages), messages
+    assert "_EagerOpenAI.responses is not a cached_property" in messages[0]
     raw.close()
