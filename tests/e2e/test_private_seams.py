@@ -10,6 +10,7 @@ import __future__
 import importlib
 import inspect
 import json
+import subprocess
 import sys
 import textwrap
 import warnings
@@ -43,6 +44,44 @@ def _caught() -> Iterator[list[warnings.WarningMessage]]:
 
 def _runtime(caught: list[warnings.WarningMessage]) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+# -- an SDK without WebSocket mode (openai < 2.22) ---------------------------------------------------
+
+_WITHOUT_WEBSOCKET = """
+import json, sys
+import openai
+import openai.resources.responses.responses as sdk
+for cls in (sdk.Responses, sdk.AsyncResponses):
+    delattr(cls, "connect")
+for name in ("ResponsesConnection", "AsyncResponsesConnection", "ResponsesConnectionManager",
+             "AsyncResponsesConnectionManager"):
+    delattr(sdk, name)
+delattr(openai.types.responses, "ResponsesClientEventParam")
+
+import anchortrack
+from anchortrack.server import WireTap
+
+tap = WireTap()
+client = anchortrack.wrap(openai.OpenAI(base_url=sys.argv[1], api_key="t", http_client=tap.http_client()))
+assert not hasattr(client.responses, "connect")
+history = [{"role": "user", "content": "hi"}]
+first = client.responses.create(model="scripted", input=history)
+client.responses.create(model="scripted", input=[*history, *first.output, {"role": "user", "content": "on"}])
+assert first.id == json.loads(tap.bodies[-1])["previous_response_id"]
+"""
+
+
+def test_an_sdk_without_websocket_mode_imports_wraps_and_chains(server: ResponsesServer) -> None:
+    """``import anchortrack`` and ``wrap()`` import no name of WebSocket mode (issue 33: openai 2.0-2.21)."""
+    run = subprocess.run(
+        [sys.executable, "-W", "error", "-c", _WITHOUT_WEBSOCKET, server.base_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert 0 == run.returncode, run.stderr
 
 
 # -- HTTP: create() and create(stream=True), sync and async -------------------------------------------
