@@ -52,12 +52,12 @@ _WITHOUT_WEBSOCKET = """
 import json, sys
 import openai
 import openai.resources.responses.responses as sdk
-for cls in (sdk.Responses, sdk.AsyncResponses):
-    delattr(cls, "connect")
-for name in ("ResponsesConnection", "AsyncResponsesConnection", "ResponsesConnectionManager",
-             "AsyncResponsesConnectionManager"):
-    delattr(sdk, name)
-delattr(openai.types.responses, "ResponsesClientEventParam")
+for owner, name in [(sdk.Responses, "connect"), (sdk.AsyncResponses, "connect"),
+                    (openai.types.responses, "ResponsesClientEventParam"),
+                    *((sdk, kind + "ResponsesConnection" + part) for kind in ("", "Async")
+                      for part in ("", "Manager"))]:
+    if hasattr(owner, name):  # the SDK's WebSocket mode, as before openai 2.22
+        delattr(owner, name)
 
 import anchortrack
 from anchortrack.server import WireTap
