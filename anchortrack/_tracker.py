@@ -72,9 +72,11 @@ class Tracker:
         record_incomplete: Also anchor on ``incomplete`` responses (OpenAI
             stores them and accepts them as ``previous_response_id``).
         store_timeout: Seconds a store operation may take before the call goes
-            out stateless; also the most the write after a response may delay it.
+            out stateless; also the most the write after a response may delay it
+            (None: 1 second).
         store_cooldown: Seconds between two probes of a store that is down
-            (one call tries it, the others go without it); settable on a live tracker.
+            (one call tries it, the others go without it; None: 1 second);
+            settable on a live tracker.
         scope_by_api_key: Put a keyed digest of the client's API key in the
             scope (the default), so clients with different keys sharing a
             store never share anchors. False keeps anchors usable across a
@@ -109,8 +111,8 @@ class Tracker:
         mode: Mode | str | None = None,
         namespace: str | None = None,
         record_incomplete: bool = False,
-        store_timeout: float = DEFAULT_TIMEOUT,
-        store_cooldown: float = DEFAULT_COOLDOWN,
+        store_timeout: float | None = None,
+        store_cooldown: float | None = None,
         scope_by_api_key: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -125,8 +127,12 @@ class Tracker:
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
-        timeout = checked_seconds(store_timeout, "Tracker", "store_timeout")
-        cooldown = checked_seconds(store_cooldown, "Tracker", "store_cooldown", zero=True)
+        timeout = checked_seconds(
+            DEFAULT_TIMEOUT if store_timeout is None else store_timeout, "Tracker", "store_timeout"
+        )
+        cooldown = checked_seconds(
+            DEFAULT_COOLDOWN if store_cooldown is None else store_cooldown, "Tracker", "store_cooldown", zero=True
+        )
         self.failopen = FailOpen(self.store, self.stats, timeout=timeout, cooldown=cooldown, clock=clock)
         self.backlog = self.failopen.backlog
         #: Write the anchors recorded, then some of the backlog, within one deadline (``aflush``: async).
