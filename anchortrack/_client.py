@@ -113,10 +113,14 @@ def wrap(
             "store": store is not None and store is not existing.store,
             "mode": coerced_mode is not None and coerced_mode is not existing.mode,
             "namespace": namespace is not None and namespace != existing.namespace,
-            "record_incomplete": record_incomplete is not None
-            and record_incomplete != existing.record_incomplete,
-            "store_timeout": store_timeout is not None and store_timeout != existing.store_timeout,
-            "scope_by_api_key": scope_by_api_key is not None and scope_by_api_key != existing.scope_by_api_key,
+            **{
+                name: value is not None and value != getattr(existing, name)
+                for name, value in (
+                    ("record_incomplete", record_incomplete),
+                    ("store_timeout", store_timeout),
+                    ("scope_by_api_key", scope_by_api_key),
+                )
+            },
         }
         differing = [name for name, differs in asked.items() if differs]
         if differing:

@@ -127,12 +127,10 @@ class Tracker:
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
-        timeout = checked_seconds(
-            DEFAULT_TIMEOUT if store_timeout is None else store_timeout, "Tracker", "store_timeout"
-        )
-        cooldown = checked_seconds(
-            DEFAULT_COOLDOWN if store_cooldown is None else store_cooldown, "Tracker", "store_cooldown", zero=True
-        )
+        timeout = DEFAULT_TIMEOUT if store_timeout is None else store_timeout
+        cooldown = DEFAULT_COOLDOWN if store_cooldown is None else store_cooldown
+        timeout = checked_seconds(timeout, "Tracker", "store_timeout")
+        cooldown = checked_seconds(cooldown, "Tracker", "store_cooldown", zero=True)
         self.failopen = FailOpen(self.store, self.stats, timeout=timeout, cooldown=cooldown, clock=clock)
         self.backlog = self.failopen.backlog
         #: Write the anchors recorded, then some of the backlog, within one deadline (``aflush``: async).
