@@ -33,7 +33,7 @@ from ._fork import ForkSafeLock
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
-from ._outcome import Outcome, outcome_of, passed_through
+from ._outcome import Outcome, event, outcome_of, passed_through
 from ._plan import Reason, RecentViews, new_anchor, unrecordable
 from ._properties import ANY, announced
 from ._refusal import classify
@@ -244,9 +244,6 @@ class Tracker:
         mode = resolve(self.mode)
         if mode is Mode.OFF:
             self.publish(passed_through(mode, Reason.MODE_OFF, transport))
-            get_logger().debug(
-                "anchortrack.request_passed_through", reason=Reason.MODE_OFF.value, **_via(transport)
-            )
             return None
         request = read_request(params, scope.base_url)
         key, root = _keys(scope, self.store.secret_key)
@@ -259,7 +256,6 @@ class Tracker:
             memo=self._memo,
             recent=self.recent,
             mac_key=mac_key(self.store.secret_key),
-            quiet=not debug_enabled(),
             local_store=self.failopen.inline,
         )
         return context, request
@@ -274,13 +270,19 @@ class Tracker:
             state.plan, state.seconds = effect.plan, effect.seconds
             if effect.plan.reason is Reason.NO_HISTORY and effect.hashes:
                 self._grown(state.context.scope_key, effect.hashes)
-            _otel.planned(effect.plan, state.context.mode.value)
+            if _otel.enabled():
+                _otel.annotate(
+                    outcome_of(state.context.mode, state.transport, effect.plan, seconds=state.seconds)
+                )
         elif isinstance(effect, Log):
             if effect.event not in HINTS or self._hint_once(effect.event):
                 getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
         else:  # FellBack: the flows yield no other bookkeeping
             state.refused = effect.reason
-            _otel.fell_back(effect.reason.value)
+            if _otel.enabled() and state.plan is not None:
+                _otel.annotate(
+                    outcome_of(state.context.mode, state.transport, state.plan, refused=effect.reason)
+                )
             if effect.reason is Reason.ZDR:
                 self._zdr.add(state.context.scope_key)
 
@@ -364,8 +366,15 @@ class Tracker:
         return unsubscribe
 
     def publish(self, outcome: Outcome) -> None:
-        """Hand one call's outcome to `stats` and every subscriber; what a subscriber raises is logged."""
+        """
+        Hand one call's outcome to `stats`, the current span, its event and every subscriber; what a
+        subscriber raises is logged.
+        """
         self.stats.observe(outcome)
+        _otel.annotate(outcome)
+        level, name, keys = event(outcome)
+        if level != "debug" or debug_enabled():
+            getattr(get_logger(), level)(name, **keys)
         for callback in self._subscribers:
             try:
                 callback(outcome)
