@@ -119,6 +119,21 @@ def _dump(model: Any) -> Any:
         return model.model_dump(mode="json", exclude_unset=True)
 
 
+def as_received(item: object) -> object:
+    """
+    A response's output item as the server sent it, which a chained request replays: an SDK model by
+    its wire names (``model_dump(by_alias=True)``: ``"async"``, not the SDK's Python name ``async_``,
+    which is what the SDK itself sends when the same model goes back in ``input``); other items as
+    they are (a WebSocket's raw JSON).
+    """
+    if isinstance(item, Mapping) or not hasattr(item, "model_dump"):
+        return item
+    try:
+        return item.model_dump(mode="json", by_alias=True, exclude_unset=True, warnings=False)
+    except TypeError:  # an override of model_dump without the `warnings` argument
+        return item.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
 def to_plain(item: object) -> object:
     """Return *item* as plain JSON data (SDK models dumped as the SDK sends them), else `ItemError`."""
     if type(item) is dict or isinstance(item, (Mapping, str)):

@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import _otel
+from ._canonical import as_received
 from ._failopen import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, FailOpen, is_store_effect
 from ._flow import (
     FLUSH,
@@ -449,7 +450,8 @@ class Tracker:
                 return None
             assert isinstance(response_id, str)
             items = list(output if output is not None else getattr(response, "output", None) or ())
-            hashes = prefix_hashes(ticket.base, fingerprint_items(items, self._memo)[0])
+            received = [as_received(item) for item in items]  # the server's own form, which a chain replays
+            hashes = prefix_hashes(ticket.base, fingerprint_items(received, self._memo)[0])
             anchor = new_anchor(
                 response_id,
                 base=ticket.base,
