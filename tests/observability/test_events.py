@@ -407,9 +407,9 @@ def test_unconfigured_library_is_quiet_below_warnings(
     ask(client, history, "two")
 
     records = [r for r in caplog.records if r.name == "anchortrack"]
-    assert [
-        f"anchortrack.anchor_evicted reason='stale_anchor' anchor_id='{first.id}'"
-    ] == [r.getMessage() for r in records]
+    assert [f"anchortrack.anchor_evicted reason='stale_anchor' anchor_id='{first.id}'"] == [
+        r.getMessage() for r in records
+    ]
     assert [logging.WARNING] == [r.levelno for r in records]
     assert first.id == getattr(records[0], "anchor_id", None)  # key/values also arrive as ``extra``
     assert "anchortrack.anchor_evicted" == getattr(records[0], "event", None)
