@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._canonical import as_received
 from ._flow import CallContext, drive, plan_history, read_history
 from ._hashing import Scope, fingerprint_items, prefix_hashes
 from ._plan import Plan, RecentViews, new_anchor, unrecordable
@@ -71,7 +72,7 @@ def record_response(
     if unrecordable(response, record_incomplete=record_incomplete) is not None:
         return None
     fps, _, _ = fingerprint_items(list(history))
-    outputs, _, _ = fingerprint_items(list(response.output))
+    outputs, _, _ = fingerprint_items([as_received(item) for item in response.output])
     context = store_context(scope, store)
     parent = getattr(response, "previous_response_id", None)
     anchor = new_anchor(

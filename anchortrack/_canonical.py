@@ -8,6 +8,16 @@ exclude_unset=True)`` without the SDK-only ``parsed`` fields; a subclass of a JS
 ``json.dumps`` puts on the wire), never by its own ``__eq__``, ``__hash__`` or ``__repr__``. Kept apart on
 purpose: different text, role, ``call_id``, ``name``, ``phase``, ``encrypted_content``, ``input_text`` vs
 ``output_text`` in an explicit content list, and any tool ``output`` re-serialised differently.
+
+Also kept apart, although the server puts the same thing in front of the model: an item it resolves by
+id (an ``item_reference``, a bare ``{"id"}``, a reasoning item without ``encrypted_content``) and the item
+that id names. Equality here is a property of the two items alone, and they share no bytes: the named
+item's id is bookkeeping (a copy without it, or with another, is the same item), and what a reference
+stands for lives only on the server. Telling them equal would need the id of every item of a recorded
+view and trust that it still names the same content; an id that names another item (swapped or
+retargeted references) would then chain to a context the history does not resolve to. So a history that
+turns items into references chains from the last anchor before the first of them, once: its response's
+anchor holds the references, and the next call chains from it.
 """
 
 from __future__ import annotations
@@ -117,6 +127,21 @@ def _dump(model: Any) -> Any:
         return model.model_dump(mode="json", exclude_unset=True, warnings=False)
     except TypeError:  # an override of model_dump without the `warnings` argument
         return model.model_dump(mode="json", exclude_unset=True)
+
+
+def as_received(item: object) -> object:
+    """
+    A response's output item as the server sent it, which a chained request replays: an SDK model by
+    its wire names (``model_dump(by_alias=True)``: ``"async"``, not the SDK's Python name ``async_``,
+    which is what the SDK itself sends when the same model goes back in ``input``); other items as
+    they are (a WebSocket's raw JSON).
+    """
+    if isinstance(item, Mapping) or not hasattr(item, "model_dump"):
+        return item
+    try:
+        return item.model_dump(mode="json", by_alias=True, exclude_unset=True, warnings=False)
+    except TypeError:  # an override of model_dump without the `warnings` argument
+        return item.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def to_plain(item: object) -> object:

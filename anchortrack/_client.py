@@ -28,7 +28,6 @@ from openai.resources.beta import AsyncBeta, Beta
 from openai.resources.responses import AsyncResponses, Responses
 
 from . import _otel
-from ._failopen import DEFAULT_TIMEOUT
 from ._flow import Ticket
 from ._fork import ForkSafeLock
 from ._mode import Mode, coerce
@@ -51,9 +50,9 @@ def wrap(
     store: AnchorStore | str | None = None,
     mode: Mode | str | None = None,
     namespace: str | None = None,
-    record_incomplete: bool = False,
-    store_timeout: float = DEFAULT_TIMEOUT,
-    scope_by_api_key: bool = True,
+    record_incomplete: bool | None = None,
+    store_timeout: float | None = None,
+    scope_by_api_key: bool | None = None,
 ) -> ClientT:
     """
     Return a tracked copy of *client*.
@@ -72,15 +71,17 @@ def wrap(
         mode: ``"chained"`` (default), ``"shadow"`` or ``"off"``. The
             ``ANCHORTRACK_MODE`` environment variable wins over this.
         namespace: Keep these anchors apart from other clients' anchors.
-        record_incomplete: Anchor on ``incomplete`` responses too.
+        record_incomplete: Anchor on ``incomplete`` responses too (default False).
         store_timeout: Seconds a store call may take before anchortrack gives
             up on it and sends the request in full; also the most the anchor
             write after a response may delay handing it back (a write that
-            misses it waits in a bounded backlog).
+            misses it waits in a bounded backlog). Default 1 second.
         scope_by_api_key: Keep anchors apart per API key (a keyed digest of
-            the key, never the key itself, is part of the scope). Pass False
-            to keep using anchors across a key rotation (then separate
-            tenants with *namespace*).
+            the key, never the key itself, is part of the scope; the default).
+            Pass False to keep using anchors across a key rotation (then
+            separate tenants with *namespace*).
+            A setting left out (None) asks for nothing when *client* is
+            already wrapped.
 
     Returns:
         A client of the same class as *client*, with every option of it and
@@ -105,17 +106,23 @@ def wrap(
         raise TypeError(
             f"anchortrack.wrap(namespace=...) takes a string or None, not {type(namespace).__name__}"
         )
-    checked_seconds(store_timeout, "anchortrack.wrap", "store_timeout")
+    if store_timeout is not None:
+        checked_seconds(store_timeout, "anchortrack.wrap", "store_timeout")
     existing = client.__dict__.get(TRACKER_ATTR)
     if isinstance(existing, Tracker):
-        # Settings left at their defaults ask for nothing: the existing tracker's are kept.
+        # Settings left out (None) ask for nothing: the existing tracker's are kept.
         asked = {
             "store": store is not None and store is not existing.store,
             "mode": coerced_mode is not None and coerced_mode is not existing.mode,
             "namespace": namespace is not None and namespace != existing.namespace,
-            "record_incomplete": record_incomplete and not existing.record_incomplete,
-            "store_timeout": store_timeout != DEFAULT_TIMEOUT and store_timeout != existing.store_timeout,
-            "scope_by_api_key": not scope_by_api_key and existing.scope_by_api_key,
+            **{
+                name: value is not None and value != getattr(existing, name)
+                for name, value in (
+                    ("record_incomplete", record_incomplete),
+                    ("store_timeout", store_timeout),
+                    ("scope_by_api_key", scope_by_api_key),
+                )
+            },
         }
         differing = [name for name, differs in asked.items() if differs]
         if differing:
@@ -129,9 +136,9 @@ def wrap(
         coerce_store(store) if store is not None else None,
         mode=coerced_mode,
         namespace=namespace,
-        record_incomplete=record_incomplete,
+        record_incomplete=bool(record_incomplete),
         store_timeout=store_timeout,
-        scope_by_api_key=scope_by_api_key,
+        scope_by_api_key=scope_by_api_key is not False,
     )
     base = _untracked_class(type(client))
     if not is_cached(base, "responses"):  # an SDK that builds its resources in the constructor

@@ -16,11 +16,25 @@ from ._canonical import ItemError, canonical_item
 from ._flow import UNAVAILABLE, CallContext, History, drive, plan_history, read_history
 from ._hashing import Kind, Scope, kind_of
 from ._log import short
-from ._outcome import decision_for
+from ._mode import Mode
+from ._outcome import decision_for, fields, outcome_of
 from ._plan import REASON_TEXT, Plan, Reason, RecentViews, answers, with_sizes
 from ._properties import properties_digest
 from ._request import Request, read_request
 from .stores._base import Anchor, AnchorStore
+
+
+#: The `Outcome` fields an explanation holds (under the same names).
+_OUTCOME_KEYS = (
+    "anchor_id",
+    "diverged_at",
+    "items_total",
+    "items_sent",
+    "items_planned",
+    "bytes_stateless",
+    "bytes_sent",
+    "bytes_planned",
+)
 
 
 @attrs.frozen
@@ -119,20 +133,20 @@ class Explanation:
         return f"{text} ({self.detail})" if self.detail else text
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the explanation as JSON data (``anchortrack explain --json``)."""
+        """
+        Return the explanation as JSON data (``anchortrack explain --json``): the call's `Outcome` fields
+        under their names, were it sent now in mode ``chained``, and what explains them.
+        """
         plan = self.plan
+        outcome = fields(outcome_of(Mode.CHAINED, "http", plan))
         return {
             "decision": self.decision,
             "reason": plan.reason.value,
             "summary": self.summary,
             "anchor": _anchor_dict(plan.anchor),
             "closest": _anchor_dict(self.closest),
-            "diverged_at": plan.diverged_at,
-            "items_total": plan.total,
-            "items_sent": plan.sent,
+            **{key: outcome[key] for key in _OUTCOME_KEYS},
             "items_skipped": plan.skip,
-            "bytes_stateless": plan.bytes_stateless,
-            "bytes_planned": plan.bytes_planned,
             "previous_response_id": self.previous_response_id,
             "store_false": self.store_false,
             "scope": {  # its fields but the API key's digest

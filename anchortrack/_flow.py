@@ -131,8 +131,8 @@ Flow = Generator[Find | Get | Evict | Send | Planned | FellBack | Log, Any, Any]
 class CallContext:
     """
     Everything the flow knows about its call besides the request (data only): *root* is the scope's
-    ``h(0)``; with *mac_key*, anchors read without a valid MAC are absent; *quiet*: debug events would
-    not show, so none is yielded; *local_store*: the store answers in this process (see `plan_history`).
+    ``h(0)``; with *mac_key*, anchors read without a valid MAC are absent; *local_store*: the store
+    answers in this process (see `plan_history`).
     """
 
     scope_key: str
@@ -144,7 +144,6 @@ class CallContext:
     recent: RecentViews | None = None
     timer: Callable[[], float] = time.perf_counter
     mac_key: bytes | None = None
-    quiet: bool = False
     local_store: bool = False
 
     def authentic(self, anchor: Anchor) -> bool:
@@ -294,9 +293,9 @@ def refused_flow(
     if refusal is Reason.ZDR:
         yield Log("warning", "anchortrack.scope_disabled", {**fields, "scope": ctx.scope_key})
     elif refusal is Reason.STALE_ANCHOR:
-        yield Log("warning", "anchortrack.anchor_evicted", {**fields, "resent": "stateless"})
+        yield Log("warning", "anchortrack.anchor_evicted", fields)
     else:
-        yield Log("warning", "anchortrack.request_resent", {**fields, "resent": "stateless"})
+        yield Log("warning", "anchortrack.anchor_refused", fields)
     return (yield Send(request.body, ticket))
 
 
@@ -362,43 +361,11 @@ HINTS = {
 def _planned(
     ctx: CallContext, plan: Plan, seconds: float | None = None, hashes: Sequence[bytes] = ()
 ) -> Flow:
-    """Report *plan*: its bookkeeping, its event (debug events only if they show), rejected anchors."""
+    """Report *plan* (its event is the call's outcome's, once published), and rejected anchors."""
     yield Planned(plan, seconds, hashes)
-    if not ctx.quiet or ctx.mode is Mode.SHADOW:  # every report but shadow mode's is a debug event
-        yield _reported(ctx.mode, plan)
     if plan.rejected:
         fields = {"rejected": len(plan.rejected), "anchor_ids": list(plan.rejected), "scope": ctx.scope_key}
         yield Log("warning", "anchortrack.anchor_rejected", fields)
-
-
-def _reported(mode: Mode, plan: Plan) -> Log:
-    """The event that reports *plan*."""
-    anchor_id = plan.anchor.response_id if plan.anchor is not None else None
-    saved = plan.bytes_stateless - plan.bytes_planned
-    if mode is Mode.SHADOW:
-        fields = {
-            "would_chain": plan.chained,
-            "reason": plan.reason.value,
-            "anchor_id": anchor_id,
-            "items_total": plan.total,
-            "items_would_send": plan.sent,
-            "bytes_would_save": saved,
-            "diverged_at": plan.diverged_at,
-        }
-        return Log("info", "anchortrack.shadow_planned", fields)
-    if anchor_id is not None:
-        fields = {
-            "anchor_id": anchor_id,
-            "items_sent": plan.sent,
-            "items_skipped": plan.skip,
-            "bytes_saved": saved,
-        }
-        return Log("debug", "anchortrack.request_chained", fields)
-    if plan.reason is Reason.CALLER_MANAGED:
-        fields = {"reason": plan.reason.value, "items_sent": plan.total}
-        return Log("debug", "anchortrack.request_passed_through", fields)
-    fields = {"reason": plan.reason.value, "items_sent": plan.total, "diverged_at": plan.diverged_at}
-    return Log("debug", "anchortrack.request_stateless", fields)
 
 
 # -- drivers: the only places where sync and async differ in the flow ---------

@@ -1,12 +1,14 @@
 """
 What one call did: the one record (`Outcome`) every observer reads, once the call's decision is
-final (a chained request once the server accepted or refused it). `Stats`, the demo and every
-`Tracker.subscribe` callback read it, in one vocabulary: a `Decision` and a `Reason`.
+final (a chained request once the server accepted or refused it). `Stats`, the Prometheus metrics,
+the events, the span attributes, the demo and every `Tracker.subscribe` callback read it, in one
+vocabulary: its field names (`fields`), a `Decision` and a `Reason`.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import attrs
 
@@ -56,7 +58,7 @@ class Outcome:
         bytes_stateless: Estimated input bytes of the full history.
         bytes_sent: Estimated input bytes that went out, a resend included.
         bytes_planned: Estimated input bytes of the plan.
-        rejected: Anchors the store returned whose MAC did not verify.
+        anchors_rejected: Anchors the store returned whose MAC did not verify.
         plan_seconds: How long planning took, when it ran to the end.
         response_id: The id of the response the call returned, when it returned one at once (not a
             stream, not a socket).
@@ -74,7 +76,7 @@ class Outcome:
     bytes_stateless: int = 0
     bytes_sent: int = 0
     bytes_planned: int = 0
-    rejected: int = 0
+    anchors_rejected: int = 0
     plan_seconds: float | None = None
     response_id: str | None = None
 
@@ -109,7 +111,7 @@ def outcome_of(
         bytes_stateless=plan.bytes_stateless,
         bytes_sent=plan.bytes_stateless if shadow else bytes_sent,
         bytes_planned=plan.bytes_planned,
-        rejected=len(plan.rejected),
+        anchors_rejected=len(plan.rejected),
         plan_seconds=seconds,
         response_id=response_id,
     )
@@ -118,3 +120,34 @@ def outcome_of(
 def passed_through(mode: Mode, reason: Reason, transport: str) -> Outcome:
     """The outcome of a call sent exactly as given, without reading it (mode ``off``, a fault)."""
     return Outcome(mode=mode.value, transport=transport, decision=Decision.PASSTHROUGH, reason=reason)
+
+
+def fields(outcome: Outcome) -> dict[str, Any]:
+    """*outcome* as flat key/values, each named as its field: what events and span attributes carry."""
+    out = attrs.asdict(outcome, recurse=False)
+    out["decision"], out["reason"] = outcome.decision.value, outcome.reason.value
+    return out
+
+
+def event(outcome: Outcome) -> tuple[str, str, dict[str, Any]]:
+    """
+    The level, name and keys of the event that reports *outcome*: ``anchortrack.request_chained``,
+    ``request_resent``, ``request_stateless`` or ``request_passed_through`` (debug), or in shadow mode
+    ``anchortrack.shadow_planned`` (info); its keys are the outcome's `fields` that have a value (as
+    the span's attributes), ``transport`` only when it is not ``http``.
+    """
+    keys = {key: value for key, value in fields(outcome).items() if value is not None}
+    if keys["transport"] == "http":
+        del keys["transport"]
+    if outcome.mode == Mode.SHADOW.value:
+        return "info", "anchortrack.shadow_planned", keys
+    return "debug", _EVENTS[outcome.decision], keys
+
+
+#: The event of each decision (events are named in the past tense).
+_EVENTS = {
+    Decision.CHAINED: "anchortrack.request_chained",
+    Decision.RESENT: "anchortrack.request_resent",
+    Decision.STATELESS: "anchortrack.request_stateless",
+    Decision.PASSTHROUGH: "anchortrack.request_passed_through",
+}

@@ -103,11 +103,6 @@ class Stats:
         for name, (bounds, _) in HISTOGRAMS.items():
             setattr(self, name, Histogram(bounds))
 
-    @property
-    def fallbacks(self) -> Counter[str]:
-        """The ``resent`` requests by reason: the older name of ``resends``."""
-        return self.resends
-
     def __repr__(self) -> str:
         return f"<Stats {self}>"
 
@@ -153,7 +148,7 @@ class Stats:
                 self.resends[o.reason.value] += 1
             elif o.decision is Decision.STATELESS:
                 self.stateless[o.reason.value] += 1
-            self.anchors_rejected += o.rejected
+            self.anchors_rejected += o.anchors_rejected
             self.items_sent += o.items_sent
             self.items_total += o.items_total
             self.items_planned += o.items_planned
@@ -187,7 +182,6 @@ class Stats:
                     for (m, d, r, t), n in sorted(self.requests.items())
                 ],
                 "resends": dict(sorted(self.resends.items())),
-                "fallbacks": dict(sorted(self.resends.items())),
                 "stateless": dict(sorted(self.stateless.items())),
                 "recorded": self.recorded,
                 "recorded_local": self.recorded_local,

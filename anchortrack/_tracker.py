@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import _otel
+from ._canonical import as_received
 from ._failopen import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, FailOpen, is_store_effect
 from ._flow import (
     FLUSH,
@@ -33,7 +34,7 @@ from ._fork import ForkSafeLock
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
-from ._outcome import Outcome, outcome_of, passed_through
+from ._outcome import Outcome, event, outcome_of, passed_through
 from ._plan import Reason, RecentViews, new_anchor, unrecordable
 from ._properties import ANY, announced
 from ._refusal import classify
@@ -72,9 +73,11 @@ class Tracker:
         record_incomplete: Also anchor on ``incomplete`` responses (OpenAI
             stores them and accepts them as ``previous_response_id``).
         store_timeout: Seconds a store operation may take before the call goes
-            out stateless; also the most the write after a response may delay it.
+            out stateless; also the most the write after a response may delay it
+            (None: 1 second).
         store_cooldown: Seconds between two probes of a store that is down
-            (one call tries it, the others go without it); settable on a live tracker.
+            (one call tries it, the others go without it; None: 1 second);
+            settable on a live tracker.
         scope_by_api_key: Put a keyed digest of the client's API key in the
             scope (the default), so clients with different keys sharing a
             store never share anchors. False keeps anchors usable across a
@@ -109,8 +112,8 @@ class Tracker:
         mode: Mode | str | None = None,
         namespace: str | None = None,
         record_incomplete: bool = False,
-        store_timeout: float = DEFAULT_TIMEOUT,
-        store_cooldown: float = DEFAULT_COOLDOWN,
+        store_timeout: float | None = None,
+        store_cooldown: float | None = None,
         scope_by_api_key: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -125,8 +128,10 @@ class Tracker:
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
-        timeout = checked_seconds(store_timeout, "Tracker", "store_timeout")
-        cooldown = checked_seconds(store_cooldown, "Tracker", "store_cooldown", zero=True)
+        timeout = DEFAULT_TIMEOUT if store_timeout is None else store_timeout
+        cooldown = DEFAULT_COOLDOWN if store_cooldown is None else store_cooldown
+        timeout = checked_seconds(timeout, "Tracker", "store_timeout")
+        cooldown = checked_seconds(cooldown, "Tracker", "store_cooldown", zero=True)
         self.failopen = FailOpen(self.store, self.stats, timeout=timeout, cooldown=cooldown, clock=clock)
         self.backlog = self.failopen.backlog
         #: Write the anchors recorded, then some of the backlog, within one deadline (``aflush``: async).
@@ -240,9 +245,6 @@ class Tracker:
         mode = resolve(self.mode)
         if mode is Mode.OFF:
             self.publish(passed_through(mode, Reason.MODE_OFF, transport))
-            get_logger().debug(
-                "anchortrack.request_passed_through", reason=Reason.MODE_OFF.value, **_via(transport)
-            )
             return None
         request = read_request(params, scope.base_url)
         key, root = _keys(scope, self.store.secret_key)
@@ -255,7 +257,6 @@ class Tracker:
             memo=self._memo,
             recent=self.recent,
             mac_key=mac_key(self.store.secret_key),
-            quiet=not debug_enabled(),
             local_store=self.failopen.inline,
         )
         return context, request
@@ -270,13 +271,19 @@ class Tracker:
             state.plan, state.seconds = effect.plan, effect.seconds
             if effect.plan.reason is Reason.NO_HISTORY and effect.hashes:
                 self._grown(state.context.scope_key, effect.hashes)
-            _otel.planned(effect.plan, state.context.mode.value)
+            if _otel.enabled():
+                _otel.annotate(
+                    outcome_of(state.context.mode, state.transport, effect.plan, seconds=state.seconds)
+                )
         elif isinstance(effect, Log):
             if effect.event not in HINTS or self._hint_once(effect.event):
                 getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
         else:  # FellBack: the flows yield no other bookkeeping
             state.refused = effect.reason
-            _otel.fell_back(effect.reason.value)
+            if _otel.enabled() and state.plan is not None:
+                _otel.annotate(
+                    outcome_of(state.context.mode, state.transport, state.plan, refused=effect.reason)
+                )
             if effect.reason is Reason.ZDR:
                 self._zdr.add(state.context.scope_key)
 
@@ -360,8 +367,15 @@ class Tracker:
         return unsubscribe
 
     def publish(self, outcome: Outcome) -> None:
-        """Hand one call's outcome to `stats` and every subscriber; what a subscriber raises is logged."""
+        """
+        Hand one call's outcome to `stats`, the current span, its event and every subscriber; what a
+        subscriber raises is logged.
+        """
         self.stats.observe(outcome)
+        _otel.annotate(outcome)
+        level, name, keys = event(outcome)
+        if level != "debug" or debug_enabled():
+            getattr(get_logger(), level)(name, **keys)
         for callback in self._subscribers:
             try:
                 callback(outcome)
@@ -436,7 +450,8 @@ class Tracker:
                 return None
             assert isinstance(response_id, str)
             items = list(output if output is not None else getattr(response, "output", None) or ())
-            hashes = prefix_hashes(ticket.base, fingerprint_items(items, self._memo)[0])
+            received = [as_received(item) for item in items]  # the server's own form, which a chain replays
+            hashes = prefix_hashes(ticket.base, fingerprint_items(received, self._memo)[0])
             anchor = new_anchor(
                 response_id,
                 base=ticket.base,

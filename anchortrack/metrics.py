@@ -113,7 +113,7 @@ def _tracker(source: object) -> Tracker:
 #: The series after ``anchortrack_requests``, in order: family, name, label (None: one series), the
 #: key of its value (or values by label) in the snapshot as `_families` flattens it, and help.
 _SERIES: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str | None, str, str], ...] = (
-    (CounterMetricFamily, "anchortrack_fallbacks", "reason", "fallbacks",
+    (CounterMetricFamily, "anchortrack_resends", "reason", "resends",
      "Chained requests refused by the server and resent in full, by reason."),
     (CounterMetricFamily, "anchortrack_responses_recorded", None, "recorded",
      "Responses recorded as anchors."),
@@ -136,7 +136,7 @@ _SERIES: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str | N
     (GaugeMetricFamily, "anchortrack_backlog_anchors", None, "backlog_size",
      "Anchor writes waiting in the backlog now."),
     (CounterMetricFamily, "anchortrack_request_items", "kind", "items",
-     "Input items: sent (resends included), planned, and in the callers' histories."),
+     "Input items: sent (resends included), planned, and in the callers' histories (total)."),
     (CounterMetricFamily, "anchortrack_request_bytes", "kind", "bytes",
      "Estimated input bytes: sent (resends included), planned, and what stateless requests send."),
 )
@@ -155,8 +155,7 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
         requests.add_metric([row["mode"], row["decision"], row["reason"], row["transport"]], row["count"])
     yield requests
     flat = {**snap, **{f"backlog_{key}": value for key, value in snap["backlog"].items()}}
-    items = {"sent": "items_sent", "planned": "items_planned", "history": "items_total"}
-    flat["items"] = {kind: snap[key] for kind, key in items.items()}
+    flat["items"] = {kind: snap[f"items_{kind}"] for kind in ("sent", "planned", "total")}
     flat["bytes"] = {kind: snap[f"bytes_{kind}"] for kind in ("sent", "planned", "stateless")}
     for family, name, label, key, documentation in _SERIES:
         if label is None:

@@ -279,7 +279,7 @@ def _run(server: ResponsesServer, state: LoggingState, name: str, setup: Setup) 
     resends = 0
     if wrapped:
         for each in (client, aclient):
-            resends += sum(anchortrack.tracker(each).stats.snapshot()["fallbacks"].values())
+            resends += sum(anchortrack.tracker(each).stats.snapshot()["resends"].values())
     answered = state.answered[start:]
     return {
         "bytes": sum(len(body) for body in tap.bodies),

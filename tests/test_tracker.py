@@ -187,3 +187,12 @@ def test_store_cooldown_is_a_knob() -> None:
 
 def _boom(*_: object, **__: object) -> None:
     raise RuntimeError("bug")
+
+
+def test_a_setting_left_out_is_none_and_takes_its_default() -> None:
+    """None means "not given" for the store timeout and cooldown, as in wrap(): each is then 1 second."""
+    default = Tracker(DictStore(), store_timeout=None, store_cooldown=None)
+    given = Tracker(DictStore(), store_timeout=2.0, store_cooldown=0.0)
+
+    assert (1.0, 1.0) == (default.store_timeout, default.store_cooldown)
+    assert (2.0, 0.0) == (given.store_timeout, given.store_cooldown)

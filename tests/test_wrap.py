@@ -142,6 +142,29 @@ def test_rewrapping_with_other_settings_raises(
         anchortrack.wrap(client, **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("first", "again"),
+    [
+        ({"store_timeout": 2.0}, {"store_timeout": 1.0}),
+        ({"record_incomplete": True}, {"record_incomplete": False}),
+        ({"scope_by_api_key": False}, {"scope_by_api_key": True}),
+    ],
+)
+def test_rewrapping_with_a_default_value_asks_for_it(
+    raw_client: openai.OpenAI, first: dict[str, object], again: dict[str, object]
+) -> None:
+    """A setting given its default value is asked for (only None is "not given"): a wrapped client with
+    another value refuses it, naming it, and the same client wrapped without it is returned as it is."""
+    client = anchortrack.wrap(raw_client, **first)  # type: ignore[arg-type]
+    (name,) = again
+
+    with pytest.raises(ValueError, match=f"other settings \\({name}\\)"):
+        anchortrack.wrap(client, **again)  # type: ignore[arg-type]
+    assert anchortrack.wrap(client) is client
+    assert anchortrack.wrap(client, **first) is client  # type: ignore[arg-type]
+    assert getattr(anchortrack.tracker(client), name) == first[name]
+
+
 # -- tracebacks: the caller's code and the SDK's, not anchortrack's internals -----------------
 
 _PACKAGE = str(Path(anchortrack.__file__).parent)

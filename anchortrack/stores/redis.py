@@ -336,6 +336,10 @@ local function rid_of(v)
   local n, rest = string.match(v, '^3|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
   if n then return string.sub(rest, tonumber(n) + 1) end
 end
+local function parent_of(v)
+  local n, rest = string.match(v or '', '^3|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
+  if n then return string.sub(rest, 1, tonumber(n)) end
+end
 """
 
 #: KEYS: view key, reverse key.
@@ -371,9 +375,11 @@ return 1
 
 #: KEYS: view keys. ARGV: scope base.
 #: Returns the view keys' values (false where none) as ``MGET`` would (``GET`` per key: Lua's ``unpack``
-#: limits ``MGET`` to a few thousand keys). An ``allkeys-*`` eviction may drop an anchor's reverse key and
-#: keep its view key, which `EVICT` could then not reach: a missing reverse key is restored until the view
-#: key's expiry (``pcall``: a full Redis with ``noeviction`` refuses the write; the lookup still answers).
+#: limits ``MGET`` to a few thousand keys). An ``allkeys-*`` eviction may drop an anchor's reverse key, or
+#: its parent's children set, and keep its view key, which `EVICT` could then not reach (from its id, or
+#: from its parent's): a missing reverse key, and the anchor's place in its parent's children set, are
+#: restored until the view key's expiry (``pcall``: a full Redis with ``noeviction`` refuses the write; the
+#: lookup still answers).
 FIND = (
     _RID_OF
     + """
@@ -381,10 +387,18 @@ local found, skip = {}, #ARGV[1] + 3
 for i, key in ipairs(KEYS) do
   local v = redis.call('GET', key)
   found[i] = v
-  local rid = rid_of(v)
-  if rid and redis.call('EXISTS', ARGV[1] .. 'r:' .. rid) == 0 then
-    local left = redis.call('PTTL', key)
-    if left > 0 then redis.pcall('SET', ARGV[1] .. 'r:' .. rid, string.sub(key, skip), 'PX', left) end
+  local rid, parent = rid_of(v), parent_of(v)
+  if rid then
+    local rkey, ckey = ARGV[1] .. 'r:' .. rid, parent and ARGV[1] .. 'c:' .. parent
+    local lost_r = redis.call('EXISTS', rkey) == 0
+    local lost_c = ckey and redis.call('SISMEMBER', ckey, rid) == 0
+    local left = (lost_r or lost_c) and redis.call('PTTL', key) or -1
+    if left > 0 and lost_r then redis.pcall('SET', rkey, string.sub(key, skip), 'PX', left) end
+    if left > 0 and lost_c then
+      redis.pcall('SADD', ckey, rid)
+      local kept = redis.call('PTTL', ckey)
+      if kept == -1 or (kept > 0 and kept < left) then redis.pcall('PEXPIRE', ckey, left) end
+    end
   end
 end
 return found

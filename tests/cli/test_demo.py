@@ -303,7 +303,7 @@ def test_shadow_rows_are_honest(tmp_path: Path) -> None:
     assert "tracker.stats: requests 12 (shadow 12: would chain 10, stateless 2)" in out
     assert not re.search(r"\bchained\b", out.split("summary:")[1].replace("not chained", ""))
     assert "nothing is left for 'anchortrack explain' to read" in out
-    assert "· info    anchortrack.shadow_planned would_chain=True reason=chained " in out
+    assert "· info    anchortrack.shadow_planned mode=shadow decision=chained reason=chained " in out
     assert not (tmp_path / "anchortrack" / "demo.json").exists()
 
 

@@ -1076,3 +1076,44 @@ def test_json_tokens_shortcut_agrees_with_the_token_pass(
     elif tweak == "escape":
         text = text.replace("a", "\\u0061")
     assert json_tokens(text) == _slow_tokens(text)
+
+
+@pytest.mark.parametrize(
+    ("named", "by_id"),
+    [
+        (
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "t"}],
+            },
+            {"type": "item_reference", "id": "msg_1"},
+        ),
+        (
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "t"}],
+            },
+            {"id": "msg_1"},
+        ),
+        (
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "E"},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+        ),
+    ],
+)
+def test_an_item_resolved_by_id_stays_apart_from_the_item_it_names(
+    named: dict[str, Any], by_id: dict[str, Any]
+) -> None:
+    """
+    The server resolves a reference (or id-only reasoning) to the item its id names, but equality is
+    proved from the items alone: the named item's id is bookkeeping, so the two never share a
+    fingerprint, and a copy of the named item under another id still equals it (the all-types fuzz's
+    lost savings: a shorter anchor, once, after a history turns items into references).
+    """
+    assert fingerprint(named) != fingerprint(by_id)
+    assert fingerprint(named) == fingerprint({**named, "id": "other_1"})
+    assert fingerprint(by_id) != fingerprint({**by_id, "id": "other_1"})

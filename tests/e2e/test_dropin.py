@@ -310,7 +310,7 @@ def test_beta_stale_anchor_is_recovered(
     assert first.id == sent(wire, -2)["previous_response_id"]
     assert "previous_response_id" not in sent(wire)
     assert_server_saw(server, second.id, history)
-    assert {"stale_anchor": 1} == anchortrack.tracker(client).stats.snapshot()["fallbacks"]
+    assert {"stale_anchor": 1} == anchortrack.tracker(client).stats.snapshot()["resends"]
 
 
 @beta_only

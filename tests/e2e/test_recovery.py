@@ -59,9 +59,11 @@ def test_a_delta_naming_an_item_the_anchor_holds_is_resent_in_full_and_the_ancho
     assert "previous_response_id" not in sent(wire)
     assert history == sent(wire)["input"]
     assert canon(server.state.resolve_input(history)) == canon(server.state.resolved_context(resp.id))
+    refused = [e for e in logs if e["event"] == "anchortrack.anchor_refused"]
     resent = [e for e in logs if e["event"] == "anchortrack.request_resent"]
-    assert [("duplicate_item", first.id, "stateless")] == [
-        (e["reason"], e["anchor_id"], e["resent"]) for e in resent
+    assert [("duplicate_item", first.id)] == [(e["reason"], e["anchor_id"]) for e in refused]
+    assert [("resent", "duplicate_item", first.id)] == [
+        (e["decision"], e["reason"], e["anchor_id"]) for e in resent
     ]
     tracker = anchortrack.tracker(client)
     assert {"duplicate_item": 1} == tracker.stats.snapshot()["resends"]
@@ -92,7 +94,7 @@ def test_stale_anchor_is_evicted_and_resent_in_full(
     assert_server_saw(server, resp.id, history)
     tracker = anchortrack.tracker(client)
     assert tracker.store.get(scope_of(client).key, anchor_id) is None
-    assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
+    assert {"stale_anchor": 1} == tracker.stats.snapshot()["resends"]
     client.responses.create(
         model="scripted", input=[*history, *resp.output, {"role": "user", "content": "3"}]
     )
@@ -242,7 +244,7 @@ def _assert_recovered_once(server: ResponsesServer, client: Any, wire: WireTap, 
     assert "previous_response_id" not in sent(wire)
     assert_server_saw(server, final.id, history)
     tracker = anchortrack.tracker(client)
-    assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
+    assert {"stale_anchor": 1} == tracker.stats.snapshot()["resends"]
     assert {} == tracker.stats.snapshot()["not_recorded"]  # the refused stream counts nowhere
     assert tracker.store.get(scope_of(client).key, anchor_id) is None
     assert tracker.store.get(scope_of(client).key, final.id) is not None
@@ -342,6 +344,6 @@ def test_a_server_restart_costs_one_refusal_per_chain(raw_client: openai.OpenAI,
             reply = client.responses.create(model="scripted", input=history)
             assert_server_saw(second_life, reply.id, history)
 
-    assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
+    assert {"stale_anchor": 1} == tracker.stats.snapshot()["resends"]
     bodies = [json.loads(body) for body in wire.bodies[before:]]
     assert [True, False, True, True] == ["previous_response_id" in body for body in bodies]

@@ -42,21 +42,34 @@ def _saved(client: openai.OpenAI, store: MemoryStore, history: list[Any]) -> int
     return plan.bytes_stateless - plan.bytes_planned
 
 
+def _bytes(client: openai.OpenAI, store: MemoryStore, history: list[Any]) -> tuple[int, int]:
+    """The estimated input bytes of *history* in full, and of the plan for it now."""
+    plan = anchortrack.plan_request(history, scope=scope_of(client), store=store)
+    return plan.bytes_stateless, plan.bytes_planned
+
+
+def _reported(event: str, level: str = "debug", **keys: Any) -> dict[str, Any]:
+    """A call's outcome as its event logs it: the `Outcome` fields with a value (defaults, *keys*)."""
+    counts = ("items_total", "items_sent", "items_planned", "bytes_stateless", "bytes_sent", "bytes_planned")
+    defaults = {"mode": "chained", **dict.fromkeys(counts, 0), "anchors_rejected": 0}
+    return {"event": f"anchortrack.{event}", "log_level": level, **defaults, **keys}
+
+
+def _timed(event: Mapping[str, Any]) -> dict[str, Any]:
+    """*event* without its plan time (a float: it was planned), to compare it whole."""
+    assert isinstance(event["plan_seconds"], float)
+    return {key: value for key, value in event.items() if key != "plan_seconds"}
+
+
 def test_first_turn_is_stateless_no_history_then_recorded(client: openai.OpenAI, store: MemoryStore) -> None:
     """A first turn logs request_stateless (no_history), then response_recorded with the view's prefix."""
+    full, _ = _bytes(client, store, [user("hello")])
     with capture_logs() as logs:
         _, resp = ask(client, [], "hello")
 
     recorded = _events(logs, "response_recorded")[0]
     anchor = store.get(scope_of(client).key, resp.id)
     assert [
-        {
-            "event": "anchortrack.request_stateless",
-            "log_level": "debug",
-            "reason": "no_history",
-            "items_sent": 1,
-            "diverged_at": None,
-        },
         {
             "event": "anchortrack.response_recorded",
             "log_level": "debug",
@@ -65,7 +78,19 @@ def test_first_turn_is_stateless_no_history_then_recorded(client: openai.OpenAI,
             "items": 2,
             "outputs": 1,
         },
-    ] == logs
+        _reported(
+            "request_stateless",
+            decision="stateless",
+            reason="no_history",
+            items_total=1,
+            items_sent=1,
+            items_planned=1,
+            bytes_stateless=full,
+            bytes_sent=full,
+            bytes_planned=full,
+            response_id=resp.id,
+        ),
+    ] == [logs[0], _timed(logs[1])]
     assert anchor is not None
     assert short(anchor.view) == recorded["view"]
 
@@ -78,7 +103,7 @@ def test_a_history_with_nothing_new_is_stateless_nothing_new(client: openai.Open
         client.responses.create(model="scripted", input=history)
 
     assert {"reason": "nothing_new", "items_sent": 2, "diverged_at": None} == {
-        key: _events(logs, "request_stateless")[0][key] for key in ("reason", "items_sent", "diverged_at")
+        key: _events(logs, "request_stateless")[0].get(key) for key in ("reason", "items_sent", "diverged_at")
     }
     assert 1 == anchortrack.tracker(client).stats.count("stateless", "nothing_new")
 
@@ -94,27 +119,32 @@ def test_a_history_after_an_anchor_the_store_lost_names_no_diverged_item(
         ask(client, history, "two")
 
     assert {"reason": "prefix_diverged", "items_sent": 3, "diverged_at": None} == {
-        key: _events(logs, "request_stateless")[0][key] for key in ("reason", "items_sent", "diverged_at")
+        key: _events(logs, "request_stateless")[0].get(key) for key in ("reason", "items_sent", "diverged_at")
     }
 
 
 def test_chained_request_logs_anchor_items_and_bytes_saved(client: openai.OpenAI, store: MemoryStore) -> None:
-    """request_chained carries the anchor id, items sent and skipped, and the bytes saved."""
+    """request_chained carries the anchor id, the items and bytes sent of the history's."""
     history, first = ask(client, [], "one")
-    expected_saved = _saved(client, store, [*history, user("two")])
+    full, planned = _bytes(client, store, [*history, user("two")])
 
     with capture_logs() as logs:
-        ask(client, history, "two")
+        _, second = ask(client, history, "two")
 
-    assert {
-        "event": "anchortrack.request_chained",
-        "log_level": "debug",
-        "anchor_id": first.id,
-        "items_sent": 1,
-        "items_skipped": 2,
-        "bytes_saved": expected_saved,
-    } == logs[0]
-    assert expected_saved > 0
+    assert _reported(
+        "request_chained",
+        decision="chained",
+        reason="chained",
+        anchor_id=first.id,
+        items_total=3,
+        items_sent=1,
+        items_planned=1,
+        bytes_stateless=full,
+        bytes_sent=planned,
+        bytes_planned=planned,
+        response_id=second.id,
+    ) == _timed(_events(logs, "request_chained")[0])
+    assert full > planned > 0
 
 
 def test_prefix_diverged_reports_where_the_history_first_differs(client: openai.OpenAI) -> None:
@@ -127,13 +157,9 @@ def test_prefix_diverged_reports_where_the_history_first_differs(client: openai.
     with capture_logs() as logs:
         client.responses.create(model="scripted", input=[*redacted, user("next")])
 
-    assert {
-        "event": "anchortrack.request_stateless",
-        "log_level": "debug",
-        "reason": "prefix_diverged",
-        "items_sent": len(redacted) + 1,
-        "diverged_at": 1,
-    } == logs[0]
+    assert {"reason": "prefix_diverged", "items_sent": len(redacted) + 1, "diverged_at": 1} == {
+        key: _events(logs, "request_stateless")[0].get(key) for key in ("reason", "items_sent", "diverged_at")
+    }
 
 
 def test_stale_anchor_is_evicted_and_resent_with_a_warning(
@@ -146,7 +172,7 @@ def test_stale_anchor_is_evicted_and_resent_with_a_warning(
     with capture_logs() as logs:
         _, resp = ask(client, history, "two")
 
-    assert ["request_chained", "anchor_evicted", "response_recorded"] == [
+    assert ["anchor_evicted", "response_recorded", "request_resent"] == [
         e["event"].removeprefix("anchortrack.") for e in logs
     ]
     assert {
@@ -154,9 +180,11 @@ def test_stale_anchor_is_evicted_and_resent_with_a_warning(
         "log_level": "warning",
         "reason": "stale_anchor",
         "anchor_id": first.id,
-        "resent": "stateless",
-    } == logs[1]
-    assert resp.id == logs[2]["response_id"]
+    } == logs[0]
+    assert resp.id == logs[1]["response_id"] == logs[2]["response_id"]
+    assert ("resent", "stale_anchor", first.id, 3, 4) == tuple(
+        logs[2][key] for key in ("decision", "reason", "anchor_id", "items_total", "items_sent")
+    )
 
 
 @pytest.mark.usefixtures("zdr")
@@ -186,20 +214,27 @@ def test_shadow_mode_logs_what_chaining_would_have_saved(raw_client: openai.Open
     history, first = ask(client, [], "one")
     would_save = _saved(client, store, [*history, user("two")])
 
-    with capture_logs() as logs:
-        ask(client, history, "two")
+    full, planned = _bytes(client, store, [*history, user("two")])
 
-    assert {
-        "event": "anchortrack.shadow_planned",
-        "log_level": "info",
-        "would_chain": True,
-        "reason": "chained",
-        "anchor_id": first.id,
-        "items_total": 3,
-        "items_would_send": 1,
-        "bytes_would_save": would_save,
-        "diverged_at": None,
-    } == logs[0]
+    with capture_logs() as logs:
+        _, second = ask(client, history, "two")
+
+    assert _reported(
+        "shadow_planned",
+        "info",
+        mode="shadow",
+        decision="chained",
+        reason="chained",
+        anchor_id=first.id,
+        items_total=3,
+        items_sent=3,
+        items_planned=1,
+        bytes_stateless=full,
+        bytes_sent=full,
+        bytes_planned=planned,
+        response_id=second.id,
+    ) == _timed(_events(logs, "shadow_planned")[0])
+    assert full - planned == would_save > 0
 
 
 def test_mode_off_logs_a_passthrough_and_records_nothing(
@@ -212,7 +247,7 @@ def test_mode_off_logs_a_passthrough_and_records_nothing(
         ask(client, [], "one")
 
     assert [
-        {"event": "anchortrack.request_passed_through", "log_level": "debug", "reason": "mode_off"}
+        _reported("request_passed_through", mode="off", decision="passthrough", reason="mode_off")
     ] == logs
 
 
@@ -223,12 +258,10 @@ def test_caller_managed_state_is_a_passthrough(client: openai.OpenAI) -> None:
     with capture_logs() as logs:
         client.responses.create(model="scripted", input=[user("two")], previous_response_id=first.id)
 
-    assert {
-        "event": "anchortrack.request_passed_through",
-        "log_level": "debug",
-        "reason": "caller_managed",
-        "items_sent": 1,
-    } == logs[0]
+    event = _events(logs, "request_passed_through")[0]
+    assert ("passthrough", "caller_managed", 1, 1) == tuple(
+        event[key] for key in ("decision", "reason", "items_total", "items_sent")
+    )
 
 
 @pytest.mark.parametrize(
@@ -248,7 +281,7 @@ def test_response_not_recorded_says_why(
         "response_id": resp.id,
         "status": status,
         "reason": reason,
-    } == logs[-1]
+    } == _events(logs, "response_not_recorded")[0]
 
 
 def test_store_outage_logs_degraded_once_and_recovered(raw_client: openai.OpenAI) -> None:
@@ -374,9 +407,9 @@ def test_unconfigured_library_is_quiet_below_warnings(
     ask(client, history, "two")
 
     records = [r for r in caplog.records if r.name == "anchortrack"]
-    assert [
-        f"anchortrack.anchor_evicted reason='stale_anchor' anchor_id='{first.id}' resent='stateless'"
-    ] == [r.getMessage() for r in records]
+    assert [f"anchortrack.anchor_evicted reason='stale_anchor' anchor_id='{first.id}'"] == [
+        r.getMessage() for r in records
+    ]
     assert [logging.WARNING] == [r.levelno for r in records]
     assert first.id == getattr(records[0], "anchor_id", None)  # key/values also arrive as ``extra``
     assert "anchortrack.anchor_evicted" == getattr(records[0], "event", None)

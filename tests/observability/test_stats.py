@@ -62,7 +62,7 @@ def test_a_scripted_conversation_counts_each_reason(
         _row("chained", "stateless", "store_unavailable", 1),
         _row("off", "passthrough", "mode_off", 1),
     ] == snap["requests"]
-    assert {"stale_anchor": 1} == snap["fallbacks"]
+    assert {"stale_anchor": 1} == snap["resends"]
     # seven's anchor waits in the backlog (the store is suspect, so the write is not tried)
     assert {"not_completed": 1, "store_false": 1} == snap["not_recorded"]
     assert {"find": 1} == snap["store_errors"]
@@ -87,7 +87,7 @@ def test_zdr_is_counted_as_a_fallback_then_as_stateless(client: openai.OpenAI) -
         _row("chained", "stateless", "no_history", 1),
         _row("chained", "stateless", "zdr", 1),
     ] == snap["requests"]
-    assert {"zdr": 1} == snap["fallbacks"]
+    assert {"zdr": 1} == snap["resends"]
 
 
 def test_internal_error_is_counted_when_an_item_has_no_shape(client: openai.OpenAI) -> None:
@@ -243,7 +243,7 @@ def test_print_stats_reads_like_the_demo_summary(server: ResponsesServer, client
         str(stats),
     )
     assert f"~{snap['bytes_sent']:,} sent of ~{snap['bytes_stateless']:,}" in str(stats)
-    assert (1, 1, 1) == (stats.count("chained"), stats.count("resent"), sum(snap["fallbacks"].values()))
+    assert (1, 1, 1) == (stats.count("chained"), stats.count("resent"), sum(snap["resends"].values()))
     assert repr(stats) == f"<Stats {stats}>"
 
 

@@ -139,3 +139,69 @@ def test_the_next_worker_does_not_chain_to_a_dead_anchor_redis_half_evicted(
     refused = [body for body in map(json.loads, wire.bodies) if body.get("previous_response_id") == second.id]
     assert 1 == len(refused)  # the second worker's try; the third chained from the anchor before
     assert first.id == sent(wire)["previous_response_id"]
+
+
+def test_find_restores_an_evicted_children_set_so_that_evict_reaches_the_descendants(
+    raw: redis.Redis, evicting_redis: RedisServer
+) -> None:
+    """
+    Redis evicted a parent's c: set and kept its children's keys: find puts each child found back in
+    it (until the child's own expiry), so evicting the parent forgets the child and the grandchild.
+    """
+    store = RedisStore.from_url(evicting_redis.url, prefix="p")
+    now = time.time()
+    root = make_anchor("root", now)
+    child = make_anchor("child", now, ttl=7200.0, parent=root.response_id)
+    grandchild = make_anchor("grandchild", now, parent=child.response_id)
+    for anchor in (root, child, grandchild):
+        store.put(SCOPE, anchor)
+    children = f"p:{{{SCOPE}}}:c:{root.response_id}"
+    raw.delete(children)  # as allkeys eviction would
+    views = [root.view, child.view, grandchild.view]
+
+    assert {a.view: a for a in (root, child, grandchild)} == store.find(SCOPE, views)
+    assert {child.response_id.encode()} == raw.smembers(children)
+    view_expiry = int(raw.execute_command("PEXPIRETIME", f"p:{{{SCOPE}}}:v:{child.view.hex()}"))
+    assert abs(int(raw.execute_command("PEXPIRETIME", children)) - view_expiry) <= 1
+
+    store.evict(SCOPE, root.response_id)
+
+    assert {} == store.find(SCOPE, views)
+    store.close()
+
+
+def test_a_dead_anchors_descendants_are_forgotten_with_it_after_redis_evicted_its_children_set(
+    server: ResponsesServer, evicting_redis: RedisServer, raw: redis.Redis
+) -> None:
+    """
+    Redis evicted a response's c: set, and a worker then continued a conversation chained from it
+    (its find puts the child back in the set). The server forgets the response: the one refusal, on
+    another branch, forgets its descendants too, so the first conversation is not refused again.
+    """
+    prefix = f"w{uuid.uuid4().hex[:8]}"
+    wire = WireTap()
+    workers = [
+        anchortrack.wrap(_raw(server, wire), store=RedisStore.from_url(evicting_redis.url, prefix=prefix))
+        for _ in range(3)
+    ]
+    history: list[Any] = [user("one")]
+    first = workers[0].responses.create(model="scripted", input=history)
+    branch = [*history, *first.output, user("two")]
+    second = workers[0].responses.create(model="scripted", input=branch)
+    for key in raw.scan_iter(f"{prefix}:*:c:{first.id}"):  # Redis evicted the first one's children set
+        raw.delete(key)
+    branch += [*second.output, user("three")]
+    third = workers[1].responses.create(model="scripted", input=branch)
+    branch += [*third.output, user("four")]
+    assert second.id == sent(wire)["previous_response_id"]
+
+    server.state.drop(first.id)  # the server forgot the first response, and with it what chains from it
+    workers[2].responses.create(model="scripted", input=[*history, *first.output, user("other")])
+    assert first.id == json.loads(wire.bodies[-2])["previous_response_id"]  # refused, resent in full
+
+    before = len(wire.bodies)
+    reply = workers[2].responses.create(model="scripted", input=branch)
+
+    assert_server_saw(server, reply.id, branch)
+    assert 1 == len(wire.bodies) - before  # not chained to a forgotten descendant, refused and resent
+    assert "previous_response_id" not in sent(wire)

@@ -197,7 +197,7 @@ def test_stale_anchor_after_restart(
     assert "previous_response_id" not in sent(wire)
     assert len(chat.history) - len(second.output) == len(sent(wire)["input"])
     tracker = anchortrack.tracker(client)
-    assert {"stale_anchor": 1} == tracker.stats.snapshot()["fallbacks"]
+    assert {"stale_anchor": 1} == tracker.stats.snapshot()["resends"]
 
     params = chat.before({"role": "user", "content": "three"})
     chat.after(call(client, form, **params))
@@ -219,7 +219,7 @@ async def test_stale_anchor_after_restart_async(
 
     assert first.id == sent(wire, -2)["previous_response_id"]
     assert "previous_response_id" not in sent(wire)
-    assert {"stale_anchor": 1} == anchortrack.tracker(aclient).stats.snapshot()["fallbacks"]
+    assert {"stale_anchor": 1} == anchortrack.tracker(aclient).stats.snapshot()["resends"]
 
     params = chat.before({"role": "user", "content": "three"})
     chat.after(await acall(aclient, form, **params))

@@ -137,7 +137,7 @@ def _assert_recovered(client: Any, wire: WireTap, before: int, anchor_id: str, h
     assert anchor_id == sent(wire, -2)["previous_response_id"]
     assert "previous_response_id" not in sent(wire)
     assert len(history) == len(sent(wire)["input"])
-    assert {"stale_anchor": 1} == anchortrack.tracker(client).stats.snapshot()["fallbacks"]
+    assert {"stale_anchor": 1} == anchortrack.tracker(client).stats.snapshot()["resends"]
 
 
 def test_adapter_reproduces_llama_stacks_in_stream_refusal(llama: LlamaShaped, gateway: AgenticAPI) -> None:

@@ -202,7 +202,7 @@ def _assert_recovered(
 ) -> None:
     assert _chained(wire, 2) == [True, False]  # refused in the stream, then resent in full
     assert_server_saw(server, final.id, history)
-    assert anchortrack.tracker(wrapped).stats.snapshot()["fallbacks"] == {"stale_anchor": 1}
+    assert anchortrack.tracker(wrapped).stats.snapshot()["resends"] == {"stale_anchor": 1}
 
 
 @pytest.mark.usefixtures("stale_in_stream")

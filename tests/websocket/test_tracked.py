@@ -296,7 +296,7 @@ def test_a_stale_anchor_is_resent_in_full_on_the_same_socket_unseen(
     assert [e.get("previous_response_id") for e in sent] == [None, first.id, None, turn.response.id]
     assert [len(e["input"]) for e in sent] == [1, 1, 3, 1]
     stats = anchortrack.tracker(client).stats
-    assert stats.fallbacks == {"stale_anchor": 1}
+    assert stats.resends == {"stale_anchor": 1}
     # Counted once answered: the refused create as resent, the next one as chained.
     assert stats.count("resent", "stale_anchor", transport="websocket") == 1
     assert stats.count("chained", transport="websocket") == 1
@@ -652,4 +652,4 @@ def test_under_zero_data_retention_chaining_stays_on_the_socket(
     sent = frames.events()
     assert [e.get("previous_response_id") for e in sent] == [None, first.id, second.id, None, third.id]
     tracker = anchortrack.tracker(zdr_client)
-    assert tracker.stats.fallbacks == {"stale_anchor": 1}
+    assert tracker.stats.resends == {"stale_anchor": 1}
