@@ -86,7 +86,7 @@ class ChainWatch:
         with self._lock:
             if len(self._urls) >= self._kept and scope_key not in self._urls:
                 self._urls.pop(next(iter(self._urls)))
-            self._urls[scope_key] = base_url
+            self._urls[scope_key] = base_url.rstrip("/")
             return scope_key in self._stopped
 
     def base_url(self, scope_key: str) -> str:
