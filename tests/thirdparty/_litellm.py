@@ -22,12 +22,15 @@ LITELLM_ENV = "ANCHORTRACK_TEST_LITELLM"
 MASTER_KEY = "sk-anchortrack-test"
 
 
-def litellm_binary() -> str | None:
-    """The ``litellm`` executable: ``$ANCHORTRACK_TEST_LITELLM``, else the one on ``PATH``."""
+def litellm_binary() -> tuple[str | None, bool]:
+    """
+    The ``litellm`` executable (``$ANCHORTRACK_TEST_LITELLM``, else the one on ``PATH``), and whether
+    it was named: a named one that is not there is an error, not a reason to skip.
+    """
     named = os.environ.get(LITELLM_ENV)
     if named:
-        return named if os.access(named, os.X_OK) else None
-    return shutil.which("litellm")
+        return (named if os.access(named, os.X_OK) else None), True
+    return shutil.which("litellm"), False
 
 
 def config(models: dict[str, str], *, plain_ids: bool) -> str:
