@@ -20,7 +20,7 @@ from ._hashing import Memo, extend, fingerprint_history, fingerprint_items, pref
 from ._mode import Mode
 from ._plan import Plan, Reason, RecentViews, answers, choose, with_sizes
 from ._properties import matches
-from ._refusal import classify
+from ._refusal import classify, resendable
 from ._request import Request, chained_body
 from ._seal import authentic as _authentic
 from .stores._base import Anchor
@@ -139,6 +139,7 @@ class CallContext:
     root: bytes
     mode: Mode = Mode.CHAINED
     zdr_disabled: bool = False
+    chain_dropped: bool = False
     now: float = attrs.field(factory=time.time)
     memo: Memo | None = None
     recent: RecentViews | None = None
@@ -203,8 +204,9 @@ def plan_history(
     """
     hashes = history.hashes
     n = len(hashes)
-    if ctx.zdr_disabled:
-        return with_sizes(Plan(Reason.ZDR, total=n), history.sizes)
+    if ctx.zdr_disabled or ctx.chain_dropped:
+        reason = Reason.ZDR if ctx.zdr_disabled else Reason.CHAIN_DROPPED
+        return with_sizes(Plan(reason, total=n), history.sizes)
     authentic = ctx.authentic if ctx.mac_key is not None else None
     start = history.proven if ctx.local_store else 0
     if 1 < start < n:
@@ -280,12 +282,16 @@ def refused_flow(
 ) -> Flow:
     """
     A request chained to *anchor* was refused with *error*: evict a stale anchor, stop chaining in the
-    scope (ZDR), or keep the anchor (a duplicate item), and resend in full once with *ticket*; any other
-    error is raised again, unchanged.
+    scope (ZDR), keep the anchor (a duplicate item; a server that dropped the chain), and resend in full
+    once with *ticket*. Another client error is resent in full once too, and the caller gets what that
+    request gets (an error unchanged, the anchor kept; a response, the anchor evicted); any other error
+    is raised again, unchanged.
     """
     refusal = classify(error, anchor.response_id)
     if refusal is None:
-        raise error
+        if not resendable(error):
+            raise error
+        return (yield from _unrecognised(ctx, request, anchor, ticket, error))
     fields = {"reason": refusal.value, "anchor_id": anchor.response_id}
     if refusal is Reason.STALE_ANCHOR:
         yield Evict(ctx.scope_key, anchor.response_id)
@@ -297,6 +303,19 @@ def refused_flow(
     else:
         yield Log("warning", "anchortrack.anchor_refused", fields)
     return (yield Send(request.body, ticket))
+
+
+def _unrecognised(
+    ctx: CallContext, request: Request, anchor: Anchor, ticket: Ticket, error: Exception
+) -> Flow:
+    """A chained request refused with a client error `classify` does not know: resend in full, once."""
+    status = getattr(error, "status_code", None)
+    response = yield Send(request.body, ticket)  # its error is the caller's, as the unwrapped client's
+    yield Evict(ctx.scope_key, anchor.response_id)
+    yield FellBack(Reason.CHAIN_REFUSED, anchor)
+    fields = {"reason": Reason.CHAIN_REFUSED.value, "anchor_id": anchor.response_id, "status": status}
+    yield Log("warning", "anchortrack.anchor_evicted", fields)
+    return response
 
 
 def _caller_managed(ctx: CallContext, request: Request) -> Flow:

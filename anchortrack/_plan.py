@@ -44,6 +44,8 @@ class Reason(str, enum.Enum):
     UNKNOWN_PARENT = "unknown_parent"
     PROPERTIES_CHANGED = "properties_changed"
     WEBSOCKET_DROPPED = "websocket_reconnect_dropped"
+    CHAIN_REFUSED = "chain_refused"
+    CHAIN_DROPPED = "chain_dropped"
 
 
 #: What each `Reason` means, in one line.
@@ -87,6 +89,14 @@ REASON_TEXT: Mapping[Reason, str] = {
     ),
     Reason.WEBSOCKET_DROPPED: (
         "the WebSocket closed or reconnected before the response's terminal event, so it was not recorded"
+    ),
+    Reason.CHAIN_REFUSED: (
+        "the server refused the chained request with an error anchortrack does not recognise, and the "
+        "same call in full succeeded: the anchor was evicted"
+    ),
+    Reason.CHAIN_DROPPED: (
+        "the server answered a chained request without the anchor's context (it ignored "
+        "previous_response_id): chaining stopped for that server in this scope"
     ),
 }
 

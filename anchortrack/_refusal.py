@@ -12,6 +12,7 @@ import binascii
 import re
 from collections.abc import Iterator, Mapping
 
+from ._chaindrop import ChainDropped
 from ._plan import Reason
 
 
@@ -26,8 +27,20 @@ STALE_CODES = frozenset({
 #: The statuses a refused anchor comes with; anything else is never stale.
 _REFUSAL_STATUSES = frozenset({400, 404})
 
+#: The client errors a chained request is resent in full for, recognised or not: the caller then gets
+#: what the full request gets. Not authentication (401, 403), timeouts (408), size (413: the full
+#: request is larger) or rate limits (429), which the full request meets the same way.
+RESENT_STATUSES = frozenset({400, 404, 409, 410, 422})
+
 #: What the ChatGPT/Codex backend says instead of OpenAI's code.
 _CODEX_MESSAGE = "Invalid `previous_response_id`"
+
+#: A stale anchor in a message, whoever rewrapped it: OpenAI's code as text (LiteLLM keeps only the
+#: upstream's status as its ``code``, and the upstream's id, not the client's, in its message), or
+#: OpenAI's wording. Only the anchor is chained, so the id these name is the anchor's, however spelled.
+_STALE_MESSAGE = re.compile(
+    r"previous_response_not_found|previous response with id\b.{0,300}?\bnot found", re.IGNORECASE | re.DOTALL
+)
 
 #: What OpenAI (and our server) say when an item id is in the context twice.
 _DUPLICATE_MESSAGE = "Duplicate item found with id"
@@ -43,8 +56,11 @@ def classify(error: BaseException, anchor_id: str) -> Reason | None:
     """
     What *error* (an SDK API error, or one raised from a stream's error event) from a request chained to
     *anchor_id* means: `Reason.STALE_ANCHOR`, `Reason.ZDR`, `Reason.DUPLICATE_ITEM`, or None (the caller's).
-    Stale: OpenAI's code or param, a chain-resolving proxy's code, or a 400 or 404 naming the anchor.
+    Stale: OpenAI's code or param, a chain-resolving proxy's code, a 400 or 404 naming the anchor, or
+    one whose message carries OpenAI's code or wording (a gateway rewrapping the upstream's error).
     """
+    if isinstance(error, ChainDropped):
+        return Reason.CHAIN_DROPPED
     status = _status(error)
     if status is not None and status not in _REFUSAL_STATUSES:
         return None
@@ -60,11 +76,19 @@ def classify(error: BaseException, anchor_id: str) -> Reason | None:
     texts = [message] if isinstance(message, str) else []
     texts += _strings(getattr(error, "body", None), 0)
     names = _names(anchor_id)
-    if any(_CODEX_MESSAGE in text or any(name.search(text) for name in names) for text in texts):
+    if any(
+        _CODEX_MESSAGE in text or _STALE_MESSAGE.search(text) or any(name.search(text) for name in names)
+        for text in texts
+    ):
         return Reason.STALE_ANCHOR
     if status == 400 and any(_DUPLICATE_MESSAGE in text for text in texts):
         return Reason.DUPLICATE_ITEM
     return None
+
+
+def resendable(error: BaseException) -> bool:
+    """Whether a chained request refused with *error*, not recognised by `classify`, is resent in full."""
+    return getattr(error, "status_code", None) in RESENT_STATUSES
 
 
 def _status(error: BaseException) -> int | None:

@@ -33,7 +33,7 @@ HTTP, WEBSOCKET = "http", "websocket"
 #: The counters `Stats.add` adds to (the others count `Outcome`s).
 # fmt: off
 Counted = Literal["recorded", "recorded_local", "not_recorded", "store_errors", "store_stalls",
-                  "backlog_queued", "backlog_written", "backlog_dropped"]
+                  "backlog_queued", "backlog_written", "backlog_dropped", "chains_dropped"]
 # fmt: on
 
 
@@ -89,6 +89,7 @@ class Stats:
         self.not_recorded: Counter[str] = Counter()
         self.store_errors: Counter[str] = Counter()
         self.anchors_rejected = 0
+        self.chains_dropped = 0
         self.store_stalls: Counter[str] = Counter()
         self.backlog_queued = 0
         self.backlog_written = 0
@@ -188,6 +189,7 @@ class Stats:
                 "not_recorded": dict(sorted(self.not_recorded.items())),
                 "store_errors": dict(sorted(self.store_errors.items())),
                 "anchors_rejected": self.anchors_rejected,
+                "chains_dropped": self.chains_dropped,
                 "store_stalls": dict(sorted(self.store_stalls.items())),
                 "backlog": {
                     "queued": self.backlog_queued,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class _Call:
     """The call a tracked stream carries the response of: records it, or reports it abandoned, once."""
 
-    __slots__ = ("done", "held", "items", "reported", "stream", "target", "terminal")
+    __slots__ = ("done", "first", "held", "items", "reported", "stream", "target", "terminal")
 
     def __init__(self, stream: Any, tracker: Tracker, ticket: Ticket) -> None:
         self.stream = stream
@@ -34,6 +34,7 @@ class _Call:
         self.reported = False
         self.held = False  # while a peeked error awaits the tracker's decision
         self.done = False
+        self.first: object = None  # the peeked first event
 
     def completes(self, event: Any) -> Tracker | None:
         """Feed *event*; if terminal, record its response (or the items seen); return the tracker to flush."""
@@ -71,6 +72,7 @@ class _Call:
 
     def refusal(self, first: object) -> BaseException | None:
         """The error the peeked *first* event (None: there was none) is or carries; without one, `release`."""
+        self.first = first
         if isinstance(first, BaseException):
             return first
         if getattr(first, "type", None) != "error":

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _otel
 from ._canonical import as_received
+from ._chaindrop import ChainDropped, ChainWatch
 from ._failopen import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, FailOpen, is_store_effect
 from ._flow import (
     FLUSH,
@@ -139,6 +140,8 @@ class Tracker:
         self.aflush = self.failopen.aflush
         self._memo = Memo()
         self._zdr: set[str] = set()
+        #: The servers that dropped a chain, and what finding them needs (`anchortrack._chaindrop`).
+        self.chains = ChainWatch()
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
         self._lock = ForkSafeLock()
         self._subscribers: tuple[Callable[[Outcome], object], ...] = ()
@@ -228,12 +231,37 @@ class Tracker:
                         yield stream._discard
                         raise refusal
                     yield stream._release
+                elif (dropped := self._dropped(effect, stream.first)) is not None:
+                    yield stream._discard
+                    raise dropped
+            elif effect.anchor_id is not None and effect.ticket is not None:
+                seen = self.chains.flagged(getattr(response, "id", None))
+                if seen is not None:
+                    raise ChainDropped(self.chains.base_url(effect.ticket.scope), seen)
         except Exception as error:
             state.sdk_error = error
             raise
         state.response = response
         state.answered = True
         return response
+
+    def _dropped(self, effect: Send, first: object) -> ChainDropped | None:
+        """The drop a chained stream's first event shows (its response names no previous_response_id)."""
+        ticket, response = effect.ticket, self.chains.first_event(first)
+        if ticket is None or response is None:
+            return None
+        seen = self.chains.check(ticket.scope, ticket.parent, response)
+        if seen is None:
+            return None
+        self.chain_dropped(ticket.scope, seen)
+        return ChainDropped(self.chains.base_url(ticket.scope), seen)
+
+    def chain_dropped(self, scope_key: str, seen: str) -> None:
+        """The server of *scope_key* dropped a chain (*seen*): stop chaining there (warn, count once)."""
+        if self.chains.stop(scope_key, seen):
+            self.stats.add("chains_dropped")
+            base_url = self.chains.base_url(scope_key)
+            get_logger().warning("anchortrack.chain_dropped", base_url=base_url, seen=seen, scope=scope_key)
 
     def begin(
         self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
@@ -253,6 +281,7 @@ class Tracker:
             root=root,
             mode=mode,
             zdr_disabled=key in self._zdr,
+            chain_dropped=self.chains.begin(key, scope.base_url),
             now=self.clock(),
             memo=self._memo,
             recent=self.recent,
@@ -443,6 +472,10 @@ class Tracker:
             reason = skip or unrecordable(
                 response, record_incomplete=self.record_incomplete, connection_local=local
             )
+            seen = None if reason or local else self.chains.check(ticket.scope, ticket.parent, response)
+            if seen is not None:
+                self.chain_dropped(ticket.scope, seen)
+                reason = Reason.CHAIN_DROPPED
             if reason is not None:
                 self.stats.add("not_recorded", key=reason.value)
                 fields = {"response_id": response_id, "status": getattr(response, "status", None)}

@@ -125,6 +125,8 @@ _SERIES: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str | N
      "Failed anchor store operations, by operation."),
     (CounterMetricFamily, "anchortrack_anchors_rejected", None, "anchors_rejected",
      "Anchors read from the store whose MAC did not verify (secret key set), treated as absent."),
+    (CounterMetricFamily, "anchortrack_chains_dropped", None, "chains_dropped",
+     "Scopes whose server answered a chained request without the anchor's context; chaining stopped there."),
     (CounterMetricFamily, "anchortrack_store_stalls", "operation", "store_stalls",
      "Store operations retried because the caller's event loop was blocked, by operation."),
     (CounterMetricFamily, "anchortrack_backlog_queued", None, "backlog_queued",

@@ -167,6 +167,8 @@ def create_app(
     async def create_response(request: Request) -> Response:
         body = decode_json(await request.body())
         server_state.record_request(body)
+        if server_state.ignore_previous_response_id and isinstance(body, dict):
+            body.pop("previous_response_id", None)
         owner = request_owner(request.headers)
         if server_state.backend is not None:  # an upstream provider answers instead
             return await _backend_response(server_state, server_state.backend, body, owner)
@@ -386,5 +388,10 @@ def _test_routes(state: ServerState) -> list[Route]:
         Route("/_test/responses/{response_id}/context", context, methods=["GET"]),
         Route("/_test/zdr", switch("zdr"), methods=["GET", "POST"]),
         Route("/_test/stale_in_stream", switch("stale_in_stream"), methods=["GET", "POST"]),
+        Route(
+            "/_test/ignore_previous_response_id",
+            switch("ignore_previous_response_id"),
+            methods=["GET", "POST"],
+        ),
         Route("/_test/requests", requests, methods=["GET", "DELETE"]),
     ]

@@ -146,6 +146,8 @@ class ServerState:
             as llama-stack does: HTTP 200, then one ``{"error": {…, "code": "404"}}`` event.
         announce_per_request: Say on every response that request properties apply per request
             (``False`` serves like a server anchortrack does not know).
+        ignore_previous_response_id: Accept ``previous_response_id`` and answer as if it were absent,
+            as a server that does not chain does (for tests of finding such a server).
     """
 
     def __init__(
@@ -170,6 +172,7 @@ class ServerState:
         self.zdr = False
         self.stale_in_stream = False
         self.announce_per_request = True
+        self.ignore_previous_response_id = False
         self.record = record
         self._lock = threading.Lock()
         self._requests: list[Any] = []

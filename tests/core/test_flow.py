@@ -158,15 +158,15 @@ def test_a_disabled_scope_neither_looks_up_nor_chains() -> None:
 @pytest.mark.parametrize(
     "error",
     [
-        APIError(400, "invalid_value", "model"),
+        APIError(401, "invalid_api_key"),
+        APIError(413, None),
         APIError(429, "rate_limit_exceeded"),
         APIError(500, None),
-        APIError(400, None, "input"),
         ValueError("boom"),
     ],
 )
 def test_other_errors_reach_the_caller_without_retry(error: Exception) -> None:
-    """Any error but a stale anchor or ZDR is re-raised unchanged, with no second send."""
+    """Neither recognised nor a resendable client error: re-raised unchanged, with no second send."""
     store, history = _setup()
     step = Stepper(_context(store), {"model": "m", "input": history})
     _answer_find(step, store)
@@ -176,6 +176,69 @@ def test_other_errors_reach_the_caller_without_retry(error: Exception) -> None:
 
     assert raised.value is error
     assert not any(isinstance(n, FellBack) for n in step.notes)
+
+
+UNRECOGNISED = [
+    APIError(400, "invalid_value", "model"),
+    APIError(400, None, "input"),
+    APIError(400, "400", None, "litellm.BadRequestError: the upstream said no"),
+    APIError(404, "not_found"),
+    APIError(409, None),
+    APIError(422, None),
+]
+
+
+@pytest.mark.parametrize("error", UNRECOGNISED)
+def test_an_unrecognised_client_error_is_resent_and_the_callers_error_is_the_full_requests(
+    error: Exception,
+) -> None:
+    """A genuine 4xx: one full resend; its own error reaches the caller unchanged, the anchor is kept."""
+    store, history = _setup()
+    body = {"model": "m", "input": history}
+    step = Stepper(_context(store), body)
+    _answer_find(step, store)
+
+    resend = step.throw(error)
+    assert isinstance(resend, Send)
+    assert body is resend.body
+
+    again = APIError(error.status_code, "full", None, "the full request's own error")  # type: ignore[attr-defined]
+    with pytest.raises(APIError) as raised:
+        step.throw(again)
+    assert raised.value is again
+    assert not any(isinstance(n, (FellBack, Evict)) for n in step.notes)
+
+
+@pytest.mark.parametrize("error", UNRECOGNISED)
+def test_an_unrecognised_client_error_the_full_request_does_not_meet_evicts_the_anchor(
+    error: Exception,
+) -> None:
+    """The full request succeeds: the chain was the trouble, the anchor goes; the caller gets the response."""
+    store, history = _setup()
+    body = {"model": "m", "input": history}
+    step = Stepper(_context(store), body)
+    anchor_id = _answer_find(step, store).body["previous_response_id"]
+
+    step.throw(error)
+    evict = step.send("the response")
+    assert Evict(SCOPE.key, anchor_id) == evict
+    with pytest.raises(StopIteration) as done:
+        step.send(None)
+    assert "the response" == done.value.value
+    assert [Reason.CHAIN_REFUSED] == [n.reason for n in step.notes if isinstance(n, FellBack)]
+    assert "anchortrack.anchor_evicted" == step.events()[-1]
+
+
+def test_a_scope_whose_server_dropped_a_chain_goes_in_full() -> None:
+    """With chain_dropped in the context the flow sends the full body at once, reason chain_dropped."""
+    store, history = _setup()
+    body = {"model": "m", "input": history}
+    step = Stepper(_context(store, chain_dropped=True), body)
+
+    send = step.start()
+
+    assert body is send.body
+    assert Reason.CHAIN_DROPPED == step.plan().reason
 
 
 def test_stateless_request_errors_are_never_retried() -> None:

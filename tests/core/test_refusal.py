@@ -163,6 +163,34 @@ HTTP_CASES = [
         ),
         STALE,
     ),
+    # LiteLLM proxy 1.108.7, default (encrypted) ids: the upstream's body inside its message, code "400",
+    # no param; the id named is the upstream's, which the client's encrypted id does not reveal.
+    (
+        "litellm-encrypted-ids",
+        400,
+        _openai_error(
+            "litellm.BadRequestError: OpenAIException - "
+            + json.dumps(
+                _openai_error(
+                    f"Previous response with id '{OTHER_ID}' not found.",
+                    "invalid_request_error",
+                    "previous_response_id",
+                    "previous_response_not_found",
+                )
+            )
+            + "\n\nLiteLLM: model group 'scripted' failed with the error above. No fallback was attempted.",
+            None,
+            None,
+            "400",
+        ),
+        STALE,
+    ),
+    (  # OpenAI's wording alone, its code dropped by a gateway
+        "openai-wording-rewrapped",
+        404,
+        _openai_error(f"Upstream said: Previous response with id '{OTHER_ID}' not found.", None, None, "404"),
+        STALE,
+    ),
     # ---- not stale ----
     (
         "openai-unknown-model",
@@ -193,6 +221,20 @@ HTTP_CASES = [
         "id-prefix-is-not-the-id",
         404,
         _openai_error(f"Response with id '{ANCHOR}9' not found.", "not_found", None, "not_found"),
+        OTHER,
+    ),
+    (
+        "litellm-other-400",
+        400,
+        _openai_error(
+            "litellm.BadRequestError: OpenAIException - "
+            + json.dumps(
+                _openai_error("No tool output found for function call call_1.", None, "input", None)
+            ),
+            None,
+            None,
+            "400",
+        ),
         OTHER,
     ),
     (
@@ -327,6 +369,11 @@ def test_a_non_litellm_id_that_decodes_to_junk_is_only_matched_whole() -> None:
     body = _openai_error("Response with id 'abc' not found.", "not_found", None, "not_found")
     error = _raised(404, body)
     assert OTHER is classify(error, "resp_YWJj")  # base64 of "abc", but not LiteLLM's wrapping
+
+
+def test_the_stale_wording_counts_only_in_a_refusal_status() -> None:
+    body = _openai_error(f"Previous response with id '{ANCHOR}' not found.", None, None, None)
+    assert OTHER is classify(_raised(500, body), ANCHOR)
 
 
 def test_duck_typed_errors_still_work() -> None:

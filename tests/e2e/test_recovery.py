@@ -157,17 +157,23 @@ def test_zdr_refusal_stops_chaining_in_that_scope(client: openai.OpenAI, wire: W
     assert 1 == anchortrack.tracker(client).stats.count("stateless", "zdr")
 
 
-def test_other_errors_reach_the_caller_unchanged_without_retry(
+def test_other_client_errors_reach_the_caller_as_the_full_request_gets_them(
     raw_client: openai.OpenAI, client: openai.OpenAI, wire: WireTap
 ) -> None:
-    """A 400 that is not about the anchor is raised as the unwrapped client would, after one request."""
+    """
+    A 400 that is not about the anchor: the chained request is resent once in full, and that
+    request's error is raised, as the unwrapped client gets it; the anchor stays.
+    """
     history, _ = _two_turns(client)
     bad = [*history, {"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
     before = len(wire.bodies)
 
     with pytest.raises(openai.BadRequestError) as wrapped_error:
         client.responses.create(model="scripted", input=bad)
-    assert 1 == len(wire.bodies) - before
+    assert 2 == len(wire.bodies) - before
+    assert "previous_response_id" in sent(wire, -2)
+    assert "previous_response_id" not in sent(wire)
+    assert {} == anchortrack.tracker(client).stats.snapshot()["resends"]
     with pytest.raises(openai.BadRequestError) as raw_error:
         raw_client.responses.create(model="scripted", input=bad)
 

@@ -97,6 +97,27 @@ def test_stale_in_stream_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -
     )
 
 
+def test_ignore_previous_response_id_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
+    """POST /_test/ignore_previous_response_id: a chained request is answered from its own input alone."""
+    first = hclient.responses.create(model="scripted", input="hi")
+    switch = "/_test/ignore_previous_response_id"
+    try:
+        status, reply, _ = raw_request(hooked, "POST", switch, json.dumps({"enabled": True}).encode())
+        assert (status, reply) == (200, {"enabled": True})
+        assert raw_request(hooked, "GET", switch)[1] == {"enabled": True}
+        ignored = hclient.responses.create(model="scripted", input="two", previous_response_id=first.id)
+        gone = hclient.responses.create(model="scripted", input="two", previous_response_id="resp_gone")
+    finally:
+        raw_request(hooked, "POST", switch, json.dumps({"enabled": False}).encode())
+
+    alone = hclient.responses.create(model="scripted", input="two")
+    chained = hclient.responses.create(model="scripted", input="two", previous_response_id=first.id)
+    assert ignored.previous_response_id is None
+    assert alone.output_text == ignored.output_text == gone.output_text != chained.output_text
+    assert hooked.state.ignore_previous_response_id is False
+    assert raw_request(hooked, "POST", switch, json.dumps({"enabled": "on"}).encode())[0] == 400
+
+
 def test_context_hook(hooked: ResponsesServer, hclient: openai.OpenAI) -> None:
     """GET /_test/responses/{id}/context returns what the model saw."""
     first = hclient.responses.create(model="scripted", input="one")

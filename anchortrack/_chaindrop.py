@@ -1,0 +1,137 @@
+"""
+Whether a server applied a chain (pure): a server that accepts ``previous_response_id`` and ignores it
+answers the delta alone, with no error, and the model loses the conversation.
+
+OpenAI and Azure OpenAI hosts are known to chain, and ``anchortrack serve`` says so on every response;
+every other server's chained responses are checked here. A response to a request chained to an anchor
+shows the chain was dropped when it names no ``previous_response_id`` (OpenAI, Azure, agentic-api,
+LiteLLM and the local server echo it, on the stream's first event too), or when its
+``usage.input_tokens`` is no more than the anchor's (a context that holds the anchor's cannot be
+smaller, unless ``truncation`` is ``auto``). Without either, the chain is taken as applied.
+`ChainWatch` keeps, per tracker, what this needs and which scopes stopped chaining.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+from ._properties import announced
+
+
+#: Hosts (and host suffixes) whose servers apply ``previous_response_id`` as OpenAI documents it.
+KNOWN_HOSTS = ("api.openai.com",)
+KNOWN_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+
+#: How many responses' input tokens a tracker keeps for the check (the anchors chained from next).
+TOKENS_KEPT = 4096
+
+
+class ChainDropped(Exception):
+    """A chained response made without the anchor's context (*seen*: what showed it), not yet handed over."""
+
+    def __init__(self, base_url: str, seen: str) -> None:
+        super().__init__(f"{base_url} ignored previous_response_id: {seen}")
+        self.base_url = base_url
+        self.seen = seen
+
+
+def known_to_chain(base_url: str) -> bool:
+    """Whether the server at *base_url* is one known to apply ``previous_response_id``."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    return host in KNOWN_HOSTS or host.endswith(KNOWN_SUFFIXES)
+
+
+def input_tokens(response: object) -> int | None:
+    """``usage.input_tokens`` of *response*, if it says."""
+    tokens = getattr(getattr(response, "usage", None), "input_tokens", None)
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+
+def evidence(response: object, anchor_tokens: int | None) -> str | None:
+    """
+    What shows that *response*, to a request chained to an anchor whose response read *anchor_tokens*
+    input tokens (None: unknown), was made without the anchor's context; None: nothing does.
+    """
+    if announced(response):
+        return None
+    if getattr(response, "previous_response_id", None) is None:
+        return "the response names no previous_response_id"
+    tokens = input_tokens(response)
+    if tokens is None or anchor_tokens is None or getattr(response, "truncation", None) == "auto":
+        return None
+    if tokens <= anchor_tokens:
+        return f"usage.input_tokens {tokens}, not more than the anchor's {anchor_tokens}"
+    return None
+
+
+class ChainWatch:
+    """
+    One tracker's watch over the servers it chains to: the base URL of each scope, the input tokens of
+    recent responses from servers not known to chain, and the scopes whose server dropped a chain.
+    """
+
+    def __init__(self, kept: int = TOKENS_KEPT) -> None:
+        self._lock = threading.Lock()
+        self._kept = kept
+        self._urls: dict[str, str] = {}
+        self._tokens: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._stopped: dict[str, str] = {}  # scope key → what was seen
+        self._flagged: collections.OrderedDict[str, str] = collections.OrderedDict()  # response id → seen
+
+    def begin(self, scope_key: str, base_url: str) -> bool:
+        """Note the base URL of *scope_key*; whether chaining stopped there."""
+        with self._lock:
+            if len(self._urls) >= self._kept and scope_key not in self._urls:
+                self._urls.pop(next(iter(self._urls)))
+            self._urls[scope_key] = base_url.rstrip("/")
+            return scope_key in self._stopped
+
+    def base_url(self, scope_key: str) -> str:
+        """The base URL last seen for *scope_key* ("" if none)."""
+        return self._urls.get(scope_key, "")
+
+    def check(self, scope_key: str, parent: str | None, response: object) -> str | None:
+        """
+        For a response in *scope_key* to a request chained to *parent* (None: not chained), what shows
+        the chain was dropped; None otherwise. Keeps its input tokens for the requests chained from it.
+        """
+        base_url = self.base_url(scope_key)
+        if known_to_chain(base_url):
+            return None
+        seen = None
+        if parent is not None:
+            with self._lock:
+                anchor_tokens = self._tokens.get(parent)
+            seen = evidence(response, anchor_tokens)
+        tokens, response_id = input_tokens(response), getattr(response, "id", None)
+        if isinstance(response_id, str) and (seen is not None or tokens is not None):
+            with self._lock:
+                kept = self._flagged if seen is not None else self._tokens
+                kept[response_id] = seen if seen is not None else tokens  # type: ignore[assignment]
+                while len(kept) > self._kept:
+                    kept.popitem(last=False)
+        return seen
+
+    def flagged(self, response_id: object) -> str | None:
+        """What `check` saw in the response *response_id* (once), if it showed a dropped chain."""
+        with self._lock:
+            return self._flagged.pop(response_id, None) if isinstance(response_id, str) else None
+
+    def stop(self, scope_key: str, seen: str) -> bool:
+        """Stop chaining in *scope_key*; whether it had not stopped yet (the first time: warn, count)."""
+        with self._lock:
+            first = scope_key not in self._stopped
+            self._stopped.setdefault(scope_key, seen)
+            return first
+
+    def stopped(self, scope_key: str) -> bool:
+        """Whether chaining stopped in *scope_key*."""
+        return scope_key in self._stopped
+
+    def first_event(self, event: Any) -> object | None:
+        """The response a stream's first event carries (``response.created``), if any."""
+        created = getattr(event, "type", None) == "response.created"
+        return getattr(event, "response", None) if created else None
