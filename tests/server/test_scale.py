@@ -1,0 +1,185 @@
+"""The server under a team's load: chains cost their own items, memory is bounded, ids name one item."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anchortrack.server import ResponsesServer
+from anchortrack.server._memory import MemoryResponseStore
+from anchortrack.server._records import ResponseStore
+from anchortrack.server._sqlite import SQLiteResponseStore
+
+from ..helpers import user
+from .helpers import post_json
+from .test_store import record
+
+
+def _reply(answer: dict[str, Any]) -> str:
+    text = answer["output"][-1]["content"][0]["text"]
+    assert isinstance(text, str)
+    return text
+
+
+def _chain(server: ResponsesServer, depth: int) -> str:
+    """A conversation *depth* responses deep; the id of its last response."""
+    previous: str | None = None
+    for turn in range(depth):
+        body: dict[str, Any] = {"model": "scripted", "input": f"turn {turn}"}
+        if previous is not None:
+            body["previous_response_id"] = previous
+        status, answer = post_json(server, body)
+        assert 200 == status, answer
+        previous = answer["id"]
+    assert previous is not None
+    return previous
+
+
+class _Reads:
+    """Counts the records a store reads and decodes (``get`` and ``link``), while on."""
+
+    def __init__(self, store: ResponseStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        for name in ("get", "link"):
+            monkeypatch.setattr(store, name, self._counted(getattr(store, name)))
+
+    def _counted(self, read: Callable[[str], Any]) -> Callable[[str], Any]:
+        def counted(response_id: str) -> Any:
+            self.count += 1
+            return read(response_id)
+
+        return counted
+
+
+def test_a_request_costs_its_own_items_not_its_chains_depth(
+    any_server: ResponsesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next request of a 300-deep conversation reads no more stored records than that of a 10-deep
+    one (no ancestor is read or decoded), and still sees the whole chain."""
+    tips = {depth: _chain(any_server, depth) for depth in (10, 300)}
+    reads = _Reads(any_server.state.store, monkeypatch)
+    cost: dict[int, int] = {}
+    seen: dict[int, str] = {}
+    for depth, tip in tips.items():
+        reads.count = 0
+        status, answer = post_json(
+            any_server, {"model": "scripted", "input": "next", "previous_response_id": tip}
+        )
+        assert 200 == status, answer
+        cost[depth], seen[depth] = reads.count, _reply(answer)
+
+    assert cost[300] <= 3 * max(cost[10], 1), cost
+    assert "[items:601]" in seen[300]  # 300 inputs, 300 outputs, then "next"
+    assert "[items:21]" in seen[10]
+
+
+def test_a_cached_chain_is_checked_live_in_the_store(tmp_path: Path) -> None:
+    """A SQLite chain whose middle response another process's store expired (or deleted) is refused,
+    naming that response, though this server resolved the chain from its cache a moment before."""
+    path = tmp_path / "shared.db"
+    with ResponsesServer(store=f"sqlite:{path}") as srv:
+        ids = [_chain(srv, 1)]
+        for turn in range(4):
+            body = {"model": "scripted", "input": f"t{turn}", "previous_response_id": ids[-1]}
+            ids.append(post_json(srv, body)[1]["id"])
+        other = SQLiteResponseStore(path)
+        try:
+            assert other.expire(ids[2])
+            status, refused = post_json(
+                srv, {"model": "scripted", "input": "x", "previous_response_id": ids[-1]}
+            )
+            assert other.delete(ids[1])
+            status_deleted, _ = post_json(
+                srv, {"model": "scripted", "input": "x", "previous_response_id": ids[1]}
+            )
+        finally:
+            other.close()
+
+    assert 400 == status
+    assert "previous_response_not_found" == refused["error"]["code"]
+    assert ids[2] in refused["error"]["message"]
+    assert 400 == status_deleted
+
+
+@pytest.fixture(name="small_server")
+def _small_server() -> Iterator[ResponsesServer]:
+    with ResponsesServer(store=MemoryResponseStore(max_responses=5)) as srv:
+        yield srv
+
+
+def test_the_memory_store_keeps_at_most_max_responses(small_server: ResponsesServer) -> None:
+    """With max_responses=5 the store holds 5 responses; a chain through an evicted one is refused with
+    previous_response_not_found (which clients recover from) and the newest chain still works."""
+    ids = [post_json(small_server, {"model": "scripted", "input": "first"})[1]["id"]]
+    for turn in range(4):  # a chain of 5: it fits
+        body = {"model": "scripted", "input": f"t{turn}", "previous_response_id": ids[-1]}
+        status, answer = post_json(small_server, body)
+        assert 200 == status, answer
+        ids.append(answer["id"])
+    fresh = [post_json(small_server, {"model": "scripted", "input": f"new {n}"})[1]["id"] for n in range(3)]
+
+    store = small_server.state.store
+    assert 5 == store.count()
+    assert [None, None, None] == [store.get(response_id) for response_id in ids[:3]]
+    assert store.get(ids[3]) is not None
+    status, refused = post_json(
+        small_server, {"model": "scripted", "input": "x", "previous_response_id": ids[-1]}
+    )
+    assert (400, "previous_response_not_found") == (status, refused["error"]["code"])
+    status, answer = post_json(
+        small_server, {"model": "scripted", "input": "x", "previous_response_id": fresh[-1]}
+    )
+    assert 200 == status
+    assert 5 == store.count()
+
+
+def test_the_memory_bound_holds_rows_and_their_decoded_links() -> None:
+    """Eviction frees a record's row and its decoded chain data alike."""
+    store = MemoryResponseStore(max_responses=100)
+    for n in range(1000):
+        store.save(record(f"resp_{n}"))
+        store.link(f"resp_{n}")
+
+    assert 100 == store.count() == len(store._rows)
+    assert len(store._links) <= 100
+    assert store.get("resp_899") is None
+    assert store.get("resp_900") is not None
+    with pytest.raises(ValueError, match="max_responses"):
+        MemoryResponseStore(max_responses=0)
+
+
+@pytest.mark.parametrize("form", ["item_reference", "bare_reference"])
+def test_a_reused_id_resolves_to_the_first_item_stored_under_it(
+    any_server: ResponsesServer, form: str
+) -> None:
+    """An id names the item first stored under it: after a later request stores other content under the
+    same id (a redacted copy sent back in full), a full request naming the id and a chain through the
+    first holder resolve the same context (issue 35, item 2)."""
+    status, first = post_json(any_server, {"model": "scripted", "input": [user("hello")]})
+    assert 200 == status
+    message = first["output"][0]
+    redacted = {**message, "content": [{"type": "output_text", "text": "[redacted]", "annotations": []}]}
+    status, _ = post_json(
+        any_server, {"model": "scripted", "input": [user("hello"), redacted, user("go on")]}
+    )
+    assert 200 == status
+    pointer = (
+        {"type": "item_reference", "id": message["id"]} if form == "item_reference" else {"id": message["id"]}
+    )
+
+    status_full, by_full = post_json(
+        any_server, {"model": "scripted", "input": [user("hello"), pointer, user("more")], "store": False}
+    )
+    status_chained, by_chain = post_json(
+        any_server, {"model": "scripted", "input": [user("more")], "previous_response_id": first["id"]}
+    )
+
+    assert (200, 200) == (status_full, status_chained)
+    assert [user("hello"), message, user("more")] == any_server.state.resolved_context(by_full["id"])
+    digests = [re.search(r"\[ctx:\w+\]", _reply(answer)) for answer in (by_full, by_chain)]
+    assert digests[0] is not None and digests[1] is not None
+    assert digests[0].group() == digests[1].group()
