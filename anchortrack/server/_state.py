@@ -34,7 +34,14 @@ from anchortrack.server._events import in_progress_snapshot, stream_events
 from anchortrack.server._items import item_type
 from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, build_response, new_id
-from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, Head, ResponseStore, StoredResponse
+from anchortrack.server._records import (
+    DEFAULT_RETENTION,
+    ChainLink,
+    Clock,
+    Head,
+    ResponseStore,
+    StoredResponse,
+)
 from anchortrack.server._request import CreateRequest, parse_create_request
 from anchortrack.server._sqlite import SQLiteResponseStore
 
@@ -360,7 +367,9 @@ class ServerState:
             context=turn.context,
             announce=self.announce_per_request,
         )
-        pending = PendingResponse(turn.request, response, turn.context, reply.delay, turn.owner, turn.ancestry)
+        pending = PendingResponse(
+            turn.request, response, turn.context, reply.delay, turn.owner, turn.ancestry
+        )
         if record and self.record:
             with self._lock:
                 for link in turn.chain:
