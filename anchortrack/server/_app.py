@@ -17,6 +17,7 @@ only those keys are served under ``/v1`` (401 otherwise).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -238,7 +239,16 @@ def create_app(
     if test_hooks:
         routes.extend(_test_routes(server_state))
         routes.extend(websockets.test_routes())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        aclose = getattr(server_state.backend, "aclose", None)  # the upstream's pooled connections
+        if aclose is not None:
+            await aclose()
+
     app = Starlette(
+        lifespan=lifespan,
         routes=routes,
         exception_handlers={
             APIError: _api_error,
