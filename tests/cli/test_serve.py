@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -222,6 +223,49 @@ class TestServe:
 
         assert (len(kept[0]), len(kept[1])) == ((4, 1) if test_hooks else (0, 0))
         assert (secret in repr(kept)) is test_hooks
+
+
+class TestShutdown:
+    """Requests cut off by `--shutdown-timeout` get OpenAI's error shape (a real `anchortrack serve`)."""
+
+    def test_requests_cancelled_at_shutdown_get_a_503_or_an_error_event(self) -> None:
+        """A JSON request gets 503 `server_error` in OpenAI's shape; a streamed one, after its first
+        events, an `error` event; the log has one line per request and no traceback; exit code 0."""
+        with _serving("--shutdown-timeout", "1") as (process, port):
+            slow = json.dumps({"model": "scripted", "input": "wait\n!sleep 30000"})
+            plain = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            plain.request("POST", "/v1/responses", slow, {"content-type": "application/json"})
+            streamed = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            body = json.dumps({"model": "scripted", "input": "wait\n!sleep 30000", "stream": True})
+            streamed.request("POST", "/v1/responses", body, {"content-type": "application/json"})
+            stream = streamed.getresponse()
+            first_lines = [stream.readline() for _ in range(6)]  # created and in_progress: 3 lines each
+            time.sleep(0.3)  # the plain request is in flight too
+            process.send_signal(signal.SIGTERM)
+            answer = plain.getresponse()
+            status, error = answer.status, json.loads(answer.read())
+            rest = stream.read().decode()
+            code = process.wait(timeout=30)
+            _, stderr = process.communicate(timeout=30)
+            plain.close()
+            streamed.close()
+
+        assert 0 == code
+        assert 503 == status
+        assert {
+            "error": {
+                "message": "The server is shutting down and cancelled this request; send it again.",
+                "type": "server_error",
+                "param": None,
+                "code": "server_shutting_down",
+            }
+        } == error
+        assert b"event: response.in_progress\n" in first_lines
+        events = [json.loads(line[6:]) for line in rest.splitlines() if line.startswith("data: ")]
+        assert ["error"] == [event["type"] for event in events]
+        assert ("server_shutting_down", 2) == (events[0]["code"], events[0]["sequence_number"])
+        assert 2 == stderr.count("anchortrack.server.request_cancelled_at_shutdown")
+        assert "Traceback" not in stderr
 
 
 _HEADERS = (
