@@ -77,7 +77,14 @@ class FakeProvider:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        async def stop() -> None:
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            asyncio.get_running_loop().stop()
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop)
         self._thread.join(10)
 
     def _run(self) -> None:
