@@ -5,17 +5,20 @@ A request chaining from ``R`` sees every stored item of ``R``'s chain, oldest fi
 The cache keeps that list for the latest saved responses (least recently used dropped), each entry built
 from its parent's entry plus the response's own items as saved: resolving a child reads and decodes no
 ancestor.  An entry is used only while every response of its chain is still live, chainable, the same
-owner's and unchanged (parent, status, creation time), which one batched read of those fields checks
-(`ResponseStore.heads`, one query on SQLite, so another process's deletes and expiries count too).  A miss
-(a restart, an evicted entry, a changed chain) walks the chain as before.
+owner's and unchanged.  While the store's `~ResponseStore.generation` is the one the entry was checked at
+(no record removed, expired or replaced since: by this process, or on SQLite by any) and its oldest
+response has not reached its retention, that holds without a read; otherwise one batched read of every
+ancestor's parent, status, owner and creation time checks it (`ResponseStore.heads`).  A miss (a restart,
+an evicted entry, a changed chain) walks the chain as before.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from anchortrack.server._records import ChainLink, Head, ResponseStore
@@ -30,16 +33,26 @@ CONTEXT_CACHE_LIMIT = 1024
 
 @dataclass(frozen=True)
 class Ancestry:
-    """A chain's responses (oldest first) as `Head` s, with every item they stored, oldest first."""
+    """
+    A chain's responses (oldest first) as `Head` s, with every item they stored, oldest first, as of the
+    store's *generation* (read before the chain was walked or checked).
+    """
 
     heads: tuple[Head, ...]
     items: tuple[Item, ...]
+    generation: object = None
+    owners: frozenset[str] = frozenset()
+    oldest: float = math.inf  # the earliest creation time of the chain
 
     @staticmethod
-    def of(chain: Sequence[ChainLink]) -> Ancestry:
+    def of(chain: Sequence[ChainLink], generation: object) -> Ancestry:
         """The ancestry of a walked *chain* (oldest first)."""
         heads = tuple(link.head for link in chain)
-        return Ancestry(heads, tuple(item for link in chain for item in [*link.input_items, *link.output]))
+        items = tuple(item for link in chain for item in [*link.input_items, *link.output])
+        owners = frozenset(head.owner for head in heads)
+        return Ancestry(
+            heads, items, generation, owners, min((h.created_at for h in heads), default=math.inf)
+        )
 
 
 EMPTY = Ancestry((), ())
@@ -59,18 +72,32 @@ class ContextCache:
             entry = self._entries.get(response_id)
             if entry is not None:
                 self._entries.move_to_end(response_id)
-        if entry is None or (owner is not None and any(head.owner != owner for head in entry.heads)):
+        if entry is None or (owner is not None and entry.owners != {owner}):
             return None
+        generation = store.generation()
+        if generation == entry.generation and store.now() < entry.oldest + store.retention:
+            return entry  # nothing was removed since it was checked, and nothing of it expired
         live = store.heads([head.id for head in entry.heads])
-        if any(live.get(head.id) != head for head in entry.heads):
-            with self._lock:
+        fresh = all(live.get(head.id) == head for head in entry.heads)
+        with self._lock:
+            if fresh:
+                entry = self._entries[response_id] = replace(entry, generation=generation)
+            else:
                 self._entries.pop(response_id, None)
-            return None
-        return entry
+        return entry if fresh else None
 
     def add(self, saved: Head, parent: Ancestry, items: Sequence[Item]) -> None:
-        """Keep the ancestry of *saved*, whose parent's is *parent* and whose own items are *items*."""
-        entry = Ancestry((*parent.heads, saved), (*parent.items, *items))
+        """
+        Keep the ancestry of *saved*, whose parent's is *parent* (as checked when the request was resolved:
+        its generation stays the entry's) and whose own items are *items*.
+        """
+        entry = Ancestry(
+            (*parent.heads, saved),
+            (*parent.items, *items),
+            parent.generation,
+            parent.owners | {saved.owner},
+            min(parent.oldest, saved.created_at),
+        )
         with self._lock:
             self._entries[saved.id] = entry
             self._entries.move_to_end(saved.id)

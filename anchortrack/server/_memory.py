@@ -40,6 +40,7 @@ class MemoryResponseStore(ResponseStore):
     def _put(self, row: Row) -> None:
         if row.id not in self._rows and len(self._rows) >= self.max_responses:
             self._drop(next(iter(self._rows)))  # the oldest: rows keep their first save's place
+            self._generation += 1
         self._rows[row.id] = row
         self._links.pop(row.id, None)
 

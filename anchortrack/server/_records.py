@@ -219,6 +219,7 @@ class ResponseStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._last_purge = -math.inf
+        self._generation = 0  # counts removals, expiries and replacements of chainable records
 
     # -- what a backend supplies (the lock is held) ----------------------------------
 
@@ -270,6 +271,18 @@ class ResponseStore:
         row = self._read(response_id)
         return None if row is None else row_link(row)
 
+    def now(self) -> float:
+        """The store's clock."""
+        return self._clock()
+
+    def generation(self) -> object:
+        """
+        A token that changes whenever a record may have been removed, expired early or replaced with
+        another chainable one (a backend shared between processes also counts the other processes').
+        """
+        with self._lock:
+            return self._generation
+
     def heads(self, ids: Sequence[str]) -> dict[str, Head]:
         """The `Head` of each live record of *ids*, by id (no item is decoded)."""
         with self._lock:
@@ -313,6 +326,8 @@ class ResponseStore:
             created = now if old is None else old.created_at
             row = encode_row(record, created, created + self.retention)
             self._put(row)
+            if old is not None and old.status in ("completed", "incomplete"):
+                self._generation += 1
             if now - self._last_purge >= PURGE_INTERVAL:
                 self._drop_expired(now)
                 self._last_purge = now
@@ -321,6 +336,7 @@ class ResponseStore:
     def delete(self, response_id: str) -> bool:
         """Remove a record; return whether one was there."""
         with self._lock:
+            self._generation += 1
             return self._drop(response_id)
 
     def expire(self, response_id: str) -> bool:
@@ -329,6 +345,7 @@ class ResponseStore:
             row = self._live(response_id, self._clock())
             if row is not None:
                 self._put(replace(row, expires_at=EXPIRED))
+                self._generation += 1
             return row is not None
 
     def purge_expired(self) -> int:

@@ -126,6 +126,11 @@ class SQLiteResponseStore(ResponseStore):
         )
         return [values[0] for values in cursor]
 
+    def generation(self) -> object:
+        """This process's count, and SQLite's ``data_version`` (changed by other connections' commits)."""
+        with self._lock:
+            return self._generation, self._conn.execute("PRAGMA data_version").fetchone()[0]
+
     def _heads(self, ids: Sequence[str], now: float) -> list[Head]:
         cursor = self._conn.execute(
             "SELECT id, previous_response_id, status, owner, created_at FROM responses"

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from anchortrack.server import _errors
@@ -338,7 +338,7 @@ class ServerState:
         """
         request = parse_create_request(body)
         chain: list[ChainLink] = []
-        ancestry = EMPTY
+        ancestry = Ancestry((), (), self.store.generation())
         if (parent := request.previous_response_id) is not None:
             if self.zdr and link is None:
                 raise _errors.zero_data_retention()
@@ -348,7 +348,7 @@ class ServerState:
             else:
                 lookup = link or (lambda response_id: self.link(response_id, owner))
                 chain = resolve_chain(parent, lookup, max_depth=self.max_depth)
-                ancestry = Ancestry.of(chain)
+                ancestry = Ancestry.of(chain, ancestry.generation)
         context = resolve_context(
             [*ancestry.items, *request.input_items],
             lambda item_id: self.stored_item(item_id, owner),
@@ -418,7 +418,9 @@ class ServerState:
         """Cache *saved*'s resolved chain: its parent's (the one this request resolved) plus its own items."""
         if saved.status not in CHAINABLE_STATUSES:
             return
-        parent = pending.ancestry if saved.previous_response_id is not None else EMPTY
+        parent = pending.ancestry
+        if saved.previous_response_id is None:
+            parent = replace(EMPTY, generation=parent.generation)
         resolved = len(pending.context) - len(pending.request.input_items)
         if len(parent.items) != resolved or saved.previous_response_id != (
             parent.heads[-1].id if parent.heads else None
