@@ -14,7 +14,7 @@ from anchortrack.server._memory import MemoryResponseStore
 from anchortrack.server._records import ResponseStore
 from anchortrack.server._sqlite import SQLiteResponseStore
 
-from ..helpers import user
+from ..helpers import FakeClock, user
 from .helpers import post_json
 from .test_store import record
 
@@ -103,6 +103,23 @@ def test_a_cached_chain_is_checked_live_in_the_store(tmp_path: Path) -> None:
     assert "previous_response_not_found" == refused["error"]["code"]
     assert ids[2] in refused["error"]["message"]
     assert 400 == status_deleted
+
+
+def test_a_cached_chain_expires_with_its_oldest_response() -> None:
+    """Retention counts on a cached chain too: once its first response is older than the retention, a
+    request chaining from its newest response is refused, naming the first."""
+    clock = FakeClock(1_000_000.0)
+    with ResponsesServer(store=MemoryResponseStore(retention=100, clock=clock)) as srv:
+        first = _chain(srv, 1)
+        clock.advance(60)
+        body = {"model": "scripted", "input": "more", "previous_response_id": first}
+        second = post_json(srv, body)[1]["id"]
+        assert 200 == post_json(srv, {**body, "previous_response_id": second})[0]  # the cache holds it
+        clock.advance(50)
+        status, refused = post_json(srv, {**body, "previous_response_id": second})
+
+    assert 400 == status
+    assert f"Previous response with id '{first}' not found." == refused["error"]["message"]
 
 
 @pytest.fixture(name="small_server")
