@@ -105,7 +105,9 @@ class FakeProvider:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+                headers = {
+                    k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
+                }
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
                 payload = self._answer(method, path, json.loads(body) if body else {})
                 if b"SLOW" in body:
@@ -130,7 +132,11 @@ class FakeProvider:
         if path.endswith("/chat/completions"):
             last = (body.get("messages") or [{}])[-1]
             if last.get("role") == "user" and body.get("tools"):
-                call = {"id": f"call_{n}", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+                call = {
+                    "id": f"call_{n}",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": "{}"},
+                }
                 message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
                 finish = "tool_calls"
             else:
@@ -149,8 +155,9 @@ class FakeProvider:
             output = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": "lookup",
                       "arguments": "{}", "status": "completed"}  # fmt: skip
         else:
+            text = {"type": "output_text", "text": f"answer {n}", "annotations": []}
             output = {"type": "message", "id": f"msg_{n}", "status": "completed", "role": "assistant",
-                      "content": [{"type": "output_text", "text": f"answer {n}", "annotations": []}]}  # fmt: skip
+                      "content": [text]}  # fmt: skip
         return {
             "id": f"resp_up{n}",
             "object": "response",
@@ -200,7 +207,9 @@ def serve(source: Path, workdir: Path, *options: str) -> Iterator[Server]:
     log = workdir / f"serve-{time.monotonic_ns()}.log"
     command = [sys.executable, "-m", "anchortrack", "serve", "--port", "0", *options]
     with log.open("w") as err:
-        process = subprocess.Popen(command, cwd=source, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        process = subprocess.Popen(
+            command, cwd=source, env=env, stdout=subprocess.PIPE, stderr=err, text=True
+        )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
@@ -230,7 +239,12 @@ def agentic_binary() -> str | None:
 def agentic(binary: str, upstream: str, workdir: Path) -> Iterator[Server]:
     port = free_port()
     log = workdir / "agentic.log"
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(workdir), "OPENAI_API_KEY": "test", "NO_COLOR": "1"}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(workdir),
+        "OPENAI_API_KEY": "test",
+        "NO_COLOR": "1",
+    }
     command = [binary, "--llm-api-base", upstream, "--gateway-host", "127.0.0.1", "--gateway-port", str(port),
                "--db-url", f"sqlite://{workdir / 'agentic.db'}?mode=rwc", "--llm-ready-timeout-s", "20",
                "--llm-ready-interval-s", "0.1"]  # fmt: skip
@@ -263,6 +277,11 @@ def agentic(binary: str, upstream: str, workdir: Path) -> Iterator[Server]:
 class Load:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    def failed(self, why: str) -> None:
+        self.errors += 1
+        self.statuses[why] = self.statuses.get(why, 0) + 1
 
 
 async def conversation(client: httpx.AsyncClient, turns: int, load: Load, name: str) -> None:
@@ -270,7 +289,9 @@ async def conversation(client: httpx.AsyncClient, turns: int, load: Load, name: 
     pending_call: str | None = None
     for turn in range(turns):
         if pending_call is not None:
-            new = [{"type": "function_call_output", "call_id": pending_call, "output": f"{name} result {turn}"}]
+            new = [
+                {"type": "function_call_output", "call_id": pending_call, "output": f"{name} result {turn}"}
+            ]
         else:
             new = [{"role": "user", "content": f"{name} turn {turn}"}]
         body: dict[str, Any] = {"model": "fake-model", "input": new, "tools": TOOLS}
@@ -281,12 +302,12 @@ async def conversation(client: httpx.AsyncClient, turns: int, load: Load, name: 
             answer = await client.post("/responses", json=body)
             load.latencies.append(time.perf_counter() - started)
             if answer.status_code != 200:
-                load.errors += 1
+                load.failed(f"HTTP {answer.status_code} {answer.text[:80]}")
                 previous, pending_call = None, None
                 continue
             reply = answer.json()
-        except httpx.HTTPError:
-            load.errors += 1
+        except httpx.HTTPError as error:
+            load.failed(type(error).__name__)
             previous, pending_call = None, None
             continue
         previous = reply["id"]
@@ -294,13 +315,15 @@ async def conversation(client: httpx.AsyncClient, turns: int, load: Load, name: 
         pending_call = calls[0] if calls else None
 
 
-def run_load(server: Server, provider: FakeProvider, conversations: int, turns: int) -> dict[str, float]:
+def run_load(server: Server, provider: FakeProvider, conversations: int, turns: int) -> dict[str, Any]:
     load = Load()
 
     async def main() -> None:
         limits = httpx.Limits(max_connections=conversations, max_keepalive_connections=conversations)
         headers = {"authorization": "Bearer bench"}
-        async with httpx.AsyncClient(base_url=server.base_url, timeout=120, limits=limits, headers=headers) as c:
+        async with httpx.AsyncClient(
+            base_url=server.base_url, timeout=120, limits=limits, headers=headers
+        ) as c:
             await asyncio.gather(*(conversation(c, turns, load, f"c{n}") for n in range(conversations)))
 
     connections, cpu, started = provider.connections, server.cpu(), time.perf_counter()
@@ -315,27 +338,45 @@ def run_load(server: Server, provider: FakeProvider, conversations: int, turns: 
         "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
         "cpu_ms_per_request": 1000 * (server.cpu() - cpu) / max(requests, 1),
         "upstream_connections": provider.connections - connections,
+        "failures": load.statuses,
     }
 
 
 def run_depth(server: Server, depth: int) -> dict[str, float]:
-    """Per-request time along one chain *depth* deep (scripted model: no upstream cost)."""
-    times: list[float] = []
+    """
+    Per-request cost along one chain *depth* deep (scripted model: no upstream cost): the server's CPU
+    time (robust on a shared machine) and the wall time, over requests 6-15 and over the last ten.
+    """
+    wall: list[float] = []
+    cpu: list[float] = []
     previous: str | None = None
     with httpx.Client(base_url=server.base_url, timeout=120, headers={"authorization": "Bearer d"}) as client:
         for turn in range(depth):
             body: dict[str, Any] = {"model": "scripted", "input": f"turn {turn}"}
             if previous is not None:
                 body["previous_response_id"] = previous
+            cpu.append(server.cpu())
             started = time.perf_counter()
             answer = client.post("/responses", json=body)
-            times.append(time.perf_counter() - started)
+            wall.append(time.perf_counter() - started)
             answer.raise_for_status()
             previous = answer.json()["id"]
-    window = max(1, min(10, depth // 10))
-    shallow = statistics.mean(times[10 - window // 2 : 10 + window // 2 + 1]) if depth > 20 else times[-1]
-    deep = statistics.mean(times[-window:])
-    return {"ms_at_10": 1000 * shallow, f"ms_at_{depth}": 1000 * deep, "ratio": deep / shallow}
+        cpu.append(server.cpu())
+    shallow, deep = slice(5, 15), slice(depth - 10, depth)
+
+    def per_request(window: slice) -> tuple[float, float]:
+        requests = window.stop - window.start
+        return 1000 * (cpu[window.stop] - cpu[window.start]) / requests, 1000 * statistics.mean(wall[window])
+
+    (cpu10, wall10), (cpu_deep, wall_deep) = per_request(shallow), per_request(deep)
+    return {
+        "cpu_ms_at_10": cpu10,
+        f"cpu_ms_at_{depth}": cpu_deep,
+        "cpu_ratio": cpu_deep / max(cpu10, 1e-9),
+        "wall_ms_at_10": wall10,
+        f"wall_ms_at_{depth}": wall_deep,
+        "wall_ratio": wall_deep / wall10,
+    }
 
 
 def run_memory(server: Server, responses: int) -> dict[str, float]:
@@ -369,7 +410,9 @@ def run_shutdown(source: Path, workdir: Path, provider: FakeProvider) -> dict[st
         server.process.wait(30)
         thread.join(30)
         log = server.log.read_text()
-    result["traceback_lines"] = sum(1 for line in log.splitlines() if line.startswith(("  File ", "Traceback")))
+    result["traceback_lines"] = sum(
+        1 for line in log.splitlines() if line.startswith(("  File ", "Traceback"))
+    )
     return result
 
 
@@ -389,7 +432,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.conversations, args.turns, args.depth, args.memory_responses = "2", 4, 30, 100
+        args.conversations, args.turns, args.depth, args.memory_responses = "2", 4, 40, 100
     sizes = [int(n) for n in args.conversations.split(",")]
     results: dict[str, Any] = {"load": {}, "depth": {}, "memory": {}}
     binary = None if args.no_agentic or args.smoke else agentic_binary()
@@ -431,12 +474,15 @@ def report(results: dict[str, Any]) -> None:
     print("load (fake provider; ratios to agentic-api in this run)")
     for name, row in results["load"].items():
         ratios = f"  rps {row['rps_ratio']:.2f}x  cpu {row['cpu_ratio']:.2f}x" if "rps_ratio" in row else ""
-        print(f"  {name:24} {row['rps']:7.0f} req/s  p50 {row['p50_ms']:6.1f} ms  p99 {row['p99_ms']:7.1f} ms  "
-              f"cpu {row['cpu_ms_per_request']:5.2f} ms/req  errors {row['errors']:3}  "
-              f"upstream connections {row['upstream_connections']:4}{ratios}")  # fmt: skip
+        latency = f"p50 {row['p50_ms']:6.1f} ms  p99 {row['p99_ms']:7.1f} ms"
+        print(f"  {name:24} {row['rps']:7.0f} req/s  {latency}  cpu {row['cpu_ms_per_request']:5.2f} ms/req  "
+              f"errors {row['errors']:3}  upstream connections {row['upstream_connections']:4}{ratios}")  # fmt: skip
     print("depth (scripted model)")
     for name, row in results["depth"].items():
         print(f"  {name:24} " + "  ".join(f"{key} {value:.2f}" for key, value in row.items()))
+    for name, row in results["load"].items():
+        if row["failures"]:
+            print(f"  failures of {name}: {row['failures']}")
     print("memory store RSS")
     for name, row in results["memory"].items():
         print(f"  {name:24} {row}")

@@ -128,8 +128,9 @@ def test_serve_load_runs_tool_conversations_through_a_real_serve(tmp_path: Path)
         with bench_serve.serve(ROOT, tmp_path, "--upstream", provider.base_url) as server:
             load = bench_serve.run_load(server, provider, conversations=2, turns=4)
         with bench_serve.serve(ROOT, tmp_path) as server:
-            depth = bench_serve.run_depth(server, 12)
+            depth = bench_serve.run_depth(server, 20)
     assert (load["requests"], load["errors"]) == (8, 0)
     assert 1 <= load["upstream_connections"] <= 2
     assert 8 == provider.requests
-    assert depth["ratio"] > 0
+    assert depth["wall_ratio"] > 0
+    assert depth["cpu_ms_at_20"] >= 0
