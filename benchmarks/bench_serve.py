@@ -475,8 +475,9 @@ def report(results: dict[str, Any]) -> None:
     for name, row in results["load"].items():
         ratios = f"  rps {row['rps_ratio']:.2f}x  cpu {row['cpu_ratio']:.2f}x" if "rps_ratio" in row else ""
         latency = f"p50 {row['p50_ms']:6.1f} ms  p99 {row['p99_ms']:7.1f} ms"
-        print(f"  {name:24} {row['rps']:7.0f} req/s  {latency}  cpu {row['cpu_ms_per_request']:5.2f} ms/req  "
-              f"errors {row['errors']:3}  upstream connections {row['upstream_connections']:4}{ratios}")  # fmt: skip
+        cost = f"cpu {row['cpu_ms_per_request']:5.2f} ms/req  errors {row['errors']:3}"
+        links = f"upstream connections {row['upstream_connections']:4}"
+        print(f"  {name:24} {row['rps']:7.0f} req/s  {latency}  {cost}  {links}{ratios}")
     print("depth (scripted model)")
     for name, row in results["depth"].items():
         print(f"  {name:24} " + "  ".join(f"{key} {value:.2f}" for key, value in row.items()))
