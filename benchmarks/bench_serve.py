@@ -185,8 +185,13 @@ class Server:
     log: Path
 
     def cpu(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
+        """CPU seconds of every thread of the process, to the nanosecond (``schedstat``), else in ticks."""
+        try:
+            tasks = Path(f"/proc/{self.process.pid}/task").iterdir()
+            return sum(int((task / "schedstat").read_text().split()[0]) for task in tasks) / 1e9
+        except (OSError, ValueError):
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / TICK
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -379,6 +384,38 @@ def run_depth(server: Server, depth: int) -> dict[str, float]:
     }
 
 
+def run_depth_in_process(store: str, depth: int) -> dict[str, float]:
+    """
+    The server's own cost along one chain *depth* deep, without HTTP and with a model that answers in
+    constant time (so what grows with depth is the server's): CPU ms per request at depth ~10 and at
+    the end, and their ratio.
+    """
+    from anchortrack.server import ModelReply, ServerState
+
+    class Constant:
+        def respond(self, context: Any, *, instructions: Any = None) -> ModelReply:
+            message = {"type": "message", "role": "assistant", "status": "completed",
+                       "content": [{"type": "output_text", "text": "ok", "annotations": []}]}  # fmt: skip
+            return ModelReply(status="completed", output=[{"id": f"msg_{time.perf_counter_ns()}", **message}])
+
+    state = ServerState(store, model=Constant(), record=False)
+    cpu: list[float] = []
+    previous: str | None = None
+    for turn in range(depth):
+        body: dict[str, Any] = {"model": "m", "input": f"turn {turn}"}
+        if previous is not None:
+            body["previous_response_id"] = previous
+        cpu.append(time.process_time())
+        pending = state.prepare(body)
+        state.save_final(pending)
+        previous = pending.response["id"]
+    cpu.append(time.process_time())
+    state.close()
+    shallow = 1000 * (cpu[15] - cpu[5]) / 10
+    deep = 1000 * (cpu[depth] - cpu[depth - 10]) / 10
+    return {"cpu_ms_at_10": shallow, f"cpu_ms_at_{depth}": deep, "cpu_ratio": deep / max(shallow, 1e-9)}
+
+
 def run_memory(server: Server, responses: int) -> dict[str, float]:
     """RSS growth per 1,000 responses stored (a user message and the scripted answer each)."""
     with httpx.Client(base_url=server.base_url, timeout=60, headers={"authorization": "Bearer m"}) as client:
@@ -445,6 +482,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     results["load"][f"serve-{name}/N={size}"] = run_load(server, provider, size, args.turns)
             with serve(args.source, workdir, "--store", store.replace("serve.db", "depth.db")) as server:
                 results["depth"][f"serve-{name}"] = run_depth(server, args.depth)
+            in_process = store.replace("serve.db", "in-process.db")
+            command = [sys.executable, __file__, "--in-process-depth", in_process, str(args.depth)]
+            env = {**os.environ, "PYTHONPATH": str(args.source)}
+            answer = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=600)
+            results["depth"][f"server-{name} (in process)"] = json.loads(answer.stdout)
         if binary is not None:
             with agentic(binary, provider.base_url, workdir) as server:
                 for size in sizes:
@@ -478,7 +520,7 @@ def report(results: dict[str, Any]) -> None:
         cost = f"cpu {row['cpu_ms_per_request']:5.2f} ms/req  errors {row['errors']:3}"
         links = f"upstream connections {row['upstream_connections']:4}"
         print(f"  {name:24} {row['rps']:7.0f} req/s  {latency}  {cost}  {links}{ratios}")
-    print("depth (scripted model)")
+    print("depth (serve: scripted model over HTTP; server: constant-time model, no HTTP)")
     for name, row in results["depth"].items():
         print(f"  {name:24} " + "  ".join(f"{key} {value:.2f}" for key, value in row.items()))
     for name, row in results["load"].items():
@@ -491,4 +533,7 @@ def report(results: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--in-process-depth"]:  # run_depth_in_process against the source on PYTHONPATH
+        print(json.dumps(run_depth_in_process(sys.argv[2], int(sys.argv[3]))))
+    else:
+        main()
