@@ -64,6 +64,29 @@ class TestServe:
         ) == ("0.0.0.0", 9, "sqlite:x.db", 5.0, True)
         assert callable(custom.handler)
 
+    def test_max_responses_bounds_the_memory_store_and_is_printed(self, tmp_path: Path) -> None:
+        """--max-responses (default 100,000) reaches the memory store; the start line names the bounds."""
+        from anchortrack._cli.serve import build_state, store_bounds
+        from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
+
+        parser = argparse.ArgumentParser()
+        register(parser.add_subparsers())
+        defaults = parser.parse_args(["serve"])
+        custom = parser.parse_args(["serve", "--max-responses", "3", "--retention", "90"])
+        sqlite = parser.parse_args(["serve", "--store", f"sqlite:{tmp_path / 'b.db'}"])
+        state = build_state(custom)
+        store = state.store
+        state.close()
+
+        assert DEFAULT_MAX_RESPONSES == defaults.max_responses == 100_000
+        assert isinstance(store, MemoryResponseStore)
+        assert 3 == store.max_responses
+        assert "up to 100000 responses, kept 30 days" == store_bounds(defaults)
+        assert "up to 3 responses, kept 90 s" == store_bounds(custom)
+        assert "kept 30 days" == store_bounds(sqlite)
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", "--max-responses", "0"])
+
     def test_cli_does_not_import_the_web_stack(self) -> None:
         """Importing the command line (and the server package) leaves starlette and uvicorn unimported."""
         code = (
