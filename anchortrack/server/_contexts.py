@@ -9,7 +9,8 @@ owner's and unchanged.  While the store's `~ResponseStore.generation` is the one
 (no record removed, expired or replaced since: by this process, or on SQLite by any) and its oldest
 response has not reached its retention, that holds without a read; otherwise one batched read of every
 ancestor's parent, status, owner and creation time checks it (`ResponseStore.heads`).  A miss (a restart,
-an evicted entry, a changed chain) walks the chain as before.
+an evicted entry, a changed chain) walks the chain as before.  An entry also keeps its items' `Facts`, so
+checking a child's context reads the child's own items only.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from anchortrack.server._facts import EMPTY_FACTS, Facts
 from anchortrack.server._records import ChainLink, Head, ResponseStore
 
 
@@ -43,6 +45,7 @@ class Ancestry:
     generation: object = None
     owners: frozenset[str] = frozenset()
     oldest: float = math.inf  # the earliest creation time of the chain
+    facts: Facts = EMPTY_FACTS  # the facts of items
 
     @staticmethod
     def of(chain: Sequence[ChainLink], generation: object) -> Ancestry:
@@ -50,9 +53,8 @@ class Ancestry:
         heads = tuple(link.head for link in chain)
         items = tuple(item for link in chain for item in [*link.input_items, *link.output])
         owners = frozenset(head.owner for head in heads)
-        return Ancestry(
-            heads, items, generation, owners, min((h.created_at for h in heads), default=math.inf)
-        )
+        oldest = min((h.created_at for h in heads), default=math.inf)
+        return Ancestry(heads, items, generation, owners, oldest, Facts.of(items))
 
 
 EMPTY = Ancestry((), ())
@@ -86,10 +88,10 @@ class ContextCache:
                 self._entries.pop(response_id, None)
         return entry if fresh else None
 
-    def add(self, saved: Head, parent: Ancestry, items: Sequence[Item]) -> None:
+    def add(self, saved: Head, parent: Ancestry, items: Sequence[Item], facts: Facts) -> None:
         """
         Keep the ancestry of *saved*, whose parent's is *parent* (as checked when the request was resolved:
-        its generation stays the entry's) and whose own items are *items*.
+        its generation stays the entry's), whose own items are *items* and whose chain's items have *facts*.
         """
         entry = Ancestry(
             (*parent.heads, saved),
@@ -97,6 +99,7 @@ class ContextCache:
             parent.generation,
             parent.owners | {saved.owner},
             min(parent.oldest, saved.created_at),
+            facts,
         )
         with self._lock:
             self._entries[saved.id] = entry

@@ -19,18 +19,21 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
 from anchortrack.server import _errors
 from anchortrack.server._chain import (
     CHAINABLE_STATUSES,
     DEFAULT_MAX_DEPTH,
-    check_context,
+    check_resolved,
     resolve_chain,
     resolve_context,
+    resolve_items,
 )
 from anchortrack.server._contexts import EMPTY, Ancestry, ContextCache
 from anchortrack.server._events import in_progress_snapshot, stream_events
+from anchortrack.server._facts import Context, context_facts
 from anchortrack.server._items import item_type
 from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, build_response, new_id
@@ -349,12 +352,9 @@ class ServerState:
                 lookup = link or (lambda response_id: self.link(response_id, owner))
                 chain = resolve_chain(parent, lookup, max_depth=self.max_depth)
                 ancestry = Ancestry.of(chain, ancestry.generation)
-        context = resolve_context(
-            [*ancestry.items, *request.input_items],
-            lambda item_id: self.stored_item(item_id, owner),
-            resolved=len(ancestry.items),
-        )
-        check_context(context)
+        inputs = resolve_items(ancestry.items, request.input_items, partial(self.stored_item, owner=owner))
+        context = Context([*ancestry.items, *inputs], ancestry.facts.extend(inputs))
+        check_resolved(context)
         return Turn(request, chain, context, new_id("resp"), self._clock(), owner or "", ancestry)
 
     def finish(self, turn: Turn, reply: ModelReply, *, record: bool = True) -> PendingResponse:
@@ -427,7 +427,8 @@ class ServerState:
         ):
             return  # stored otherwise than resolved (a WebSocket parent stored as its whole context)
         head = Head(saved.id, saved.previous_response_id, saved.status, saved.owner, saved.created_at)
-        self._contexts.add(head, parent, [*saved.input_items, *saved.output])
+        facts = context_facts(pending.context).extend(saved.output)
+        self._contexts.add(head, parent, [*saved.input_items, *saved.output], facts)
 
     def save_final_or_log(self, pending: PendingResponse) -> bool:
         """Save the finished *pending* over its in-progress record; a failure is logged and gives False."""
