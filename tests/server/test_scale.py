@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -200,3 +201,58 @@ def test_a_reused_id_resolves_to_the_first_item_stored_under_it(
     digests = [re.findall(r"\[ctx:\w+\]", _reply(answer)) for answer in (by_full, by_chain)]
     assert len(digests[0]) == 1
     assert digests[0] == digests[1]
+
+
+def test_a_requests_per_item_work_and_time_do_not_grow_with_depth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chaining from a 300-deep response encodes, inspects and counts as many items as chaining from a
+    10-deep one (its own input and output: the parent's facts are cached), and, measured alternately in
+    one run on a real SQLite file, takes at most twice its CPU time."""
+    from anchortrack.server import _chain, _facts, _model
+    from anchortrack.server._state import ServerState
+
+    state = ServerState(f"sqlite:{tmp_path / 'deep.db'}", record=False)
+    tips: dict[int, str] = {}
+    previous: str | None = None
+    for turn in range(300):
+        body: dict[str, Any] = {"model": "m", "input": f"turn {turn}"}
+        if previous is not None:
+            body["previous_response_id"] = previous
+        pending = state.prepare(body)
+        state.save_final(pending)
+        previous = tips[turn + 1] = pending.response["id"]
+
+    operations = 0
+
+    def counted(function: Callable[..., Any]) -> Callable[..., Any]:
+        def count(*args: Any) -> Any:
+            nonlocal operations
+            operations += 1
+            return function(*args)
+
+        return count
+
+    for module, name in [(_facts, "canonical_json"), (_facts, "is_reference"), (_chain, "is_reference")]:
+        monkeypatch.setattr(module, name, counted(getattr(module, name)))
+    monkeypatch.setattr(_model, "_is_user_message", counted(_model._is_user_message))
+
+    def next_request(depth: int) -> tuple[int, float, str]:
+        nonlocal operations
+        operations, started = 0, time.process_time()
+        pending = state.prepare({"model": "m", "input": "next", "previous_response_id": tips[depth]})
+        state.save_final(pending)
+        return operations, time.process_time() - started, _reply(pending.response)
+
+    counts: dict[int, set[int]] = {10: set(), 300: set()}
+    seconds: dict[int, float] = {10: 0.0, 300: 0.0}
+    for _ in range(40):
+        for depth in (10, 300):
+            count, spent, text = next_request(depth)
+            counts[depth].add(count)
+            seconds[depth] += spent
+            assert f"[items:{2 * depth + 1}]" in text
+    state.close()
+
+    assert counts[10] == counts[300]
+    assert seconds[300] <= 2 * seconds[10], seconds
