@@ -29,7 +29,7 @@ from anchortrack.server._records import ChainLink, Head, ResponseStore
 Item = dict[str, Any]
 
 #: Most responses whose resolved chain is kept.  An entry shares its item objects with the others and holds
-#: a pointer per item of its chain (8 MB for 1,024 chains of 1,000 items).
+#: a pointer per item of its chain and its `Facts`' sets (about 40 MB for 1,024 chains of 1,000 items).
 CONTEXT_CACHE_LIMIT = 1024
 
 
