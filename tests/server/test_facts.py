@@ -43,7 +43,7 @@ def _whole(context: list[Item]) -> None:
     check_context(context)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(_items, max_size=5), min_size=1, max_size=4))
 def test_facts_extended_segment_by_segment_check_as_the_whole_context(segments: list[list[Item]]) -> None:
     """Extending facts response by response refuses exactly what the whole-context checks refuse, with the
