@@ -113,3 +113,24 @@ def test_scale_counts_one_redis_round_trip_per_plan_and_per_record(
         assert sum(plans.values()) > scale.PLANS  # the server also counts what the find script runs
         store.close()
         observer.close()
+
+
+def test_serve_load_runs_tool_conversations_through_a_real_serve(tmp_path: Path) -> None:
+    """bench_serve's blocks at toy sizes: a `serve` process in front of its fake provider answers every
+    request of concurrent tool-calling conversations, over kept-alive upstream connections."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_serve
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    with bench_serve.FakeProvider(backlog=8) as provider:
+        with bench_serve.serve(ROOT, tmp_path, "--upstream", provider.base_url) as server:
+            load = bench_serve.run_load(server, provider, conversations=2, turns=4)
+        with bench_serve.serve(ROOT, tmp_path) as server:
+            depth = bench_serve.run_depth(server, 20)
+    assert (load["requests"], load["errors"]) == (8, 0)
+    assert 1 <= load["upstream_connections"] <= 2
+    assert 8 == provider.requests
+    assert depth["wall_ratio"] > 0
+    assert depth["cpu_ms_at_20"] >= 0

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 #: The server's defaults, repeated so that ``--help`` imports nothing (tests check they match).
 DEFAULT_MAX_DEPTH = 10_000
 DEFAULT_RETENTION = 30 * 24 * 3600.0
+DEFAULT_MAX_RESPONSES = 100_000
 #: Environment variable listing the keys to serve, comma-separated.
 API_KEYS_ENV = "ANCHORTRACK_SERVE_API_KEYS"
 
@@ -41,6 +42,8 @@ def register(subparsers: Any) -> None:
         help="where responses are kept (default: %(default)s)")  # fmt: skip
     add("--retention", type=positive_seconds, default=DEFAULT_RETENTION, metavar="SECONDS",
         help="how long stored responses stay chainable (default: 30 days)")  # fmt: skip
+    add("--max-responses", type=positive_count, default=DEFAULT_MAX_RESPONSES, metavar="N",
+        help="most responses the memory store keeps, evicting the oldest (default: %(default)s)")  # fmt: skip
     add("--max-depth", type=positive_count, default=DEFAULT_MAX_DEPTH, metavar="N",
         help="most stored responses one chain may hold (default: %(default)s)")  # fmt: skip
     add("--api-key", dest="api_keys", action="append", default=[], metavar="KEY",
@@ -90,7 +93,7 @@ def serve(args: argparse.Namespace) -> int:
         state.close()
         return fail("serve", f"cannot listen on {args.host}:{args.port}: {exc}", 1)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    details = f"store: {args.store}"
+    details = f"store: {args.store}, {store_bounds(args)}"
     if state.backend is not None:
         details += f", upstream: {getattr(state.backend, 'name', '?')}"
     if keys:
@@ -109,6 +112,13 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def store_bounds(args: argparse.Namespace) -> str:
+    """What bounds the store: its retention, and for memory its most responses."""
+    days = args.retention / 86400
+    kept = f"kept {days:g} days" if days >= 1 else f"kept {args.retention:g} s"
+    return f"up to {args.max_responses} responses, {kept}" if args.store == "memory" else kept
+
+
 def build_state(args: argparse.Namespace) -> ServerState:
     """The server state the flags ask for: it keeps request bodies only with ``--test-hooks``."""
     from ..server import ServerState
@@ -122,6 +132,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
         args.store,
         retention=args.retention,
         max_depth=args.max_depth,
+        max_responses=args.max_responses,
         record=args.test_hooks,
         backend=backend,
     )

@@ -17,9 +17,11 @@ only those keys are served under ``/v1`` (401 otherwise).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import aclosing
@@ -82,6 +84,49 @@ class _Gate:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+#: What a request cut off by the server's shutdown gets (HTTP 503, or an ``error`` event once streaming).
+SHUTTING_DOWN = "The server is shutting down and cancelled this request; send it again."
+_SEQUENCE = re.compile(rb'"sequence_number":(\d+)')
+
+
+class _Shutdown:
+    """
+    Answers a request cancelled by the server's shutdown (``--shutdown-timeout`` passed) in OpenAI's shape:
+    503 ``server_error`` before the status line, an ``error`` event after it; one log line, no traceback.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+        last_sequence = -1
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started, last_sequence
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and (
+                found := _SEQUENCE.findall(message.get("body", b""))
+            ):
+                last_sequence = int(found[-1])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except asyncio.CancelledError:
+            logger.warning("anchortrack.server.request_cancelled_at_shutdown", extra={"streaming": started})
+            error = _errors.server_error(SHUTTING_DOWN, 503, "server_shutting_down")
+            if not started:
+                await _refuse(scope, send, error)
+                return
+            event = {**_errors.error_event(error.code, error.message), "sequence_number": last_sequence + 1}
+            await send({"type": "http.response.body", "body": encode_sse(event), "more_body": False})
 
 
 async def _refuse(scope: Scope, send: Send, error: APIError) -> None:
@@ -240,7 +285,16 @@ def create_app(
     if test_hooks:
         routes.extend(_test_routes(server_state))
         routes.extend(websockets.test_routes())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        aclose = getattr(server_state.backend, "aclose", None)  # the upstream's pooled connections
+        if aclose is not None:
+            await aclose()
+
     app = Starlette(
+        lifespan=lifespan,
         routes=routes,
         exception_handlers={
             APIError: _api_error,
@@ -253,6 +307,7 @@ def create_app(
     app.state.websockets = websockets
     owners = None if api_keys is None else frozenset(owner_digest(key) for key in api_keys if key)
     app.add_middleware(_Gate, owners=owners)
+    app.add_middleware(_Shutdown)
     return app
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anchortrack.server._errors import APIError, bad_request, previous_response_not_found
+from anchortrack.server._facts import Context, is_reference
 from anchortrack.server._items import ITEM_TYPES, OUTPUTS, item_type
 from anchortrack.server._records import ChainLink
 
@@ -123,13 +124,6 @@ def check_context(context: Sequence[Item]) -> None:
 # -- id resolution, as OpenAI does it ------------------------------------------------------------
 
 
-def is_reference(item: Item) -> bool:
-    """An ``item_reference``, spelled with ``type`` or as a bare ``{"id": …}``."""
-    if item.get("type") == "item_reference":
-        return True
-    return item.get("type") is None and isinstance(item.get("id"), str) and set(item) <= {"id", "type"}
-
-
 def _by_id_reasoning(item: Item) -> bool:
     return (
         item.get("type") == "reasoning"
@@ -157,12 +151,27 @@ def resolve_context(
             reasoning id that names no reasoning item); 400 ``param: input``
             for an answer without its request or call.
     """
+    out = [*context[:resolved], *resolve_items(context[:resolved], context[resolved:], lookup)]
+    _check_answers(out)
+    return out
+
+
+def resolve_items(
+    earlier: Sequence[Item], items: Sequence[Item], lookup: Callable[[str], Item | None]
+) -> list[Item]:
+    """
+    *items* (following the resolved *earlier* ones) with every item an id stands for resolved, as
+    `resolve_context` does, reading *earlier* only for an id to resolve; no answer checks.
+
+    Raises:
+        APIError: 404 ``param: input`` for an id that names no item.
+    """
     seen: dict[str, Item] = {}
     out: list[Item] = []
-    for index, item in enumerate(context):
-        if index >= resolved and (is_reference(item) or _by_id_reasoning(item)):
+    for item in items:
+        if is_reference(item) or _by_id_reasoning(item):
             item_id = item["id"]
-            found = seen.get(item_id) or lookup(item_id)
+            found = _first(earlier, item_id) or seen.get(item_id) or lookup(item_id)
             if (
                 found is None
                 or is_reference(found)
@@ -179,8 +188,26 @@ def resolve_context(
         if isinstance(item_id, str):
             seen.setdefault(item_id, item)
         out.append(item)
-    _check_answers(out)
     return out
+
+
+def _first(items: Sequence[Item], item_id: str) -> Item | None:
+    return next((item for item in items if item.get("id") == item_id), None)
+
+
+def check_resolved(context: Context) -> None:
+    """
+    `resolve_context`'s answer checks, then `check_context`, on a resolved *context*: from its facts alone
+    when it holds no item reference.
+
+    Raises:
+        APIError: As those do.
+    """
+    if context.facts.references:
+        _check_answers(context)
+        check_context(context)
+    else:
+        context.facts.check()
 
 
 def _check_answers(context: Sequence[Item]) -> None:

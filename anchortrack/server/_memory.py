@@ -7,11 +7,29 @@ import time
 from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, ResponseStore, Row, row_link
 
 
-class MemoryResponseStore(ResponseStore):
-    """Responses kept in memory, for tests and single-process servers (*retention* in seconds)."""
+DEFAULT_MAX_RESPONSES = 100_000
+"""Most responses a memory store keeps by default (about 0.6 GB of a typical agent's responses)."""
 
-    def __init__(self, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> None:
+
+class MemoryResponseStore(ResponseStore):
+    """
+    Responses kept in memory, for tests and single-process servers (*retention* in seconds).
+
+    At most *max_responses* are kept: saving one more evicts the oldest, which is then gone as if expired
+    (a chain through it gets ``previous_response_not_found``).
+    """
+
+    def __init__(
+        self,
+        *,
+        retention: float = DEFAULT_RETENTION,
+        clock: Clock = time.time,
+        max_responses: int = DEFAULT_MAX_RESPONSES,
+    ) -> None:
+        if max_responses < 1:
+            raise ValueError(f"max_responses must be at least 1, got {max_responses!r}")
         super().__init__(retention, clock)
+        self.max_responses = max_responses
         self._rows: dict[str, Row] = {}
         self._links: dict[str, ChainLink] = {}
 
@@ -20,6 +38,9 @@ class MemoryResponseStore(ResponseStore):
         return row if row is not None and row.expires_at > now else None
 
     def _put(self, row: Row) -> None:
+        if row.id not in self._rows and len(self._rows) >= self.max_responses:
+            self._drop(next(iter(self._rows)))  # the oldest: rows keep their first save's place
+            self._generation += 1
         self._rows[row.id] = row
         self._links.pop(row.id, None)
 
@@ -37,7 +58,7 @@ class MemoryResponseStore(ResponseStore):
         return sum(1 for row in self._rows.values() if row.expires_at > now)
 
     def _holding(self, text: str, now: float) -> list[str]:
-        rows = [row for row in reversed(self._rows.values()) if row.expires_at > now]
+        rows = [row for row in self._rows.values() if row.expires_at > now]
         return [row.id for row in rows if text in row.input_json or text in row.output_json]
 
     def link(self, response_id: str) -> ChainLink | None:

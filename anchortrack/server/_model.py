@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import math
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from anchortrack.server._facts import canonical_json, context_facts
 from anchortrack.server._request import CreateRequest
 
 
@@ -28,14 +28,9 @@ Item = dict[str, Any]
 MAX_SLEEP_MS = 60_000.0
 
 
-def canonical_json(value: object) -> str:
-    """The canonical JSON text the digests are computed over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 def context_digest(context: Sequence[Item]) -> str:
-    """First 12 hex digits of the SHA-256 of the canonical JSON of *context*."""
-    return hashlib.sha256(canonical_json(list(context)).encode("utf-8")).hexdigest()[:12]
+    """First 12 hex digits of the SHA-256 of the canonical JSON of *context* (a list)."""
+    return context_facts(context).digest()[:12]
 
 
 def instructions_digest(instructions: str | Sequence[Any] | None) -> str | None:
@@ -173,9 +168,10 @@ class ScriptedModel:
         self, context: Sequence[Item], *, instructions: str | Sequence[Any] | None = None
     ) -> ModelReply:
         """Answer the resolved *context* (oldest item first)."""
-        users = [index for index, item in enumerate(context) if _is_user_message(item)]
-        user_index = users[-1] if users else -1
-        script = parse_script(_message_text(context[user_index].get("content"))) if users else Script()
+        users = (index for index in reversed(range(len(context))) if _is_user_message(context[index]))
+        user_index = next(users, -1)  # the last user message
+        last = context[user_index] if user_index >= 0 else None
+        script = Script() if last is None else parse_script(_message_text(last.get("content")))
         after = context[user_index + 1 :]
         tags = f"[ctx:{context_digest(context)}] [items:{len(context)}]"
         instructions_tag = instructions_digest(instructions)
@@ -250,7 +246,8 @@ def build_response(
     of the library.
     """
     body = request.body
-    input_tokens = _tokens(list(context)) + (_tokens(request.instructions) if request.instructions else 0)
+    input_tokens = math.ceil(context_facts(context).json_length / 4)  # as _tokens(list(context))
+    input_tokens += _tokens(request.instructions) if request.instructions else 0
     output_tokens = _tokens(reply.output) if reply.output else 0
     reasoning_tokens = sum(_tokens(item) for item in reply.output if item.get("type") == "reasoning")
     created = int(created_at)

@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -95,6 +95,17 @@ class StoredResponse:
 
 
 @dataclass(frozen=True)
+class Head:
+    """What chaining checks of a stored response, read without decoding its items."""
+
+    id: str
+    previous_response_id: str | None
+    status: str
+    owner: str
+    created_at: float
+
+
+@dataclass(frozen=True)
 class ChainLink:
     """
     What chain resolution needs of a stored response, decoded once and shared.
@@ -108,6 +119,12 @@ class ChainLink:
     input_items: list[Item]
     output: list[Item]
     owner: str = ""
+    created_at: float = field(default=0.0, compare=False)  # the store's first save; in `head` only
+
+    @property
+    def head(self) -> Head:
+        """Its `Head`."""
+        return Head(self.id, self.previous_response_id, self.status, self.owner, self.created_at)
 
     def item(self, item_id: str) -> Item | None:
         """Its input or output item of this id, if it holds one."""
@@ -179,14 +196,20 @@ def decode_row(row: Row) -> StoredResponse:
 
 def row_link(row: Row) -> ChainLink:
     """Decode the chain data of a row."""
-    return ChainLink(**_chain_fields(row), output=json.loads(row.output_json))
+    return ChainLink(**_chain_fields(row), output=json.loads(row.output_json), created_at=row.created_at)
+
+
+def row_head(row: Row) -> Head:
+    """The `Head` of a row."""
+    return Head(row.id, row.previous_response_id, row.status, row.owner, row.created_at)
 
 
 class ResponseStore:
     """
     The storage contract the server relies on (thread-safe), written once over rows.
 
-    A backend supplies the row primitives (`_live`, `_put`, `_drop`, `_drop_expired`, `_count`, `_holding`),
+    A backend supplies the row primitives (`_live`, `_put`, `_drop`, `_drop_expired`, `_count`, `_holding`,
+    optionally `_heads`),
     always called with the store's lock held, and may widen `_transaction` (SQLite makes a save's
     read-check-write one database transaction, so the policy holds across processes too).
     """
@@ -196,6 +219,7 @@ class ResponseStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._last_purge = -math.inf
+        self._generation = 0  # counts removals, expiries and replacements of chainable records
 
     # -- what a backend supplies (the lock is held) ----------------------------------
 
@@ -220,8 +244,12 @@ class ResponseStore:
         raise NotImplementedError
 
     def _holding(self, text: str, now: float) -> list[str]:
-        """The ids of the rows live at *now* whose input or output JSON contains *text*, newest first."""
+        """The ids of the rows live at *now* whose input or output JSON contains *text*, oldest first."""
         raise NotImplementedError
+
+    def _heads(self, ids: Sequence[str], now: float) -> list[Head]:
+        """The `Head` of each row of *ids* live at *now* (a backend may read them in one go)."""
+        return [row_head(row) for response_id in ids if (row := self._live(response_id, now)) is not None]
 
     def _transaction(self) -> AbstractContextManager[object]:
         """What a read-check-write runs under: the lock."""
@@ -243,8 +271,25 @@ class ResponseStore:
         row = self._read(response_id)
         return None if row is None else row_link(row)
 
+    def now(self) -> float:
+        """The store's clock."""
+        return self._clock()
+
+    def generation(self) -> object:
+        """
+        A token that changes whenever a record may have been removed, expired early or replaced with
+        another chainable one (a backend shared between processes also counts the other processes').
+        """
+        with self._lock:
+            return self._generation
+
+    def heads(self, ids: Sequence[str]) -> dict[str, Head]:
+        """The `Head` of each live record of *ids*, by id (no item is decoded)."""
+        with self._lock:
+            return {head.id: head for head in self._heads(ids, self._clock())}
+
     def find_item(self, item_id: str, owner: str | None = None) -> tuple[str, Item] | None:
-        """(Response id, item) of *owner*'s (any, for None) newest live record holding an item of this id."""
+        """(Response id, item) of *owner*'s (any, for None) oldest live record holding an item of this id."""
         text = _json({"id": item_id})[1:-1]  # how a row's JSON spells the id
         with self._lock:
             now = self._clock()
@@ -281,6 +326,8 @@ class ResponseStore:
             created = now if old is None else old.created_at
             row = encode_row(record, created, created + self.retention)
             self._put(row)
+            if old is not None and old.status in ("completed", "incomplete"):
+                self._generation += 1
             if now - self._last_purge >= PURGE_INTERVAL:
                 self._drop_expired(now)
                 self._last_purge = now
@@ -289,6 +336,7 @@ class ResponseStore:
     def delete(self, response_id: str) -> bool:
         """Remove a record; return whether one was there."""
         with self._lock:
+            self._generation += 1
             return self._drop(response_id)
 
     def expire(self, response_id: str) -> bool:
@@ -297,6 +345,7 @@ class ResponseStore:
             row = self._live(response_id, self._clock())
             if row is not None:
                 self._put(replace(row, expires_at=EXPIRED))
+                self._generation += 1
             return row is not None
 
     def purge_expired(self) -> int:

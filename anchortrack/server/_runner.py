@@ -109,7 +109,7 @@ def uvicorn_config(app: ASGIApp, timeouts: Timeouts, **options: Any) -> uvicorn.
     protocol = type("TimedH11Protocol", (_TimedH11Protocol,), {"timeouts": timeouts})
     return uvicorn.Config(
         app,
-        lifespan="off",
+        lifespan="on",  # the app closes its upstream connections at shutdown
         ws="websockets-sansio",
         http=protocol,
         timeout_graceful_shutdown=max(1, math.ceil(timeouts.shutdown)),

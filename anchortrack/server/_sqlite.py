@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from anchortrack.server._records import DEFAULT_RETENTION, Clock, ResponseStore, Row
+from anchortrack.server._records import DEFAULT_RETENTION, Clock, Head, ResponseStore, Row
 
 
 #: Version of the SQLite schema, kept in ``PRAGMA user_version``.  Version 2 added ``owner``; a version-1
@@ -120,10 +121,23 @@ class SQLiteResponseStore(ResponseStore):
     def _holding(self, text: str, now: float) -> list[str]:
         cursor = self._conn.execute(
             "SELECT id FROM responses WHERE expires_at > ?"
-            " AND (instr(input_json, ?) OR instr(output_json, ?)) ORDER BY created_at DESC, rowid DESC",
+            " AND (instr(input_json, ?) OR instr(output_json, ?)) ORDER BY created_at, rowid",
             (now, text, text),
         )
         return [values[0] for values in cursor]
+
+    def generation(self) -> object:
+        """This process's count, and SQLite's ``data_version`` (changed by other connections' commits)."""
+        with self._lock:
+            return self._generation, self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def _heads(self, ids: Sequence[str], now: float) -> list[Head]:
+        cursor = self._conn.execute(
+            "SELECT id, previous_response_id, status, owner, created_at FROM responses"
+            " WHERE id IN (SELECT value FROM json_each(?)) AND expires_at > ?",
+            (json.dumps(list(ids)), now),
+        )
+        return [Head(*values) for values in cursor]
 
     def close(self) -> None:
         """Close the database connection; idempotent."""

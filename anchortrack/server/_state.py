@@ -18,22 +18,33 @@ import math
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
 from anchortrack.server import _errors
 from anchortrack.server._chain import (
+    CHAINABLE_STATUSES,
     DEFAULT_MAX_DEPTH,
-    chain_items,
-    check_context,
+    check_resolved,
     resolve_chain,
     resolve_context,
+    resolve_items,
 )
+from anchortrack.server._contexts import EMPTY, Ancestry, ContextCache
 from anchortrack.server._events import in_progress_snapshot, stream_events
+from anchortrack.server._facts import Context, context_facts
 from anchortrack.server._items import item_type
-from anchortrack.server._memory import MemoryResponseStore
+from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, build_response, new_id
-from anchortrack.server._records import DEFAULT_RETENTION, ChainLink, Clock, ResponseStore, StoredResponse
+from anchortrack.server._records import (
+    DEFAULT_RETENTION,
+    ChainLink,
+    Clock,
+    Head,
+    ResponseStore,
+    StoredResponse,
+)
 from anchortrack.server._request import CreateRequest, parse_create_request
 from anchortrack.server._sqlite import SQLiteResponseStore
 
@@ -45,9 +56,18 @@ logger = logging.getLogger("anchortrack.server")
 ITEM_INDEX_LIMIT = 100_000
 
 
-def open_store(spec: str, *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time) -> ResponseStore:
+def open_store(
+    spec: str,
+    *,
+    retention: float = DEFAULT_RETENTION,
+    clock: Clock = time.time,
+    max_responses: int = DEFAULT_MAX_RESPONSES,
+) -> ResponseStore:
     """
     Open a store from its command-line spelling, ``"memory"`` or ``"sqlite:PATH"``.
+
+    A memory store keeps at most *max_responses* (the oldest are evicted); a SQLite file is bounded by
+    *retention* only.
 
     Raises:
         ValueError: For any other spelling, or a negative retention.
@@ -55,7 +75,7 @@ def open_store(spec: str, *, retention: float = DEFAULT_RETENTION, clock: Clock 
     if not retention >= 0:
         raise ValueError(f"retention must be a non-negative number of seconds, got {retention!r}")
     if spec == "memory":
-        return MemoryResponseStore(retention=retention, clock=clock)
+        return MemoryResponseStore(retention=retention, clock=clock, max_responses=max_responses)
     if spec.startswith("sqlite:") and len(spec) > len("sqlite:"):
         return SQLiteResponseStore(spec[len("sqlite:") :], retention=retention, clock=clock)
     raise ValueError(f"unknown store {spec!r}: expected 'memory' or 'sqlite:PATH'")
@@ -76,8 +96,9 @@ class Turn:
     """
     A validated create request, not yet answered.
 
-    *chain* holds its stored ancestors (oldest first); *context* the chain's items, then the new input,
-    resolved; *owner* (an API key digest) will own the response.
+    *chain* holds its stored ancestors (oldest first) when they were read (empty when *ancestry*, the
+    chain's heads and items, came from the `ContextCache`); *context* the chain's items, then the new
+    input, resolved; *owner* (an API key digest) will own the response.
     """
 
     request: CreateRequest
@@ -86,6 +107,7 @@ class Turn:
     response_id: str
     created_at: float
     owner: str = ""
+    ancestry: Ancestry = EMPTY
 
 
 class AsyncModel(Protocol):
@@ -118,6 +140,7 @@ class PendingResponse:
     context: list[Item]
     delay: float
     owner: str = ""
+    ancestry: Ancestry = EMPTY
 
     @property
     def input_items(self) -> list[Item]:
@@ -132,6 +155,7 @@ class ServerState:
     Args:
         store: A `ResponseStore`, or its spelling ``"memory"`` / ``"sqlite:PATH"``.
         retention: Seconds responses are kept (only when *store* is a spelling).
+        max_responses: Most responses a spelled ``"memory"`` store keeps (the oldest are evicted).
         max_depth: Most stored responses one chain may hold.
         model: The backend; a `ScriptedModel` by default.
         clock: Time source for timestamps and (for a spelled store) retention.
@@ -160,11 +184,14 @@ class ServerState:
         clock: Clock | None = None,
         record: bool = True,
         backend: AsyncModel | None = None,
+        max_responses: int = DEFAULT_MAX_RESPONSES,
     ) -> None:
         self._clock: Clock = clock or time.time
         self._owns_store = isinstance(store, str)
         self.store: ResponseStore = (
-            open_store(store, retention=retention, clock=self._clock) if isinstance(store, str) else store
+            open_store(store, retention=retention, clock=self._clock, max_responses=max_responses)
+            if isinstance(store, str)
+            else store
         )
         self.max_depth = max_depth
         self.model: Model = model or ScriptedModel()
@@ -178,8 +205,9 @@ class ServerState:
         self._requests: list[Any] = []
         # response id → (parent id, its input items, its output items)
         self._seen: dict[str, tuple[str | None, list[Item], list[Item]]] = {}
-        # item id → owner → the newest stored response seen holding it (oldest ids dropped: ITEM_INDEX_LIMIT)
+        # item id → owner → the first stored response seen holding it (oldest ids dropped: ITEM_INDEX_LIMIT)
         self._items: dict[str, dict[str, str]] = {}
+        self._contexts = ContextCache()
 
     # -- what tests read and drive ------------------------------------------------
 
@@ -217,8 +245,13 @@ class ServerState:
 
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
         """
-        The item with this id of *owner*'s (any, for None) newest live stored response holding it, or None.
-        When the index names no live holder (deleted, expired, saved before a restart), the store is searched.
+        The item with this id of *owner*'s (any, for None) oldest live stored response holding it, or None.
+
+        An id names the item first stored under it, as on OpenAI, where an item id names one item for
+        good: a later input reusing the id with other content (a redacted copy sent back in full) is
+        stored as sent but does not change what the id resolves to, so a request naming the id sees
+        what a chain through the first holder replays.  When the index names no live holder (deleted,
+        expired, saved before a restart), the store is searched, oldest first.
         """
         with self._lock:
             known = dict(self._items.get(item_id, {}))
@@ -228,7 +261,7 @@ class ServerState:
                 return item
         found = self.store.find_item(item_id, owner)
         if owner is not None and found is not None:
-            with self._lock:  # the store's holder replaces the index's dead one
+            with self._lock:  # the store's oldest live holder replaces the index's dead one
                 self._items.setdefault(item_id, {})[owner] = found[0]
         return None if found is None else found[1]
 
@@ -311,22 +344,21 @@ class ServerState:
         """
         request = parse_create_request(body)
         chain: list[ChainLink] = []
-        if request.previous_response_id is not None:
+        ancestry = Ancestry((), (), self.store.generation())
+        if (parent := request.previous_response_id) is not None:
             if self.zdr and link is None:
                 raise _errors.zero_data_retention()
-            chain = resolve_chain(
-                request.previous_response_id,
-                link or (lambda response_id: self.link(response_id, owner)),
-                max_depth=self.max_depth,
-            )
-        stored = chain_items(chain)
-        context = resolve_context(
-            stored + request.input_items,
-            lambda item_id: self.stored_item(item_id, owner),
-            resolved=len(stored),
-        )
-        check_context(context)
-        return Turn(request, chain, context, new_id("resp"), self._clock(), owner or "")
+            cached = None if link is not None else self._contexts.lookup(parent, owner, self.store)
+            if cached is not None and len(cached.heads) <= self.max_depth:
+                ancestry = cached  # no ancestor read: the parent's resolved chain, checked live
+            else:
+                lookup = link or (lambda response_id: self.link(response_id, owner))
+                chain = resolve_chain(parent, lookup, max_depth=self.max_depth)
+                ancestry = Ancestry.of(chain, ancestry.generation)
+        inputs = resolve_items(ancestry.items, request.input_items, partial(self.stored_item, owner=owner))
+        context = Context([*ancestry.items, *inputs], ancestry.facts.extend(inputs))
+        check_resolved(context)
+        return Turn(request, chain, context, new_id("resp"), self._clock(), owner or "", ancestry)
 
     def finish(self, turn: Turn, reply: ModelReply, *, record: bool = True) -> PendingResponse:
         """The response for *turn* answered by *reply*; *record* its context for tests."""
@@ -338,7 +370,9 @@ class ServerState:
             context=turn.context,
             announce=self.announce_per_request,
         )
-        pending = PendingResponse(turn.request, response, turn.context, reply.delay, turn.owner)
+        pending = PendingResponse(
+            turn.request, response, turn.context, reply.delay, turn.owner, turn.ancestry
+        )
         if record and self.record:
             with self._lock:
                 for link in turn.chain:
@@ -370,17 +404,34 @@ class ServerState:
         """Store the finished response (before its id or terminal event is sent)."""
         if not pending.request.store:
             return
-        self.store.save(
+        saved = self.store.save(
             self._record(pending, pending.response),
             overwrite=overwrite,
             expected_previous_response_id=pending.request.previous_response_id,
         )
+        self._remember_context(pending, saved)
         with self._lock:  # what ids resolve to (the inputs are resolved: no pointers among them)
             for item in [*pending.input_items, *pending.response["output"]]:
                 if isinstance(item_id := item.get("id"), str):  # one key's ids never shadow another's
-                    self._items.setdefault(item_id, {})[pending.owner] = pending.response["id"]
+                    self._items.setdefault(item_id, {}).setdefault(pending.owner, pending.response["id"])
             while len(self._items) > ITEM_INDEX_LIMIT:
                 del self._items[next(iter(self._items))]
+
+    def _remember_context(self, pending: PendingResponse, saved: StoredResponse) -> None:
+        """Cache *saved*'s resolved chain: its parent's (the one this request resolved) plus its own items."""
+        if saved.status not in CHAINABLE_STATUSES:
+            return
+        parent = pending.ancestry
+        if saved.previous_response_id is None:
+            parent = replace(EMPTY, generation=parent.generation)
+        resolved = len(pending.context) - len(pending.request.input_items)
+        if len(parent.items) != resolved or saved.previous_response_id != (
+            parent.heads[-1].id if parent.heads else None
+        ):
+            return  # stored otherwise than resolved (a WebSocket parent stored as its whole context)
+        head = Head(saved.id, saved.previous_response_id, saved.status, saved.owner, saved.created_at)
+        facts = context_facts(pending.context).extend(saved.output)
+        self._contexts.add(head, parent, [*saved.input_items, *saved.output], facts)
 
     def save_final_or_log(self, pending: PendingResponse) -> bool:
         """Save the finished *pending* over its in-progress record; a failure is logged and gives False."""

@@ -5,7 +5,12 @@ Each request's resolved context goes to ``{base_url}/chat/completions`` as
 chat ``messages`` (`anchortrack.server._translate`) and the reply comes back
 as Responses output (`anchortrack.server._reconstruct`), with any server
 speaking Chat Completions.  HTTP goes through the openai client's own async
-stack, one connection per request, so the backend is bound to no event loop.
+stack: one pooled client per server (keep-alive; HTTP/2 where the ``h2``
+package is installed and the provider speaks it), closed at shutdown.  A
+connection error, a 408, 409, 429 or 5xx is retried as the openai SDK
+retries it (`RETRIES` times, exponential backoff from 0.5 s to 8 s less up
+to 25 % jitter, or the provider's ``Retry-After`` up to two minutes), always
+before any byte of the reply reached the caller.
 
 Failures become OpenAI-shaped errors naming the upstream: unreachable → 502
 ``upstream_unreachable``; no answer within the timeout → 504
@@ -19,10 +24,16 @@ in everything read back from the provider, and never logged.
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
+import importlib.util
 import json
 import logging
+import math
 import os
+import random
 import ssl
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -53,6 +64,10 @@ API_KEY_ENV = "ANCHORTRACK_UPSTREAM_API_KEY"
 #: Default seconds to wait for the provider (to connect, and between bytes).
 DEFAULT_TIMEOUT = 120.0
 _ERROR_TEXT_LIMIT = 500
+#: Times a failed upstream call is tried again (the openai SDK's default).
+RETRIES = 2
+_RETRY_STATUSES = frozenset({408, 409, 429})
+_INITIAL_RETRY_DELAY, _MAX_RETRY_DELAY, _MAX_RETRY_AFTER = 0.5, 8.0, 120.0
 _SCHEMA_REFUSAL_WORDS = ("json_schema", "response_format", "schema")
 
 
@@ -84,6 +99,7 @@ class Upstream:
         max_tokens_field: Where ``max_output_tokens`` goes: ``max_tokens``
             (widely supported) or ``max_completion_tokens``.
         headers: Extra request headers for the provider.
+        retries: Times a connection error or a 408, 409, 429 or 5xx answer is tried again.
     """
 
     def __init__(
@@ -96,6 +112,7 @@ class Upstream:
         json_schema: Literal["auto", "degrade", "native"] = "auto",
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         headers: Mapping[str, str] | None = None,
+        retries: int = RETRIES,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -111,7 +128,9 @@ class Upstream:
         self.json_schema = json_schema
         self.max_tokens_field = max_tokens_field
         self._degrade = json_schema == "degrade"
+        self.retries = retries
         self._ssl_context: ssl.SSLContext | None = None
+        self._pool: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
         self._api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
         self._headers = {"accept": "application/json", **(headers or {})}
         if self._api_key:
@@ -189,28 +208,71 @@ class Upstream:
     # -- I/O --------------------------------------------------------------------------
 
     def _client(self) -> httpx.AsyncClient:
-        if self._ssl_context is None:  # building one costs far more than a request on loopback
-            self._ssl_context = httpx.create_ssl_context()
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout), follow_redirects=False, verify=self._ssl_context
-        )
+        """The pooled client of the running event loop (a client's connections belong to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool[0] is not loop or self._pool[1].is_closed:
+            if self._ssl_context is None:  # building one costs far more than a request on loopback
+                self._ssl_context = httpx.create_ssl_context()
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout),
+                follow_redirects=False,
+                verify=self._ssl_context,
+                http2=importlib.util.find_spec("h2") is not None,
+                limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            )
+            self._pool = (loop, client)
+        return self._pool[1]
 
-    async def _send(self, client: httpx.AsyncClient, plan: ChatPlan) -> tuple[ChatPlan, httpx.Response]:
-        """POST *plan* (degrading ``json_schema`` once if refused); return the open response."""
-        while True:
+    async def aclose(self) -> None:
+        """Close the pooled connections (the server's shutdown calls it; the next call opens new ones)."""
+        pool, self._pool = self._pool, None
+        if pool is not None and pool[0] is asyncio.get_running_loop():
+            await pool[1].aclose()
+
+    async def _post(self, plan: ChatPlan) -> httpx.Response:
+        """POST *plan*, retrying a connection error or a retryable status; the open response (or APIError)."""
+        client = self._client()
+        for attempt in range(self.retries + 1):
             request = client.build_request(
                 "POST", f"{self.base_url}/chat/completions", json=plan.body, headers=self._headers
             )
+            retry_after: float | None = None
             try:
                 response = await client.send(request, stream=True)
-                if response.status_code < 400:
-                    return plan, response
-                try:
-                    raw = await response.aread()
-                finally:
-                    await response.aclose()
+            except httpx.TimeoutException as failure:
+                if attempt == self.retries or not isinstance(failure, httpx.ConnectTimeout):
+                    raise self._transport_error(failure) from None
+                reason = type(failure).__name__
+            except httpx.HTTPError as failure:
+                if attempt == self.retries:
+                    raise self._transport_error(failure) from None
+                reason = type(failure).__name__
+            else:
+                retry_after = _retry_after(response.headers)
+                if attempt == self.retries or not _retryable(response, retry_after):
+                    return response
+                await response.aclose()
+                reason = f"HTTP {response.status_code}"
+            wait = _backoff(attempt, retry_after)
+            logger.info(
+                "anchortrack.server.upstream_retry",
+                extra={"upstream": self.name, "attempt": attempt + 1, "reason": reason, "wait": wait},
+            )
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send(self, plan: ChatPlan) -> tuple[ChatPlan, httpx.Response]:
+        """POST *plan* (degrading ``json_schema`` once if refused); return the open response."""
+        while True:
+            response = await self._post(plan)
+            if response.status_code < 400:
+                return plan, response
+            try:
+                raw = await response.aread()
             except httpx.HTTPError as failure:
                 raise self._transport_error(failure) from None
+            finally:
+                await response.aclose()
             refusal = self._status_error(response.status_code, raw)
             if not self._refuses_json_schema(plan, refusal):
                 raise refusal
@@ -220,15 +282,13 @@ class Upstream:
 
     async def reply(self, turn: Turn) -> ModelReply:
         """Answer *turn* with one non-streamed Chat Completions call."""
-        plan = self.plan(turn)
-        async with self._client() as client:
-            plan, response = await self._send(client, plan)
-            try:
-                raw = await response.aread()
-            except httpx.HTTPError as error:
-                raise self._transport_error(error) from None
-            finally:
-                await response.aclose()
+        plan, response = await self._send(self.plan(turn))
+        try:
+            raw = await response.aread()
+        except httpx.HTTPError as error:
+            raise self._transport_error(error) from None
+        finally:
+            await response.aclose()
         try:
             completion = redact(json.loads(raw.decode("utf-8", "replace")), self._secret)
             return reconstruct(completion, plan, self._origin(plan, turn))
@@ -239,17 +299,11 @@ class Upstream:
 
     async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
         """Start a streamed Chat Completions call; return its Responses events and final reply."""
-        plan = self.plan(turn)
-        client = self._client()
-        try:
-            plan, response = await self._send(client, plan)
-        except BaseException:
-            await client.aclose()
-            raise
-        return self._events(client, response, plan, turn)
+        plan, response = await self._send(self.plan(turn))
+        return self._events(response, plan, turn)
 
     async def _events(
-        self, client: httpx.AsyncClient, response: httpx.Response, plan: ChatPlan, turn: Turn
+        self, response: httpx.Response, plan: ChatPlan, turn: Turn
     ) -> AsyncIterator[dict[str, Any] | ModelReply]:
         assembler = StreamAssembler(plan, self._origin(plan, turn), secret=self._secret)
         done = False
@@ -282,7 +336,36 @@ class Upstream:
             yield reply
         finally:
             await response.aclose()
-            await client.aclose()
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the provider asks to wait (``retry-after-ms``, ``retry-after`` seconds or date), or None."""
+    for header, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
+        try:
+            seconds = float(headers.get(header, "")) / divisor
+        except ValueError:
+            continue
+        return seconds if math.isfinite(seconds) else None
+    date = email.utils.parsedate_tz(headers.get("retry-after", ""))
+    return None if date is None else float(email.utils.mktime_tz(date) - time.time())
+
+
+def _retryable(response: httpx.Response, retry_after: float | None) -> bool:
+    """Whether the openai SDK would retry this answer."""
+    if retry_after is not None and retry_after > _MAX_RETRY_AFTER:
+        return False
+    said = response.headers.get("x-should-retry")
+    if said in ("true", "false"):
+        return said == "true"
+    return response.status_code in _RETRY_STATUSES or response.status_code >= 500
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    """Seconds before retry *attempt* + 1: the provider's ``Retry-After``, else exponential with jitter."""
+    if retry_after is not None and 0 < retry_after <= _MAX_RETRY_AFTER:
+        return retry_after
+    delay = min(_INITIAL_RETRY_DELAY * 2.0**attempt, _MAX_RETRY_DELAY)
+    return delay * (1 - 0.25 * random.random())
 
 
 def _provider_error(text: str) -> tuple[str, str | None, str | None, str | None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -62,6 +63,29 @@ class TestServe:
             custom.test_hooks,
         ) == ("0.0.0.0", 9, "sqlite:x.db", 5.0, True)
         assert callable(custom.handler)
+
+    def test_max_responses_bounds_the_memory_store_and_is_printed(self, tmp_path: Path) -> None:
+        """--max-responses (default 100,000) reaches the memory store; the start line names the bounds."""
+        from anchortrack._cli.serve import build_state, store_bounds
+        from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
+
+        parser = argparse.ArgumentParser()
+        register(parser.add_subparsers())
+        defaults = parser.parse_args(["serve"])
+        custom = parser.parse_args(["serve", "--max-responses", "3", "--retention", "90"])
+        sqlite = parser.parse_args(["serve", "--store", f"sqlite:{tmp_path / 'b.db'}"])
+        state = build_state(custom)
+        store = state.store
+        state.close()
+
+        assert DEFAULT_MAX_RESPONSES == defaults.max_responses == 100_000
+        assert isinstance(store, MemoryResponseStore)
+        assert 3 == store.max_responses
+        assert "up to 100000 responses, kept 30 days" == store_bounds(defaults)
+        assert "up to 3 responses, kept 90 s" == store_bounds(custom)
+        assert "kept 30 days" == store_bounds(sqlite)
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", "--max-responses", "0"])
 
     def test_cli_does_not_import_the_web_stack(self) -> None:
         """Importing the command line (and the server package) leaves starlette and uvicorn unimported."""
@@ -222,6 +246,49 @@ class TestServe:
 
         assert (len(kept[0]), len(kept[1])) == ((4, 1) if test_hooks else (0, 0))
         assert (secret in repr(kept)) is test_hooks
+
+
+class TestShutdown:
+    """Requests cut off by `--shutdown-timeout` get OpenAI's error shape (a real `anchortrack serve`)."""
+
+    def test_requests_cancelled_at_shutdown_get_a_503_or_an_error_event(self) -> None:
+        """A JSON request gets 503 `server_error` in OpenAI's shape; a streamed one, after its first
+        events, an `error` event; the log has one line per request and no traceback; exit code 0."""
+        with _serving("--shutdown-timeout", "1") as (process, port):
+            slow = json.dumps({"model": "scripted", "input": "wait\n!sleep 30000"})
+            plain = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            plain.request("POST", "/v1/responses", slow, {"content-type": "application/json"})
+            streamed = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            body = json.dumps({"model": "scripted", "input": "wait\n!sleep 30000", "stream": True})
+            streamed.request("POST", "/v1/responses", body, {"content-type": "application/json"})
+            stream = streamed.getresponse()
+            first_lines = [stream.readline() for _ in range(6)]  # created and in_progress: 3 lines each
+            time.sleep(0.3)  # the plain request is in flight too
+            process.send_signal(signal.SIGTERM)
+            answer = plain.getresponse()
+            status, error = answer.status, json.loads(answer.read())
+            rest = stream.read().decode()
+            code = process.wait(timeout=30)
+            _, stderr = process.communicate(timeout=30)
+            plain.close()
+            streamed.close()
+
+        assert 0 == code
+        assert 503 == status
+        assert {
+            "error": {
+                "message": "The server is shutting down and cancelled this request; send it again.",
+                "type": "server_error",
+                "param": None,
+                "code": "server_shutting_down",
+            }
+        } == error
+        assert b"event: response.in_progress\n" in first_lines
+        events = [json.loads(line[6:]) for line in rest.splitlines() if line.startswith("data: ")]
+        assert ["error"] == [event["type"] for event in events]
+        assert ("server_shutting_down", 2) == (events[0]["code"], events[0]["sequence_number"])
+        assert 2 == stderr.count("anchortrack.server.request_cancelled_at_shutdown")
+        assert "Traceback" not in stderr
 
 
 _HEADERS = (

@@ -163,8 +163,8 @@ class TestContract:
         assert response_store.expire("resp_1") is False
         assert response_store.expire("resp_missing") is False
 
-    def test_find_item_finds_the_newest_holder(self, response_store: ResponseStore, clock: FakeClock) -> None:
-        """find_item() searches input and output items by id, newest record first, per owner if asked."""
+    def test_find_item_finds_the_oldest_holder(self, response_store: ResponseStore, clock: FakeClock) -> None:
+        """find_item() searches input and output items by id, oldest live record first, per owner if asked."""
         quoted = {"id": "msg_2", "type": "message", "content": [{"type": "x", "id": "msg_1"}]}
         response_store.save(record("resp_a", owner="alice"))
         clock.advance(1)
@@ -172,13 +172,13 @@ class TestContract:
         clock.advance(1)
         response_store.save(record("resp_c", input_items=[quoted], response={"output": []}, owner="bob"))
 
-        assert ("resp_b", {"id": "msg_1", "n": 2}) == response_store.find_item("msg_1")
+        assert ("resp_a", {"id": "msg_1", "type": "message"}) == response_store.find_item("msg_1")
         assert ("resp_c", quoted) == response_store.find_item("msg_2", owner="bob")
         assert response_store.find_item("msg_1", owner="bob") is None  # msg_1 is no item of bob's
         assert response_store.find_item("msg_2", owner="alice") is None
-        response_store.expire("resp_b")
-        assert ("resp_a", {"id": "msg_1", "type": "message"}) == response_store.find_item("msg_1", "alice")
-        response_store.delete("resp_a")
+        response_store.expire("resp_a")
+        assert ("resp_b", {"id": "msg_1", "n": 2}) == response_store.find_item("msg_1", "alice")
+        response_store.delete("resp_b")
         assert response_store.find_item("msg_1") is None
 
     def test_purge_and_count(self, response_store: ResponseStore, clock: FakeClock) -> None:

@@ -61,6 +61,7 @@ class Reply:
     (this raw body, or this raw chunk in a stream, with status 200),
     ``error_chunk`` (an ``{"error": …}`` chunk mid-stream), ``truncate`` (the
     stream stops before the finish reason), ``delay`` (seconds before answering).
+    ``headers`` are sent with the answer (e.g. ``retry-after``).
     """
 
     content: str | None = "hello from the provider"
@@ -75,6 +76,7 @@ class Reply:
     error_chunk: dict[str, Any] | None = None
     truncate: bool = False
     delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
     def completion(self, model: str) -> dict[str, Any]:
         """The non-streamed answer."""
@@ -200,6 +202,18 @@ def chat_problems(body: Any) -> list[str]:
 
 
 class _Server(ThreadingHTTPServer):
+    """Counts the connections it accepts; closes the next ``drop`` of them unanswered."""
+
+    accepted = 0
+    drop = 0
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        self.accepted += 1
+        if self.drop > 0:
+            self.drop -= 1
+            return False  # closed without a byte: the client sees a dropped connection
+        return True
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away (the bridge timed out) is expected; anything else is reported."""
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
@@ -238,8 +252,21 @@ class FakeProvider:
             self.authorizations.clear()
         self.refuse_json_schema = False
         self.echo_authorization = False
+        if self._server is not None:
+            self._server.drop = 0
         self._release.set()
         self._release = threading.Event()
+
+    @property
+    def connections(self) -> int:
+        """How many TCP connections the provider accepted so far (HTTP/1.1 keeps them alive)."""
+        assert isinstance(self._server, _Server)
+        return self._server.accepted
+
+    def drop_connections(self, count: int) -> None:
+        """Close the next *count* connections as soon as they are accepted, answering nothing."""
+        assert isinstance(self._server, _Server)
+        self._server.drop = count
 
     @property
     def messages(self) -> list[list[dict[str, Any]]]:
@@ -254,6 +281,8 @@ class FakeProvider:
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: a pooled client reuses its connections
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
@@ -295,7 +324,7 @@ class FakeProvider:
                     text = reply.body or b"{}"
                     if provider.echo_authorization:
                         text = text.replace(b"AUTH", (authorization or "").encode())
-                    self._send_raw(reply.status, text, "application/json")
+                    self._send_raw(reply.status, text, "application/json", reply.headers)
                     return
                 model = str(body.get("model"))
                 if not body.get("stream"):
@@ -307,6 +336,8 @@ class FakeProvider:
                 include_usage = (body.get("stream_options") or {}).get("include_usage") is True
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")  # the stream ends with the connection
+                self.close_connection = True
                 self.end_headers()
                 for chunk in reply.chunks(model, include_usage):
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
@@ -320,8 +351,12 @@ class FakeProvider:
             def _send(self, status: int, payload: Any) -> None:
                 self._send_raw(status, json.dumps(payload).encode(), "application/json")
 
-            def _send_raw(self, status: int, data: bytes, content_type: str) -> None:
+            def _send_raw(
+                self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from anchortrack.server import ResponsesServer, Upstream
+from anchortrack.server._upstream import RETRIES
 
 from .helpers import API_KEY
 from .provider import FakeProvider, Reply, closed_port
@@ -102,9 +103,11 @@ def test_provider_errors_carry_its_status_and_message(
     words: str,
     stream: bool,
 ) -> None:
-    """A provider 4xx keeps its status, a 5xx becomes 502; the provider's message, naming the upstream."""
+    """A provider 4xx keeps its status, a 5xx becomes 502; the provider's message, naming the upstream.
+    A 429 or 5xx is tried again (as the openai SDK does) before it is the caller's error."""
     before = bridge.state.store.count()
-    provider.script(reply)
+    tries = 1 + RETRIES if reply.status in (429, 503) else 1
+    provider.script(*[reply] * tries)
 
     with pytest.raises(openai.APIStatusError) as caught:
         _create(bridge_client, stream)
@@ -112,6 +115,7 @@ def test_provider_errors_carry_its_status_and_message(
     assert (caught.value.status_code, caught.value.code) == (status, code)
     assert f"The upstream provider {provider.base_url} answered {words}" == _message(caught.value)
     assert bridge.state.store.count() == before
+    assert tries == len(provider.bodies)
 
 
 def test_the_api_key_is_redacted_everywhere(

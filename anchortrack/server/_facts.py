@@ -1,0 +1,184 @@
+"""
+`Facts`: what the context checks, the usage count and the scripted model's digest need of a context,
+kept per cached chain so that a request extends its parent's with its own items only.
+
+`Facts.extend` reads each new item once (its canonical JSON, its id, the call it makes or answers);
+`Facts.check` then refuses what `~anchortrack.server._chain.check_context` and `resolve_context`'s answer
+checks refuse, with the same errors, without visiting the older items again.  A context that still holds an
+item reference is marked (`references`): its checks need the whole context and are run on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from anchortrack.server._errors import APIError, bad_request
+from anchortrack.server._items import ITEM_TYPES, OUTPUTS, item_type
+
+
+Item = dict[str, Any]
+Pair = tuple[str, str]  # (call item type, call_id)
+
+
+def canonical_json(value: object) -> str:
+    """The canonical JSON text the digests and token counts are computed over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def is_reference(item: Item) -> bool:
+    """An ``item_reference``, spelled with ``type`` or as a bare ``{"id": …}``."""
+    if item.get("type") == "item_reference":
+        return True
+    return item.get("type") is None and isinstance(item.get("id"), str) and set(item) <= {"id", "type"}
+
+
+def _input_error(message: str) -> APIError:
+    return bad_request("input", None, message)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """
+    Facts of a context (a sequence of items, oldest first).
+
+    *ids*: its item ids (references aside); *duplicate*: the first id seen twice; *calls* / *outputs*: the
+    paired tool calls made and answered; *unanswered* / *orphans*: those calls without an output and those
+    outputs without a call, in context order; *approvals* / *shell_calls*: ids an MCP approval response or a
+    local shell call output may name; *answers*: those responses and outputs, in order; *count* and
+    *chars*: its items and the length of their canonical JSON; *hasher*: SHA-256 over the canonical JSON
+    of the context as a list, without the closing ``]``.
+    """
+
+    ids: frozenset[str] = frozenset()
+    duplicate: str | None = None
+    calls: frozenset[Pair] = frozenset()
+    outputs: frozenset[Pair] = frozenset()
+    unanswered: tuple[Pair, ...] = ()
+    orphans: tuple[Pair, ...] = ()
+    approvals: frozenset[object] = frozenset()
+    shell_calls: frozenset[object] = frozenset()
+    answers: tuple[Item, ...] = ()
+    references: bool = False
+    count: int = 0
+    chars: int = 0
+    hasher: Any = None
+
+    def __deepcopy__(self, memo: object) -> Facts:
+        return self  # immutable (the hasher is only ever copied)
+
+    @staticmethod
+    def of(items: Iterable[Item]) -> Facts:
+        """The facts of *items*."""
+        return EMPTY_FACTS.extend(items)
+
+    def extend(self, items: Iterable[Item]) -> Facts:
+        """The facts of this context followed by *items* (each read once)."""
+        ids, duplicate = set(self.ids), self.duplicate
+        new_calls: dict[Pair, None] = {}
+        new_outputs: list[Pair] = []
+        approvals, shell_calls, answers = set(self.approvals), set(self.shell_calls), list(self.answers)
+        references, count, chars = self.references, self.count, self.chars
+        hasher = self.hasher.copy() if self.hasher is not None else hashlib.sha256(b"[")
+        for item in items:
+            text = canonical_json(item)
+            hasher.update(f",{text}".encode() if count else text.encode())
+            count, chars = count + 1, chars + len(text)
+            if is_reference(item):
+                references = True
+                continue
+            kind, item_id, call_id = item.get("type"), item.get("id"), item.get("call_id")
+            if isinstance(item_id, str):
+                if item_id in ids and duplicate is None:
+                    duplicate = item_id
+                ids.add(item_id)
+            if kind == "mcp_approval_request":
+                approvals.add(item_id)
+            elif kind == "local_shell_call":
+                shell_calls.update((item_id, call_id))
+            if kind in ("mcp_approval_response", "local_shell_call_output"):
+                answers.append(item)
+            if isinstance(kind, str) and isinstance(call_id, str):
+                if item_type(kind).paired:
+                    new_calls.setdefault((kind, call_id), None)
+                elif item_type(OUTPUTS.get(kind)).paired:
+                    new_outputs.append((OUTPUTS[kind], call_id))
+        calls, outputs = self.calls | new_calls.keys(), self.outputs | frozenset(new_outputs)
+        unanswered = [pair for pair in self.unanswered if pair not in outputs]
+        unanswered += [pair for pair in new_calls if pair not in self.calls and pair not in outputs]
+        orphans = [pair for pair in [*self.orphans, *new_outputs] if pair not in calls]
+        return Facts(
+            frozenset(ids),
+            duplicate,
+            calls,
+            outputs,
+            tuple(unanswered),
+            tuple(orphans),
+            frozenset(approvals),
+            frozenset(shell_calls),
+            tuple(answers),
+            references,
+            count,
+            chars,
+            hasher,
+        )
+
+    @property
+    def json_length(self) -> int:
+        """The length of the canonical JSON of the context as a list."""
+        return 2 + self.chars + max(self.count - 1, 0)
+
+    def digest(self) -> str:
+        """The SHA-256 hex digest of the canonical JSON of the context as a list."""
+        hasher = self.hasher.copy() if self.hasher is not None else hashlib.sha256(b"[")
+        hasher.update(b"]")
+        return hasher.hexdigest()
+
+    def check(self) -> None:
+        """
+        Refuse what the real API refuses (a context without item references), in the order and words of
+        `resolve_context` then `check_context`.
+
+        Raises:
+            APIError: 400 ``param: input`` for an answer without its request or call, a duplicate item id,
+                a tool output without its call, or a call without its output.
+        """
+        shell_calls = self.shell_calls - {None}
+        for item in self.answers:
+            if item.get("type") == "mcp_approval_response":
+                if item.get("approval_request_id") not in self.approvals:
+                    request_id = item.get("approval_request_id")
+                    raise _input_error(f"No MCP approval request found for approval_request_id {request_id}.")
+            elif not ({item.get("id"), item.get("call_id")} & shell_calls):
+                raise _input_error(
+                    f"No local shell call found for local shell call output with id {item.get('id')}."
+                )
+        if self.duplicate is not None:
+            raise _input_error(
+                f"Duplicate item found with id {self.duplicate}. "
+                "Remove duplicate items from your input and try again."
+            )
+        for call_kind, call_id in self.orphans[:1]:
+            words = ITEM_TYPES[call_kind].paired
+            raise _input_error(f"No tool call found for {words} output with call_id {call_id}.")
+        for kind, call_id in self.unanswered[:1]:
+            raise _input_error(f"No tool output found for {ITEM_TYPES[kind].paired} {call_id}.")
+
+
+EMPTY_FACTS = Facts()
+
+
+class Context(list[Item]):
+    """A resolved context (a plain list of items) that carries its `Facts`."""
+
+    def __init__(self, items: Sequence[Item], facts: Facts) -> None:
+        super().__init__(items)
+        self.facts = facts
+
+
+def context_facts(context: Sequence[Item]) -> Facts:
+    """*context*'s facts: carried by a `Context`, else read item by item."""
+    return context.facts if isinstance(context, Context) else Facts.of(context)
