@@ -228,7 +228,9 @@ def main(argv: list[str]) -> int:
         for loop in LOOPS:
             for turns in sizes:
                 print(report(loop, turns, measure(base_url, loop, turns)), flush=True)
-    print(f"(screenshots ~{SHOT_BYTES // 1000} KB each, PDF {PDF_BYTES / 1e6:.0f} MB; CPU: the calling thread's,")
+    print(
+        f"(screenshots ~{SHOT_BYTES // 1000} KB each, PDF {PDF_BYTES / 1e6:.0f} MB; CPU: the calling thread's,"
+    )
     print(f" medians of {ROUNDS} alternating rounds, the unwrapped loop run once; ratio: median per round)")
     return 0
 
