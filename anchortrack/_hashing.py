@@ -334,10 +334,9 @@ def _same(value: Any, copy: Any) -> bool:
             if key is not old_key or (item is not old and not _same(item, old)):
                 return False
         return True
-    else:
-        for item, old in zip(value, copy, strict=True):
-            if item is not old and not _same(item, old):
-                return False
+    for item, old in zip(value, copy, strict=True):  # noqa: SIM110 - a loop: no generator per node
+        if item is not old and not _same(item, old):
+            return False
     return True
 
 

@@ -210,10 +210,11 @@ def report(loop: str, turns: int, m: dict[str, float]) -> str:
     stateless = m.get("bytes_stateless", float("nan"))
     return (
         f"| {loop} | {turns} | {m['bytes_chained'] / 1e6:,.1f} MB / {stateless / 1e6:,.1f} MB"
-        f" ({m['bytes_chained'] / stateless:.3f}) | {upload(m['bytes_chained'], 10)} / {upload(stateless, 10)}"
+        f" ({m['bytes_chained'] / stateless:.3f})"
+        f" | {upload(m['bytes_chained'], 10)} / {upload(stateless, 10)}"
         f" | {upload(m['bytes_chained'], 100)} / {upload(stateless, 100)}"
         f" | {m.get('cpu_unwrapped', float('nan')) * 1e3:,.0f} ms | {m['cpu_hand'] * 1e3:,.0f} ms"
-        f" | {m['cpu_wrapped'] * 1e3:,.0f} ms | **{m['ratio']:.2f}×** |"
+        f" | {m['cpu_wrapped'] * 1e3:,.0f} ms | **{m['ratio']:.2f}** |"
     )
 
 
@@ -228,10 +229,9 @@ def main(argv: list[str]) -> int:
         for loop in LOOPS:
             for turns in sizes:
                 print(report(loop, turns, measure(base_url, loop, turns)), flush=True)
-    print(
-        f"(screenshots ~{SHOT_BYTES // 1000} KB each, PDF {PDF_BYTES / 1e6:.0f} MB; CPU: the calling thread's,"
-    )
-    print(f" medians of {ROUNDS} alternating rounds, the unwrapped loop run once; ratio: median per round)")
+    print(f"(screenshots ~{SHOT_BYTES // 1000} KB each, PDF {PDF_BYTES / 1e6:.0f} MB;")
+    print(f" CPU: the calling thread's, medians of {ROUNDS} alternating rounds, the unwrapped loop run once;")
+    print(" ratio: the median of the per-round ratios)")
     return 0
 
 
