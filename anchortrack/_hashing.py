@@ -152,8 +152,8 @@ class _Seen(dict[int, list[Any]]):
         counted = self.counted + entry[-1] - (old[-1] if old is not None else 0)
         if large or counted > budget or counted - self.swept > budget // 16:
             for other_key, other in list(self.items()):  # a snapshot: other threads may add entries
-                if other is not entry and _held_by_memo_only(other):
-                    counted -= self.pop(other_key, entry)[-1] if other_key in self else 0
+                if other is not entry and _held_by_memo_only(other) and self.pop(other_key, None) is other:
+                    counted -= other[-1]
             self.swept = counted
         if counted > budget:
             for oldest in list(self):
