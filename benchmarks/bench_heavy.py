@@ -25,11 +25,11 @@ import random
 import statistics
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 
 
@@ -102,18 +102,18 @@ LOOPS: dict[str, tuple[Start, Answer]] = {
 }
 
 
-def full_loop(client: openai.OpenAI, loop: str, turns: int, blobs: Sequence[str]) -> int:
-    """The caller keeps the whole history and passes it every call; returns the calls made."""
+def full_loop(client: openai.OpenAI, loop: str, turns: int, blobs: Sequence[str]) -> list[Any]:
+    """The caller keeps the whole history and passes it every call; returns the history."""
     start, answer = LOOPS[loop]
     history = start(turns, blobs)
     for turn in range(turns):
         resp = client.responses.create(model="scripted", input=history)
         history += resp.output
         history += answer(turn, resp.output, blobs)
-    return turns
+    return history
 
 
-def hand_loop(client: openai.OpenAI, loop: str, turns: int, blobs: Sequence[str]) -> int:
+def hand_loop(client: openai.OpenAI, loop: str, turns: int, blobs: Sequence[str]) -> None:
     """The floor: tracks ``previous_response_id`` itself and sends only the new items."""
     start, answer = LOOPS[loop]
     new = start(turns, blobs)
@@ -123,7 +123,6 @@ def hand_loop(client: openai.OpenAI, loop: str, turns: int, blobs: Sequence[str]
         resp = client.responses.create(model="scripted", input=new, **params)
         previous = resp.id
         new = answer(turn, resp.output, blobs)
-    return turns
 
 
 # -- measuring ---------------------------------------------------------------------------------------
@@ -135,11 +134,11 @@ class Meter:
     def __init__(self) -> None:
         self.sent = 0
 
-    def hook(self, request: httpx.Request) -> None:
+    def hook(self, request: Any) -> None:
         self.sent += len(request.content)
 
     def client(self, base_url: str) -> openai.OpenAI:
-        http = httpx.Client(event_hooks={"request": [self.hook]})
+        http = openai.DefaultHttpxClient(event_hooks={"request": [self.hook]})
         return openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0, http_client=http)
 
 
@@ -166,7 +165,7 @@ def measure(
     meters = {name: Meter() for name in ("hand", "wrapped", "unwrapped")}
     clients: dict[str, openai.OpenAI] = {name: meter.client(base_url) for name, meter in meters.items()}
     clients["wrapped"] = anchortrack.wrap(clients["wrapped"])
-    runs: dict[str, tuple[Callable[..., int], openai.OpenAI]] = {
+    runs: dict[str, tuple[Callable[..., object], openai.OpenAI]] = {
         "hand": (hand_loop, clients["hand"]),
         "wrapped": (full_loop, clients["wrapped"]),
     }
@@ -201,6 +200,29 @@ def measure(
     return out
 
 
+def memo_memory(base_url: str, turns: int) -> dict[str, int]:
+    """
+    The wrapped client's memo at the end of a screenshot loop of *turns*, its history still held: the
+    bytes it counts against its bound (the screenshots it keeps proven: the caller's own strings), the
+    bytes it allocated itself (its copies, entries and digests), and what it counts once the caller has
+    dropped that history and the next conversation sends its first screenshot.
+    """
+    client = anchortrack.wrap(Meter().client(base_url))
+    memo = anchortrack.tracker(client)._memo
+    tracemalloc.start()
+    try:
+        history = full_loop(client, "screenshots", turns, screenshots(turns, seed=7))
+        own = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, "*_hashing.py")])
+        out = {"counted": memo.nbytes, "own": sum(stat.size for stat in own.statistics("filename"))}
+    finally:
+        tracemalloc.stop()
+    del history
+    full_loop(client, "screenshots", 2, screenshots(2, seed=8))  # its second call sends a screenshot
+    out["after_drop"] = memo.nbytes
+    client.close()
+    return out
+
+
 def upload(nbytes: float, mbit: float) -> str:
     seconds = nbytes / (mbit * MBIT)
     return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds * 1e3:.0f} ms"
@@ -229,6 +251,13 @@ def main(argv: list[str]) -> int:
         for loop in LOOPS:
             for turns in sizes:
                 print(report(loop, turns, measure(base_url, loop, turns)), flush=True)
+        for turns in sizes:
+            m = memo_memory(base_url, turns)
+            print(
+                f"memo after {turns} screenshot turns: counts {m['counted'] / 1e6:.1f} MB (the caller's"
+                f" screenshots, shared), allocated {m['own'] / 1e3:.0f} KB itself;"
+                f" {m['after_drop'] / 1e6:.1f} MB once the history is dropped and the next one starts"
+            )
     print(f"(screenshots ~{SHOT_BYTES // 1000} KB each, PDF {PDF_BYTES / 1e6:.0f} MB;")
     print(f" CPU: the calling thread's, medians of {ROUNDS} alternating rounds, the unwrapped loop run once;")
     print(" ratio: the median of the per-round ratios)")
