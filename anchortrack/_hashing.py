@@ -228,22 +228,22 @@ class Memo:
         if seen is not None and type(item) is seen[0] and (item is seen[1] or _same(item, seen[1])):
             seen[4] = self._call
             return seen[2]  # type: ignore[no-any-return]
+        copied = _copied(item) if type(item) is dict or type(item) is str else None
+        if copied is not None and copied[1] > self.max_item_bytes and self._seen.full != self._call:
+            known = _fingerprint_one(item)  # large plain data with room to keep it: no value key
+            self._remember(item, known, copied, large=True)
+            return known
         value = exact_value(item)
         if value is None:
             return _fingerprint_one(item)
         small = len(value) <= self.max_item_bytes
-        copied = _copied(item) if small or self._seen.full != self._call else None
-        if not small and copied is not None:  # large plain data with room to keep it: no value key
-            known = _fingerprint_one(item)
-            self._remember(item, known, copied, large=True)
-            return known
         key = (type(item), value if small else _blake2b(value, digest_size=DIGEST_SIZE).digest())
         entry = self._known.get(key)
         if entry is not None:
             return entry[0]  # type: ignore[no-any-return]
         known = _fingerprint_one(item)
         self._known.put(key, (known, len(key[1]) + _ENTRY_BYTES), self.max_bytes // 4)
-        if copied is not None:  # seen for the first time: a loop passes this very object again
+        if small and copied is not None:  # seen for the first time: a loop passes this very object again
             self._remember(item, known, copied, large=False)
         return known
 

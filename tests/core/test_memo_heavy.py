@@ -31,25 +31,26 @@ def _screenshot_item(n: int, size: int = SHOT) -> dict[str, Any]:
 
 
 class Counting:
-    """Counts the memo's reads of item values (``exact_value``) and fresh fingerprints."""
+    """Records the items whose value the memo reads (``exact_value``) or fingerprints afresh."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.values = self.fresh = 0
+        self.read: list[int] = []  # id() of each item read, in order
         exact_value, fingerprint_one = _hashing.exact_value, _hashing._fingerprint_one
 
         def counted_value(item: object) -> bytes | None:
-            self.values += 1
+            self.read.append(id(item))
             return exact_value(item)
 
         def counted_fresh(item: object) -> Any:
-            self.fresh += 1
+            self.read.append(id(item))
             return fingerprint_one(item)
 
         monkeypatch.setattr(_hashing, "exact_value", counted_value)
         monkeypatch.setattr(_hashing, "_fingerprint_one", counted_fresh)
 
-    def reset(self) -> tuple[int, int]:
-        out, self.values, self.fresh = (self.values, self.fresh), 0, 0
+    def reset(self) -> set[int]:
+        """The items read since the last reset."""
+        out, self.read = set(self.read), []
         return out
 
 
@@ -69,7 +70,7 @@ def test_a_large_item_passed_again_is_proven_without_reading_its_value(
     counting.reset()
 
     assert _fps(history, memo) == first
-    assert counting.reset() == (0, 0)
+    assert counting.reset() == set()
 
 
 def _edits() -> list[tuple[str, Callable[[dict[str, Any]], None]]]:
@@ -202,22 +203,23 @@ def test_a_long_loop_past_the_bound_keeps_what_it_holds(monkeypatch: pytest.Monk
     memo = Memo(max_bytes=10 * (size + 600) * 4 // 3)
     counting = Counting(monkeypatch)
     history: list[Any] = [{"role": "user", "content": "go"}]
-    read_per_call = []
-    kept: set[int] = set()
+    read_per_call: list[set[int]] = []
     for turn in range(100):
         history.append(_screenshot_item(turn, size))
         got = _fps(history, memo)
-        read_per_call.append(counting.reset()[0])
+        read_per_call.append(counting.reset())
         assert got == [fingerprint(item) for item in history]
         assert memo.nbytes <= memo.max_bytes
+        counting.reset()
         if turn == 20:
             kept = set(memo._seen)
-        counting.reset()
     assert 10 <= len(kept) <= 11  # the user message and about 10 screenshots
     assert kept == set(memo._seen)  # the same ones from turn 20 to 100: nothing churns
-    # the first turns read one new item each; later calls only the items past the bound
-    assert read_per_call[:9] == [2] + [1] * 8  # the first call: the user message too
-    assert read_per_call[1:] == [max(1, turn + 2 - len(kept)) for turn in range(1, 100)]
+    assert all(read_per_call[turn] == {id(history[turn + 1])} for turn in range(1, 8))  # only the new one
+    for turn in range(21, 100):  # only the items past the bound, never one of those it keeps
+        read = read_per_call[turn]
+        assert not read & kept
+        assert read == {id(item) for item in history[: turn + 2]} - kept
 
 
 def test_a_new_conversation_displaces_an_old_one_the_caller_still_holds() -> None:
