@@ -106,8 +106,6 @@ _ENTRY_BYTES = 240
 #: Counted cost of one dict or list in a copy (its object and slots, roughly).
 _NODE_BYTES = 72
 _MAX_DEPTH = 64
-#: The leaf types whose objects never change: the same object is the same value.
-_LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 class _Table(dict[Any, tuple[Any, ...]]):
@@ -193,11 +191,12 @@ class Memo:
     """
     The fingerprints of items seen before, reused only on an exact proof that calls no method of a user
     type (an item edited in place, or a ``str`` subclass's ``__eq__``, cannot pass for the old one):
-    for plain data by ``id(item)`` and a copy of its dicts and lists that shares its immutable leaves,
-    compared by identity (`_same`: it costs the item's structure, not its size); else by exact type and
-    value (`exact_value`: it costs the item's size). Bounded by *max_bytes*: a quarter for values (one
-    over *max_item_bytes* is keyed by its digest), three quarters for the leaves the copies keep alive
-    (the caller's own objects while it holds them; released once it drops them, see `_Seen`).
+    for plain data (`_strings`) of any size, by ``id(item)`` and a copy of its dicts and lists sharing its
+    strings, compared by ``==`` (it costs the item's structure, not its size, while the item holds the
+    same strings); else by exact type and value (`exact_value`: it costs the item's size). Bounded by
+    *max_bytes*: a quarter for values (one over *max_item_bytes* keyed by its digest), three quarters for
+    the strings the copies keep alive (the caller's own while it holds them; let go once it drops them:
+    see `_Seen`).
     """
 
     def __init__(self, max_bytes: int = 64 << 20, max_item_bytes: int = 64 << 10) -> None:
@@ -225,25 +224,24 @@ class Memo:
     def known(self, item: object) -> Known:
         """The fingerprint, canonical size and model-output flag of *item* (`ItemError`: not an item)."""
         seen = self._seen.get(id(item))
-        if seen is not None and type(item) is seen[0] and (item is seen[1] or _same(item, seen[1])):
+        if seen is not None and type(item) is seen[0] and _strings(item) and item == seen[1]:
             seen[4] = self._call
             return seen[2]  # type: ignore[no-any-return]
-        copied = _copied(item) if type(item) is dict or type(item) is str else None
-        if copied is not None and copied[1] > self.max_item_bytes and self._seen.full != self._call:
-            known = _fingerprint_one(item)  # large plain data with room to keep it: no value key
-            self._remember(item, known, copied, large=True)
-            return known
         value = exact_value(item)
         if value is None:
             return _fingerprint_one(item)
         small = len(value) <= self.max_item_bytes
+        if not small and self._seen.full != self._call and (copied := _copied(item)) is not None:
+            known = _fingerprint_one(item)  # large plain data with room to keep it: no value key
+            self._remember(item, known, copied, large=True)
+            return known
         key = (type(item), value if small else _blake2b(value, digest_size=DIGEST_SIZE).digest())
         entry = self._known.get(key)
         if entry is not None:
             return entry[0]  # type: ignore[no-any-return]
         known = _fingerprint_one(item)
         self._known.put(key, (known, len(key[1]) + _ENTRY_BYTES), self.max_bytes // 4)
-        if small and copied is not None:  # seen for the first time: a loop passes this very object again
+        if small and (copied := _copied(item)) is not None:  # a loop passes this very object again
             self._remember(item, known, copied, large=False)
         return known
 
@@ -288,9 +286,8 @@ def exact_value(item: object) -> bytes | None:
 
 def _copied(value: object) -> tuple[Any, int, str | None] | None:
     """
-    A copy of the dicts and lists of *value* sharing its leaves, the bytes they keep alive and the longest
-    ``str``; None if *value* holds anything but exact dicts (of ``str`` keys), lists and `_LEAVES`, or
-    nests over 64 deep.
+    A copy of the dicts and lists of *value* sharing its strings, the bytes they keep alive and the longest
+    ``str``; None unless *value* is `_strings` (exact dicts of ``str`` keys, lists, ``str`` and None).
     """
     found: list[Any] = [0, None]  # bytes, longest str
     try:
@@ -306,7 +303,7 @@ def _copy(node: Any, depth: int, found: list[Any]) -> Any:
         if found[1] is None or len(node) > len(found[1]):
             found[1] = node
         return node
-    if kind in _LEAVES:
+    if node is None:
         return node
     if depth > _MAX_DEPTH or (kind is not dict and kind is not list):
         raise ValueError
@@ -321,23 +318,28 @@ def _copy(node: Any, depth: int, found: list[Any]) -> Any:
     return out
 
 
-def _same(value: Any, copy: Any) -> bool:
+def _strings(value: object, depth: int = 0) -> bool:
     """
-    Whether *value* still has the structure of *copy* (taken from it by `_copied`) and the very same keys
-    and leaves: its dicts and lists are compared pair by pair and item by item, keys and leaves by identity.
+    True if *value* is an exact str or None, or an exact dict (of str keys) or list of such, <= 64 deep:
+    then ``==`` against a `_copy` of it calls no user code, and costs its structure while it holds the
+    very strings the copy shares (CPython compares a string with itself by identity).
     """
     kind = type(value)
-    if kind is not type(copy) or (kind is not dict and kind is not list) or len(value) != len(copy):
+    if kind is str or value is None:
+        return True
+    if depth > _MAX_DEPTH:
         return False
     if kind is dict:
-        for (key, item), (old_key, old) in zip(value.items(), copy.items(), strict=True):
-            if key is not old_key or (item is not old and not _same(item, old)):
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str or (type(item) is not str and not _strings(item, depth + 1)):
                 return False
         return True
-    for item, old in zip(value, copy, strict=True):  # noqa: SIM110 - a loop: no generator per node
-        if item is not old and not _same(item, old):
-            return False
-    return True
+    if kind is list:
+        for item in value:  # type: ignore[attr-defined]  # noqa: SIM110 - a loop: no generator per node
+            if type(item) is not str and not _strings(item, depth + 1):
+                return False
+        return True
+    return False
 
 
 _UNHELD = _calibrate()

@@ -1,7 +1,8 @@
 """
 Heavy items (screenshots, files, long tool outputs) through the fingerprint memo: an item proven once
-stays proven while it is the same object holding the same leaves, at the cost of its structure, not its
-size; any in-place edit is still seen; past its bound the memo keeps what it holds instead of thrashing.
+stays proven while it is the same object holding the same strings, at the cost of its structure, not its
+size; any in-place edit is still seen; past its bound the memo keeps what it holds instead of thrashing,
+and it lets go of what the caller dropped.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def test_a_large_item_edited_in_place_is_fingerprinted_afresh(name: str, edit: C
     assert _fps(history, memo)[1] == expected  # and again, now remembered as it is
 
 
-def test_numbers_are_leaves_compared_by_identity() -> None:
+def test_numbers_put_in_place_of_each_other_are_seen() -> None:
     """1, 1.0 and True are equal to Python but not on the wire: each is seen in place of the other."""
     memo = Memo()
     item: dict[str, Any] = {"type": "x", "n": 1, "f": 0.0}
