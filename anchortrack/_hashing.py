@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import marshal
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -102,6 +103,8 @@ Kind = tuple[str, str | None]
 _LAST_MAX_ITEMS = 16_384
 #: Counted cost of one memo entry besides the data it holds: its key, its value and a dict slot.
 _ENTRY_BYTES = 240
+#: Counted cost of one dict or list in a copy (its object and slots, roughly).
+_NODE_BYTES = 72
 _MAX_DEPTH = 64
 
 
@@ -124,21 +127,87 @@ class _Table(dict[Any, tuple[Any, ...]]):
         self.counted = counted
 
 
+class _Seen(dict[int, list[Any]]):
+    """
+    ``id(item) -> [exact type, copy, known, longest str, call, bytes counted]``: the items proven by
+    identity, counted by the leaves their copies keep alive. `put` keeps the count under a budget: it
+    drops the entries whose longest string nothing but the entry holds (the caller dropped the item: no
+    object can match them again), then the oldest entries the current call did not use; if the current
+    call's items alone fill the budget, the new entry is not kept. So a history larger than the budget
+    costs the hashing of its newest items on each call, never a cascade that re-hashes all of it.
+    """
+
+    counted = 0
+    swept = 0  # `counted` after the last sweep
+    full = -1  # the call whose items alone filled the budget
+
+    def put(self, key: int, entry: list[Any], budget: int, large: bool) -> None:
+        """Remember *entry* under *key*; sweep on a *large* entry and every budget/16 of growth."""
+        if self.full == entry[4]:
+            return
+        old = self.pop(key, None)
+        self[key] = entry
+        counted = self.counted + entry[-1] - (old[-1] if old is not None else 0)
+        if large or counted > budget or counted - self.swept > budget // 16:
+            for other_key, other in list(self.items()):  # a snapshot: other threads may add entries
+                if other is not entry and _held_by_memo_only(other) and self.pop(other_key, None) is other:
+                    counted -= other[-1]
+            self.swept = counted
+        if counted > budget:
+            for oldest in list(self):
+                if counted <= budget * 7 // 8:
+                    break
+                dropped = self.get(oldest)
+                if dropped is not None and dropped[4] != entry[4]:
+                    counted -= self.pop(oldest, dropped)[-1]
+            if counted > budget:
+                counted -= self.pop(key, entry)[-1]
+                self.full = entry[4]
+        self.counted = counted
+
+
+def _references(entry: list[Any]) -> int:
+    return sys.getrefcount(entry[3])
+
+
+def _held_by_memo_only(entry: list[Any]) -> bool:
+    """Whether the longest string of *entry* has no reference but its entry's (CPython's count)."""
+    return type(entry[3]) is str and _references(entry) <= _UNHELD
+
+
+def _calibrate() -> int:
+    """What `_references` reads of a string that only an entry (and its copy) holds; 0 without refcounts."""
+    if not hasattr(sys, "getrefcount"):
+        return 0
+    copied = _copied({"text": "".join(("anchortrack ", "calibration"))})
+    assert copied is not None
+    copy, _, longest = copied
+    entry = [dict, copy, None, longest, 0, 0]
+    del copied, copy, longest
+    return _references(entry)
+
+
 class Memo:
     """
     The fingerprints of items seen before, reused only on an exact proof that calls no method of a user
-    type (an item edited in place, or a ``str`` subclass's ``__eq__``, cannot pass for the old one): by
-    exact type and value (`exact_value`), or for plain data by ``id(item)`` and a copy compared by ``==``.
-    Bounded by *max_bytes*; a value over *max_item_bytes* is keyed by its digest (no large text kept).
+    type (an item edited in place, or a ``str`` subclass's ``__eq__``, cannot pass for the old one):
+    for plain data (`_strings`) of any size, by ``id(item)`` and a copy of its dicts and lists sharing its
+    strings, compared by ``==`` (it costs the item's structure, not its size, while the item holds the
+    same strings); else by exact type and value (`exact_value`: it costs the item's size). Bounded by
+    *max_bytes*: a quarter for values (one over *max_item_bytes* keyed by its digest), three quarters for
+    the strings the copies keep alive (the caller's own while it holds them; let go once it drops them:
+    see `_Seen`).
     """
 
-    def __init__(self, max_bytes: int = 24 << 20, max_item_bytes: int = 64 << 10) -> None:
+    def __init__(self, max_bytes: int = 64 << 20, max_item_bytes: int = 64 << 10) -> None:
         self.max_bytes = max_bytes
         self.max_item_bytes = max_item_bytes
         #: (exact type, exact value or its digest) -> (what it is known as, bytes counted)
         self._known = _Table()
-        #: id(item) -> (its exact type, a copy of its containers, what it is known as, bytes counted)
-        self._seen = _Table()
+        #: id(item) -> its copy and what it is known as (`_Seen`)
+        self._seen = _Seen()
+        #: The number of the current call of `many`: its items are the last the memo lets go of.
+        self._call = 0
         #: The last history: its root, fingerprints and prefix hashes (read and replaced whole).
         self._last: tuple[bytes, Sequence[bytes], list[bytes]] = (b"", [], [])
 
@@ -147,25 +216,39 @@ class Memo:
         """The bytes counted against *max_bytes*."""
         return self._known.counted + self._seen.counted
 
+    def many(self, items: Sequence[object]) -> list[Known]:
+        """`known` of each of *items*, as one call (a history): the items the memo keeps first."""
+        self._call += 1
+        return [self.known(item) for item in items]
+
     def known(self, item: object) -> Known:
         """The fingerprint, canonical size and model-output flag of *item* (`ItemError`: not an item)."""
         seen = self._seen.get(id(item))
         if seen is not None and type(item) is seen[0] and _strings(item) and item == seen[1]:
+            seen[4] = self._call
             return seen[2]  # type: ignore[no-any-return]
         value = exact_value(item)
         if value is None:
             return _fingerprint_one(item)
         small = len(value) <= self.max_item_bytes
+        if not small and self._seen.full != self._call and (copied := _copied(item)) is not None:
+            known = _fingerprint_one(item)  # large plain data with room to keep it: no value key
+            self._remember(item, known, copied, large=True)
+            return known
         key = (type(item), value if small else _blake2b(value, digest_size=DIGEST_SIZE).digest())
         entry = self._known.get(key)
         if entry is not None:
             return entry[0]  # type: ignore[no-any-return]
         known = _fingerprint_one(item)
-        self._known.put(key, (known, len(key[1]) + _ENTRY_BYTES), self.max_bytes // 2)
-        if small and _strings(item):  # seen for the first time: a loop passes this very object again
-            entry = (type(item), _copy(item), known, len(value) + _ENTRY_BYTES)
-            self._seen.put(id(item), entry, self.max_bytes // 2)
+        self._known.put(key, (known, len(key[1]) + _ENTRY_BYTES), self.max_bytes // 4)
+        if small and (copied := _copied(item)) is not None:  # a loop passes this very object again
+            self._remember(item, known, copied, large=False)
         return known
+
+    def _remember(self, item: object, known: Known, copied: tuple[Any, int, str | None], large: bool) -> None:
+        copy, counted, longest = copied
+        entry = [type(item), copy, known, longest, self._call, counted + _ENTRY_BYTES]
+        self._seen.put(id(item), entry, self.max_bytes - self.max_bytes // 4, large)
 
     def prefix_hashes(self, root: bytes, fingerprints: Sequence[bytes]) -> list[bytes]:
         """`prefix_hashes`, hashing only the new items when the history extends the last one (a loop's)."""
@@ -201,8 +284,46 @@ def exact_value(item: object) -> bytes | None:
         return None
 
 
+def _copied(value: object) -> tuple[Any, int, str | None] | None:
+    """
+    A copy of the dicts and lists of *value* sharing its strings, the bytes they keep alive and the longest
+    ``str``; None unless *value* is `_strings` (exact dicts of ``str`` keys, lists, ``str`` and None).
+    """
+    found: list[Any] = [0, None]  # bytes, longest str
+    try:
+        return _copy(value, 0, found), found[0], found[1]
+    except ValueError:
+        return None
+
+
+def _copy(node: Any, depth: int, found: list[Any]) -> Any:
+    kind = type(node)
+    if kind is str:
+        found[0] += len(node)
+        if found[1] is None or len(node) > len(found[1]):
+            found[1] = node
+        return node
+    if node is None:
+        return node
+    if depth > _MAX_DEPTH or (kind is not dict and kind is not list):
+        raise ValueError
+    found[0] += _NODE_BYTES
+    if kind is list:
+        return [_copy(item, depth + 1, found) for item in node]
+    out = {}
+    for key, item in node.items():
+        if type(key) is not str:
+            raise ValueError
+        out[key] = _copy(item, depth + 1, found)
+    return out
+
+
 def _strings(value: object, depth: int = 0) -> bool:
-    """True if *value* is an exact str or None, or an exact dict (of str keys) or list of such, <= 64 deep."""
+    """
+    True if *value* is an exact str or None, or an exact dict (of str keys) or list of such, <= 64 deep:
+    then ``==`` against a `_copy` of it calls no user code, and costs its structure while it holds the
+    very strings the copy shares (CPython compares a string with itself by identity).
+    """
     kind = type(value)
     if kind is str or value is None:
         return True
@@ -221,11 +342,7 @@ def _strings(value: object, depth: int = 0) -> bool:
     return False
 
 
-def _copy(value: Any) -> Any:
-    """A copy of the dicts and lists of *value*; the strings are shared."""
-    if type(value) is dict:
-        return {key: _copy(item) for key, item in value.items()}
-    return [_copy(item) for item in value] if type(value) is list else value
+_UNHELD = _calibrate()
 
 
 def kind_of(canon: dict[str, Any]) -> Kind:
@@ -246,8 +363,7 @@ def fingerprint_items(
     items: Sequence[object], memo: Memo | None = None
 ) -> tuple[list[bytes], list[int], bool]:
     """The fingerprints of a history, their canonical sizes, whether any is model output (`ItemError`)."""
-    known = memo.known if memo is not None else _fingerprint_one
-    each = [known(item) for item in items]
+    each = memo.many(items) if memo is not None else [_fingerprint_one(item) for item in items]
     return [k[0] for k in each], [k[1] for k in each], any(k[2] for k in each)
 
 

@@ -16,6 +16,10 @@ Per loop and size:
   the server resolved for the last response still hold the original text?
 * ``forget``: the server forgets the latest response before call CALLS/2 — does the loop
   finish, with the server's context for the last response holding the whole conversation?
+* ``anchortrack's share``: for each loop over a wrapped client, one more run under ``cProfile``:
+  the time in anchortrack's own functions, and in what they call outside the SDK and httpx (the
+  hashing, the JSON, the store), as a share of the loop's whole profiled time. The rest is the
+  framework's, the SDK's and the network's.
 
     python benchmarks/bench_frameworks.py [CALLS ...]      # default: 25 100
 """
@@ -23,8 +27,10 @@ Per loop and size:
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import importlib.metadata
 import json
+import pstats
 import statistics
 import sys
 import threading
@@ -254,8 +260,17 @@ if sys.version_info < (3, 11):  # pydantic-ai-slim 2.68 needs Python >= 3.11 (th
     LOOPS = {name: loop for name, loop in LOOPS.items() if not name.startswith("pydantic-ai")}
 
 
-def _run(server: ResponsesServer, state: LoggingState, name: str, setup: Setup) -> dict[str, Any]:
-    """One run of loop *name*: bytes, chained requests, CPU, the error it ended with, its last response."""
+def _run(
+    server: ResponsesServer,
+    state: LoggingState,
+    name: str,
+    setup: Setup,
+    profile: cProfile.Profile | None = None,
+) -> dict[str, Any]:
+    """
+    One run of loop *name*: bytes, chained requests, CPU, the error it ended with, its last response;
+    under *profile* if given.
+    """
     loop, wrapped = LOOPS[name]
     tap = WireTap()
     client = openai.OpenAI(
@@ -270,10 +285,15 @@ def _run(server: ResponsesServer, state: LoggingState, name: str, setup: Setup) 
     start = len(state.answered)
     error = None
     started = time.thread_time()
+    if profile is not None:
+        profile.enable()
     try:
         loop(client, aclient, setup)
     except Exception as caught:  # what the loop does when the server forgot
         error = getattr(caught, "status_code", None) or type(caught).__name__
+    finally:
+        if profile is not None:
+            profile.disable()
     cpu = time.thread_time() - started
     client.close()
     resends = 0
@@ -309,7 +329,31 @@ def measure(
         row["cpu_vs_hand"] = statistics.median(row["cpu"]) / hand
         row["edit"] = _edit_outcome(server, state, name, calls)
         row["forget"] = _forget_outcome(server, state, name, calls)
+        row["share"] = own_share(server, state, name, calls) if LOOPS[name][1] else None
     return list(rows.values())
+
+
+#: Code outside anchortrack that its functions call to send the request: the SDK's and httpx's share.
+SENDING = ("/openai/", "/httpx/", "/httpx2/", "/httpcore/", "/h11/")
+
+
+def own_share(server: ResponsesServer, state: LoggingState, name: str, calls: int) -> float:
+    """
+    anchortrack's share of loop *name*'s profiled time: its own functions' time, plus what they call
+    outside the SDK and httpx (hashing, JSON, the store), over the whole loop's. Profiled on the thread
+    that runs it (an async framework's event loop runs on that thread too).
+    """
+    profile = cProfile.Profile(time.thread_time)
+    _run(server, state, name, Setup(state, calls), profile)
+    stats: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    ours = total = 0.0
+    for (filename, _, _), (_, _, own, _, callers) in stats.items():
+        total += own
+        if "/anchortrack/" in filename:
+            ours += own
+        elif not any(part in filename for part in SENDING):
+            ours += sum(timing[3] for caller, timing in callers.items() if "/anchortrack/" in caller[0])
+    return ours / total
 
 
 def _edit_outcome(server: ResponsesServer, state: LoggingState, name: str, calls: int) -> str:
@@ -344,13 +388,15 @@ def _forget_outcome(server: ResponsesServer, state: LoggingState, name: str, cal
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| loop | calls | requests chained | bytes vs stateless | client CPU vs hand loop "
-        "| middleware edits an early message | server forgets a response |",
-        "|---|---:|---:|---:|---:|---|---|",
+        "| of which anchortrack's | middleware edits an early message | server forgets a response |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
+        share = "" if row["share"] is None else f"{row['share']:.0%}"
         lines.append(
             f"| {row['loop']} | {row['calls']} | {row['chained']} of {row['requests']} "
-            f"| {row['bytes_share']:.1%} | {row['cpu_vs_hand']:.2f}x | {row['edit']} | {row['forget']} |"
+            f"| {row['bytes_share']:.1%} | {row['cpu_vs_hand']:.2f}x | {share}"
+            f" | {row['edit']} | {row['forget']} |"
         )
     return "\n".join(lines)
 

@@ -28,6 +28,7 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import bench_floor
+        import bench_heavy
         import bench_overhead
         import bench_proof
         import bench_scale
@@ -35,6 +36,7 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
 
         yield {
             "floor": bench_floor,
+            "heavy": bench_heavy,
             "overhead": bench_overhead,
             "proof": bench_proof,
             "scale": bench_scale,
@@ -93,6 +95,21 @@ def test_floor_loop_chains_and_reports_every_ratio(benchmarks: dict[str, ModuleT
     assert set(m) == {"floor", "wrapped", "machinery", "chained"}
     assert m["chained"] == 3 / 4
     assert all(m[key] > 0 for key in ("floor", "wrapped", "machinery"))
+
+
+def test_heavy_loops_chain_and_send_what_a_hand_loop_sends(benchmarks: dict[str, ModuleType]) -> None:
+    from anchortrack.server import ResponsesServer
+
+    heavy = benchmarks["heavy"]
+    with ResponsesServer() as server:
+        for loop in heavy.LOOPS:  # measure asserts the chaining and the equal bytes
+            m = heavy.measure(server.base_url, loop, 3, rounds=1, size=70_000)
+            assert 0 < m["bytes_chained"] < m["bytes_stateless"]
+            assert all(m[key] > 0 for key in ("cpu_hand", "cpu_wrapped", "cpu_unwrapped", "ratio"))
+            assert heavy.report(loop, 3, m).startswith(f"| {loop} | 3 |")
+        memory = heavy.memo_memory(server.base_url, 3)
+    assert 2 * heavy.SHOT_BYTES < memory["counted"] < 4 * heavy.SHOT_BYTES  # two screenshots sent
+    assert memory["after_drop"] < 2 * heavy.SHOT_BYTES  # the dropped ones let go
 
 
 def test_scale_counts_one_redis_round_trip_per_plan_and_per_record(

@@ -1,6 +1,6 @@
 """
 The fingerprint memo reuses a fingerprint only on a proof no user type can fool, and lets go of what
-the caller dropped: its bytes are counted and bounded, and large texts are remembered by digest only.
+the caller dropped: its bytes are counted and bounded, and large texts are never copied.
 """
 
 from __future__ import annotations
@@ -146,14 +146,16 @@ def test_the_memo_is_bounded_by_bytes() -> None:
     assert memo._known  # it still remembers (the newest items)
 
 
-def test_large_items_are_remembered_by_digest_only() -> None:
-    """An item with a large text is never copied nor kept alive: only a digest is held."""
+def test_a_large_item_is_kept_by_identity_and_counted_never_by_value() -> None:
+    """A large plain item: its text is shared with the caller (counted), never copied into the value table."""
     memo = Memo()
     big = {"role": "user", "content": [{"type": "input_image", "image_url": "data:," + "A" * 300_000}]}
     first = _fps([big], memo)
 
-    assert all(len(value) == 16 for _, value in memo._known)  # a digest, never the text
-    assert memo.nbytes < 1024
+    assert not memo._known  # no value key: the item is proven by identity from now on
+    assert 300_000 < memo.nbytes < 302_000  # its text is counted, not copied
+    (entry,) = memo._seen.values()
+    assert entry[3] is big["content"][0]["image_url"]
     assert first == _fps([big], memo)
     big["content"][0]["image_url"] += "B"
     assert [fingerprint(big)] == _fps([big], memo) != first
