@@ -17,8 +17,9 @@ def _tracers_stay_local(monkeypatch: pytest.MonkeyPatch) -> None:
         "LANGCHAIN_ENDPOINT",
         "LANGFUSE_BASE_URL",
         "LANGFUSE_HOST",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
     ):
         monkeypatch.setenv(name, _CLOSED)
     monkeypatch.setenv("BRAINTRUST_API_KEY", "test")
     monkeypatch.setenv("LOGFIRE_SEND_TO_LOGFIRE", "false")
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "LOGFIRE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)

@@ -22,12 +22,15 @@ openinference export to the OpenTelemetry SDK's in-memory exporter.
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import http.server
 import inspect
 import json
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,6 +171,7 @@ def braintrust_patch_tracer() -> Iterator[Tracer]:
 def openinference_tracer() -> Iterator[Tracer]:
     """openinference's ``OpenAIInstrumentor`` (``OpenAI.request`` patched), to an in-memory exporter."""
     from openinference.instrumentation.openai import OpenAIInstrumentor
+
     provider, exporter = _memory_provider()
     instrumentor = OpenAIInstrumentor()
 
@@ -198,6 +202,12 @@ def _memory_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider, exporter
+
+
+@functools.cache
+def _process_provider(name: str) -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A provider (and its exporter) kept for the whole process, one per *name*."""
+    return _memory_provider()
 
 
 def _spans(exporter: InMemorySpanExporter, chosen: Callable[[ReadableSpan], bool]) -> Callable[[], int]:
@@ -254,9 +264,9 @@ def logfire_global_tracer() -> Iterator[Tracer]:
         )
 
 
-@contextlib.contextmanager
-def langfuse_tracer() -> Iterator[Tracer]:
-    """langfuse's ``langfuse.openai`` (``Responses.create`` and ``Stream.__iter__`` patched on import)."""
+@functools.cache
+def _langfuse() -> tuple[Any, InMemorySpanExporter]:
+    """The process's one langfuse client (langfuse keeps one per public key) and its exporter."""
     from langfuse import Langfuse
 
     exporter = InMemorySpanExporter()
@@ -268,11 +278,19 @@ def langfuse_tracer() -> Iterator[Tracer]:
         flush_at=1,
         flush_interval=0.05,
     )
+    return client, exporter
+
+
+@contextlib.contextmanager
+def langfuse_tracer() -> Iterator[Tracer]:
+    """langfuse's ``langfuse.openai`` (``Responses.create`` and ``Stream.__iter__`` patched on import)."""
+    client, exporter = _langfuse()
 
     def install() -> None:
         module = sys.modules.get("langfuse.openai")
         if module is None:
             import langfuse.openai  # noqa: F401 - patches the SDK on import
+
             return
         module._openai_stream_iter_hook_installed = False  # type: ignore[attr-defined]
         module.register_tracing()
@@ -286,11 +304,9 @@ def langfuse_tracer() -> Iterator[Tracer]:
             if (span.attributes or {}).get("langfuse.observation.type") == "generation"
         )
 
+    exporter.clear()
     with openai_classes_restored():
-        try:
-            yield Tracer("langfuse", "class", None, generations, exporter.clear, install=install)
-        finally:
-            client.shutdown()
+        yield Tracer("langfuse", "class", None, generations, exporter.clear, install=install)
 
 
 @contextlib.contextmanager
@@ -298,20 +314,32 @@ def openllmetry_tracer() -> Iterator[Tracer]:
     """openllmetry's ``opentelemetry-instrumentation-openai`` (``Responses.create`` wrapped with wrapt)."""
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
-    provider, exporter = _memory_provider()
+    # One provider for the process: instrumented again, it keeps ending stream spans on its first one.
+    provider, exporter = _process_provider("openllmetry")
+    gc.collect()
+    exporter.clear()
     instrumentor = OpenAIInstrumentor()
+    restored = openai_classes_restored()  # its uninstrument leaves its Responses wrappers in place
+    restored.__enter__()
+
+    def install() -> None:
+        with warnings.catch_warnings():  # its own pydantic models' deprecation, on first import
+            warnings.simplefilter("ignore", DeprecationWarning)
+            instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
+
     try:
         yield Tracer(
             "openllmetry",
             "class",
             None,
             _spans(exporter, lambda span: span.name.startswith("openai.response")),
-            exporter.clear,
-            install=lambda: instrumentor.instrument(tracer_provider=provider, skip_dep_check=True),
+            lambda: (gc.collect(), exporter.clear()),  # a stream's span ends when it is collected
+            install=install,
         )
     finally:
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()
+        restored.__exit__(None, None, None)
 
 
 @contextlib.contextmanager
