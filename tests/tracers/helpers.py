@@ -235,7 +235,7 @@ def _logfire_request(span: ReadableSpan) -> bool:
 
 @contextlib.contextmanager
 def logfire_tracer() -> Iterator[Tracer]:
-    """logfire's per-client ``instrument_openai(client)``: ``client.request`` and the stream class replaced."""
+    """logfire's per-client ``instrument_openai(client)``: its ``request`` and stream class replaced."""
     import logfire
 
     exporter = _logfire_exporter()

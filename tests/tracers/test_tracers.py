@@ -144,7 +144,7 @@ def _chained(wire: WireTap, count: int) -> list[bool]:
 
 
 def _expected(tracer: Tracer, calls: int) -> int:
-    """How many of *calls* the tracer records on a plain client (none: it does not trace the Responses API)."""
+    """How many of *calls* the tracer records on a plain client (none: it does not trace Responses)."""
     return calls if tracer.extra.get("responses_traced", True) else 0
 
 
