@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy as copying
 import functools
+import gc
 import inspect
 import types
 import warnings
@@ -199,23 +200,21 @@ def _rebind_method(method: types.MethodType, pairs: _Pairs, depth: int, memo: di
 
 
 def _rebind_function(func: types.FunctionType, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
-    """A copy of *func* whose closure, defaults and ``__wrapped__`` refer to the copy's objects."""
+    """A copy of *func* whose closure, defaults and attributes (``__wrapped__``…) refer to the copy's."""
     cells = func.__closure__ or ()
     contents = [_cell_contents(cell) for cell in cells]
-    parts = [*contents, func.__defaults__, func.__kwdefaults__, func.__dict__.get("__wrapped__")]
+    parts = [*contents, func.__defaults__, func.__kwdefaults__, func.__dict__]
     rebound = _rebind_all(parts, pairs, depth, memo)
     if rebound is None or rebound is _FAIL:
         return func if rebound is None else _FAIL
-    *new_contents, defaults, kwdefaults, wrapped = rebound
+    *new_contents, defaults, kwdefaults, attributes = rebound
     closure = tuple(
         cell if new is old else types.CellType(new)
         for cell, new, old in zip(cells, new_contents, contents, strict=True)
     )
     new = types.FunctionType(func.__code__, func.__globals__, func.__name__, defaults, closure)
     new.__kwdefaults__ = kwdefaults
-    new.__dict__.update(func.__dict__)
-    if wrapped is not None:
-        new.__dict__["__wrapped__"] = wrapped
+    new.__dict__.update(attributes)
     new.__qualname__, new.__module__, new.__doc__ = func.__qualname__, func.__module__, func.__doc__
     new.__annotations__ = func.__annotations__
     return new
@@ -229,27 +228,23 @@ def _cell_contents(cell: types.CellType) -> Any:
 
 
 def _rebind_object(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
-    """A shallow copy of *value* whose attributes (``__dict__`` and slots) refer to the copy's objects."""
-    names = list(getattr(value, "__dict__", None) or ())
-    names += [
-        slot
-        for klass in type(value).__mro__
-        for slot in (
-            [vars(klass)["__slots__"]]
-            if isinstance(vars(klass).get("__slots__"), str)
-            else vars(klass).get("__slots__", ())
-        )
-        if slot not in ("__dict__", "__weakref__") and hasattr(value, slot)
-    ]
-    if not names:
-        return value
-    try:
-        attributes = [object.__getattribute__(value, name) for name in names]
-    except AttributeError:
-        return value
+    """
+    A shallow copy of *value* whose attributes (``__dict__`` and slots) refer to the copy's objects;
+    `_FAIL` if it reaches the source's objects only through what it holds otherwise (a container's items).
+    """
+    own = getattr(value, "__dict__", None)
+    own = own if type(own) is dict else {}
+    names = [*own, *(name for name in _slots(type(value)) if name not in own and hasattr(value, name))]
+    attributes = [own[name] if name in own else getattr(value, name) for name in names]
     rebound = _rebind_all(attributes, pairs, depth, memo)
-    if rebound is None or rebound is _FAIL:
-        return value if rebound is None else _FAIL
+    if rebound is _FAIL:
+        return _FAIL
+    held = {id(item) for item in attributes} | {id(own)}
+    others = [item for item in gc.get_referents(value) if id(item) not in held]
+    if _rebind_all(others, pairs, depth, memo) is not None:
+        return _FAIL  # reached through something other than attributes: not rebuilt
+    if rebound is None:
+        return value
     try:
         new = copying.copy(value)
         for name, item in zip(names, rebound, strict=True):
@@ -257,6 +252,15 @@ def _rebind_object(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) 
     except Exception:  # noqa: BLE001 - an object that will not be copied: the patch is left out
         return _FAIL
     return new
+
+
+def _slots(cls: type[Any]) -> list[str]:
+    """The slot names *cls* and its bases declare (``__dict__`` and ``__weakref__`` aside)."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    return [name for name in names if name not in ("__dict__", "__weakref__")]
 
 
 def _warn_uncarried(path: str, patch: Any) -> None:

@@ -199,9 +199,9 @@ def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
     if missing:
         _warn_unrecorded(cls, missing)
         return None
-    if base is AsyncStream:
+    if isinstance(stream, AsyncStream):
         return AsyncStreamCall(stream, tracker, ticket)
-    return StreamCall(stream, tracker, ticket)
+    return StreamCall(stream, tracker, ticket) if isinstance(stream, Stream) else None
 
 
 _warned: set[type[Any]] = set()
