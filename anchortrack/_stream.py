@@ -204,17 +204,19 @@ def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
     return StreamCall(stream, tracker, ticket) if isinstance(stream, Stream) else None
 
 
-_warned: set[type[Any]] = set()
+#: The stream classes warned about, by name (a tracer may make a class per request, as logfire does).
+_warned: set[str] = set()
 
 
 def _warn_unrecorded(cls: type[Any], missing: list[str]) -> None:
     """Warn, once per stream class, that its streams go through unrecorded, and why."""
-    if cls in _warned:
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if name in _warned:
         return
-    _warned.add(cls)
+    _warned.add(name)
     what = ", ".join(missing)
     warnings.warn(
-        f"anchortrack: streamed responses of {cls.__module__}.{cls.__qualname__} are not recorded "
+        f"anchortrack: streamed responses of {name} are not recorded "
         f"({what} of the openai SDK not there to attach to): such calls go through as they are, and the "
         "next call of the conversation is sent in full.",
         RuntimeWarning,
