@@ -65,7 +65,7 @@ _MISSING = object()
 #: `_rebind`'s answer for a value that reaches the source's objects but cannot be pointed at the copy's.
 _FAIL = object()
 #: How deep `_rebind` follows references from a patch (a patch's own objects are a few levels deep).
-_DEPTH = 8
+_DEPTH = 4
 #: Values that never lead to a client: followed no further.
 _LEAVES = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, str, bytes, int, float, bool)
 
