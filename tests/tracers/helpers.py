@@ -275,6 +275,7 @@ def _langfuse() -> tuple[Any, InMemorySpanExporter]:
         secret_key="sk-test",
         base_url=_CLOSED,
         span_exporter=exporter,
+        tracer_provider=TracerProvider(),  # its own: logfire.configure() replaces the global one's
         flush_at=1,
         flush_interval=0.05,
     )
