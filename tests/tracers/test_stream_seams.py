@@ -21,7 +21,10 @@ from anchortrack.server import ResponsesServer, WireTap
 from anchortrack.stores import MemoryStore
 
 from ..helpers import assert_server_saw
-from .test_tracers import _aconverse, _chained, _converse, _raw
+from .test_tracers import _aconverse, _chained, _close_clients, _converse, _raw
+
+
+__all__ = ["_close_clients"]  # its clients closed in its own loop, like test_tracers' (autouse)
 
 
 @pytest.fixture(autouse=True)
