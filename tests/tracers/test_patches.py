@@ -45,10 +45,16 @@ def _servers() -> Iterator[tuple[ResponsesServer, ResponsesServer]]:
         yield first, second
 
 
+_opened: list[openai.OpenAI] = []
+
+
 @pytest.fixture(autouse=True)
-def _warn_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test sees the once-per-patch warning afresh."""
+def _warn_afresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test sees the once-per-patch warning afresh; its clients are closed after it."""
     monkeypatch.setattr(_patches, "_warned", set())
+    yield
+    while _opened:
+        _opened.pop().close()
 
 
 # -- tracers written in the ordinary patterns: each records the base URL it saw at call time ----------
@@ -140,7 +146,9 @@ def _client(server: ResponsesServer, sent: list[tuple[str, ...]]) -> openai.Open
             sent.append((*destination, headers.get("openai-project")))
 
     http_client = http_client_classes()[0](event_hooks={"request": [hook]})
-    return openai.OpenAI(base_url=server.base_url, http_client=http_client, max_retries=0, **A)
+    client = openai.OpenAI(base_url=server.base_url, http_client=http_client, max_retries=0, **A)
+    _opened.append(client)
+    return client
 
 
 def _wrapped(apply: Callable[[Any], Any], order: str, raw: openai.OpenAI) -> Any:
