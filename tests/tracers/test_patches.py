@@ -61,17 +61,16 @@ def _warn_afresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 class _Instrumentor:
-    """Keeps the client and its original ``create`` on itself (to uninstrument later)."""
+    """Keeps the original ``create`` on itself (to uninstrument later); reads ``client.base_url``."""
 
     def __init__(self, spans: list[str]) -> None:
         self.spans = spans
 
     def instrument(self, client: Any) -> Any:
-        self.client = client
         self.original = client.responses.create
 
         def create(**params: Any) -> Any:
-            self.spans.append(str(self.client.base_url))
+            self.spans.append(str(client.base_url))
             return self.original(**params)
 
         client.responses.create = create
@@ -83,24 +82,24 @@ def _on_object(client: Any, spans: list[str]) -> Any:
 
 
 def _in_dict(client: Any, spans: list[str]) -> Any:
-    held = {"client": client, "create": client.responses.create}
+    originals = {"create": client.responses.create}
 
     def create(**params: Any) -> Any:
-        spans.append(str(held["client"].base_url))
-        return held["create"](**params)
+        spans.append(str(client.base_url))
+        return originals["create"](**params)
 
     client.responses.create = create
     return client
 
 
-def _traced_create(*, original: Any, client: Any, spans: list[str], **params: Any) -> Any:
+def _traced_create(client: Any, *, original: Any, spans: list[str], **params: Any) -> Any:
     spans.append(str(client.base_url))
     return original(**params)
 
 
 def _in_partial_keywords(client: Any, spans: list[str]) -> Any:
     client.responses.create = functools.partial(
-        _traced_create, original=client.responses.create, client=client, spans=spans
+        _traced_create, client, original=client.responses.create, spans=spans
     )
     return client
 

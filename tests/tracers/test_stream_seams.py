@@ -29,7 +29,7 @@ __all__ = ["_close_clients"]  # its clients closed in its own loop, like test_tr
 
 @pytest.fixture(autouse=True)
 def _warn_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_stream, "_warned", set())
+    monkeypatch.setattr(_stream, "_warned", set(), raising=False)
 
 
 def _without_iterator(monkeypatch: pytest.MonkeyPatch, cls: type[Any]) -> None:
