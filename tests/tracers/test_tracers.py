@@ -154,6 +154,7 @@ def _traced(tracer: Tracer, at_least: int) -> int:
     return tracer.count()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("order", ORDERS)
 def test_every_call_traced_and_chained(
@@ -175,6 +176,7 @@ def test_every_call_traced_and_chained(
     assert_server_saw(server, final.id, history)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("order", ORDERS)
 async def test_every_call_traced_and_chained_async(
@@ -211,6 +213,7 @@ def _assert_recovered(
     assert anchortrack.tracker(wrapped).stats.snapshot()["fallbacks"] == {"stale_anchor": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("stale_in_stream")
 @pytest.mark.parametrize("form", ["create_stream", "manager"])
 @pytest.mark.parametrize("order", ORDERS)
@@ -231,6 +234,7 @@ def test_a_stale_anchor_refused_inside_the_stream_is_recovered(
     assert _traced(tracer, _expected(tracer, 1)) >= _expected(tracer, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("stale_in_stream")
 @pytest.mark.parametrize("form", ["create_stream", "manager"])
 @pytest.mark.parametrize("order", ORDERS)
