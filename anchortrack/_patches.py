@@ -9,6 +9,8 @@ client or one of its resources (through closures, ``__wrapped__``, defaults, bou
 wrappers, ``functools.partial`` arguments, dicts, lists, tuples and objects' attributes) is pointed at
 the copy's, copying what holds it; a patch holding such a reference anywhere else is left out, with one
 `RuntimeWarning` naming it, so no call through the copy reaches the source client's address or key.
+References are followed `_DEPTH` containers deep from the patch (a module's globals are not followed):
+what a patch holds deeper than that is taken as it is.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ _warned: set[tuple[str, str]] = set()
 _MISSING = object()
 #: `_rebind`'s answer for a value that reaches the source's objects but cannot be pointed at the copy's.
 _FAIL = object()
-#: How deep `_rebind` follows references from a patch (a patch's own objects are a few levels deep).
+#: How deep `_rebind` follows references from a patch: a tracer's own objects are a few levels deep,
+#: and deeper lie its exporters and SDKs (following them made ``with_options()`` several times slower).
 _DEPTH = 4
 #: Values that never lead to a client: followed no further.
 _LEAVES = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, str, bytes, int, float, bool)
