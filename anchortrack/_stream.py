@@ -3,10 +3,16 @@ Tracked event streams: hooks on the SDK's own ``Stream`` / ``AsyncStream`` (its 
 response's close) that record the response when its terminal event arrives, before the caller sees it;
 a stream that ends or is closed without one is counted (``stream_abandoned``) then. A chained stream is
 *peeked* (its first event read at once), so a refusal inside the stream is recovered from like an HTTP one.
+
+A tracer may hand the SDK its own stream class (logfire subclasses ``Stream`` and overrides
+``__stream__``); any subclass that still iterates through the SDK's ``_iterator`` (a private seam) is
+tracked alike. Where that seam is missing or bypassed the stream goes through untouched, unrecorded, and
+one `RuntimeWarning` names what could not attach.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -179,9 +185,45 @@ class AsyncStreamCall(_Call):
 
 
 def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
-    """Track *stream* if the SDK made it as a plain ``Stream`` / ``AsyncStream``; return its call."""
-    call = {Stream: StreamCall, AsyncStream: AsyncStreamCall}.get(type(stream))
-    return None if call is None else call(stream, tracker, ticket)
+    """
+    Track *stream*, a ``Stream`` / ``AsyncStream`` of the SDK's or of a tracer's subclass; return its call.
+    None (warned once per stream class) if it does not iterate through the SDK's ``_iterator``.
+    """
+    base = AsyncStream if isinstance(stream, AsyncStream) else Stream
+    cls = type(stream)
+    missing = [
+        f"{base.__name__}.{name}"
+        for name in ("__iter__", "__next__", "__aiter__", "__anext__")
+        if name in vars(base) and getattr(cls, name, None) is not vars(base)[name]
+    ]
+    if "_iterator" not in vars(stream):
+        missing.insert(0, f"{base.__name__}._iterator")
+    if missing:
+        _warn_unrecorded(cls, missing)
+        return None
+    if isinstance(stream, AsyncStream):
+        return AsyncStreamCall(stream, tracker, ticket)
+    return StreamCall(stream, tracker, ticket) if isinstance(stream, Stream) else None
+
+
+#: The stream classes warned about, by name (a tracer may make a class per request, as logfire does).
+_warned: set[str] = set()
+
+
+def _warn_unrecorded(cls: type[Any], missing: list[str]) -> None:
+    """Warn, once per stream class, that its streams go through unrecorded, and why."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if name in _warned:
+        return
+    _warned.add(name)
+    what = ", ".join(missing)
+    warnings.warn(
+        f"anchortrack: streamed responses of {name} are not recorded "
+        f"({what} of the openai SDK not there to attach to): such calls go through as they are, and the "
+        "next call of the conversation is sent in full.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def _replay(first: object, rest: Iterator[Any]) -> Iterator[Any]:

@@ -6,27 +6,42 @@ Each `Tracer` is one patching pattern a tracer uses on an openai client:
 * ``instance``: the client's resource methods are replaced in place
   (``client.responses.create = traced``): langsmith's and braintrust's ``wrap_openai``;
 * ``client.request``: the client's ``request`` is replaced (logfire's per-client
-  instrumentation; logfire itself is not installed, so a minimal tracer does what it does);
-* ``class``: the SDK's classes are patched for every client (braintrust's
-  ``patch_openai`` patches ``Responses.create``; openinference patches ``OpenAI.request``).
+  ``instrument_openai(client)``, which also hands the SDK its own ``Stream`` subclass; and a
+  minimal tracer doing the same without the stream class);
+* ``class``: the SDK's classes are patched for every client (braintrust's ``patch_openai``,
+  langfuse's ``langfuse.openai``, openllmetry and opentelemetry-instrumentation-openai-v2 patch
+  ``Responses.create`` or ``Completions.create``; openinference and logfire's global
+  ``instrument_openai()`` patch ``OpenAI.request``; langfuse also replaces ``Stream.__iter__``).
 
 Nothing leaves loopback: langsmith posts its runs to a local HTTP sink, braintrust logs to
-its in-memory logger (its API address points at a closed loopback port), openinference
-exports to the OpenTelemetry SDK's in-memory exporter.
+its in-memory logger (its API address points at a closed loopback port), logfire
+(``send_to_logfire=False``), langfuse, openllmetry, opentelemetry-instrumentation-openai-v2 and
+openinference export to the OpenTelemetry SDK's in-memory exporter.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import http.server
 import inspect
 import json
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+
+#: A closed port on loopback: where every tracer's own service address points.
+_CLOSED = "http://127.0.0.1:9"
 
 
 @dataclass
@@ -156,13 +171,8 @@ def braintrust_patch_tracer() -> Iterator[Tracer]:
 def openinference_tracer() -> Iterator[Tracer]:
     """openinference's ``OpenAIInstrumentor`` (``OpenAI.request`` patched), to an in-memory exporter."""
     from openinference.instrumentation.openai import OpenAIInstrumentor
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = _memory_provider()
     instrumentor = OpenAIInstrumentor()
 
     def llm_spans() -> int:
@@ -181,6 +191,177 @@ def openinference_tracer() -> Iterator[Tracer]:
             exporter.clear,
             install=lambda: instrumentor.instrument(tracer_provider=provider),
             extra={"exporter": exporter},
+        )
+    finally:
+        if instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.uninstrument()
+
+
+def _memory_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+@functools.cache
+def _process_provider(name: str) -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A provider (and its exporter) kept for the whole process, one per *name*."""
+    return _memory_provider()
+
+
+def _spans(exporter: InMemorySpanExporter, chosen: Callable[[ReadableSpan], bool]) -> Callable[[], int]:
+    return lambda: sum(1 for span in exporter.get_finished_spans() if chosen(span))
+
+
+def _logfire_exporter() -> InMemorySpanExporter:
+    import logfire
+
+    exporter = InMemorySpanExporter()
+    logfire.configure(
+        send_to_logfire=False,
+        console=False,
+        metrics=False,
+        inspect_arguments=False,
+        additional_span_processors=[SimpleSpanProcessor(exporter)],
+    )
+    return exporter
+
+
+def _logfire_request(span: ReadableSpan) -> bool:
+    """logfire's span of one ``POST /responses`` (not its log of a stream's end)."""
+    return str((span.attributes or {}).get("logfire.msg_template", "")).startswith("Responses API")
+
+
+@contextlib.contextmanager
+def logfire_tracer() -> Iterator[Tracer]:
+    """logfire's per-client ``instrument_openai(client)``: its ``request`` and stream class replaced."""
+    import logfire
+
+    exporter = _logfire_exporter()
+
+    def instrument(client: Any) -> Any:
+        logfire.instrument_openai(client)
+        return client
+
+    yield Tracer("logfire", "client.request", instrument, _spans(exporter, _logfire_request), exporter.clear)
+
+
+@contextlib.contextmanager
+def logfire_global_tracer() -> Iterator[Tracer]:
+    """logfire's global ``instrument_openai()``: ``OpenAI.request`` / ``AsyncOpenAI.request`` patched."""
+    import logfire
+
+    exporter = _logfire_exporter()
+    with openai_classes_restored():
+        yield Tracer(
+            "logfire.global",
+            "class",
+            None,
+            _spans(exporter, _logfire_request),
+            exporter.clear,
+            install=lambda: logfire.instrument_openai(),
+        )
+
+
+@functools.cache
+def _langfuse() -> tuple[Any, InMemorySpanExporter]:
+    """The process's one langfuse client (langfuse keeps one per public key) and its exporter."""
+    from langfuse import Langfuse
+
+    exporter = InMemorySpanExporter()
+    client = Langfuse(
+        public_key="pk-test",
+        secret_key="sk-test",
+        base_url=_CLOSED,
+        span_exporter=exporter,
+        tracer_provider=TracerProvider(),  # its own: logfire.configure() replaces the global one's
+        flush_at=1,
+        flush_interval=0.05,
+    )
+    return client, exporter
+
+
+@contextlib.contextmanager
+def langfuse_tracer() -> Iterator[Tracer]:
+    """langfuse's ``langfuse.openai`` (``Responses.create`` and ``Stream.__iter__`` patched on import)."""
+    client, exporter = _langfuse()
+
+    def install() -> None:
+        module = sys.modules.get("langfuse.openai")
+        if module is None:
+            import langfuse.openai  # noqa: F401 - patches the SDK on import
+
+            return
+        module._openai_stream_iter_hook_installed = False  # type: ignore[attr-defined]
+        module.register_tracing()
+        module._install_openai_stream_iteration_hooks()
+
+    def generations() -> int:
+        client.flush()
+        return sum(
+            1
+            for span in exporter.get_finished_spans()
+            if (span.attributes or {}).get("langfuse.observation.type") == "generation"
+        )
+
+    exporter.clear()
+    with openai_classes_restored():
+        yield Tracer("langfuse", "class", None, generations, exporter.clear, install=install)
+
+
+@contextlib.contextmanager
+def openllmetry_tracer() -> Iterator[Tracer]:
+    """openllmetry's ``opentelemetry-instrumentation-openai`` (``Responses.create`` wrapped with wrapt)."""
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    # One provider for the process: instrumented again, it keeps ending stream spans on its first one.
+    provider, exporter = _process_provider("openllmetry")
+    gc.collect()
+    exporter.clear()
+    instrumentor = OpenAIInstrumentor()
+    restored = openai_classes_restored()  # its uninstrument leaves its Responses wrappers in place
+    restored.__enter__()
+
+    def install() -> None:
+        with warnings.catch_warnings():  # its own pydantic models' deprecation, on first import
+            warnings.simplefilter("ignore", DeprecationWarning)
+            instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
+
+    try:
+        yield Tracer(
+            "openllmetry",
+            "class",
+            None,
+            _spans(exporter, lambda span: span.name.startswith("openai.response")),
+            lambda: (gc.collect(), exporter.clear()),  # a stream's span ends when it is collected
+            install=install,
+        )
+    finally:
+        if instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.uninstrument()
+        restored.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def otel_v2_tracer() -> Iterator[Tracer]:
+    """
+    ``opentelemetry-instrumentation-openai-v2`` (``Completions.create`` / ``Embeddings.create`` wrapped
+    with wrapt): it does not trace the Responses API, so it records none of these calls, wrapped or not.
+    """
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+    provider, exporter = _memory_provider()
+    instrumentor = OpenAIInstrumentor()
+    try:
+        yield Tracer(
+            "otel-openai-v2",
+            "class",
+            None,
+            _spans(exporter, lambda span: True),
+            exporter.clear,
+            install=lambda: instrumentor.instrument(tracer_provider=provider, skip_dep_check=True),
+            extra={"responses_traced": False},
         )
     finally:
         if instrumentor.is_instrumented_by_opentelemetry:
@@ -226,6 +407,11 @@ TRACERS: dict[str, Callable[[], contextlib.AbstractContextManager[Tracer]]] = {
     "client.request": request_tracer,
     "braintrust.patch_openai": braintrust_patch_tracer,
     "openinference": openinference_tracer,
+    "logfire": logfire_tracer,
+    "logfire.global": logfire_global_tracer,
+    "langfuse": langfuse_tracer,
+    "openllmetry": openllmetry_tracer,
+    "otel-openai-v2": otel_v2_tracer,
 }
 
 
