@@ -210,8 +210,8 @@ README = ROOT / "README.md"
 QUICKSTART = (
     "pip install -e '.[server]' && anchortrack demo   # the main job: a tool-calling agent against "
     "the built-in local server, no API key\n"
-    "scripts/test                                     # the whole test suite; first installs the dev group "
-    "(upgrading an old pip) and Debian's redis-server if missing\n"
+    "scripts/test                                     # the whole test suite, in a venv of its own "
+    "(.venv-test/, made once with the dev group; this one is left as it is) and Debian's redis-server if missing\n"
 )
 
 

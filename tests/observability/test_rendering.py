@@ -54,8 +54,11 @@ tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 """
 
-MODE_INVALID = "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' using='off'"
-STORE_DEGRADED = "anchortrack.store_degraded operation='find' error='ConnectionError' retry_in=1.0"
+MODE_INVALID = (
+    "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' expected='chained, shadow, off' "
+    "using='off'"
+)
+STORE_DEGRADED = "anchortrack.store_degraded store='memory' operation='find' error='ConnectionError' retry_in=1.0"
 
 
 def _stderr(setup: str) -> str:
@@ -107,10 +110,12 @@ def test_structlog_json(event: str) -> None:
         "mode_invalid": {
             "variable": "ANCHORTRACK_MODE",
             "value": "chain",
+            "expected": "chained, shadow, off",
             "using": "off",
             "level": "warning",
         },
         "store_degraded": {
+            "store": "memory",
             "operation": "find",
             "error": "ConnectionError",
             "retry_in": 1.0,
