@@ -269,18 +269,21 @@ def scope_candidates(
 
     demo = record.scope if record is not None else None
     key = os.environ.get("OPENAI_API_KEY")
-    digests = {
-        None: "without an API-key digest",
-        **({demo.api_key_digest: "with the demo's API-key digest"} if demo and demo.api_key_digest else {}),
-        **({api_key_digest(key, resolve_secret_key(None)): "with $OPENAI_API_KEY's digest"} if key else {}),
-        **({scope.api_key_digest: "with this API key's digest"} if scope.api_key_digest else {}),
-    }
-    bases = options(scope.base_url, os.environ.get("OPENAI_BASE_URL"), demo and demo.base_url, OPENAI_BASE_URL)
+    digests: dict[str | None, str] = {None: "without an API-key digest"}  # the later ones win
+    if demo is not None and demo.api_key_digest:
+        digests[demo.api_key_digest] = "with the demo's API-key digest"
+    if key:
+        digests[api_key_digest(key, resolve_secret_key(None))] = "with $OPENAI_API_KEY's digest"
+    if scope.api_key_digest:
+        digests[scope.api_key_digest] = "with this API key's digest"
+    bases = options(
+        scope.base_url, os.environ.get("OPENAI_BASE_URL"), demo.base_url if demo else None, OPENAI_BASE_URL
+    )
     found: dict[str, tuple[Scope, str]] = {}
     for base in filter(None, bases):
         for organization in options(scope.organization, None):
             for project in options(scope.project, None):
-                for namespace in options(scope.namespace, None, demo and demo.namespace):
+                for namespace in options(scope.namespace, None, demo.namespace if demo else None):
                     for digest, said in digests.items():
                         candidate = Scope(base, organization, project, namespace, digest)
                         found.setdefault(candidate.store_key(secret_key), (candidate, said))

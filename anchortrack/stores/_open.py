@@ -74,8 +74,9 @@ def store_label(store: object) -> str:
         options = getattr(pool, "connection_kwargs", {})
         if "path" in options:
             return f"unix://{options['path']}"
-        scheme = "rediss" if "SSL" in getattr(getattr(pool, "connection_class", None), "__name__", "") else "redis"
-        return f"{scheme}://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{options.get('db', 0)}"
+        ssl = "SSL" in getattr(getattr(pool, "connection_class", None), "__name__", "")
+        host, port, db = options.get("host", "localhost"), options.get("port", 6379), options.get("db", 0)
+        return f"{'rediss' if ssl else 'redis'}://{host}:{port}/{db}"
     return type(store).__name__
 
 

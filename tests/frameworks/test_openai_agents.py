@@ -217,8 +217,12 @@ async def test_runner_previous_response_id_is_told_once_that_anchortrack_stands_
     agent = make_agent(run.aclient)
     first = await Runner.run(agent, "hello", run_config=RUN_CONFIG)
     with capture_logs() as logs:
-        second = await Runner.run(agent, "again", run_config=RUN_CONFIG, previous_response_id=first.last_response_id)
-        await Runner.run(agent, "and again", run_config=RUN_CONFIG, previous_response_id=second.last_response_id)
+        second = await Runner.run(
+            agent, "again", run_config=RUN_CONFIG, previous_response_id=first.last_response_id
+        )
+        await Runner.run(
+            agent, "and again", run_config=RUN_CONFIG, previous_response_id=second.last_response_id
+        )
 
     hints = [e for e in logs if e["event"].startswith("anchortrack.hint_")]
     assert [("anchortrack.hint_caller_managed", "warning", first.last_response_id)] == [
