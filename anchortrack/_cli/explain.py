@@ -156,11 +156,11 @@ def run(
         explanation = explain(source, store=store, scope=scope)
         holds, others = None, []
         if explanation.reason in (Reason.PREFIX_DIVERGED, Reason.UNKNOWN_HISTORY):
-            held = store_scopes(store)
+            held = store_scopes(store, key)
             if held is not None:
-                holds = key in held, bool(held)
-                if held and key not in held:
-                    others = held_scopes(held, scope_candidates(scope, record, store.secret_key))
+                holds = held[0], held[0] or bool(held[1])
+                if held[1] and not held[0]:
+                    others = held_scopes(held[1], scope_candidates(scope, record, store.secret_key))
     except TypeError as error:
         raise Unusable(str(error)) from None
     except Exception as error:  # noqa: BLE001 - a store's own errors: one line, not a traceback
@@ -226,30 +226,35 @@ def scope_lines(scope: Scope, sources: Mapping[str, str]) -> list[str]:
     ]
 
 
-def store_scopes(store: AnchorStore, most: int = 20) -> set[str] | None:
+def store_scopes(store: AnchorStore, scope_key: str, most: int = 20) -> tuple[bool, set[str]] | None:
     """
-    The keys of (up to *most*) scopes the store holds live anchors in (None: cannot tell).
+    Whether the store holds live anchors in *scope_key*, and the keys of (up to *most*) other scopes it
+    holds live anchors in (None: cannot tell).
 
     A store looks anchors up by view only, so this reads the SQLite and Redis layouts themselves.
     """
     from ..stores import MemoryStore, RedisStore, SQLiteStore
 
     if isinstance(store, MemoryStore):
-        return set()  # opened by this command a moment ago
+        return False, set()  # opened by this command a moment ago
     if isinstance(store, SQLiteStore):
         with contextlib.closing(sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)) as conn:
-            rows = conn.execute(
-                "SELECT DISTINCT scope FROM anchors WHERE expires_at > ? LIMIT ?", (time.time(), most)
-            )
-            return {str(scope) for (scope,) in rows}
+            live = "FROM anchors WHERE expires_at > ? AND scope "
+            now = time.time()
+            mine = conn.execute(f"SELECT 1 {live} = ? LIMIT 1", (now, scope_key)).fetchone() is not None
+            rows = conn.execute(f"SELECT DISTINCT scope {live} != ? LIMIT ?", (now, scope_key, most))
+            return mine, {str(scope) for (scope,) in rows}
     if isinstance(store, RedisStore) and store.client is not None:
-        scopes: set[str] = set()
-        for key in store.client.scan_iter(match=f"{store.key_schema.prefix}:*:v:*", count=1000):
+        schema, client = store.key_schema, store.client
+        found = next(iter(client.scan_iter(match=schema.view_prefix(scope_key) + "*", count=1000)), None)
+        others: set[str] = set()
+        for key in client.scan_iter(match=f"{schema.prefix}:*:v:*", count=1000):
             text = key.decode() if isinstance(key, bytes) else str(key)
-            scopes.add(text.partition("{")[2].partition("}")[0])
-            if len(scopes) >= most:
+            others.add(text.partition("{")[2].partition("}")[0])
+            others.discard(scope_key)
+            if len(others) >= most:
                 break
-        return scopes
+        return found is not None, others
     return None
 
 

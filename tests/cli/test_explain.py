@@ -18,7 +18,8 @@ import anchortrack
 from anchortrack._cli import main
 from anchortrack._cli.record import DemoRecord
 from anchortrack.server import ResponsesServer
-from anchortrack.stores import SQLiteStore
+from anchortrack.stores import RedisStore, SQLiteStore
+from tests._redis import RedisServer
 
 from ..helpers import conversation, dumped, output, scope_of, user
 
@@ -213,6 +214,32 @@ class TestExplainCommand:
             "  namespace or API key (the store's scopes are listed below)\n"
             "the store holds anchors in 1 other scope:\n"
             f"  {scope_of(sqlite_client).key}: another namespace, organization, project or API key\n"
+        )
+
+    def test_a_redis_store_s_other_scopes_are_listed(
+        self, capsys: pytest.CaptureFixture[str], raw_client: openai.OpenAI, tmp_path: Path
+    ) -> None:
+        """The same over a real redis-server: the scope the anchors are in, read from its keys."""
+        redis_server = RedisServer()
+        redis_server.start()
+        try:
+            store = RedisStore.from_url(redis_server.url)
+            client = anchortrack.wrap(raw_client, store=store, scope_by_api_key=False)
+            history, _ = conversation(client)
+            store.close()
+            path = self._file(tmp_path, [*history, user("more")])
+
+            code, out = _run(
+                capsys, path, "--store", redis_server.url, "--base-url", str(raw_client.base_url)
+            )
+        finally:
+            redis_server.close()
+
+        assert 0 == code
+        assert out.endswith(
+            "the store holds anchors in 1 other scope:\n"
+            f"  {scope_of(client).key}: base URL {str(raw_client.base_url).rstrip('/')}\n"
+            "    namespace none, without an API-key digest\n"
         )
 
     def test_a_secret_key_keys_the_scope_it_looks_in(
