@@ -255,6 +255,7 @@ def _calling_venv(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # three venvs made, two pip upgrades and two installs
 def test_scripts_test_makes_its_own_venv_once_and_leaves_the_callers_as_it_was(tmp_path: Path) -> None:
     """
     The README's test command in a brand-new venv with the pip it ships: it makes .venv-test (its own
@@ -285,9 +286,10 @@ def test_scripts_test_makes_its_own_venv_once_and_leaves_the_callers_as_it_was(t
     assert 0 == first.returncode, first.stderr
     assert re.match(r"pytest \d+", first.stdout), first.stdout
     made = "scripts/test: making the test environment .venv-test (pip install -e . --group dev)\n"
-    assert made == first.stderr
+    assert first.stderr.startswith(made)  # then what pip itself says, if anything
     assert (0, first.stdout, "") == (second.returncode, second.stdout, second.stderr)
-    assert (0, first.stdout, made) == (third.returncode, third.stdout, third.stderr)
+    assert (0, first.stdout) == (third.returncode, third.stdout)
+    assert third.stderr.startswith(made)
     assert before == _freeze(python)  # not a package more, and the same pip
     own = _freeze(project / ".venv-test" / "bin" / "python")
     assert re.search(r"^pytest==", own, re.M), own
@@ -296,6 +298,7 @@ def test_scripts_test_makes_its_own_venv_once_and_leaves_the_callers_as_it_was(t
     assert (int(pip[1]), int(pip[2])) >= (25, 1), own
 
 
+@pytest.mark.timeout(1200)  # .venv-test is made first where it is missing (scripts/test itself has made it)
 def test_the_suite_s_command_leaves_the_calling_venv_unchanged(tmp_path: Path) -> None:
     """
     ``scripts/test --co -q tests/test_packaging.py`` from a fresh venv: pytest runs (in .venv-test,
