@@ -28,6 +28,7 @@ from ._fork import ForkSafeLock
 from ._log import get_logger
 from ._stats import Stats
 from .stores._base import Anchor, runs_inline
+from .stores._open import store_label
 
 
 T = TypeVar("T")
@@ -95,6 +96,8 @@ class FailOpen:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        #: How warnings name the store (its spelling, a Redis URL without its password).
+        self.label = store_label(store)
         self.stats = stats
         self.timeout = timeout
         self.cooldown = cooldown
@@ -219,7 +222,11 @@ class FailOpen:
             get_logger().debug("anchortrack.store_suspect", operation=operation, error=name)
         elif degraded:
             get_logger().warning(
-                "anchortrack.store_degraded", operation=first[0], error=first[1], retry_in=self.cooldown
+                "anchortrack.store_degraded",
+                store=self.label,
+                operation=first[0],
+                error=first[1],
+                retry_in=self.cooldown,
             )
         return UNAVAILABLE
 

@@ -355,6 +355,9 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
             parent=parent_id,
         )
     yield from _planned(ctx, Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected))
+    if parent_id is not None:
+        event = "anchortrack.hint_caller_managed"
+        yield Log("warning", event, {"previous_response_id": parent_id, "hint": HINTS[event]})
     if ticket is None:
         yield Log(
             "debug",
@@ -369,6 +372,11 @@ HINTS = {
     "anchortrack.hint_duplicate_items": (
         "previous_response_id already holds these items: pass only the items after that response "
         "(or leave previous_response_id out and let anchortrack chain)"
+    ),
+    "anchortrack.hint_caller_managed": (
+        "the caller set previous_response_id (a framework's own chaining does), so anchortrack sends "
+        "such calls as given and stands aside: to let anchortrack chain, pass the whole history as "
+        "input and leave previous_response_id out"
     ),
     "anchortrack.hint_output_missing": (
         "the history grows but never holds a response's output: append it "

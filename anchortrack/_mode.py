@@ -33,14 +33,16 @@ class Mode(str, enum.Enum):
 
 _call_mode: ContextVar[Mode | None] = ContextVar("anchortrack_mode", default=None)
 
+#: The valid values, as every message about an unknown one names them.
+EXPECTED = ", ".join(m.value for m in Mode)
+
 
 def coerce(value: Mode | str) -> Mode:
     """Turn *value* into a `Mode` (ValueError when it names none)."""
     try:
         return Mode(value.lower())
     except ValueError:
-        names = ", ".join(m.value for m in Mode)
-        raise ValueError(f"unknown anchortrack mode {value!r}; expected one of: {names}") from None
+        raise ValueError(f"unknown anchortrack mode {value!r}; expected one of: {EXPECTED}") from None
 
 
 @functools.cache  # the variable is read on every call; a process sees few values
@@ -49,7 +51,9 @@ def _env_value(env: str) -> Mode:
     try:
         return coerce(env.strip())
     except ValueError:
-        get_logger().warning("anchortrack.mode_invalid", variable=MODE_ENV, value=env, using=Mode.OFF.value)
+        get_logger().warning(
+            "anchortrack.mode_invalid", variable=MODE_ENV, value=env, expected=EXPECTED, using=Mode.OFF.value
+        )
         return Mode.OFF
 
 
@@ -69,8 +73,7 @@ def describe(client_mode: Mode | None) -> str:
         return mode
     if env.strip().lower() == _env_value(env).value:
         return f"{mode} ({MODE_ENV}={env})"
-    names = ", ".join(m.value for m in Mode)
-    return f"{mode} ({MODE_ENV}={env!r} is not a mode: {names.replace(', off', ' or off')})"
+    return f"{mode} ({MODE_ENV}={env!r} is unknown; expected one of: {EXPECTED})"
 
 
 @contextlib.contextmanager

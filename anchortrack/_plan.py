@@ -30,6 +30,7 @@ class Reason(str, enum.Enum):
     CHAINED = "chained"
     NO_HISTORY = "no_history"
     PREFIX_DIVERGED = "prefix_diverged"
+    UNKNOWN_HISTORY = "unknown_history"
     NOTHING_NEW = "nothing_new"
     MODE_OFF = "mode_off"
     CALLER_MANAGED = "caller_managed"
@@ -41,7 +42,6 @@ class Reason(str, enum.Enum):
     STORE_FALSE = "store_false"
     NOT_COMPLETED = "not_completed"
     STREAM_ABANDONED = "stream_abandoned"
-    UNKNOWN_PARENT = "unknown_parent"
     PROPERTIES_CHANGED = "properties_changed"
     WEBSOCKET_DROPPED = "websocket_reconnect_dropped"
     CHAIN_REFUSED = "chain_refused"
@@ -54,7 +54,12 @@ REASON_TEXT: Mapping[Reason, str] = {
     Reason.NO_HISTORY: "the history holds no model output yet, so no recorded response can be its prefix",
     Reason.PREFIX_DIVERGED: (
         "no recorded response's view is a prefix of the history: an earlier item was edited, "
-        "removed or inserted (or the anchors are in another store or scope)"
+        "removed or inserted (or the anchor of a recorded prefix is gone)"
+    ),
+    Reason.UNKNOWN_HISTORY: (
+        "no response this process recorded or the store holds shares even the first item of the "
+        "history: the process restarted with a memory store, the anchors are in another store or "
+        "scope, or the first item changed"
     ),
     Reason.NOTHING_NEW: (
         "the history ends exactly where a recorded response's view ends: a chained request carries "
@@ -82,7 +87,6 @@ REASON_TEXT: Mapping[Reason, str] = {
         "without record_incomplete), so it cannot be an anchor"
     ),
     Reason.STREAM_ABANDONED: "the stream ended before its terminal event, so the response was not recorded",
-    Reason.UNKNOWN_PARENT: "the caller's previous_response_id is not a recorded response",
     Reason.PROPERTIES_CHANGED: (
         "the recorded responses that hold a prefix of the history were made with other tools, "
         "tool_choice, text, reasoning or truncation settings, which some servers carry over a chain"
@@ -253,8 +257,9 @@ def choose(
     carried-over *properties*, passes *authentic* (its MAC), and leaves at least one item to send (one
     whose view is the whole history only makes the reason `Reason.NOTHING_NEW`). One returned under a
     view not its own or failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items*
-    tells a first turn from a diverged history; *recent* locates a divergence; *shortest*: the fewest
-    items looked at.
+    tells a first turn from a diverged history; *recent* (a tracker's memory) locates a divergence, and
+    tells it from a history that no recent view and no found anchor shares even a first item with
+    (`Reason.UNKNOWN_HISTORY`); *shortest*: the fewest items looked at.
     """
     n = len(hashes)
     rejected: list[str] = []
@@ -283,7 +288,12 @@ def choose(
         return Plan(Reason.NOTHING_NEW, total=n, rejected=tuple(rejected))
     if not has_model_items:
         return Plan(Reason.NO_HISTORY, total=n, rejected=tuple(rejected))
-    diverged = recent.diverged_at(hashes) if recent is not None else None
+    if recent is None:  # no memory of what was recorded: an edit and an unknown history look alike
+        return Plan(Reason.PREFIX_DIVERGED, total=n, rejected=tuple(rejected))
+    best, whole = recent.closest(hashes)
+    if not best and not found:  # nothing known shares even the first item: not an edit anyone saw
+        return Plan(Reason.UNKNOWN_HISTORY, total=n, rejected=tuple(rejected))
+    diverged = best if 0 < best < n and not whole else None
     return Plan(Reason.PREFIX_DIVERGED, total=n, diverged_at=diverged, rejected=tuple(rejected))
 
 
@@ -320,6 +330,14 @@ class RecentViews:
         item is in a view, or no item left it: the closest view is a whole prefix of the history (its
         anchor is gone), or the history a prefix of it.
         """
+        best, whole = self.closest(hashes)
+        return best if 0 < best < len(hashes) and not whole else None
+
+    def closest(self, hashes: Sequence[bytes]) -> tuple[int, bool]:
+        """
+        How many leading items of *hashes* the closest view shares (0: not even the first), and whether
+        that view is a whole prefix of the history.
+        """
         with self._lock:
             views = list(self._views.values())
         best, whole = 0, False
@@ -340,4 +358,4 @@ class RecentViews:
                     hi = mid - 1
             if lo > best:
                 best, whole = lo, False
-        return best if 0 < best < len(hashes) and not whole else None
+        return best, whole

@@ -181,6 +181,29 @@ def test_reference_lists_every_public_name(tmp_path: Path) -> None:
             assert "<p>" in section, f"{name}: no docstring"
 
 
+def test_reference_pages_read_as_markdown_name_every_public_name() -> None:
+    """
+    On a forge, a reference page is Markdown, not the built site: before its ``:::`` directive it says
+    how to read the full reference (the site, or ``help()``) and names every public name in a table.
+    """
+    import anchortrack.metrics
+    import anchortrack.server
+    import anchortrack.stores
+
+    modules = {"anchortrack": anchortrack, "stores": anchortrack.stores, "server": anchortrack.server,
+               "metrics": anchortrack.metrics}  # fmt: skip
+    for page, module in modules.items():
+        text = (DOCS / "reference" / f"{page}.md").read_text(encoding="utf-8")
+        plain = text.split("\n::: ", 1)[0]
+        assert "scripts/docs" in plain, page
+        assert "help(" in plain, page
+        named = set(re.findall(r"^\| `([A-Za-z_]+)", plain, re.M)) | set(
+            re.findall(r", `([A-Za-z_]+)", "\n".join(re.findall(r"^\| [^|]+\|", plain, re.M)))
+        )
+        assert sorted(module.__all__) == sorted(named & set(module.__all__)), page
+        assert named <= set(module.__all__) | {"name"}, page
+
+
 def test_benchmark_page_shows_what_bench_bytes_measures(docs_server: ResponsesServer) -> None:
     """docs/benchmarks.md's request-byte table and totals are what benchmarks/bench_bytes.py measures now."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -210,8 +233,9 @@ README = ROOT / "README.md"
 QUICKSTART = (
     "pip install -e '.[server]' && anchortrack demo   # the main job: a tool-calling agent against "
     "the built-in local server, no API key\n"
-    "scripts/test                                     # the whole test suite; first installs the dev group "
-    "(upgrading an old pip) and Debian's redis-server if missing\n"
+    "scripts/test                                     # the whole test suite, in a venv of its own "
+    "(.venv-test/, made once with the dev group; this one is left as it is) "
+    "and Debian's redis-server if missing\n"
 )
 
 
@@ -234,13 +258,19 @@ def test_ci_runs_the_quickstart_first_verbatim_in_a_venv_it_did_not_upgrade() ->
 
     assert ["pip install -e '.[server]' && anchortrack demo", "scripts/test"] == commands
     first = code.index(commands[0])
-    assert commands[1] == next(line for line in code[first + 1 :] if not line.startswith("cost "))
+    assert commands[1] == next(
+        line for line in code[first + 1 :] if not line.startswith(("cost ", "pip freeze"))
+    )
     before = code[:first]
     assert "python3 -m venv .ci/venv" in before
     assert [] == [line for line in before if "pip install" in line or "ensurepip" in line]
     assert 1 == ci.count("scripts/test")
     script = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
     assert script.rstrip().endswith('exec python -m pytest -p no:cacheprovider "$@"')
+    # The test command leaves the quickstart venv as it was: pip freeze before and after, compared.
+    after = code[code.index(commands[1]) :]
+    assert after[1].startswith("pip freeze --all | diff .ci/quickstart-freeze.log -"), after[1]
+    assert "pip freeze --all >.ci/quickstart-freeze.log" == code[code.index(commands[1]) - 1]
 
 
 def test_readme_keeps_the_two_commands_and_links_only_to_files_that_exist() -> None:

@@ -8,6 +8,7 @@ those inside functions and under ``TYPE_CHECKING``), so a lazy import cannot hid
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -232,15 +233,35 @@ dev = ["pytest"]
 """
 
 
-@pytest.mark.slow
-def test_scripts_test_bootstraps_a_venv_with_the_pip_it_ships(tmp_path: Path) -> None:
-    """
-    The README's test command works in a brand-new venv whose pip cannot install dependency groups.
+def _freeze(python: Path) -> str:
+    """``pip freeze --all`` of the environment of *python* (pip itself included)."""
+    return subprocess.run(
+        [python, "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
 
-    ``scripts/test`` (the README's second quickstart command) is copied into a toy project whose
-    ``dev`` group is pytest: in a venv made by ``python -m venv`` (pip 23-24, older than the 25.1
-    that ``--group`` needs), it upgrades pip inside the venv, installs the group and runs pytest
-    (``--version`` here); a second run installs nothing.
+
+def _calling_venv(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A throwaway venv, as the README has the user make, and the environment of a shell that activated it."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = {
+        "PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "VIRTUAL_ENV": str(venv),
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    return venv / "bin" / "python", env
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # three venvs made, two pip upgrades and two installs
+def test_scripts_test_makes_its_own_venv_once_and_leaves_the_callers_as_it_was(tmp_path: Path) -> None:
+    """
+    The README's test command in a brand-new venv with the pip it ships: it makes .venv-test (its own
+    pip upgraded there, the dev group installed) and runs pytest in it (``--version`` here); the
+    calling venv gains no package and keeps its pip. A second run reuses .venv-test; a changed
+    pyproject.toml makes it again.
     """
     project = tmp_path / "project"
     (project / "scripts").mkdir(parents=True)
@@ -250,26 +271,8 @@ def test_scripts_test_bootstraps_a_venv_with_the_pip_it_ships(tmp_path: Path) ->
     script = project / "scripts" / "test"
     script.write_bytes((ROOT / "scripts" / "test").read_bytes())
     script.chmod(0o755)
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
-
-    def pip_version() -> tuple[int, ...]:
-        out = subprocess.run(
-            [python, "-c", "from importlib.metadata import version; print(version('pip'))"],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-        return tuple(int(n) for n in re.findall(r"\d+", out)[:2])
-
-    if pip_version() >= (25, 1):  # a Python whose ensurepip is new enough: make it old again
-        subprocess.run([python, "-m", "pip", "install", "-q", "pip<25"], check=True, timeout=300)
-    assert pip_version() < (25, 1)
-    env = {
-        "PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-        "VIRTUAL_ENV": str(venv),
-        "HOME": str(tmp_path),
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    }
+    python, env = _calling_venv(tmp_path)
+    before = _freeze(python)
 
     def run_it() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -277,15 +280,41 @@ def test_scripts_test_bootstraps_a_venv_with_the_pip_it_ships(tmp_path: Path) ->
         )
 
     first, second = run_it(), run_it()
+    (project / "pyproject.toml").write_text(TOY_PROJECT + "# changed\n", encoding="utf-8")
+    third = run_it()
 
     assert 0 == first.returncode, first.stderr
     assert re.match(r"pytest \d+", first.stdout), first.stdout
-    assert "scripts/test: upgrading pip inside this virtual environment" in first.stderr
-    assert "scripts/test: pip install -e . --group dev" in first.stderr
-    assert pip_version() >= (25, 1)
-    assert (0, first.stdout) == (second.returncode, second.stdout), second.stderr
-    assert "pip install" not in second.stderr
-    assert "upgrading pip" not in second.stderr
+    made = "scripts/test: making the test environment .venv-test (pip install -e . --group dev)\n"
+    assert first.stderr.startswith(made)  # then what pip itself says, if anything
+    assert (0, first.stdout, "") == (second.returncode, second.stdout, second.stderr)
+    assert (0, first.stdout) == (third.returncode, third.stdout)
+    assert third.stderr.startswith(made)
+    assert before == _freeze(python)  # not a package more, and the same pip
+    own = _freeze(project / ".venv-test" / "bin" / "python")
+    assert re.search(r"^pytest==", own, re.M), own
+    pip = re.search(r"^pip==(\d+)\.(\d+)", own, re.M)
+    assert pip is not None, own
+    assert (int(pip[1]), int(pip[2])) >= (25, 1), own
+
+
+@pytest.mark.timeout(1200)  # .venv-test is made first where it is missing (scripts/test itself has made it)
+def test_the_suite_s_command_leaves_the_calling_venv_unchanged(tmp_path: Path) -> None:
+    """
+    ``scripts/test --co -q tests/test_packaging.py`` from a fresh venv: pytest runs (in .venv-test,
+    made once and then reused) and the venv it was called from is what it was, package for package.
+    """
+    python, env = _calling_venv(tmp_path)
+    before = _freeze(python)
+
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "test"), "--co", "-q", "tests/test_packaging.py"],
+        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=1200, check=False,
+    )  # fmt: skip
+
+    assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "test_the_suite_s_command_leaves_the_calling_venv_unchanged" in done.stdout
+    assert before == _freeze(python)
 
 
 def test_the_benchmarks_import_nothing_from_the_tests() -> None:

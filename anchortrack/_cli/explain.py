@@ -69,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
         source = read_source(args)
         spec, record = choose_store(args)
         scope, sources = resolve_scope(args, record)
-        explanation, holds = run(source, spec, scope)
+        explanation, holds, others = run(source, spec, scope, record)
     except Unusable as error:
         return fail("explain", str(error))
     if args.json:
@@ -83,6 +83,7 @@ def main(args: argparse.Namespace) -> int:
     lines.append(conclusion(explanation, spec, holds, bare=isinstance(source, list)))
     if holds is not None and holds[0]:
         lines.append("note: the store holds anchors in this scope, but none is a prefix of this history")
+    lines += others
     sys.stdout.write("\n".join(wrap(line) for line in lines) + "\n")
     return 0
 
@@ -132,8 +133,13 @@ def choose_store(args: argparse.Namespace) -> tuple[str, DemoRecord | None]:
     )
 
 
-def run(source: object, spec: str, scope: Scope) -> tuple[Explanation, Holds | None]:
-    """Explain *source* against the store *spec*; what the store holds when the history diverged."""
+def run(
+    source: object, spec: str, scope: Scope, record: DemoRecord | None = None
+) -> tuple[Explanation, Holds | None, list[str]]:
+    """
+    Explain *source* against the store *spec*; when no prefix is held, what the store holds, and lines
+    naming the other scopes it holds anchors in.
+    """
     from .._explain import explain
     from .._plan import Reason
     from ..stores import open_store
@@ -148,7 +154,13 @@ def run(source: object, spec: str, scope: Scope) -> tuple[Explanation, Holds | N
         key = scope.store_key(store.secret_key)
         store.get(key, "resp_anchortrack_explain")  # an unreachable store fails here, with its reason
         explanation = explain(source, store=store, scope=scope)
-        holds = store_holds(store, key) if explanation.reason is Reason.PREFIX_DIVERGED else None
+        holds, others = None, []
+        if explanation.reason in (Reason.PREFIX_DIVERGED, Reason.UNKNOWN_HISTORY):
+            held = store_scopes(store, key)
+            if held is not None:
+                holds = held[0], held[0] or bool(held[1])
+                if held[1] and not held[0]:
+                    others = held_scopes(held[1], scope_candidates(scope, record, store.secret_key))
     except TypeError as error:
         raise Unusable(str(error)) from None
     except Exception as error:  # noqa: BLE001 - a store's own errors: one line, not a traceback
@@ -157,7 +169,7 @@ def run(source: object, spec: str, scope: Scope) -> tuple[Explanation, Holds | N
         store.close()
     if explanation.reason is Reason.STORE_UNAVAILABLE:
         raise Unusable(f"the store {spec} did not answer ({explanation.detail})")
-    return explanation, holds
+    return explanation, holds, others
 
 
 #: The scope parts a flag or the demo's record gives, else the variable an openai client reads.
@@ -214,28 +226,88 @@ def scope_lines(scope: Scope, sources: Mapping[str, str]) -> list[str]:
     ]
 
 
-def store_holds(store: AnchorStore, scope_key: str) -> Holds:
+def store_scopes(store: AnchorStore, scope_key: str, most: int = 20) -> tuple[bool, set[str]] | None:
     """
-    Whether the store holds any live anchor in *scope_key*, and in any scope (None: cannot tell).
+    Whether the store holds live anchors in *scope_key*, and the keys of (up to *most*) other scopes it
+    holds live anchors in (None: cannot tell).
 
     A store looks anchors up by view only, so this reads the SQLite and Redis layouts themselves.
     """
     from ..stores import MemoryStore, RedisStore, SQLiteStore
 
     if isinstance(store, MemoryStore):
-        return False, False  # opened by this command a moment ago
+        return False, set()  # opened by this command a moment ago
     if isinstance(store, SQLiteStore):
         with contextlib.closing(sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)) as conn:
-            live = "SELECT 1 FROM anchors WHERE expires_at > ?"
-            mine = conn.execute(live + " AND scope = ? LIMIT 1", (time.time(), scope_key)).fetchone()
-            some = conn.execute(live + " LIMIT 1", (time.time(),)).fetchone()
-    elif isinstance(store, RedisStore) and store.client is not None:
+            live = "FROM anchors WHERE expires_at > ? AND scope "
+            now = time.time()
+            mine = conn.execute(f"SELECT 1 {live} = ? LIMIT 1", (now, scope_key)).fetchone() is not None
+            rows = conn.execute(f"SELECT DISTINCT scope {live} != ? LIMIT ?", (now, scope_key, most))
+            return mine, {str(scope) for (scope,) in rows}
+    if isinstance(store, RedisStore) and store.client is not None:
         schema, client = store.key_schema, store.client
-        mine = next(iter(client.scan_iter(match=schema.view_prefix(scope_key) + "*", count=1000)), None)
-        some = next(iter(client.scan_iter(match=f"{schema.prefix}:*:v:*", count=1000)), None)
-    else:
-        return None, None
-    return mine is not None, some is not None
+        found = next(iter(client.scan_iter(match=schema.view_prefix(scope_key) + "*", count=1000)), None)
+        others: set[str] = set()
+        for key in client.scan_iter(match=f"{schema.prefix}:*:v:*", count=1000):
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            others.add(text.partition("{")[2].partition("}")[0])
+            others.discard(scope_key)
+            if len(others) >= most:
+                break
+        return found is not None, others
+    return None
+
+
+def scope_candidates(
+    scope: Scope, record: DemoRecord | None, secret_key: bytes | None
+) -> dict[str, tuple[Scope, str]]:
+    """
+    The scopes a recording client probably used, by store key, each with what its API-key part is:
+    *scope* with each part as given, left out, or as the demo and the environment have it (an API key
+    only as its keyed digest, never shown).
+    """
+    from .._hashing import Scope, api_key_digest
+    from ..stores._base import resolve_secret_key
+
+    def options(*values: str | None) -> list[str | None]:
+        return list(dict.fromkeys(values))
+
+    demo = record.scope if record is not None else None
+    key = os.environ.get("OPENAI_API_KEY")
+    digests: dict[str | None, str] = {None: "without an API-key digest"}  # the later ones win
+    if demo is not None and demo.api_key_digest:
+        digests[demo.api_key_digest] = "with the demo's API-key digest"
+    if key:
+        digests[api_key_digest(key, resolve_secret_key(None))] = "with $OPENAI_API_KEY's digest"
+    if scope.api_key_digest:
+        digests[scope.api_key_digest] = "with this API key's digest"
+    bases = options(
+        scope.base_url, os.environ.get("OPENAI_BASE_URL"), demo.base_url if demo else None, OPENAI_BASE_URL
+    )
+    found: dict[str, tuple[Scope, str]] = {}
+    for base in filter(None, bases):
+        for organization in options(scope.organization, None):
+            for project in options(scope.project, None):
+                for namespace in options(scope.namespace, None, demo.namespace if demo else None):
+                    for digest, said in digests.items():
+                        candidate = Scope(base, organization, project, namespace, digest)
+                        found.setdefault(candidate.store_key(secret_key), (candidate, said))
+    return found
+
+
+def held_scopes(held: set[str], candidates: Mapping[str, tuple[Scope, str]]) -> list[str]:
+    """Lines naming the scopes the store holds (base URL, namespace, whether an API-key digest is part)."""
+    lines = [f"the store holds anchors in {len(held)} other scope{'s' if len(held) > 1 else ''}:"]
+    for key in sorted(held, key=lambda k: (k not in candidates, k)):
+        if key not in candidates:
+            lines.append(f"  {key}: another namespace, organization, project or API key")
+            continue
+        scope, digest = candidates[key]
+        parts = [f"{name} {value}" for name, value in (("organization", scope.organization),
+                 ("project", scope.project)) if value]  # fmt: skip
+        parts += [f"namespace {scope.namespace or 'none'}", digest]
+        lines += [f"  {key}: base URL {scope.base_url.rstrip('/')}", f"    {', '.join(parts)}"]
+    return lines
 
 
 def conclusion(explanation: Explanation, spec: str, holds: Holds | None, *, bare: bool) -> str:
@@ -253,7 +325,8 @@ def conclusion(explanation: Explanation, spec: str, holds: Holds | None, *, bare
     if mine is False:
         return (
             f"{label}: the store holds anchors, but none in this scope: the recording client probably used "
-            "another base URL, organization, project, namespace or API key (see the scope above)"
+            "another base URL, organization, project, namespace or API key (the store's scopes are listed "
+            "below)"
         )
     if bare and explanation.reason.value == "properties_changed":
         return (

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import reprlib
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,27 @@ def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
     raise ValueError(
         f"unknown store {spec!r}: expected memory, sqlite:PATH or redis://HOST[:PORT][/DB]{hint}"
     )
+
+
+def store_label(store: object) -> str:
+    """
+    How messages name *store*: its spelling (``memory``, ``sqlite:PATH``, a Redis URL without user or
+    password), else its class name.
+    """
+    if isinstance(store, MemoryStore):
+        return "memory"
+    if isinstance(store, SQLiteStore):
+        return f"sqlite:{store.path}"
+    redis_module = sys.modules.get(f"{__package__}.redis")  # loaded if *store* is a RedisStore
+    if redis_module is not None and isinstance(store, redis_module.RedisStore):
+        pool = getattr(store.client or store.async_client, "connection_pool", None)
+        options = getattr(pool, "connection_kwargs", {})
+        if "path" in options:
+            return f"unix://{options['path']}"
+        ssl = "SSL" in getattr(getattr(pool, "connection_class", None), "__name__", "")
+        host, port, db = options.get("host", "localhost"), options.get("port", 6379), options.get("db", 0)
+        return f"{'rediss' if ssl else 'redis'}://{host}:{port}/{db}"
+    return type(store).__name__
 
 
 def closest_spec(spec: str) -> str | None:

@@ -377,9 +377,10 @@ def test_a_mistyped_mode_variable_is_reported_with_its_value(tmp_path: Path) -> 
 
     assert 0 == proc.returncode, proc.stderr
     assert [
-        "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' using='off'"
+        "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' "
+        "expected='chained, shadow, off' using='off'"
     ] == proc.stderr.decode().splitlines()
-    assert "mode off (ANCHORTRACK_MODE='chain' is not a mode: chained, shadow or off)" in out
+    assert "mode off (ANCHORTRACK_MODE='chain' is unknown; expected one of: chained, shadow, off)" in out
     assert "passthrough 2" in out
 
 

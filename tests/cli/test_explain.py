@@ -18,7 +18,8 @@ import anchortrack
 from anchortrack._cli import main
 from anchortrack._cli.record import DemoRecord
 from anchortrack.server import ResponsesServer
-from anchortrack.stores import SQLiteStore
+from anchortrack.stores import RedisStore, SQLiteStore
+from tests._redis import RedisServer
 
 from ..helpers import conversation, dumped, output, scope_of, user
 
@@ -134,8 +135,8 @@ class TestExplainCommand:
         assert 8 == sum(1 for line in out.splitlines() if line.startswith("+ "))
         assert out.endswith(
             "stateless (prefix_diverged): no recorded response's view is a prefix of the\n"
-            "  history: an earlier item was edited, removed or inserted (or the anchors are\n"
-            "  in another store or scope)\n"
+            "  history: an earlier item was edited, removed or inserted (or the anchor of a\n"
+            "  recorded prefix is gone)\n"
             "note: the store holds anchors in this scope, but none is a prefix of this\n"
             "  history\n"
         )
@@ -210,7 +211,35 @@ class TestExplainCommand:
         assert out.endswith(
             "stateless (prefix_diverged): the store holds anchors, but none in this scope:\n"
             "  the recording client probably used another base URL, organization, project,\n"
-            "  namespace or API key (see the scope above)\n"
+            "  namespace or API key (the store's scopes are listed below)\n"
+            "the store holds anchors in 1 other scope:\n"
+            f"  {scope_of(sqlite_client).key}: another namespace, organization, project or API key\n"
+        )
+
+    def test_a_redis_store_s_other_scopes_are_listed(
+        self, capsys: pytest.CaptureFixture[str], raw_client: openai.OpenAI, tmp_path: Path
+    ) -> None:
+        """The same over a real redis-server: the scope the anchors are in, read from its keys."""
+        redis_server = RedisServer()
+        redis_server.start()
+        try:
+            store = RedisStore.from_url(redis_server.url)
+            client = anchortrack.wrap(raw_client, store=store, scope_by_api_key=False)
+            history, _ = conversation(client)
+            store.close()
+            path = self._file(tmp_path, [*history, user("more")])
+
+            code, out = _run(
+                capsys, path, "--store", redis_server.url, "--base-url", str(raw_client.base_url)
+            )
+        finally:
+            redis_server.close()
+
+        assert 0 == code
+        assert out.endswith(
+            "the store holds anchors in 1 other scope:\n"
+            f"  {scope_of(client).key}: base URL {str(raw_client.base_url).rstrip('/')}\n"
+            "    namespace none, without an API-key digest\n"
         )
 
     def test_a_secret_key_keys_the_scope_it_looks_in(
@@ -478,8 +507,79 @@ class TestAUsersOwnFiles:
         assert other.endswith(
             "stateless (prefix_diverged): the store holds anchors, but none in this scope:\n"
             "  the recording client probably used another base URL, organization, project,\n"
-            "  namespace or API key (see the scope above)\n"
+            "  namespace or API key (the store's scopes are listed below)\n"
+            "the store holds anchors in 1 other scope:\n"
+            "  KEY: base URL URL\n"
+            "    namespace none, with $OPENAI_API_KEY's digest\n"
         )
+
+    def test_a_scope_without_the_api_key_is_named_with_the_flag_it_needs(self) -> None:
+        """
+        Anchors recorded by a client wrapped with scope_by_api_key=False, explained with the user's
+        $OPENAI_API_KEY in the environment: the store's scope is listed, saying it has no API-key
+        digest (so --no-api-key-scope is the missing flag); the key itself is never printed.
+        """
+        store = SQLiteStore(self.dir / "keyless.db")
+        raw = openai.OpenAI(base_url=self.server.base_url, api_key=self.KEY, max_retries=0)
+        client = anchortrack.wrap(raw, store=store, scope_by_api_key=False)
+        first = client.responses.create(model="scripted", input=[user("hi")])
+        self._write("keyless.json", [user("hi"), *dumped(first.output), user("more")])
+        keyless = scope_of(client).key
+        store.close()
+        raw.close()
+
+        code, out, err = self.explain("keyless.json", "--store", "sqlite:keyless.db", "--base-url", "URL")
+        fixed = self.explain(
+            "keyless.json", "--store", "sqlite:keyless.db", "--base-url", "URL", "--no-api-key-scope"
+        )
+
+        assert (0, "") == (code, err)
+        assert out.endswith(
+            "stateless (prefix_diverged): the store holds anchors, but none in this scope:\n"
+            "  the recording client probably used another base URL, organization, project,\n"
+            "  namespace or API key (the store's scopes are listed below)\n"
+            "the store holds anchors in 1 other scope:\n"
+            f"  {keyless}: base URL URL\n"
+            "    namespace none, without an API-key digest\n"
+        )
+        assert self.KEY not in out
+        assert (0, "") == (fixed[0], fixed[2])
+        assert "\nchained: sends 1 of 3 items after\n" in fixed[1]
+
+    def test_a_history_of_sdk_objects_saved_as_the_docs_say_is_explained(self) -> None:
+        """
+        json.dump refuses the output items a response returns (SDK objects); the way the README and
+        docs/guide/cli.md give saves a history that explain reads, and it chains.
+        """
+        save = 'item if isinstance(item, dict) else item.model_dump(mode="json") for item in history'
+        root = Path(__file__).resolve().parents[2]
+        for page in ("README.md", "docs/guide/cli.md"):
+            assert save in " ".join((root / page).read_text(encoding="utf-8").split()), page
+        store = SQLiteStore(self.dir / "sdk.db")
+        raw = openai.OpenAI(base_url=self.server.base_url, api_key=self.KEY, max_retries=0)
+        client = anchortrack.wrap(raw, store=store)
+        history: list[Any] = [user("hi")]
+        first = client.responses.create(model="scripted", input=history)
+        history += first.output
+        history.append(user("more"))
+        store.close()
+        raw.close()
+
+        with pytest.raises(TypeError, match="is not JSON serializable"):
+            json.dumps(history)
+        items = [item if isinstance(item, dict) else item.model_dump(mode="json") for item in history]
+        (self.dir / "mine.json").write_text(json.dumps(items), encoding="utf-8")
+        code, out, err = self.explain("mine.json", "--store", "sqlite:sdk.db", "--base-url", "URL")
+
+        assert (0, "") == (code, err)
+        self.ids[first.id] = "R"
+        assert self._mask(out).endswith(
+            "  ── anchor R ──\n"
+            "+    2  message                user       <fp>  -\n"
+            "  + = sent in input\n"
+            "chained: sends 1 of 3 items after\n  R (its view is items 0-1):\n"
+            "  ~82 of ~281 input bytes (71% less)\n"
+        ), out
 
     def test_an_edited_history_is_named_once(self) -> None:
         """An edited first message: the summary says which item differs, the note that the scope is right."""
@@ -492,8 +592,8 @@ class TestAUsersOwnFiles:
             "+    4  message                user       <fp>  -\n"
             "  + = sent in input\n"
             "stateless (prefix_diverged): no recorded response's view is a prefix of the\n"
-            "  history: an earlier item was edited, removed or inserted (or the anchors are\n"
-            "  in another store or scope)\n"
+            "  history: an earlier item was edited, removed or inserted (or the anchor of a\n"
+            "  recorded prefix is gone)\n"
             "note: the store holds anchors in this scope, but none is a prefix of this\n"
             "  history\n"
         )

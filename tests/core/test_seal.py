@@ -207,7 +207,7 @@ def test_a_caller_managed_parent_that_fails_its_mac_is_not_extended() -> None:
     assert None is send.ticket
     [planned] = [n for n in notes if isinstance(n, Planned)]
     assert (Reason.CALLER_MANAGED, (forged.response_id,)) == (planned.plan.reason, planned.plan.rejected)
-    assert ["anchortrack.anchor_rejected"] == [
+    assert ["anchortrack.anchor_rejected", "anchortrack.hint_caller_managed"] == [
         n.event for n in notes if isinstance(n, Log) and n.level == "warning"
     ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+from structlog.testing import capture_logs
 
 import anchortrack
 from anchortrack.server import ResponsesServer, WireTap
@@ -69,7 +70,7 @@ def test_api_keys_are_kept_apart(raw_client: openai.OpenAI) -> None:
     ask(theirs, history, "two")
     ask(same_key, history, "two")
 
-    assert 1 == anchortrack.tracker(theirs).stats.count("stateless", "prefix_diverged")
+    assert 1 == anchortrack.tracker(theirs).stats.count("stateless", "unknown_history")
     assert 1 == anchortrack.tracker(same_key).stats.count("chained")
     assert anchortrack.tracker(mine).scope_for(mine) != anchortrack.tracker(theirs).scope_for(theirs)
 
@@ -84,7 +85,7 @@ def test_projects_and_endpoints_are_kept_apart(raw_client: openai.OpenAI) -> Non
     history, _ = ask(mine, [], "one")
     ask(other_project, history, "two")
 
-    assert 1 == anchortrack.tracker(other_project).stats.count("stateless", "prefix_diverged")
+    assert 1 == anchortrack.tracker(other_project).stats.count("stateless", "unknown_history")
 
 
 def test_an_explicit_store_still_overrides(raw_client: openai.OpenAI) -> None:
@@ -100,7 +101,7 @@ def test_an_explicit_store_still_overrides(raw_client: openai.OpenAI) -> None:
     assert tracker.store is own
     assert not tracker.shared_default
     assert anchortrack.tracker(shared).shared_default
-    assert 1 == tracker.stats.count("stateless", "prefix_diverged")
+    assert 1 == tracker.stats.count("stateless", "unknown_history")
     assert tracker.scope_for(private) == anchortrack.tracker(shared).scope_for(shared)
 
 
@@ -114,3 +115,29 @@ def test_the_scope_to_explain_a_default_store_client(raw_client: openai.OpenAI) 
 
     assert why.plan.chained
     assert "default" in repr(tracker)
+
+
+def test_a_restart_is_not_called_an_edit(raw_client: openai.OpenAI) -> None:
+    """
+    A restarted process's memory store (a new one) knows no anchor of a history it is handed:
+    ``unknown_history``, not the edit reason; an edit after a prefix the new process recorded is
+    still ``prefix_diverged``, at the item that differs.
+    """
+    system = {"role": "system", "content": "be brief"}
+    before = anchortrack.wrap(raw_client, store=MemoryStore())
+    history, _ = ask(before, [system], "one")
+    history, _ = ask(before, history, "two")
+    restarted = anchortrack.wrap(raw_client, store=MemoryStore())  # the process restarted
+
+    with capture_logs() as logs:
+        history, _ = ask(restarted, history, "three")
+        edited = [system, user("ONE"), *history[2:]]  # an edit after the first item, which it recorded
+        ask(restarted, edited, "four")
+
+    stateless = [e for e in logs if e["event"] == "anchortrack.request_stateless"]
+    assert [
+        {"event": "anchortrack.request_stateless", "log_level": "debug", "reason": "unknown_history",
+         "items_sent": 6, "diverged_at": None},
+        {"event": "anchortrack.request_stateless", "log_level": "debug", "reason": "prefix_diverged",
+         "items_sent": 8, "diverged_at": 1},
+    ] == stateless  # fmt: skip

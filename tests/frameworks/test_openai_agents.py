@@ -11,6 +11,7 @@ import pytest
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.models.openai_responses import OpenAIResponsesModel
 from agents.run_config import CallModelData, ModelInputData
+from structlog.testing import capture_logs
 
 import anchortrack
 
@@ -205,6 +206,30 @@ async def test_auto_previous_response_id_is_passed_through_then_continued(lab: L
     assert ["message"] == kinds(third.sent)
     lab.assert_same_behaviour(lab.runs[0], run)
     assert scrub(want) == scrub(got)
+
+
+async def test_runner_previous_response_id_is_told_once_that_anchortrack_stands_aside(lab: Lab) -> None:
+    """
+    Runner.run(previous_response_id=...) chains by itself: every call is passed through, which stats
+    show as passthrough; one warning says why and how to let anchortrack chain instead.
+    """
+    run = lab.tracked()
+    agent = make_agent(run.aclient)
+    first = await Runner.run(agent, "hello", run_config=RUN_CONFIG)
+    with capture_logs() as logs:
+        second = await Runner.run(
+            agent, "again", run_config=RUN_CONFIG, previous_response_id=first.last_response_id
+        )
+        await Runner.run(
+            agent, "and again", run_config=RUN_CONFIG, previous_response_id=second.last_response_id
+        )
+
+    hints = [e for e in logs if e["event"].startswith("anchortrack.hint_")]
+    assert [("anchortrack.hint_caller_managed", "warning", first.last_response_id)] == [
+        (e["event"], e["log_level"], e["previous_response_id"]) for e in hints
+    ]
+    assert "leave previous_response_id out" in hints[0]["hint"]
+    assert 2 == anchortrack.tracker(run.aclient).stats.count("passthrough", "caller_managed")
 
 
 @pytest.mark.parametrize("announced", [True, False], ids=["announced", "unknown-server"])

@@ -303,6 +303,7 @@ def test_store_outage_logs_degraded_once_and_recovered(raw_client: openai.OpenAI
         {
             "event": "anchortrack.store_degraded",
             "log_level": "warning",
+            "store": "memory",
             "operation": "find",
             "error": "ConnectionError",
             "retry_in": 0.0,
@@ -344,6 +345,7 @@ def test_the_guard_measures_an_outage_on_its_clock() -> None:
         {
             "event": "anchortrack.store_degraded",
             "log_level": "warning",
+            "store": "memory",
             "operation": "find",
             "error": "ConnectionError",
             "retry_in": 0.0,
@@ -368,6 +370,7 @@ def test_invalid_mode_variable_warns_once_and_turns_tracking_off(
             "log_level": "warning",
             "variable": "ANCHORTRACK_MODE",
             "value": "chaind-typo",
+            "expected": "chained, shadow, off",
             "using": "off",
         }
     ] == _events(logs, "mode_invalid")

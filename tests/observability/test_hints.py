@@ -72,12 +72,31 @@ def test_previous_response_id_with_the_items_it_holds_is_told_before_the_400(cli
             "hint": "previous_response_id already holds these items: pass only the items after that "
             "response (or leave previous_response_id out and let anchortrack chain)",
         }
-    ] == _hints(logs)  # once per tracker
+    ] == [e for e in _hints(logs) if e["event"] == "anchortrack.hint_duplicate_items"]  # once per tracker
 
 
-def test_previous_response_id_with_only_the_new_items_gets_no_hint(client: openai.OpenAI) -> None:
-    """Managing the chain yourself, correctly, is no mistake."""
+CALLER_MANAGED_HINT = (
+    "the caller set previous_response_id (a framework's own chaining does), so anchortrack sends such "
+    "calls as given and stands aside: to let anchortrack chain, pass the whole history as input and "
+    "leave previous_response_id out"
+)
+
+
+def test_previous_response_id_of_the_caller_is_told_once_that_anchortrack_stands_aside(
+    client: openai.OpenAI,
+) -> None:
+    """Managing the chain yourself is no mistake, but stats say passthrough: say why, once."""
     reply = client.responses.create(model="scripted", input=[user("one")])
     with capture_logs() as logs:
-        client.responses.create(model="scripted", input=[user("two")], previous_response_id=reply.id)
-    assert [] == _hints(logs)
+        second = client.responses.create(model="scripted", input=[user("two")], previous_response_id=reply.id)
+        client.responses.create(model="scripted", input=[user("three")], previous_response_id=second.id)
+
+    assert [
+        {
+            "event": "anchortrack.hint_caller_managed",
+            "log_level": "warning",
+            "previous_response_id": reply.id,
+            "hint": CALLER_MANAGED_HINT,
+        }
+    ] == _hints(logs)
+    assert 2 == anchortrack.tracker(client).stats.count("passthrough", "caller_managed")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -54,8 +55,13 @@ tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 """
 
-MODE_INVALID = "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' using='off'"
-STORE_DEGRADED = "anchortrack.store_degraded operation='find' error='ConnectionError' retry_in=1.0"
+MODE_INVALID = (
+    "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='chain' expected='chained, shadow, off' "
+    "using='off'"
+)
+STORE_DEGRADED = (
+    "anchortrack.store_degraded store='memory' operation='find' error='ConnectionError' retry_in=1.0"
+)
 
 
 def _stderr(setup: str) -> str:
@@ -109,10 +115,12 @@ def test_structlog_json(event: str) -> None:
         "mode_invalid": {
             "variable": "ANCHORTRACK_MODE",
             "value": "chain",
+            "expected": "chained, shadow, off",
             "using": "off",
             "level": "warning",
         },
         "store_degraded": {
+            "store": "memory",
             "operation": "find",
             "error": "ConnectionError",
             "retry_in": 1.0,
@@ -120,3 +128,81 @@ def test_structlog_json(event: str) -> None:
         },
     }[event]
     assert {"event": f"anchortrack.{event}", **expected} == events[f"anchortrack.{event}"]
+
+
+def test_an_unreachable_redis_is_accepted_and_its_warning_names_it_without_the_password() -> None:
+    """
+    wrap() does not connect: a Redis URL nobody listens on is accepted; the one warning of the outage
+    names the store by its URL, without the password in it.
+    """
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = f"""
+import openai, anchortrack
+from tests.helpers import SCOPE, assistant, response, user
+
+client = anchortrack.wrap(
+    openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="k"), store="redis://:hunter2@127.0.0.1:{port}/0"
+)
+tracker = anchortrack.tracker(client)
+tracker.store_cooldown = 0.0
+history = [user("hi"), assistant("noted"), user("and?")]
+send = lambda body, ticket: response([assistant("ok")])
+for _ in range(2):
+    tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+"""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert (0, "") == (proc.returncode, proc.stdout), proc.stderr
+    assert [
+        f"anchortrack.store_degraded store='redis://127.0.0.1:{port}/0' operation='find' "
+        "error='ConnectionError' retry_in=0.0"
+    ] == proc.stderr.splitlines()
+
+
+def test_a_mistyped_mode_names_the_valid_ones_in_code_and_in_the_variable_alike() -> None:
+    """wrap(mode="chain") raises, ANCHORTRACK_MODE=of warns: both list the valid values, in the same words."""
+    script = """
+import os, openai, anchortrack
+from tests.helpers import SCOPE, assistant, response, user
+
+try:
+    anchortrack.wrap(openai.OpenAI(api_key="k"), mode="chain")
+except ValueError as error:
+    print(error)
+os.environ["ANCHORTRACK_MODE"] = "of"
+tracker = anchortrack.tracker(anchortrack.wrap(openai.OpenAI(api_key="k")))
+send = lambda body, ticket: response([assistant("ok")])
+tracker.call({"model": "m", "input": [user("hi")]}, lambda: SCOPE, send)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "ANCHORTRACK_MODE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert 0 == proc.returncode, proc.stderr
+    assert "unknown anchortrack mode 'chain'; expected one of: chained, shadow, off\n" == proc.stdout
+    assert [
+        "anchortrack.mode_invalid variable='ANCHORTRACK_MODE' value='of' expected='chained, shadow, off' "
+        "using='off'"
+    ] == proc.stderr.splitlines()

@@ -40,7 +40,7 @@ def test_a_scripted_conversation_counts_each_reason(
 
     history, first = ask(client, [], "one")  # stateless / no_history
     history, second = ask(client, history, "two")  # chained
-    ask(client, [user("ONE"), *history[1:]], "edited")  # stateless / prefix_diverged
+    ask(client, [user("ONE"), *history[1:]], "edited")  # stateless / unknown_history: the first item changed
     server.state.drop(second.id)
     ask(client, history, "three")  # chained, then resent: fallback stale_anchor
     client.responses.create(model="scripted", input=[user("four")], previous_response_id=first.id)
@@ -58,8 +58,8 @@ def test_a_scripted_conversation_counts_each_reason(
         _row("chained", "passthrough", "caller_managed", 1),
         _row("chained", "resent", "stale_anchor", 1),
         _row("chained", "stateless", "no_history", 3),
-        _row("chained", "stateless", "prefix_diverged", 1),
         _row("chained", "stateless", "store_unavailable", 1),
+        _row("chained", "stateless", "unknown_history", 1),
         _row("off", "passthrough", "mode_off", 1),
     ] == snap["requests"]
     assert {"stale_anchor": 1} == snap["resends"]
