@@ -134,10 +134,9 @@ def test_a_restart_is_not_called_an_edit(raw_client: openai.OpenAI) -> None:
         edited = [system, user("ONE"), *history[2:]]  # an edit after the first item, which it recorded
         ask(restarted, edited, "four")
 
-    stateless = [e for e in logs if e["event"] == "anchortrack.request_stateless"]
-    assert [
-        {"event": "anchortrack.request_stateless", "log_level": "debug", "reason": "unknown_history",
-         "items_sent": 6, "diverged_at": None},
-        {"event": "anchortrack.request_stateless", "log_level": "debug", "reason": "prefix_diverged",
-         "items_sent": 8, "diverged_at": 1},
-    ] == stateless  # fmt: skip
+    stateless = [
+        (e["reason"], e["items_sent"], e.get("diverged_at"))
+        for e in logs
+        if e["event"] == "anchortrack.request_stateless"
+    ]
+    assert [("unknown_history", 6, None), ("prefix_diverged", 8, 1)] == stateless
