@@ -107,12 +107,12 @@ class ChainWatch:
                 anchor_tokens = self._tokens.get(parent)
             seen = evidence(response, anchor_tokens)
         tokens, response_id = input_tokens(response), getattr(response, "id", None)
-        if isinstance(response_id, str) and (seen is not None or tokens is not None):
+        if isinstance(response_id, str):
             with self._lock:
-                kept = self._flagged if seen is not None else self._tokens
-                kept[response_id] = seen if seen is not None else tokens  # type: ignore[assignment]
-                while len(kept) > self._kept:
-                    kept.popitem(last=False)
+                if seen is not None:
+                    _keep(self._flagged, response_id, seen, self._kept)
+                elif tokens is not None:
+                    _keep(self._tokens, response_id, tokens, self._kept)
         return seen
 
     def flagged(self, response_id: object) -> str | None:
@@ -135,3 +135,10 @@ class ChainWatch:
         """The response a stream's first event carries (``response.created``), if any."""
         created = getattr(event, "type", None) == "response.created"
         return getattr(event, "response", None) if created else None
+
+
+def _keep(kept: collections.OrderedDict[str, Any], key: str, value: Any, most: int) -> None:
+    """Keep *value* under *key*, and at most *most* entries, the oldest let go first."""
+    kept[key] = value
+    while len(kept) > most:
+        kept.popitem(last=False)
