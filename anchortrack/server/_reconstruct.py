@@ -13,7 +13,6 @@ same reply.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,68 +77,6 @@ def map_finish_reason(reason: object) -> Outcome:
     return Outcome("failed", error=f"The upstream provider returned an unexpected finish reason: {reason!r}.")
 
 
-def _strings(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _custom(arguments: dict[str, Any]) -> Item | None:
-    return {"input": arguments["input"]} if isinstance(arguments.get("input"), str) else None
-
-
-def _shell(arguments: dict[str, Any]) -> Item | None:
-    if not _strings(arguments.get("commands")):
-        return None
-    action = {
-        "commands": arguments["commands"],
-        "timeout_ms": _int_or_none(arguments.get("timeout_ms")),
-        "max_output_length": _int_or_none(arguments.get("max_output_length")),
-    }
-    return {"action": action, "status": "completed", "environment": None}
-
-
-def _local_shell(arguments: dict[str, Any]) -> Item | None:
-    env = arguments.get("env", {})
-    if not _strings(arguments.get("command")) or not isinstance(env, dict):
-        return None
-    if not all(isinstance(v, str) for v in env.values()):
-        return None
-    action = {
-        "type": "exec",
-        "command": arguments["command"],
-        "env": env,
-        "timeout_ms": _int_or_none(arguments.get("timeout_ms")),
-        "working_directory": _str_or_none(arguments.get("working_directory")),
-        "user": _str_or_none(arguments.get("user")),
-    }
-    return {"action": action, "status": "completed"}
-
-
-def _apply_patch(arguments: dict[str, Any]) -> Item | None:
-    operation = arguments.get("operation")
-    if not isinstance(operation, dict) or not isinstance(operation.get("path"), str):
-        return None
-    if operation.get("type") not in ("create_file", "update_file", "delete_file"):
-        return None
-    return {"operation": operation, "status": "completed"}
-
-
-#: Tool type → the fields of its call item, from the provider's parsed arguments (None: they do not fit).
-_RESTORE: dict[str, Callable[[dict[str, Any]], Item | None]] = {
-    "custom": _custom,
-    "shell": _shell,
-    "local_shell": _local_shell,
-    "apply_patch": _apply_patch,
-}
-
-
 def restored_type(plan: ChatPlan, provider_name: str) -> str:
     """The item type a call to *provider_name* is restored to (if its arguments parse)."""
     return CALL_OF_TOOL.get(plan.tools.get(provider_name, "function"), "function_call")
@@ -154,22 +91,22 @@ def restore_tool_call(
     Falls back to a ``function_call`` when the arguments do not fit the
     requested type.
     """
-    kind = plan.tools.get(provider_name, "function")
-    if kind in _RESTORE:
+    kind = restored_type(plan, provider_name)
+    restore = ITEM_TYPES[kind].restore
+    if restore is not None:
         try:
             parsed = json.loads(arguments)
         except ValueError:
             parsed = None
-        fields = _RESTORE[kind](parsed) if isinstance(parsed, dict) else None
+        fields = restore(parsed) if isinstance(parsed, dict) else None
         if fields is not None:
-            item_type = CALL_OF_TOOL[kind]
             item = {
-                "id": item_id or new_id(ITEM_TYPES[item_type].prefix),
-                "type": item_type,
+                "id": item_id or new_id(ITEM_TYPES[kind].prefix),
+                "type": kind,
                 "call_id": call_id,
+                **fields,
             }
-            item.update(fields)
-            if kind == "custom":
+            if "name" in ITEM_TYPES[kind].required:
                 item["name"] = provider_name
             return item
     return {

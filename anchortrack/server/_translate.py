@@ -16,76 +16,24 @@ wrapper; `ChatPlan.tools` keeps each tool's type for restoring the reply.  A
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from anchortrack.server._errors import missing_parameter, unsupported
-from anchortrack.server._items import CALLS, OUTPUTS
+from anchortrack.server._items import (
+    CALL_OF_TOOL,
+    ITEM_TYPES,
+    OUTPUTS,
+    TEXT_PARTS,
+    bridged_call,
+    output_text,
+)
 from anchortrack.server._request import CreateRequest
 
 
 Item = dict[str, Any]
 Message = dict[str, Any]
-
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
-
-
-def _object(properties: dict[str, Any], *required: str, **extra: Any) -> dict[str, Any]:
-    """A JSON schema of an object."""
-    return {"type": "object", "properties": properties, "required": list(required), **extra}
-
-
-_STRING: dict[str, Any] = {"type": "string"}
-_INTEGER: dict[str, Any] = {"type": "integer"}
-_STRINGS: dict[str, Any] = {"type": "array", "items": _STRING}
-
-#: The function schemas standing in for the tools Chat Completions lacks.
-WRAPPER_SCHEMAS: dict[str, dict[str, Any]] = {
-    "custom": _object(
-        {"input": {**_STRING, "description": "The tool's input, verbatim."}},
-        "input",
-        additionalProperties=False,
-    ),
-    "shell": _object(
-        {
-            "commands": {**_STRINGS, "description": "Commands to run."},
-            "timeout_ms": _INTEGER,
-            "max_output_length": _INTEGER,
-        },
-        "commands",
-    ),
-    "local_shell": _object(
-        {
-            "command": {**_STRINGS, "description": "The argv to run."},
-            "env": {"type": "object", "additionalProperties": _STRING},
-            "timeout_ms": _INTEGER,
-            "working_directory": _STRING,
-            "user": _STRING,
-        },
-        "command",
-    ),
-    "apply_patch": _object(
-        {
-            "operation": _object(
-                {
-                    "type": {**_STRING, "enum": ["create_file", "update_file", "delete_file"]},
-                    "path": _STRING,
-                    "diff": _STRING,
-                },
-                "type",
-                "path",
-            )
-        },
-        "operation",
-    ),
-}
-_WRAPPER_DESCRIPTIONS = {
-    "shell": "Run shell commands.",
-    "local_shell": "Run a command on the local machine.",
-    "apply_patch": "Create, update or delete a file with a diff.",
-}
 
 
 @dataclass(frozen=True)
@@ -117,6 +65,10 @@ class ChatPlan:
         return replace(self, body=body, requires_valid_json=True, json_schema=False)
 
 
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _text_of(content: object) -> str:
     if isinstance(content, str):
         return content
@@ -126,7 +78,7 @@ def _text_of(content: object) -> str:
     for part in content:
         if not isinstance(part, dict):
             continue
-        if part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str):
+        if part.get("type") in TEXT_PARTS and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
@@ -157,29 +109,12 @@ def _message(item: Item) -> Message:
     return {"role": chat_role, "content": _text_of(content)}
 
 
-def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _without_none(mapping: object, keys: Sequence[str]) -> dict[str, Any]:
-    if not isinstance(mapping, dict):
-        return {}
-    return {key: mapping[key] for key in keys if mapping.get(key) is not None}
-
-
 def call_arguments(item: Item) -> tuple[str, str]:
-    """The provider-side ``(name, arguments)`` of a call item."""
-    kind = item.get("type")
-    if kind == "function_call":
-        return str(item.get("name", "")), str(item.get("arguments", ""))
-    if kind == "custom_tool_call":
-        return str(item.get("name", "")), _json({"input": item.get("input", "")})
-    if kind in ("shell_call", "local_shell_call"):  # the action's fields the wrapper schema names
-        tool = kind.removesuffix("_call")
-        return tool, _json(_without_none(item.get("action"), list(WRAPPER_SCHEMAS[tool]["properties"])))
-    if kind == "apply_patch_call":
-        return "apply_patch", _json({"operation": item.get("operation")})
-    raise ValueError(f"the upstream bridge has no provider form for a {kind} item")
+    """The provider-side ``(name, arguments)`` of a call item, from its row in `ITEM_TYPES`."""
+    spec = bridged_call(item.get("type"))
+    if spec is None or spec.arguments is None:
+        raise ValueError(f"the upstream bridge has no provider form for a {item.get('type')} item")
+    return spec.provider_name(item), spec.arguments(item)
 
 
 def _tool_call(call: Item) -> Item:
@@ -187,30 +122,10 @@ def _tool_call(call: Item) -> Item:
     return {"id": call["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _output_call_id(item: Item) -> str | None:
-    call_id = item.get("call_id")
-    if not isinstance(call_id, str) and item.get("type") == "local_shell_call_output":
-        call_id = item.get("id")
-    return call_id if isinstance(call_id, str) else None
-
-
-def _output_text(item: Item) -> str:
-    output = item.get("output")
-    if isinstance(output, str):
-        return output
-    if item.get("type") == "shell_call_output" and output is not None:
-        return _json(output)
-    if item.get("type") == "apply_patch_call_output" and output is None:
-        return str(item.get("status", ""))
-    if isinstance(output, list):
-        return "".join(
-            part["text"]
-            for part in output
-            if isinstance(part, dict)
-            and part.get("type") in _TEXT_PARTS
-            and isinstance(part.get("text"), str)
-        )
-    return "" if output is None else _json(output)
+def _answered_call(item: Item) -> str | None:
+    """The call id a tool output *item* names."""
+    spec = ITEM_TYPES[item["type"]]
+    return next((item[key] for key in spec.call_keys if isinstance(item.get(key), str)), None)
 
 
 def build_messages(context: Sequence[Item], instructions: str | list[Any] | None) -> list[Message]:
@@ -233,8 +148,8 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
     items = [by_id.get(item["id"], {}) if item.get("type") == "item_reference" else item for item in context]
     outputs: dict[str, Item] = {}
     for item in items:
-        if item.get("type") in OUTPUTS:
-            call_id = _output_call_id(item)
+        if bridged_call(OUTPUTS.get(str(item.get("type")))) is not None:
+            call_id = _answered_call(item)
             if call_id is not None:
                 outputs.setdefault(call_id, item)
     texts: list[str] = []
@@ -249,7 +164,8 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
             messages.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
             for call in paired:
                 answered.add(call["call_id"])
-                output = _output_text(outputs[call["call_id"]])
+                answer = outputs[call["call_id"]]
+                output = (ITEM_TYPES[answer["type"]].content or output_text)(answer)
                 messages.append({"role": "tool", "tool_call_id": call["call_id"], "content": output})
         else:
             messages.extend({"role": "assistant", "content": text} for text in texts)
@@ -260,14 +176,14 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "assistant":
             texts.append(_text_of(item.get("content")))
-        elif kind in CALLS and isinstance(item.get("call_id"), str):
+        elif bridged_call(kind) is not None and isinstance(item.get("call_id"), str):
             calls.append(item)
         elif kind == "message":
             flush()
             messages.append(_message(item))
         elif kind in OUTPUTS:
             flush()
-        # reasoning items and items Chat Completions has no form for are not sent
+        # reasoning items, and calls and outputs the bridge has no form for, are not sent
     flush()
     return messages
 
@@ -287,37 +203,32 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], dict[str, str]]:
     chat_tools: list[Item] = []
     for index, tool in enumerate(tools):
         kind = tool.get("type")
-        named = kind in ("function", "custom")
+        spec = bridged_call(CALL_OF_TOOL.get(str(kind)))
+        named = spec is not None and "name" in spec.required
         name = tool.get("name") if named else str(kind)
         if not isinstance(name, str) or (named and not name):
             raise missing_parameter(f"tools[{index}].name")
-        if kind == "function":
-            function: Item = {"name": name}
+        if spec is None:
+            message = f"Tools of type '{kind}' are not supported by the upstream provider"
+            raise unsupported(f"tools[{index}]", f"{message} (it only runs function tools).")
+        function: Item = {"name": name}
+        if spec.schema is None:  # a function tool: as it is
             if isinstance(tool.get("description"), str):
                 function["description"] = tool["description"]
             function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
             if tool.get("strict") is True:
                 function["strict"] = True
-        elif kind == "custom":
-            description = tool.get("description") if isinstance(tool.get("description"), str) else ""
+        else:
+            description = spec.description or _str(tool.get("description"))
             fmt = tool.get("format")
             if isinstance(fmt, dict) and fmt.get("type") == "grammar":
                 description = (
                     f"{description}\nThe input must follow this {fmt.get('syntax', '')} grammar:\n"
                     f"{fmt.get('definition', '')}"
                 ).strip()
-            function = {"name": name, "parameters": WRAPPER_SCHEMAS["custom"]}
             if description:
                 function["description"] = description
-        elif kind in _WRAPPER_DESCRIPTIONS:
-            function = {
-                "name": name,
-                "description": _WRAPPER_DESCRIPTIONS[name],
-                "parameters": WRAPPER_SCHEMAS[name],
-            }
-        else:
-            message = f"Tools of type '{kind}' are not supported by the upstream provider"
-            raise unsupported(f"tools[{index}]", f"{message} (it only runs function tools).")
+            function["parameters"] = spec.schema
         if name in types:
             message = f"Tools '{name}' ({types[name]}) and '{name}' ({kind}) would both be called '{name}'"
             raise unsupported(f"tools[{index}]", f"{message} by the upstream provider.")
@@ -332,10 +243,12 @@ def _tool_choice(choice: object) -> object:
     if not isinstance(choice, dict):
         return None
     kind = choice.get("type")
-    if kind in ("function", "custom"):
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    if kind in _WRAPPER_DESCRIPTIONS:
-        return {"type": "function", "function": {"name": kind}}
+    spec = bridged_call(CALL_OF_TOOL.get(str(kind)))
+    if spec is not None:
+        return {
+            "type": "function",
+            "function": {"name": choice.get("name") if "name" in spec.required else kind},
+        }
     if kind == "allowed_tools":
         return "required" if choice.get("mode") == "required" else "auto"
     message = f"tool_choice of type '{kind}' is not supported by the upstream provider."
