@@ -6,8 +6,8 @@ flattens the ancestors into the context the model sees: their inputs and
 outputs, never their ``instructions``.  An ancestor that is unknown, expired,
 deleted, unstored, ``failed`` or still ``in_progress`` gives
 ``previous_response_not_found`` (``incomplete`` ones chain, as on OpenAI).
-`resolve_context` replaces the items named by id; `check_context` refuses
-what the real API refuses.
+`resolve_context` replaces the items named by id; `_facts.check_context`
+refuses what the real API refuses.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anchortrack.server._errors import APIError, bad_request, previous_response_not_found
-from anchortrack.server._facts import Context, is_reference
-from anchortrack.server._items import ITEM_TYPES, OUTPUTS, item_type
+from anchortrack.server._facts import Facts, is_reference
 from anchortrack.server._records import ChainLink
 
 
@@ -74,53 +73,6 @@ def chain_items(chain: Sequence[ChainLink]) -> list[Item]:
     return items
 
 
-def _input_error(message: str) -> APIError:
-    return bad_request("input", None, message)
-
-
-def check_context(context: Sequence[Item]) -> None:
-    """
-    Refuse a context the real API would refuse.
-
-    Raises:
-        APIError: 400 ``param: input`` when an item id occurs twice, a tool
-            output has no call, or a call has no output.
-    """
-    by_id: dict[str, Item] = {}
-    for item in context:
-        item_id = item.get("id")
-        if not isinstance(item_id, str) or is_reference(item):
-            continue
-        if item_id in by_id:
-            raise _input_error(
-                f"Duplicate item found with id {item_id}. "
-                "Remove duplicate items from your input and try again."
-            )
-        by_id[item_id] = item
-    calls: dict[tuple[str, str], str] = {}
-    outputs: list[tuple[str, str]] = []
-    for item in context:
-        if is_reference(item):
-            item = by_id.get(item["id"], item)
-        kind = item.get("type")
-        call_id = item.get("call_id")
-        if not isinstance(kind, str) or not isinstance(call_id, str):
-            continue
-        if item_type(kind).paired:
-            calls.setdefault((kind, call_id), call_id)
-        elif item_type(OUTPUTS.get(kind)).paired:
-            outputs.append((OUTPUTS[kind], call_id))
-    answered: set[tuple[str, str]] = set()
-    for call_kind, call_id in outputs:
-        if (call_kind, call_id) not in calls:
-            words = ITEM_TYPES[call_kind].paired
-            raise _input_error(f"No tool call found for {words} output with call_id {call_id}.")
-        answered.add((call_kind, call_id))
-    for kind, call_id in calls:
-        if (kind, call_id) not in answered:
-            raise _input_error(f"No tool output found for {ITEM_TYPES[kind].paired} {call_id}.")
-
-
 # -- id resolution, as OpenAI does it ------------------------------------------------------------
 
 
@@ -152,7 +104,7 @@ def resolve_context(
             for an answer without its request or call.
     """
     out = [*context[:resolved], *resolve_items(context[:resolved], context[resolved:], lookup)]
-    _check_answers(out)
+    Facts.of(out).check(pairs=False)
     return out
 
 
@@ -193,37 +145,3 @@ def resolve_items(
 
 def _first(items: Sequence[Item], item_id: str) -> Item | None:
     return next((item for item in items if item.get("id") == item_id), None)
-
-
-def check_resolved(context: Context) -> None:
-    """
-    `resolve_context`'s answer checks, then `check_context`, on a resolved *context*: from its facts alone
-    when it holds no item reference.
-
-    Raises:
-        APIError: As those do.
-    """
-    if context.facts.references:
-        _check_answers(context)
-        check_context(context)
-    else:
-        context.facts.check()
-
-
-def _check_answers(context: Sequence[Item]) -> None:
-    requests = {i.get("id") for i in context if i.get("type") == "mcp_approval_request"}
-    shell_calls: set[object] = set()
-    for item in context:
-        if item.get("type") == "local_shell_call":
-            shell_calls.update((item.get("id"), item.get("call_id")))
-    shell_calls.discard(None)
-    for item in context:
-        kind = item.get("type")
-        if kind == "mcp_approval_response" and item.get("approval_request_id") not in requests:
-            raise _input_error(
-                f"No MCP approval request found for approval_request_id {item.get('approval_request_id')}."
-            )
-        if kind == "local_shell_call_output" and not ({item.get("id"), item.get("call_id")} & shell_calls):
-            raise _input_error(
-                f"No local shell call found for local shell call output with id {item.get('id')}."
-            )

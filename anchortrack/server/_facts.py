@@ -1,11 +1,12 @@
 """
-`Facts`: what the context checks, the usage count and the scripted model's digest need of a context,
-kept per cached chain so that a request extends its parent's with its own items only.
+`Facts`: the one place of the context checks, and what the usage count and the scripted model's
+digest need of a context, kept per cached chain so that a request extends its parent's with its
+own items only.
 
 `Facts.extend` reads each new item once (its canonical JSON, its id, the call it makes or answers);
-`Facts.check` then refuses what `~anchortrack.server._chain.check_context` and `resolve_context`'s answer
-checks refuse, with the same errors, without visiting the older items again.  A context that still holds an
-item reference is marked (`references`): its checks need the whole context and are run on it.
+`Facts.check` refuses what the real API refuses, without visiting the older items again.
+`check_context` checks a whole context from the facts it carries; one that still holds an item
+reference is read again, the reference pairing as the item of the context its id names.
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ class Facts:
         """The facts of *items*."""
         return EMPTY_FACTS.extend(items)
 
-    def extend(self, items: Iterable[Item]) -> Facts:
-        """The facts of this context followed by *items* (each read once)."""
+    def extend(self, items: Iterable[Item], named: dict[str, Item] | None = None) -> Facts:
+        """The facts of this context followed by *items* (each read once); a reference pairs as the
+        item of *named* its id names."""
         ids, duplicate = set(self.ids), self.duplicate
         new_calls: dict[Pair, None] = {}
         new_outputs: list[Pair] = []
@@ -89,18 +91,20 @@ class Facts:
             count, chars = count + 1, chars + len(text)
             if is_reference(item):
                 references = True
-                continue
-            kind, item_id, call_id = item.get("type"), item.get("id"), item.get("call_id")
-            if isinstance(item_id, str):
-                if item_id in ids and duplicate is None:
-                    duplicate = item_id
-                ids.add(item_id)
-            if kind == "mcp_approval_request":
-                approvals.add(item_id)
-            elif kind == "local_shell_call":
-                shell_calls.update((item_id, call_id))
-            if kind in ("mcp_approval_response", "local_shell_call_output"):
-                answers.append(item)
+                item = (named or {}).get(item["id"], {})
+            else:
+                kind, item_id = item.get("type"), item.get("id")
+                if isinstance(item_id, str):
+                    if item_id in ids and duplicate is None:
+                        duplicate = item_id
+                    ids.add(item_id)
+                if kind == "mcp_approval_request":
+                    approvals.add(item_id)
+                elif kind == "local_shell_call":
+                    shell_calls.update((item_id, item.get("call_id")))
+                if kind in ("mcp_approval_response", "local_shell_call_output"):
+                    answers.append(item)
+            kind, call_id = item.get("type"), item.get("call_id")
             if isinstance(kind, str) and isinstance(call_id, str):
                 if item_type(kind).paired:
                     new_calls.setdefault((kind, call_id), None)
@@ -137,14 +141,14 @@ class Facts:
         hasher.update(b"]")
         return hasher.hexdigest()
 
-    def check(self) -> None:
+    def check(self, *, pairs: bool = True) -> None:
         """
-        Refuse what the real API refuses (a context without item references), in the order and words of
-        `resolve_context` then `check_context`.
+        Refuse what the real API refuses, in its order and words; only the answers without *pairs*.
 
         Raises:
-            APIError: 400 ``param: input`` for an answer without its request or call, a duplicate item id,
-                a tool output without its call, or a call without its output.
+            APIError: 400 ``param: input`` for an answer without its request or call (an MCP
+                approval response, a local shell call output), a duplicate item id, a tool output
+                without its call, or a call without its output.
         """
         shell_calls = self.shell_calls - {None}
         for item in self.answers:
@@ -156,6 +160,8 @@ class Facts:
                 raise _input_error(
                     f"No local shell call found for local shell call output with id {item.get('id')}."
                 )
+        if not pairs:
+            return
         if self.duplicate is not None:
             raise _input_error(
                 f"Duplicate item found with id {self.duplicate}. "
@@ -182,3 +188,20 @@ class Context(list[Item]):
 def context_facts(context: Sequence[Item]) -> Facts:
     """*context*'s facts: carried by a `Context`, else read item by item."""
     return context.facts if isinstance(context, Context) else Facts.of(context)
+
+
+def check_context(context: Sequence[Item]) -> None:
+    """
+    Refuse a resolved *context* the real API refuses (`Facts.check`).
+
+    Raises:
+        APIError: As `Facts.check` does.
+    """
+    facts = context_facts(context)
+    if facts.references:
+        named: dict[str, Item] = {}
+        for item in context:
+            if isinstance(item.get("id"), str) and not is_reference(item):
+                named.setdefault(item["id"], item)
+        facts = EMPTY_FACTS.extend(context, named)
+    facts.check()

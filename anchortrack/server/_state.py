@@ -26,14 +26,13 @@ from anchortrack.server import _errors
 from anchortrack.server._chain import (
     CHAINABLE_STATUSES,
     DEFAULT_MAX_DEPTH,
-    check_resolved,
     resolve_chain,
     resolve_context,
     resolve_items,
 )
 from anchortrack.server._contexts import EMPTY, Ancestry, ContextCache
 from anchortrack.server._events import in_progress_snapshot, stream_events
-from anchortrack.server._facts import Context, context_facts
+from anchortrack.server._facts import Context, check_context, context_facts
 from anchortrack.server._items import item_type
 from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, build_response, new_id
@@ -357,7 +356,7 @@ class ServerState:
                 ancestry = Ancestry.of(chain, ancestry.generation)
         inputs = resolve_items(ancestry.items, request.input_items, partial(self.stored_item, owner=owner))
         context = Context([*ancestry.items, *inputs], ancestry.facts.extend(inputs))
-        check_resolved(context)
+        check_context(context)
         return Turn(request, chain, context, new_id("resp"), self._clock(), owner or "", ancestry)
 
     def finish(self, turn: Turn, reply: ModelReply, *, record: bool = True) -> PendingResponse:

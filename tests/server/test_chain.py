@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from anchortrack.server import APIError
-from anchortrack.server._chain import chain_items, check_context, resolve_chain
+from anchortrack.server._chain import chain_items, resolve_chain
+from anchortrack.server._facts import check_context
 from anchortrack.server._records import ChainLink
 
 

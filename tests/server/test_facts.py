@@ -8,9 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anchortrack.server._chain import _check_answers, check_context
 from anchortrack.server._errors import APIError
-from anchortrack.server._facts import Facts, canonical_json
+from anchortrack.server._facts import Facts, canonical_json, check_context
 
 
 Item = dict[str, Any]
@@ -38,21 +37,16 @@ def _refusal(check: Any) -> str | None:
     return None
 
 
-def _whole(context: list[Item]) -> None:
-    _check_answers(context)
-    check_context(context)
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(_items, max_size=5), min_size=1, max_size=4))
 def test_facts_extended_segment_by_segment_check_as_the_whole_context(segments: list[list[Item]]) -> None:
-    """Extending facts response by response refuses exactly what the whole-context checks refuse, with the
+    """Extending facts response by response refuses exactly what the whole context's facts refuse, with the
     same error, and counts and digests the context as its canonical JSON."""
     facts = Facts()
     for segment in segments:
         facts = facts.extend(segment)
     context = [item for segment in segments for item in segment]
 
-    assert _refusal(lambda: _whole(context)) == _refusal(facts.check)
+    assert _refusal(lambda: check_context(context)) == _refusal(facts.check)
     assert len(canonical_json(context)) == facts.json_length
     assert hashlib.sha256(canonical_json(context).encode()).hexdigest() == facts.digest()
