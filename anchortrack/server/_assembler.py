@@ -1,11 +1,9 @@
-"""
-Streamed replies: Chat Completions chunks → Responses events, then the final reply (pure).
+"""Streamed replies: Chat Completions chunks → Responses events, then the final reply (pure).
 
-`StreamAssembler` turns chunks into Responses events as they arrive and, at
-the end, into the same reply `anchortrack.server._reconstruct.reconstruct`
-gives for the equivalent non-streamed completion.  The events' shapes are
-those of `anchortrack.server._events.item_events`: an item's opening and
-closing events are taken from it, only the deltas are built here.
+`StreamAssembler` turns chunks into Responses events as they arrive and, at the end, into the same reply
+`anchortrack.server._reconstruct.reconstruct` gives for the equivalent non-streamed completion.  The events'
+shapes are those of `anchortrack.server._events.item_events`: an item's opening and closing events are taken
+from it, only the deltas are built here.
 """
 
 from __future__ import annotations
@@ -73,15 +71,12 @@ class _Live:
 
 @dataclass
 class StreamAssembler:
-    """
-    Responses events from Chat Completions chunks, and the final reply.
+    """Responses events from Chat Completions chunks, and the final reply.
 
-    Reasoning, call arguments and the assistant text stream as they arrive
-    (the text only after the calls when tools were offered, so every
-    ``output_index`` is final); calls restored to other types are announced
-    whole at the end.  `finish` gives the closing events and what
-    `reconstruct` gives for the completion the chunks add up to.  *secret* is
-    redacted, in the deltas too (a delta's tail waits while it could start it).
+    Reasoning, call arguments and the assistant text stream as they arrive (the text only after the calls when
+    tools were offered, so every ``output_index`` is final); calls restored to other types are announced whole
+    at the end.  `finish` gives the closing events and what `reconstruct` gives for the completion the chunks
+    add up to.  *secret* is redacted, in the deltas too (a delta's tail waits while it could start it).
     """
 
     plan: ChatPlan
@@ -159,8 +154,7 @@ class StreamAssembler:
         return events
 
     def feed(self, chunk: object) -> list[Event]:
-        """
-        Take one decoded chunk; return the events it produces.
+        """Take one decoded chunk; return the events it produces.
 
         Raises:
             MalformedReply: The chunk is not a Chat Completions chunk.
@@ -220,8 +214,7 @@ class StreamAssembler:
         }
 
     def finish(self) -> tuple[list[Event], ModelReply]:
-        """
-        The closing events (in output order) and the final reply.
+        """The closing events (in output order) and the final reply.
 
         Raises:
             MalformedReply: The chunks do not add up to a Chat Completion.

@@ -1,13 +1,10 @@
-"""
-Chain resolution and context checks (pure), with OpenAI's semantics.
+"""Chain resolution and context checks (pure), with OpenAI's semantics.
 
-`resolve_chain` walks ``previous_response_id`` pointers and `chain_items`
-flattens the ancestors into the context the model sees: their inputs and
-outputs, never their ``instructions``.  An ancestor that is unknown, expired,
-deleted, unstored, ``failed`` or still ``in_progress`` gives
-``previous_response_not_found`` (``incomplete`` ones chain, as on OpenAI).
-`resolve_context` replaces the items named by id; `_facts.check_context`
-refuses what the real API refuses.
+`resolve_chain` walks ``previous_response_id`` pointers and `chain_items` flattens the ancestors into the
+context the model sees: their inputs and outputs, never their ``instructions``.  An ancestor that is unknown,
+expired, deleted, unstored, ``failed`` or still ``in_progress`` gives ``previous_response_not_found``
+(``incomplete`` ones chain, as on OpenAI). `resolve_context` replaces the items named by id;
+`_facts.check_context` refuses what the real API refuses.
 """
 
 from __future__ import annotations
@@ -35,13 +32,12 @@ def resolve_chain(
     *,
     max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> list[ChainLink]:
-    """
-    Return the chain ending at *previous_response_id*, oldest first; *get* is a store's ``link``.
+    """Return the chain ending at *previous_response_id*, oldest first; *get* is a store's ``link``.
 
     Raises:
-        APIError: 400 ``previous_response_not_found`` naming a missing or
-            unchainable ancestor, ``previous_response_chain_too_long`` beyond
-            *max_depth*, ``previous_response_chain_cycle`` for a cycle.
+        APIError: 400 ``previous_response_not_found`` naming a missing or unchainable ancestor,
+            ``previous_response_chain_too_long`` beyond *max_depth*, ``previous_response_chain_cycle`` for a
+            cycle.
     """
     chain: list[ChainLink] = []
     seen: set[str] = set()
@@ -87,21 +83,17 @@ def _by_id_reasoning(item: Item) -> bool:
 def resolve_context(
     context: Sequence[Item], lookup: Callable[[str], Item | None], *, resolved: int = 0
 ) -> list[Item]:
-    """
-    Return the context the model sees: every item an id stands for, resolved.
+    """Return the context the model sees: every item an id stands for, resolved.
 
-    An item reference becomes the item it names; a ``reasoning`` item without
-    ``encrypted_content`` becomes the stored reasoning item with its id.  An
-    id is looked up among the earlier items first, then by *lookup* (items of
-    stored responses).  The first *resolved* items (a stored chain) are taken
-    as they are.  Then an ``mcp_approval_response`` must name an
-    ``mcp_approval_request`` of the context, and a ``local_shell_call_output``
-    a ``local_shell_call``.
+    An item reference becomes the item it names; a ``reasoning`` item without ``encrypted_content`` becomes
+    the stored reasoning item with its id.  An id is looked up among the earlier items first, then by *lookup*
+    (items of stored responses).  The first *resolved* items (a stored chain) are taken as they are.  Then an
+    ``mcp_approval_response`` must name an ``mcp_approval_request`` of the context, and a
+    ``local_shell_call_output`` a ``local_shell_call``.
 
     Raises:
-        APIError: 404 ``param: input`` for an id that names no item (or a
-            reasoning id that names no reasoning item); 400 ``param: input``
-            for an answer without its request or call.
+        APIError: 404 ``param: input`` for an id that names no item (or a reasoning id that names no reasoning
+            item); 400 ``param: input`` for an answer without its request or call.
     """
     out = [*context[:resolved], *resolve_items(context[:resolved], context[resolved:], lookup)]
     Facts.of(out).check(pairs=False)

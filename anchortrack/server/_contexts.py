@@ -1,16 +1,15 @@
-"""
-`ContextCache`: the resolved chain of recently saved responses, so a chained request costs its own items.
+"""`ContextCache`: the resolved chain of recently saved responses, so a chained request costs its own items.
 
-A request chaining from ``R`` sees every stored item of ``R``'s chain, oldest first, then its own input.
-The cache keeps that list for the latest saved responses (least recently used dropped), each entry built
-from its parent's entry plus the response's own items as saved: resolving a child reads and decodes no
-ancestor.  An entry is used only while every response of its chain is still live, chainable, the same
-owner's and unchanged.  While the store's `~ResponseStore.generation` is the one the entry was checked at
-(no record removed, expired or replaced since: by this process, or on SQLite by any) and its oldest
-response has not reached its retention, that holds without a read; otherwise one batched read of every
-ancestor's parent, status, owner and creation time checks it (`ResponseStore.heads`).  A miss (a restart,
-an evicted entry, a changed chain) walks the chain as before.  An entry also keeps its items' `Facts`, so
-checking a child's context reads the child's own items only.
+A request chaining from ``R`` sees every stored item of ``R``'s chain, oldest first, then its own input. The
+cache keeps that list for the latest saved responses (least recently used dropped), each entry built from its
+parent's entry plus the response's own items as saved: resolving a child reads and decodes no ancestor.  An
+entry is used only while every response of its chain is still live, chainable, the same owner's and unchanged.
+While the store's `~ResponseStore.generation` is the one the entry was checked at (no record removed, expired
+or replaced since: by this process, or on SQLite by any) and its oldest response has not reached its
+retention, that holds without a read; otherwise one batched read of every ancestor's parent, status, owner and
+creation time checks it (`ResponseStore.heads`).  A miss (a restart, an evicted entry, a changed chain) walks
+the chain as before.  An entry also keeps its items' `Facts`, so checking a child's context reads the child's
+own items only.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""
-Errors in OpenAI's shape, raised by the pure parts of the server.
+"""Errors in OpenAI's shape, raised by the pure parts of the server.
 
-Every refusal the server sends is an `APIError`; the HTTP layer turns it into
-``{"error": {"message", "type", "param", "code"}}`` with its status.  The
-constructors below hold the exact messages the real API sends, so the rest of
-the server never spells an error message twice.
+Every refusal the server sends is an `APIError`; the HTTP layer turns it into ``{"error": {"message", "type",
+"param", "code"}}`` with its status.  The constructors below hold the exact messages the real API sends, so
+the rest of the server never spells an error message twice.
 """
 
 from __future__ import annotations

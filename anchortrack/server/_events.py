@@ -1,9 +1,7 @@
-"""
-Server-Sent Events for a response (pure).
+"""Server-Sent Events for a response (pure).
 
-`stream_events` renders a finished response object as the event sequence
-OpenAI streams, numbered from 0: ``response.created``,
-``response.in_progress``, each output item's added / content / done events
+`stream_events` renders a finished response object as the event sequence OpenAI streams, numbered from 0:
+``response.created``, ``response.in_progress``, each output item's added / content / done events
 (`item_events`), then one terminal event.
 """
 
@@ -106,8 +104,7 @@ def item_events(item: Item, index: int) -> list[Event]:
 
 
 def stream_events(response: dict[str, Any]) -> list[Event]:
-    """
-    The full event sequence for a finished *response*, numbered from 0.
+    """The full event sequence for a finished *response*, numbered from 0.
 
     Raises:
         ValueError: If the response's status has no terminal event.

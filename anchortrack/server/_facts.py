@@ -1,12 +1,11 @@
 """
-`Facts`: the one place of the context checks, and what the usage count and the scripted model's
-digest need of a context, kept per cached chain so that a request extends its parent's with its
-own items only.
+`Facts`: the one place of the context checks, and what the usage count and the scripted model's digest need of
+a context, kept per cached chain so that a request extends its parent's with its own items only.
 
 `Facts.extend` reads each new item once (its canonical JSON, its id, the call it makes or answers);
-`Facts.check` refuses what the real API refuses, without visiting the older items again.
-`check_context` checks a whole context from the facts it carries; one that still holds an item
-reference is read again, the reference pairing as the item of the context its id names.
+`Facts.check` refuses what the real API refuses, without visiting the older items again. `check_context`
+checks a whole context from the facts it carries; one that still holds an item reference is read again, the
+reference pairing as the item of the context its id names.
 """
 
 from __future__ import annotations
@@ -43,15 +42,14 @@ def _input_error(message: str) -> APIError:
 
 @dataclass(frozen=True)
 class Facts:
-    """
-    Facts of a context (a sequence of items, oldest first).
+    """Facts of a context (a sequence of items, oldest first).
 
     *ids*: its item ids (references aside); *duplicate*: the first id seen twice; *calls* / *outputs*: the
     paired tool calls made and answered; *unanswered* / *orphans*: those calls without an output and those
     outputs without a call, in context order; *approvals* / *shell_calls*: ids an MCP approval response or a
-    local shell call output may name; *answers*: those responses and outputs, in order; *count* and
-    *chars*: its items and the length of their canonical JSON; *hasher*: SHA-256 over the canonical JSON
-    of the context as a list, without the closing ``]``.
+    local shell call output may name; *answers*: those responses and outputs, in order; *count* and *chars*:
+    its items and the length of their canonical JSON; *hasher*: SHA-256 over the canonical JSON of the context
+    as a list, without the closing ``]``.
     """
 
     ids: frozenset[str] = frozenset()
@@ -142,13 +140,12 @@ class Facts:
         return hasher.hexdigest()
 
     def check(self, *, pairs: bool = True) -> None:
-        """
-        Refuse what the real API refuses, in its order and words; only the answers without *pairs*.
+        """Refuse what the real API refuses, in its order and words; only the answers without *pairs*.
 
         Raises:
-            APIError: 400 ``param: input`` for an answer without its request or call (an MCP
-                approval response, a local shell call output), a duplicate item id, a tool output
-                without its call, or a call without its output.
+            APIError: 400 ``param: input`` for an answer without its request or call (an MCP approval
+                response, a local shell call output), a duplicate item id, a tool output without its call, or
+                a call without its output.
         """
         shell_calls = self.shell_calls - {None}
         for item in self.answers:
@@ -191,8 +188,7 @@ def context_facts(context: Sequence[Item]) -> Facts:
 
 
 def check_context(context: Sequence[Item]) -> None:
-    """
-    Refuse a resolved *context* the real API refuses (`Facts.check`).
+    """Refuse a resolved *context* the real API refuses (`Facts.check`).
 
     Raises:
         APIError: As `Facts.check` does.

@@ -1,9 +1,8 @@
-"""
-What the server knows about each item type: one row per type in `ITEM_TYPES`.
+"""What the server knows about each item type: one row per type in `ITEM_TYPES`.
 
-Request validation, the context checks, the ids the server makes up and the upstream bridge (both
-ways) read the rows; adding an item type is one row, and `tests/server/test_items.py` fails for a
-call row without its Chat Completions form (or ``bridged=False``).
+Request validation, the context checks, the ids the server makes up and the upstream bridge (both ways) read
+the rows; adding an item type is one row, and `tests/server/test_items.py` fails for a call row without its
+Chat Completions form (or ``bridged=False``).
 """
 
 from __future__ import annotations
@@ -28,23 +27,22 @@ def to_json(value: object) -> str:
 
 @dataclass(frozen=True)
 class ItemType:
-    """
-    One item type (a call's fields, then an output's).
+    """One item type (a call's fields, then an output's).
 
     Attributes:
         prefix: Of the ids the server makes up for items of this type.
-        required: String fields a request's item of this type must have; a call requiring ``name``
-            calls a named tool, any other is named after its tool type.
+        required: String fields a request's item of this type must have; a call requiring ``name`` calls a
+            named tool, any other is named after its tool type.
         output: For a call: the type of the item that answers it.
         tool: For a call: the type of the tool it calls.
-        paired: For a call the context checks pair with its output (and the output with it): how
-            error messages name it; its output must then carry ``output``.
+        paired: For a call the context checks pair with its output (and the output with it): how error
+            messages name it; its output must then carry ``output``.
         arguments: For a call: its provider-side function arguments (JSON text).
-        restore: For a call: its item's fields from the provider's parsed arguments, ``None`` when
-            they do not fit (the call then stays a ``function_call``); no restore: the arguments
-            are kept verbatim (``function_call``).
-        schema: For a call: the parameters of the function standing in for its tool (none: the
-            tool's own); *description*: that function's description (none: the tool's).
+        restore: For a call: its item's fields from the provider's parsed arguments, ``None`` when they do not
+            fit (the call then stays a ``function_call``); no restore: the arguments are kept verbatim
+            (``function_call``).
+        schema: For a call: the parameters of the function standing in for its tool (none: the tool's own);
+            *description*: that function's description (none: the tool's).
         bridged: ``False`` for a call the bridge has no form for (neither it nor its output is sent).
         content: For an output: the text of its ``tool`` message.
         call_keys: For an output: its fields naming the call it answers (the first string wins).

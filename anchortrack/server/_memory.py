@@ -12,11 +12,10 @@ DEFAULT_MAX_RESPONSES = 100_000
 
 
 class MemoryResponseStore(ResponseStore):
-    """
-    Responses kept in memory, for tests and single-process servers (*retention* in seconds).
+    """Responses kept in memory, for tests and single-process servers (*retention* in seconds).
 
-    At most *max_responses* are kept: saving one more evicts the oldest, which is then gone as if expired
-    (a chain through it gets ``previous_response_not_found``).
+    At most *max_responses* are kept: saving one more evicts the oldest, which is then gone as if expired (a
+    chain through it gets ``previous_response_not_found``).
     """
 
     def __init__(

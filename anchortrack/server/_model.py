@@ -1,11 +1,9 @@
-"""
-The scripted model: a deterministic stand-in for an LLM (pure).
+"""The scripted model: a deterministic stand-in for an LLM (pure).
 
-Its reply depends only on the resolved context and the request's
-instructions, so a chained request and the equivalent stateless request get
-the same answer, and a test can tell from the reply when the server saw a
-different conversation.  `build_response` turns any model's `ModelReply`
-into the response object the API returns.
+Its reply depends only on the resolved context and the request's instructions, so a chained request and the
+equivalent stateless request get the same answer, and a test can tell from the reply when the server saw a
+different conversation.  `build_response` turns any model's `ModelReply` into the response object the API
+returns.
 """
 
 from __future__ import annotations
@@ -128,8 +126,7 @@ def message_item(text: str, *, item_id: str, status: str) -> Item:
 
 @dataclass(frozen=True)
 class ModelReply:
-    """
-    What the model produced for one turn (OpenAI-shaped output).
+    """What the model produced for one turn (OpenAI-shaped output).
 
     Attributes:
         error: ``{"code", "message"}`` of a ``failed`` reply (``incomplete_details``: of an incomplete one).
@@ -148,17 +145,13 @@ class ModelReply:
 
 
 class ScriptedModel:
-    """
-    The deterministic default backend of the local server.
+    """The deterministic default backend of the local server.
 
-    It echoes the last user message as ``echo: <text> [ctx:<digest>]
-    [items:<n>]`` (plus ``[instr:<digest>]`` with instructions).  That
-    message's lines starting with ``!`` are commands, spelled out in the
-    server guide: ``!call NAME JSON_ARGS`` (one line per parallel call),
-    ``!rounds K``, ``!reason``, ``!fail``, ``!incomplete``, ``!sleep MS``;
-    unknown ones are ignored.  Ids come from *id_factory* (random by
-    default); everything else is a function of the context and the
-    instructions.
+    It echoes the last user message as ``echo: <text> [ctx:<digest>] [items:<n>]`` (plus ``[instr:<digest>]``
+    with instructions).  That message's lines starting with ``!`` are commands, spelled out in the server
+    guide: ``!call NAME JSON_ARGS`` (one line per parallel call), ``!rounds K``, ``!reason``, ``!fail``,
+    ``!incomplete``, ``!sleep MS``; unknown ones are ignored.  Ids come from *id_factory* (random by default);
+    everything else is a function of the context and the instructions.
     """
 
     def __init__(self, *, id_factory: Callable[[str], str] = new_id) -> None:
@@ -236,14 +229,12 @@ def build_response(
     context: Sequence[Item],
     announce: bool = True,
 ) -> dict[str, Any]:
-    """
-    The response object for *reply*, with every field the spec requires.
+    """The response object for *reply*, with every field the spec requires.
 
-    With *announce*, it also says that this server applies ``tools``, ``text``
-    and the other request properties to the one request that sets them, never
-    over a chain: clients that read it (``anchortrack._properties.announced``)
-    keep chaining when those change.  Spelled here: the server imports nothing
-    of the library.
+    With *announce*, it also says that this server applies ``tools``, ``text`` and the other request
+    properties to the one request that sets them, never over a chain: clients that read it
+    (``anchortrack._properties.announced``) keep chaining when those change.  Spelled here: the server imports
+    nothing of the library.
     """
     body = request.body
     input_tokens = math.ceil(context_facts(context).json_length / 4)  # as _tokens(list(context))

@@ -1,13 +1,10 @@
-"""
-Response reconstruction: a Chat Completions reply → Responses output (pure).
+"""Response reconstruction: a Chat Completions reply → Responses output (pure).
 
-The finish reason gives the status (`FINISH_REASONS`).  Tool calls are
-restored to their tool's requested type (`ChatPlan.tools`), falling back to a
-plain ``function_call`` when the arguments do not fit; ``reasoning_content``
-(or ``reasoning``) becomes a reasoning item.  Output order: reasoning, tool
-calls, then the assistant message (when there is text or no tool calls).
-Streamed replies are assembled by `anchortrack.server._assembler` into the
-same reply.
+The finish reason gives the status (`FINISH_REASONS`).  Tool calls are restored to their tool's requested type
+(`ChatPlan.tools`), falling back to a plain ``function_call`` when the arguments do not fit;
+``reasoning_content`` (or ``reasoning``) becomes a reasoning item.  Output order: reasoning, tool calls, then
+the assistant message (when there is text or no tool calls). Streamed replies are assembled by
+`anchortrack.server._assembler` into the same reply.
 """
 
 from __future__ import annotations
@@ -85,11 +82,9 @@ def restored_type(plan: ChatPlan, provider_name: str) -> str:
 def restore_tool_call(
     plan: ChatPlan, call_id: str, provider_name: str, arguments: str, *, item_id: str | None = None
 ) -> Item:
-    """
-    One provider tool call as the Responses item of its requested type.
+    """One provider tool call as the Responses item of its requested type.
 
-    Falls back to a ``function_call`` when the arguments do not fit the
-    requested type.
+    Falls back to a ``function_call`` when the arguments do not fit the requested type.
     """
     kind = restored_type(plan, provider_name)
     restore = ITEM_TYPES[kind].restore
@@ -193,11 +188,10 @@ def reconstruct(
     *,
     ids: dict[str, str] | None = None,
 ) -> ModelReply:
-    """
-    The reply for a non-streamed Chat Completion (*completion*, the decoded body) answering *plan*.
+    """The reply for a non-streamed Chat Completion (*completion*, the decoded body) answering *plan*.
 
-    *ids* are the item ids a stream already announced (``"reasoning"``,
-    ``"message"``, ``"call:<index>"``); other items get fresh ones.
+    *ids* are the item ids a stream already announced (``"reasoning"``, ``"message"``, ``"call:<index>"``);
+    other items get fresh ones.
 
     Raises:
         MalformedReply: The body is not a Chat Completion.

@@ -1,9 +1,9 @@
 """
 What the server's response stores share: the records, the store contract, the row codec and the save policy.
 
-`ResponseStore` implements OpenAI's semantics once, over row primitives each backend supplies.  Records
-are kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored, and both
-backends give back the same data.  Stores take an injectable clock, so retention is tested without sleeping.
+`ResponseStore` implements OpenAI's semantics once, over row primitives each backend supplies.  Records are
+kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored, and both backends
+give back the same data.  Stores take an injectable clock, so retention is tested without sleeping.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ Item = dict[str, Any]
 
 
 def owner_digest(api_key: str | None) -> str:
-    """
-    Whom a response belongs to: a digest of the API key that made it (``""`` without a key).
+    """Whom a response belongs to: a digest of the API key that made it (``""`` without a key).
 
     Stores keep the digest, never the key; it is stable across restarts.
     """
@@ -66,8 +65,7 @@ UNSET = _Unset.UNSET
 
 @dataclass(frozen=True)
 class StoredResponse:
-    """
-    One stored response: what the request sent and what the server answered.
+    """One stored response: what the request sent and what the server answered.
 
     Attributes:
         input_items: This request's own input items (a string input is one user message item), not the
@@ -107,8 +105,7 @@ class Head:
 
 @dataclass(frozen=True)
 class ChainLink:
-    """
-    What chain resolution needs of a stored response, decoded once and shared.
+    """What chain resolution needs of a stored response, decoded once and shared.
 
     The item lists may be shared between callers: treat them as read-only.
     """
@@ -205,13 +202,11 @@ def row_head(row: Row) -> Head:
 
 
 class ResponseStore:
-    """
-    The storage contract the server relies on (thread-safe), written once over rows.
+    """The storage contract the server relies on (thread-safe), written once over rows.
 
     A backend supplies the row primitives (`_live`, `_put`, `_drop`, `_drop_expired`, `_count`, `_holding`,
-    optionally `_heads`),
-    always called with the store's lock held, and may widen `_transaction` (SQLite makes a save's
-    read-check-write one database transaction, so the policy holds across processes too).
+    optionally `_heads`), always called with the store's lock held, and may widen `_transaction` (SQLite makes
+    a save's read-check-write one database transaction, so the policy holds across processes too).
     """
 
     def __init__(self, retention: float, clock: Clock) -> None:
@@ -277,8 +272,8 @@ class ResponseStore:
 
     def generation(self) -> object:
         """
-        A token that changes whenever a record may have been removed, expired early or replaced with
-        another chainable one (a backend shared between processes also counts the other processes').
+        A token that changes whenever a record may have been removed, expired early or replaced with another
+        chainable one (a backend shared between processes also counts the other processes').
         """
         with self._lock:
             return self._generation
@@ -306,8 +301,7 @@ class ResponseStore:
         overwrite: bool = False,
         expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
     ) -> StoredResponse:
-        """
-        Store *record*; return it with ``created_at``/``expires_at`` set (a replaced one keeps its own).
+        """Store *record*; return it with ``created_at``/``expires_at`` set (a replaced one keeps its own).
 
         Raises:
             StoreConflictError: A live record with this id exists and *overwrite* is false, or

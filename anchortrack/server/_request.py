@@ -1,11 +1,8 @@
-"""
-Validation of ``POST /v1/responses`` bodies (pure).
+"""Validation of ``POST /v1/responses`` bodies (pure).
 
-`parse_create_request` turns a decoded JSON body into a
-`CreateRequest` or raises `APIError`
-with OpenAI's wording, status and ``param``.  It checks shapes only — what
-the server needs to run and echo the request safely — and leaves every item
-exactly as received.
+`parse_create_request` turns a decoded JSON body into a `CreateRequest` or raises `APIError` with OpenAI's
+wording, status and ``param``.  It checks shapes only — what the server needs to run and echo the request
+safely — and leaves every item exactly as received.
 """
 
 from __future__ import annotations
@@ -39,13 +36,12 @@ _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 
 @dataclass(frozen=True)
 class CreateRequest:
-    """
-    A validated ``POST /v1/responses`` body.
+    """A validated ``POST /v1/responses`` body.
 
     Attributes:
         body: The body as received.
-        input_items: The request's input items as received; a string input
-            becomes one user message item (`user_message`).
+        input_items: The request's input items as received; a string input becomes one user message item
+            (`user_message`).
         store: Whether the response is stored (``store`` defaults to true).
     """
 
@@ -150,14 +146,11 @@ def _check_item(item: object, where: str) -> Item:
 
 
 def parse_create_request(body: object) -> CreateRequest:
-    """
-    Validate a decoded ``POST /v1/responses`` body.
+    """Validate a decoded ``POST /v1/responses`` body.
 
     Raises:
-        APIError: 400 with OpenAI's shape for any malformed body, unknown
-            parameter, ``previous_response_id`` together with
-            ``conversation``, or an unsupported mode (conversations,
-            background).
+        APIError: 400 with OpenAI's shape for any malformed body, unknown parameter, ``previous_response_id``
+            together with ``conversation``, or an unsupported mode (conversations, background).
     """
     if not isinstance(body, dict):
         raise APIError(
@@ -283,11 +276,11 @@ def _check_value(value: Any) -> None:
 
 def decode_json(raw: bytes) -> Any:
     """
-    Decode a request body: strict JSON (no NaN/Infinity, no lone surrogates), nested at most
-    MAX_JSON_DEPTH deep.
+    Decode a request body: strict JSON (no NaN/Infinity, no lone surrogates), nested at most MAX_JSON_DEPTH
+    deep.
 
-    Checked before anything else happens, so a body the server could not store or answer is a
-    400 and never a stored response followed by a 500.
+    Checked before anything else happens, so a body the server could not store or answer is a 400 and never a
+    stored response followed by a 500.
     """
     try:
         value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)

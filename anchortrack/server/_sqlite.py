@@ -40,11 +40,10 @@ _COLUMNS = (
 
 
 class SQLiteResponseStore(ResponseStore):
-    """
-    Responses kept in a SQLite file (WAL mode), surviving restarts.
+    """Responses kept in a SQLite file (WAL mode), surviving restarts.
 
-    The file and its parent directories are created on first use; *path* may be ``":memory:"`` for a
-    private in-memory database.  A file written by a newer schema is refused rather than misread.
+    The file and its parent directories are created on first use; *path* may be ``":memory:"`` for a private
+    in-memory database.  A file written by a newer schema is refused rather than misread.
     """
 
     def __init__(

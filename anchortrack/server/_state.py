@@ -1,11 +1,9 @@
-"""
-The server's state and request logic, free of HTTP.
+"""The server's state and request logic, free of HTTP.
 
-`ServerState` owns the store and the model, runs a create request
-through validation → chain resolution → context checks → model, saves the
-response, and keeps what tests look at: every request body received and the
-context the model saw for every response.  The HTTP app is a thin shell over
-it, and tests drive it in-process through ``ResponsesServer.state``.
+`ServerState` owns the store and the model, runs a create request through validation → chain resolution →
+context checks → model, saves the response, and keeps what tests look at: every request body received and the
+context the model saw for every response.  The HTTP app is a thin shell over it, and tests drive it in-process
+through ``ResponsesServer.state``.
 """
 
 from __future__ import annotations
@@ -62,8 +60,7 @@ def open_store(
     clock: Clock = time.time,
     max_responses: int = DEFAULT_MAX_RESPONSES,
 ) -> ResponseStore:
-    """
-    Open a store from its command-line spelling, ``"memory"`` or ``"sqlite:PATH"``.
+    """Open a store from its command-line spelling, ``"memory"`` or ``"sqlite:PATH"``.
 
     A memory store keeps at most *max_responses* (the oldest are evicted); a SQLite file is bounded by
     *retention* only.
@@ -92,12 +89,11 @@ class Model(Protocol):
 
 @dataclass(frozen=True)
 class Turn:
-    """
-    A validated create request, not yet answered.
+    """A validated create request, not yet answered.
 
-    *chain* holds its stored ancestors (oldest first) when they were read (empty when *ancestry*, the
-    chain's heads and items, came from the `ContextCache`); *context* the chain's items, then the new
-    input, resolved; *owner* (an API key digest) will own the response.
+    *chain* holds its stored ancestors (oldest first) when they were read (empty when *ancestry*, the chain's
+    heads and items, came from the `ContextCache`); *context* the chain's items, then the new input, resolved;
+    *owner* (an API key digest) will own the response.
     """
 
     request: CreateRequest
@@ -110,8 +106,7 @@ class Turn:
 
 
 class AsyncModel(Protocol):
-    """
-    An asynchronous model backend that answers every HTTP create (the upstream provider is one).
+    """An asynchronous model backend that answers every HTTP create (the upstream provider is one).
 
     Both methods raise `APIError` for a call that failed before a response existed.
     """
@@ -121,8 +116,7 @@ class AsyncModel(Protocol):
         ...
 
     async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
-        """
-        Start answering *turn* as a stream; return once the backend accepted it.
+        """Start answering *turn* as a stream; return once the backend accepted it.
 
         The iterator gives output item events (no sequence numbers, no lifecycle events), then the final
         `ModelReply`.
@@ -148,8 +142,7 @@ class PendingResponse:
 
 
 class ServerState:
-    """
-    Everything the running server knows; thread-safe.
+    """Everything the running server knows; thread-safe.
 
     Args:
         store: A `ResponseStore`, or its spelling ``"memory"`` / ``"sqlite:PATH"``.
@@ -158,19 +151,19 @@ class ServerState:
         max_depth: Most stored responses one chain may hold.
         model: The backend; a `ScriptedModel` by default.
         clock: Time source for timestamps and (for a spelled store) retention.
-        record: Keep what tests look at (`requests`, WebSocket client frames, `resolved_context`).
-            It grows with traffic and holds ``store: false`` content: ``anchortrack serve`` records
-            only with ``--test-hooks``.
+        record: Keep what tests look at (`requests`, WebSocket client frames, `resolved_context`). It grows
+            with traffic and holds ``store: false`` content: ``anchortrack serve`` records only with
+            ``--test-hooks``.
         backend: An asynchronous backend (e.g. an upstream provider) that answers instead of *model*.
 
     Attributes:
         zdr: Refuse every ``previous_response_id`` with OpenAI's zero-data-retention error.
-        stale_in_stream: Refuse a streamed request's unknown ``previous_response_id``
-            as llama-stack does: HTTP 200, then one ``{"error": {…, "code": "404"}}`` event.
-        announce_per_request: Say on every response that request properties apply per request
-            (``False`` serves like a server anchortrack does not know).
-        ignore_previous_response_id: Accept ``previous_response_id`` and answer as if it were absent,
-            as a server that does not chain does (for tests of finding such a server).
+        stale_in_stream: Refuse a streamed request's unknown ``previous_response_id`` as llama-stack does:
+            HTTP 200, then one ``{"error": {…, "code": "404"}}`` event.
+        announce_per_request: Say on every response that request properties apply per request (``False``
+            serves like a server anchortrack does not know).
+        ignore_previous_response_id: Accept ``previous_response_id`` and answer as if it were absent, as a
+            server that does not chain does (for tests of finding such a server).
     """
 
     def __init__(
@@ -222,11 +215,10 @@ class ServerState:
             self._requests.clear()
 
     def resolved_context(self, response_id: str) -> list[Item]:
-        """
-        The items the model saw for *response_id* (stored or not, while `record` is on), oldest first.
+        """The items the model saw for *response_id* (stored or not, while `record` is on), oldest first.
 
-        Item references and by-id reasoning items are resolved; no instructions, not the response's
-        own output.
+        Item references and by-id reasoning items are resolved; no instructions, not the response's own
+        output.
 
         Raises:
             KeyError: The server created no such response (or was not recording).
@@ -243,14 +235,13 @@ class ServerState:
         return copy.deepcopy(resolve_context(items, self.stored_item))
 
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
-        """
-        The item with this id of *owner*'s (any, for None) oldest live stored response holding it, or None.
+        """The item with this id of *owner*'s (any, for None) oldest live stored response holding it, or None.
 
-        An id names the item first stored under it, as on OpenAI, where an item id names one item for
-        good: a later input reusing the id with other content (a redacted copy sent back in full) is
-        stored as sent but does not change what the id resolves to, so a request naming the id sees
-        what a chain through the first holder replays.  When the index names no live holder (deleted,
-        expired, saved before a restart), the store is searched, oldest first.
+        An id names the item first stored under it, as on OpenAI, where an item id names one item for good: a
+        later input reusing the id with other content (a redacted copy sent back in full) is stored as sent
+        but does not change what the id resolves to, so a request naming the id sees what a chain through the
+        first holder replays.  When the index names no live holder (deleted, expired, saved before a restart),
+        the store is searched, oldest first.
         """
         with self._lock:
             known = dict(self._items.get(item_id, {}))
@@ -307,8 +298,7 @@ class ServerState:
         link: Callable[[str], ChainLink | None] | None = None,
         generate: bool = True,
     ) -> PendingResponse:
-        """
-        `resolve` *body*, then answer it with the model.
+        """`resolve` *body*, then answer it with the model.
 
         *generate* ``False`` answers without the model: a ``completed`` response with no output (a WebSocket
         warm-up).
@@ -325,18 +315,15 @@ class ServerState:
         owner: str | None = None,
         link: Callable[[str], ChainLink | None] | None = None,
     ) -> Turn:
-        """
-        Validate *body*, resolve its chain and check its context.
+        """Validate *body*, resolve its chain and check its context.
 
         Args:
-            owner: Digest of the caller's API key: only its stored responses
-                and items resolve, and the response belongs to it.  ``None``
-                (in-process callers) resolves every owner's and saves the
+            owner: Digest of the caller's API key: only its stored responses and items resolve, and the
+                response belongs to it.  ``None`` (in-process callers) resolves every owner's and saves the
                 response as keyless.
-            link: Resolve parents through this lookup instead of the store's
-                (the WebSocket endpoint puts its connection-local cache in
-                front of the store); the zero-data-retention refusal is then
-                the lookup's business.
+            link: Resolve parents through this lookup instead of the store's (the WebSocket endpoint puts its
+                connection-local cache in front of the store); the zero-data-retention refusal is then the
+                lookup's business.
 
         Raises:
             APIError: For every refusal, in OpenAI's shape.
@@ -444,12 +431,11 @@ class ServerState:
     async def live_events(
         self, pending: PendingResponse, to_save: PendingResponse | None
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """
-        *pending*'s events as a live stream sends them (HTTP and WebSocket alike).
+        """*pending*'s events as a live stream sends them (HTTP and WebSocket alike).
 
         Its delay is waited after ``response.in_progress``; *to_save* (if any) is saved before the terminal
-        event, which becomes an ``error`` event when that fails.  Closed early (the client went away) it
-        still saves.  Close it with `contextlib.aclosing`.
+        event, which becomes an ``error`` event when that fails.  Closed early (the client went away) it still
+        saves.  Close it with `contextlib.aclosing`.
         """
         events = stream_events(pending.response)
         finished = False
@@ -490,8 +476,7 @@ class ServerState:
         limit: int = 20,
         order: str = "desc",
     ) -> dict[str, Any]:
-        """
-        One page of the items used to generate a stored response, read from the store now.
+        """One page of the items used to generate a stored response, read from the store now.
 
         The walk stops at the first ancestor no longer stored; an item without an ``id`` is listed with a
         stable one.
@@ -541,9 +526,9 @@ def _unwind(
     max_depth: float = math.inf,
 ) -> list[Item]:
     """
-    The items of *response_id*'s chain, oldest first, ending with its *own_input*.  *step* gives an
-    ancestor's ``(parent, input items, output items)``, or None where the walk stops (as do a cycle and
-    *max_depth* responses).
+    The items of *response_id*'s chain, oldest first, ending with its *own_input*.  *step* gives an ancestor's
+    ``(parent, input items, output items)``, or None where the walk stops (as do a cycle and *max_depth*
+    responses).
     """
     segments = [own_input]
     seen = {response_id}

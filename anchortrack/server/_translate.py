@@ -1,16 +1,13 @@
-"""
-Request building for an upstream provider: Responses → Chat Completions (pure).
+"""Request building for an upstream provider: Responses → Chat Completions (pure).
 
-`build_chat_request` sends only what Chat Completions accepts: the request's
-``instructions`` as a leading ``system`` message; messages with their text
-(chat ``image_url`` parts when a user message carries images; ``developer``
-becomes ``system``); consecutive calls of any tool type as one assistant
-message with ``tool_calls``, each followed by its ``tool`` message (a call
-with no output in the context is left out); no reasoning items.
+`build_chat_request` sends only what Chat Completions accepts: the request's ``instructions`` as a leading
+``system`` message; messages with their text (chat ``image_url`` parts when a user message carries images;
+``developer`` becomes ``system``); consecutive calls of any tool type as one assistant message with
+``tool_calls``, each followed by its ``tool`` message (a call with no output in the context is left out); no
+reasoning items.
 
-Tools other than ``function`` become function tools with a JSON schema
-wrapper; `ChatPlan.tools` keeps each tool's type for restoring the reply.  A
-``json_schema`` text format becomes a ``response_format``; degraded to
+Tools other than ``function`` become function tools with a JSON schema wrapper; `ChatPlan.tools` keeps each
+tool's type for restoring the reply.  A ``json_schema`` text format becomes a ``response_format``; degraded to
 ``json_object``, the plan remembers the output must be valid JSON.
 """
 
@@ -38,12 +35,10 @@ Message = dict[str, Any]
 
 @dataclass(frozen=True)
 class ChatPlan:
-    """
-    One Chat Completions request and what the reply is restored with.
+    """One Chat Completions request and what the reply is restored with.
 
-    *tools* maps a tool's name to the type it was requested as: a provider
-    call is restored to that type.  *json_schema*: the ``response_format``
-    sent is ``json_schema`` (degradable); *requires_valid_json*: it was
+    *tools* maps a tool's name to the type it was requested as: a provider call is restored to that type.
+    *json_schema*: the ``response_format`` sent is ``json_schema`` (degradable); *requires_valid_json*: it was
     degraded to ``json_object``, so the output must parse as JSON.
     """
 
@@ -189,15 +184,13 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
 
 
 def build_tools(tools: Sequence[Item]) -> tuple[list[Item], dict[str, str]]:
-    """
-    The chat ``tools`` for the request's *tools*, and each tool's requested type by name.
+    """The chat ``tools`` for the request's *tools*, and each tool's requested type by name.
 
-    Tools without a name (``shell``, ``local_shell``, ``apply_patch``) are
-    named after their type.
+    Tools without a name (``shell``, ``local_shell``, ``apply_patch``) are named after their type.
 
     Raises:
-        APIError: 400 for a tool type no Chat Completions provider can run,
-            or two tools that would share one provider name.
+        APIError: 400 for a tool type no Chat Completions provider can run, or two tools that would share one
+            provider name.
     """
     types: dict[str, str] = {}
     chat_tools: list[Item] = []
@@ -263,11 +256,10 @@ def build_chat_request(
     degrade_json_schema: bool = False,
     max_tokens_field: str = "max_tokens",
 ) -> ChatPlan:
-    """
-    The Chat Completions request for *request* over its resolved *context*.
+    """The Chat Completions request for *request* over its resolved *context*.
 
-    *degrade_json_schema* sends ``json_object`` instead of ``json_schema``;
-    *max_tokens_field* names where ``max_output_tokens`` goes.
+    *degrade_json_schema* sends ``json_object`` instead of ``json_schema``; *max_tokens_field* names where
+    ``max_output_tokens`` goes.
 
     Raises:
         APIError: 400 for tools or a ``tool_choice`` the provider cannot take.

@@ -1,14 +1,11 @@
-"""
-The Responses API's WebSocket mode at ``/v1/responses`` (``client.responses.connect()``).
+"""The Responses API's WebSocket mode at ``/v1/responses`` (``client.responses.connect()``).
 
-One socket carries many ``response.create`` events (a ``POST /v1/responses``
-body plus the envelope fields ``type``, ``stream_id`` and ``generate``), each
-answered with the event sequence of an HTTP stream, echoing its ``stream_id``.
-Creates of one lane (``stream_id``) run in order, lanes concurrently.  Each
-lane's latest chainable response stays in a connection-local cache that
-chains on this socket even with ``store: false`` or zero data retention.
-Refusals are error frames.  The semantics follow OpenAI's WebSocket-mode
-guide and the openai SDK; the server guide spells them out.
+One socket carries many ``response.create`` events (a ``POST /v1/responses`` body plus the envelope fields
+``type``, ``stream_id`` and ``generate``), each answered with the event sequence of an HTTP stream, echoing
+its ``stream_id``. Creates of one lane (``stream_id``) run in order, lanes concurrently.  Each lane's latest
+chainable response stays in a connection-local cache that chains on this socket even with ``store: false`` or
+zero data retention. Refusals are error frames.  The semantics follow OpenAI's WebSocket-mode guide and the
+openai SDK; the server guide spells them out.
 """
 
 from __future__ import annotations
@@ -80,12 +77,11 @@ def event_stream_id(event: object) -> str | None:
 
 
 def parse_client_event(event: object) -> CreateEvent:
-    """
-    Validate a decoded client event; only ``response.create`` is served.
+    """Validate a decoded client event; only ``response.create`` is served.
 
     Raises:
-        APIError: 400 for a non-object, an unknown ``type``, a malformed
-            ``stream_id`` (``invalid_stream_id``) or ``generate``.
+        APIError: 400 for a non-object, an unknown ``type``, a malformed ``stream_id`` (``invalid_stream_id``)
+            or ``generate``.
     """
     if not isinstance(event, dict):
         raise _errors.invalid_type("event", "an object", event)
@@ -123,12 +119,10 @@ def error_frame(error: APIError, stream_id: str | None, sequence_number: int | N
 
 
 class ConnectionCache:
-    """
-    The latest chainable response of each lane of one connection (pure, not thread-safe).
+    """The latest chainable response of each lane of one connection (pure, not thread-safe).
 
-    A cached response is kept as one flattened `ChainLink`: its input
-    items are the whole context the model saw, its parent ``None`` — so it
-    resolves without the store, whatever its ancestors' fate.
+    A cached response is kept as one flattened `ChainLink`: its input items are the whole context the model
+    saw, its parent ``None`` — so it resolves without the store, whatever its ancestors' fate.
     """
 
     def __init__(self) -> None:
@@ -227,8 +221,7 @@ class ReceivedFrame:
 
 
 class WebSocketHub:
-    """
-    The WebSocket endpoint over the `ServerState` the HTTP routes share: open connections and their caches.
+    """The WebSocket endpoint over the `ServerState` the HTTP routes share: open connections and their caches.
 
     Attributes:
         max_age: Seconds a connection stays open (for connections opened afterwards).
@@ -263,12 +256,10 @@ class WebSocketHub:
             self._received.clear()
 
     async def drop(self, connection_id: str, code: int = DEFAULT_DROP_CODE, *, when: str = "now") -> None:
-        """
-        Close a connection from the server side with *code* (on the server's event loop).
+        """Close a connection from the server side with *code* (on the server's event loop).
 
-        *when* is ``"now"``, or ``"after_created"``: right after the
-        ``response.created`` of the next create it serves (that response still
-        completes, as over HTTP when the client goes away).
+        *when* is ``"now"``, or ``"after_created"``: right after the ``response.created`` of the next create
+        it serves (that response still completes, as over HTTP when the client goes away).
 
         Raises:
             KeyError: No open connection has this id.

@@ -1,10 +1,8 @@
-"""
-`WireTap`: the exact request bodies an openai client puts on the wire.
+"""`WireTap`: the exact request bodies an openai client puts on the wire.
 
-A `WireTap` is a ``request`` event hook on the openai client's own HTTP
-client, for tests, demos and benchmarks that check or measure what a client
-sent.  `http_client_classes` names those classes (they differ between openai
-2 and 3).
+A `WireTap` is a ``request`` event hook on the openai client's own HTTP client, for tests, demos and
+benchmarks that check or measure what a client sent.  `http_client_classes` names those classes (they differ
+between openai 2 and 3).
 """
 
 from __future__ import annotations
@@ -14,16 +12,14 @@ from typing import Any
 
 
 class WireTap:
-    """
-    Keeps the raw JSON bodies of every ``POST …/responses`` a client sends.
+    """Keeps the raw JSON bodies of every ``POST …/responses`` a client sends.
 
     For example:
 
     ```python
-    tap = WireTap()
-    client = OpenAI(base_url=srv.base_url, api_key="test", http_client=tap.http_client())
-    client.responses.create(model="scripted", input="hello")
-    tap.since(0)        # [{"model": "scripted", "input": "hello"}]
+    tap = WireTap() client = OpenAI(base_url=srv.base_url, api_key="test", http_client=tap.http_client())
+    client.responses.create(model="scripted", input="hello") tap.since(0)        # [{"model": "scripted",
+    "input": "hello"}]
     ```
 
     Attributes:
@@ -60,11 +56,10 @@ class WireTap:
 
 
 def http_client_classes() -> tuple[Any, Any]:
-    """
-    The openai client's own default HTTP client classes, sync and async.
+    """The openai client's own default HTTP client classes, sync and async.
 
-    openai 3 uses httpx2; openai 2 uses httpx (it also names httpx2 classes, but
-    they need an extra that is usually not installed).
+    openai 3 uses httpx2; openai 2 uses httpx (it also names httpx2 classes, but they need an extra that is
+    usually not installed).
     """
     import openai
 
