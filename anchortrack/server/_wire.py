@@ -17,9 +17,10 @@ class WireTap:
     For example:
 
     ```python
-    tap = WireTap() client = OpenAI(base_url=srv.base_url, api_key="test", http_client=tap.http_client())
-    client.responses.create(model="scripted", input="hello") tap.since(0)        # [{"model": "scripted",
-    "input": "hello"}]
+    tap = WireTap()
+    client = OpenAI(base_url=srv.base_url, api_key="test", http_client=tap.http_client())
+    client.responses.create(model="scripted", input="hello")
+    tap.since(0)        # [{"model": "scripted", "input": "hello"}]
     ```
 
     Attributes:
