@@ -72,30 +72,19 @@ def chain_items(chain: Sequence[ChainLink]) -> list[Item]:
 # -- id resolution, as OpenAI does it ------------------------------------------------------------
 
 
-def _by_id_reasoning(item: Item) -> bool:
-    return (
-        item.get("type") == "reasoning"
-        and not item.get("encrypted_content")
-        and isinstance(item.get("id"), str)
-    )
-
-
-def resolve_context(
-    context: Sequence[Item], lookup: Callable[[str], Item | None], *, resolved: int = 0
-) -> list[Item]:
+def resolve_context(context: Sequence[Item], lookup: Callable[[str], Item | None]) -> list[Item]:
     """Return the context the model sees: every item an id stands for, resolved.
 
     An item reference becomes the item it names; a ``reasoning`` item without ``encrypted_content`` becomes
     the stored reasoning item with its id.  An id is looked up among the earlier items first, then by *lookup*
-    (items of stored responses).  The first *resolved* items (a stored chain) are taken as they are.  Then an
-    ``mcp_approval_response`` must name an ``mcp_approval_request`` of the context, and a
-    ``local_shell_call_output`` a ``local_shell_call``.
+    (items of stored responses).  Then an ``mcp_approval_response`` must name an ``mcp_approval_request`` of
+    the context, and a ``local_shell_call_output`` a ``local_shell_call``.
 
     Raises:
         APIError: 404 ``param: input`` for an id that names no item (or a reasoning id that names no reasoning
             item); 400 ``param: input`` for an answer without its request or call.
     """
-    out = [*context[:resolved], *resolve_items(context[:resolved], context[resolved:], lookup)]
+    out = resolve_items((), context, lookup)
     Facts.of(out).check(pairs=False)
     return out
 
@@ -103,9 +92,8 @@ def resolve_context(
 def resolve_items(
     earlier: Sequence[Item], items: Sequence[Item], lookup: Callable[[str], Item | None]
 ) -> list[Item]:
-    """
-    *items* (following the resolved *earlier* ones) with every item an id stands for resolved, as
-    `resolve_context` does, reading *earlier* only for an id to resolve; no answer checks.
+    """*items* (following the resolved *earlier* ones, read only for an id to resolve) with every item an id
+    stands for resolved, as `resolve_context` does; no answer checks.
 
     Raises:
         APIError: 404 ``param: input`` for an id that names no item.
@@ -113,27 +101,19 @@ def resolve_items(
     seen: dict[str, Item] = {}
     out: list[Item] = []
     for item in items:
-        if is_reference(item) or _by_id_reasoning(item):
+        by_id = item.get("type") == "reasoning" and not item.get("encrypted_content")
+        if is_reference(item) or (by_id and isinstance(item.get("id"), str)):
             item_id = item["id"]
-            found = _first(earlier, item_id) or seen.get(item_id) or lookup(item_id)
-            if (
-                found is None
-                or is_reference(found)
-                or (item.get("type") == "reasoning" and found.get("type") != "reasoning")
-            ):
-                raise APIError(
-                    404,
+            found = next((i for i in earlier if i.get("id") == item_id), None) or seen.get(item_id)
+            found = found or lookup(item_id)
+            if found is None or is_reference(found) or (by_id and found.get("type") != "reasoning"):
+                message = (
                     f"Item with id '{item_id}' not found. Items are not persisted when `store` is set to "
-                    "false. Try again with `store` set to true, or remove this item from your input.",
-                    param="input",
+                    "false. Try again with `store` set to true, or remove this item from your input."
                 )
+                raise APIError(404, message, param="input")
             item = found
-        item_id = item.get("id")
-        if isinstance(item_id, str):
+        if isinstance(item_id := item.get("id"), str):
             seen.setdefault(item_id, item)
         out.append(item)
     return out
-
-
-def _first(items: Sequence[Item], item_id: str) -> Item | None:
-    return next((item for item in items if item.get("id") == item_id), None)
