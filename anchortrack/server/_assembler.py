@@ -8,7 +8,6 @@ from it, only the deltas are built here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +17,7 @@ from anchortrack.server._reconstruct import (
     REDACTED,
     MalformedReply,
     Origin,
+    arguments_text,
     content_text,
     reasoning_item,
     reasoning_text,
@@ -135,10 +135,7 @@ class StreamAssembler:
         function = function or {}
         if isinstance(function.get("name"), str) and function["name"] and not call.name:
             call.name = function["name"]
-        arguments = function.get("arguments")
-        if isinstance(arguments, dict):
-            arguments = json.dumps(arguments, separators=(",", ":"))
-        delta = arguments if isinstance(arguments, str) else ""
+        delta = arguments_text(function.get("arguments"))
         call.arguments += delta
         key = f"call:{index}"
         if not call.name or restored_type(self.plan, call.name) != "function_call":

@@ -74,6 +74,13 @@ def map_finish_reason(reason: object) -> Outcome:
     return Outcome("failed", error=f"The upstream provider returned an unexpected finish reason: {reason!r}.")
 
 
+def arguments_text(arguments: object) -> str:
+    """A provider call's ``arguments`` as text (some servers send an object; anything else is ``""``)."""
+    if isinstance(arguments, dict):
+        return json.dumps(arguments, separators=(",", ":"))
+    return arguments if isinstance(arguments, str) else ""
+
+
 def restored_type(plan: ChatPlan, provider_name: str) -> str:
     """The item type a call to *provider_name* is restored to (if its arguments parse)."""
     return CALL_OF_TOOL.get(plan.tools.get(provider_name, "function"), "function_call")
@@ -219,11 +226,7 @@ def reconstruct(
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise MalformedReply(f"tool call {index} has no function name")
-        arguments = function.get("arguments")
-        if isinstance(arguments, dict):  # some servers send an object
-            arguments = json.dumps(arguments, separators=(",", ":"))
-        elif not isinstance(arguments, str):
-            arguments = ""
+        arguments = arguments_text(function.get("arguments"))
         call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else new_id("call")
         item_id = known.get(f"call:{index}")
         output.append(restore_tool_call(plan, call_id, function["name"], arguments, item_id=item_id))

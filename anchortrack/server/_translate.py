@@ -18,14 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from anchortrack.server._errors import missing_parameter, unsupported
-from anchortrack.server._items import (
-    CALL_OF_TOOL,
-    ITEM_TYPES,
-    OUTPUTS,
-    TEXT_PARTS,
-    bridged_call,
-    output_text,
-)
+from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES, OUTPUTS, TEXT_PARTS, bridged_call, output_text
 from anchortrack.server._request import CreateRequest
 
 
