@@ -34,8 +34,7 @@ CONTEXT_CACHE_LIMIT = 1024
 
 @dataclass(frozen=True)
 class Ancestry:
-    """
-    A chain's responses (oldest first) as `Head` s, with every item they stored, oldest first, as of the
+    """A chain's responses (oldest first) as `Head` s, with every item they stored, oldest first, as of the
     store's *generation* (read before the chain was walked or checked).
     """
 
@@ -88,8 +87,7 @@ class ContextCache:
         return entry if fresh else None
 
     def add(self, saved: Head, parent: Ancestry, items: Sequence[Item], facts: Facts) -> None:
-        """
-        Keep the ancestry of *saved*, whose parent's is *parent* (as checked when the request was resolved:
+        """Keep the ancestry of *saved*, whose parent's is *parent* (as checked when the request was resolved:
         its generation stays the entry's), whose own items are *items* and whose chain's items have *facts*.
         """
         entry = Ancestry(

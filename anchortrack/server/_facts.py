@@ -1,6 +1,5 @@
-"""
-`Facts`: the one place of the context checks, and what the usage count and the scripted model's digest need of
-a context, kept per cached chain so that a request extends its parent's with its own items only.
+"""`Facts`: the one place of the context checks, and what the usage count and the scripted model's digest need
+of a context, kept per cached chain so that a request extends its parent's with its own items only.
 
 `Facts.extend` reads each new item once (its canonical JSON, its id, the call it makes or answers);
 `Facts.check` refuses what the real API refuses, without visiting the older items again. `check_context`

@@ -1,5 +1,4 @@
-"""
-What the server's response stores share: the records, the store contract, the row codec and the save policy.
+"""What the server's response stores share: records, the store contract, the row codec, the save policy.
 
 `ResponseStore` implements OpenAI's semantics once, over row primitives each backend supplies.  Records are
 kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored, and both backends
@@ -271,9 +270,8 @@ class ResponseStore:
         return self._clock()
 
     def generation(self) -> object:
-        """
-        A token that changes whenever a record may have been removed, expired early or replaced with another
-        chainable one (a backend shared between processes also counts the other processes').
+        """A token that changes whenever a record may have been removed, expired early or replaced with
+        another chainable one (a backend shared between processes also counts the other processes').
         """
         with self._lock:
             return self._generation

@@ -275,8 +275,7 @@ def _check_value(value: Any) -> None:
 
 
 def decode_json(raw: bytes) -> Any:
-    """
-    Decode a request body: strict JSON (no NaN/Infinity, no lone surrogates), nested at most MAX_JSON_DEPTH
+    """Decode a request body: strict JSON (no NaN/Infinity, no lone surrogates), nested at most MAX_JSON_DEPTH
     deep.
 
     Checked before anything else happens, so a body the server could not store or answer is a 400 and never a

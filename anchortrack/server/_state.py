@@ -525,10 +525,9 @@ def _unwind(
     step: Callable[[str], tuple[str | None, list[Item], list[Item]] | None],
     max_depth: float = math.inf,
 ) -> list[Item]:
-    """
-    The items of *response_id*'s chain, oldest first, ending with its *own_input*.  *step* gives an ancestor's
-    ``(parent, input items, output items)``, or None where the walk stops (as do a cycle and *max_depth*
-    responses).
+    """The items of *response_id*'s chain, oldest first, ending with its *own_input*.  *step* gives an
+    ancestor's ``(parent, input items, output items)``, or None where the walk stops (as do a cycle and
+    *max_depth* responses).
     """
     segments = [own_input]
     seen = {response_id}
