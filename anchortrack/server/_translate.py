@@ -204,10 +204,10 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], dict[str, str]]:
             function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
             if tool.get("strict") is True:
                 function["strict"] = True
-        else:
+        else:  # a wrapper: the row's description, else the tool's (and its grammar)
             description = spec.description or _str(tool.get("description"))
             fmt = tool.get("format")
-            if isinstance(fmt, dict) and fmt.get("type") == "grammar":
+            if not spec.description and isinstance(fmt, dict) and fmt.get("type") == "grammar":
                 description = (
                     f"{description}\nThe input must follow this {fmt.get('syntax', '')} grammar:\n"
                     f"{fmt.get('definition', '')}"
