@@ -40,10 +40,7 @@ _EMPTY_DEFAULT_KEYS = frozenset({"annotations", "logprobs"})
 
 _ID_STATUS = frozenset({"id", "status"})
 _ID = frozenset({"id"})
-_STATUS = frozenset({"status"})
 _NOTHING: frozenset[str] = frozenset()
-_CALL_ID = "call_id"
-#: Tool definitions inside an item: their JSON schemas are free-form.
 _TOOL_PARAMETERS = (("tools", "*", "parameters"), ("tools", "*", "tools", "*", "parameters"))
 
 
@@ -52,28 +49,23 @@ class ItemType(NamedTuple):
     Every fact the library holds about one item type: a row of `ITEM_TYPES`.
 
     Attributes:
-        why: Why *ignored* holds those keys and no others, and what else compares specially; the
-            docs' item table (docs/guide/anchors.md) shows it.
+        why: Why *ignored* holds those keys and no others, and what else compares specially.
         ignored: Top-level keys that are bookkeeping, dropped from the canonical form. An id is
             bookkeeping only when nothing can refer to it with effect: the item carries everything the
             model sees, and the item that links to it uses another key (``call_id``).
-        model_output: Only the model produces it, so a history holding one has model output: one that
-            cannot chain has diverged (`prefix_diverged`) rather than none (`no_history`).
-        model_role: With *model_output*: only an item with this role is model output.
-        answers: The type of the item this one answers (a tool output: its call).
-        link: The key of this item that names the item it answers.
-        free_form: Paths to free-form JSON values ("*": every element of a list) the API passes through
-            verbatim (a tool's JSON schema, a tool search's arguments), where ``null`` is data, not
-            "not given"; from the spec: the open ``type: object`` fields.
+        model_output: Only the model makes it (a history holding one has model output: if it cannot
+            chain it has diverged, `prefix_diverged`, rather than none, `no_history`); a role name: only
+            an item with that role.
+        answers: The type of the item this one answers and the key naming it (a tool output: its call).
+        free_form: Paths ("*": every element of a list) to the free-form JSON the API passes through
+            verbatim, where ``null`` is data, not "not given": the spec's open ``type: object`` fields.
         normalize: Rewrites the canonical form in place before *ignored* is dropped.
     """
 
     why: str
     ignored: frozenset[str] = _NOTHING
-    model_output: bool = False
-    model_role: str | None = None
-    answers: str | None = None
-    link: str | None = None
+    model_output: bool | str = False
+    answers: tuple[str, str] | None = None
     free_form: tuple[tuple[str, ...], ...] = ()
     normalize: Callable[[dict[str, Any]], None] | None = None
 
@@ -102,17 +94,17 @@ def _reasoning(out: dict[str, Any]) -> None:
 
 
 #: The per-type table: item ``type`` (as the spec's ``InputItem`` / ``Item`` / ``ItemResource`` /
-#: ``OutputItem`` unions and ``openai.types.responses`` name them) -> every fact about it. A string input
-#: ``"t"`` is one user ``message`` with ``input_text`` t. Any other type, and an item with neither
-#: ``type`` nor ``role``, is unknown: compared by its full value, id included, and not model output.
+#: ``OutputItem`` unions and ``openai.types.responses`` name them) -> every fact about it; the guide's item
+#: table (docs/guide/anchors.md) is generated from it. A string input ``"t"`` is one user ``message`` with
+#: ``input_text`` t. Any other type, and an item with neither ``type`` nor ``role``, is unknown: compared
+#: by its full value, id included, and not model output.
 # fmt: off
 ITEM_TYPES: dict[str, ItemType] = {
     "message": ItemType(
         "id: bookkeeping (a reference to it compares by its own id); status: \"populated when returned via"
         " API\". `{\"role\", \"content\": \"t\"}` ≡ one `input_text` part (user, system, developer) or"
         " `output_text` part (assistant); no type ≡ message; `annotations: []`, `logprobs: []` in a part"
-        " ≡ absent",
-        _ID_STATUS, model_output=True, model_role="assistant", normalize=_message,
+        " ≡ absent", _ID_STATUS, model_output="assistant", normalize=_message,
     ),
     "item_reference": ItemType(
         "the id *is* the content; `{\"id\": x}` without type ≡ `{\"type\": \"item_reference\", \"id\": x}`"
@@ -120,8 +112,7 @@ ITEM_TYPES: dict[str, ItemType] = {
     "reasoning": ItemType(
         "with `encrypted_content` (that carries the reasoning) id and status; without, status only (the"
         " server resolves it by its id). `content: []` ≡ absent (OpenAI returns the empty list,"
-        " frameworks drop it)",
-        _STATUS, model_output=True, normalize=_reasoning,
+        " frameworks drop it)", frozenset({"status"}), model_output=True, normalize=_reasoning,
     ),
     "function_call": ItemType(
         "linked by call_id; arguments compare as JSON modulo whitespace, key order and string escapes,"
@@ -129,38 +120,34 @@ ITEM_TYPES: dict[str, ItemType] = {
         _ID_STATUS, model_output=True, normalize=_function_call,
     ),
     "function_call_output": ItemType(
-        "linked by call_id; output verbatim", _ID_STATUS, answers="function_call", link=_CALL_ID,
+        "linked by call_id; output verbatim", _ID_STATUS, answers=("function_call", "call_id")
     ),
     "custom_tool_call": ItemType(
-        "linked by call_id; input is free text: verbatim", _ID_STATUS, model_output=True,
+        "linked by call_id; input is free text: verbatim", _ID_STATUS, model_output=True
     ),
     "custom_tool_call_output": ItemType(
-        "linked by call_id; output verbatim", _ID_STATUS, answers="custom_tool_call", link=_CALL_ID,
+        "linked by call_id; output verbatim", _ID_STATUS, answers=("custom_tool_call", "call_id")
     ),
     "computer_call": ItemType("linked by call_id", _ID_STATUS, model_output=True),
-    "computer_call_output": ItemType(
-        "linked by call_id", _ID_STATUS, answers="computer_call", link=_CALL_ID,
-    ),
+    "computer_call_output": ItemType("linked by call_id", _ID_STATUS, answers=("computer_call", "call_id")),
     "shell_call": ItemType("linked by call_id; status kept", _ID, model_output=True),
-    "shell_call_output": ItemType(
-        "linked by call_id; status kept", _ID, answers="shell_call", link=_CALL_ID,
-    ),
+    "shell_call_output": ItemType("linked by call_id; status kept", _ID, answers=("shell_call", "call_id")),
     "apply_patch_call": ItemType("linked by call_id; status kept (required)", _ID, model_output=True),
     "apply_patch_call_output": ItemType(
-        "linked by call_id; status is the result", _ID, answers="apply_patch_call", link=_CALL_ID,
+        "linked by call_id; status is the result", _ID, answers=("apply_patch_call", "call_id")
     ),
     "mcp_approval_request": ItemType("answered by a response naming its id", model_output=True),
     "mcp_approval_response": ItemType(
         "names its request by approval_request_id", _ID,
-        answers="mcp_approval_request", link="approval_request_id",
+        answers=("mcp_approval_request", "approval_request_id"),
     ),
     "compaction": ItemType("encrypted_content is the content", _ID, model_output=True),
     "local_shell_call": ItemType("its output names it by id", model_output=True),
     "local_shell_call_output": ItemType(
-        "its id names the call it answers; output verbatim", answers="local_shell_call", link="id",
+        "its id names the call it answers; output verbatim", answers=("local_shell_call", "id")
     ),
     "mcp_call": ItemType(
-        "server-run tool; arguments and output verbatim; status is the tool's outcome", model_output=True,
+        "server-run tool; arguments and output verbatim; status is the tool's outcome", model_output=True
     ),
     "mcp_list_tools": ItemType(
         "server-run listing; each tool's input_schema/annotations verbatim", model_output=True,
@@ -176,12 +163,13 @@ ITEM_TYPES: dict[str, ItemType] = {
     ),
     "tool_search_output": ItemType(
         "call_id is optional: the id may link; tools' parameters verbatim",
-        answers="tool_search_call", link=_CALL_ID, free_form=_TOOL_PARAMETERS,
+        answers=("tool_search_call", "call_id"),
+        free_form=_TOOL_PARAMETERS,
     ),
     "program": ItemType("the spec requires the id on input"),
-    "program_output": ItemType("the spec requires the id on input", answers="program", link=_CALL_ID),
+    "program_output": ItemType("the spec requires the id on input", answers=("program", "call_id")),
     "additional_tools": ItemType(
-        "not proven bookkeeping; tools' parameters verbatim", free_form=_TOOL_PARAMETERS,
+        "not proven bookkeeping; tools' parameters verbatim", free_form=_TOOL_PARAMETERS
     ),
     "compaction_trigger": ItemType("not proven bookkeeping"),
     "configuration_update": ItemType(

@@ -356,7 +356,8 @@ def _fingerprint_one(item: object) -> Known:
     kind, role = kind_of(canon)
     data = dump_canonical(canon)
     row = ITEM_TYPES.get(kind)
-    is_model = row is not None and row.model_output and (row.model_role is None or row.model_role == role)
+    made = False if row is None else row.model_output  # a role name: model output in that role only
+    is_model = made is True or made == role
     return _blake2b(data, digest_size=DIGEST_SIZE).digest(), len(data), is_model
 
 

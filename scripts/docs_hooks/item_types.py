@@ -25,12 +25,12 @@ def _path(path: tuple[str, ...]) -> str:
 
 
 def _line(name: str, row: ItemType) -> str:
-    made = "" if not row.model_output else f"{row.model_role} role" if row.model_role else "yes"
+    made = "yes" if row.model_output is True else f"{row.model_output} role" if row.model_output else ""
     cells = [
         f"`{name}`",
         ", ".join(f"`{key}`" for key in sorted(row.ignored)),
         made,
-        f"`{row.answers}` by `{row.link}`" if row.answers else "",
+        "`{}` by `{}`".format(*row.answers) if row.answers else "",
         ", ".join(f"`{_path(path)}`" for path in row.free_form),
         row.why,
     ]
