@@ -1,9 +1,10 @@
 """
 Canonical form of Responses API input items (pure): equivalent items (the server would put the same
 thing in front of the model) map to identical bytes, so fingerprints compare by value. The rules are
-the user guide's (docs/guide/anchors.md), each tested in ``tests/core/test_canonical.py``: `IGNORED_KEYS`
-says per item type which ids and statuses are bookkeeping and why, `FREE_FORM` which JSON is kept
-verbatim (nulls and number types included). An SDK model counts as its ``model_dump(mode="json",
+the user guide's (docs/guide/anchors.md), each tested in ``tests/core/test_canonical.py``: `ITEM_TYPES`
+holds one row per item type with every fact about it (which ids and statuses are bookkeeping and why,
+which JSON is kept verbatim, nulls and number types included, whether only the model makes it, what it
+answers), and the docs' item table is checked against it. An SDK model counts as its ``model_dump(mode="json",
 exclude_unset=True)`` without the SDK-only ``parsed`` fields; a subclass of a JSON type by its data (what
 ``json.dumps`` puts on the wire), never by its own ``__eq__``, ``__hash__`` or ``__repr__``. Kept apart on
 purpose: different text, role, ``call_id``, ``name``, ``phase``, ``encrypted_content``, ``input_text`` vs
@@ -23,8 +24,8 @@ anchor holds the references, and the next call chains from it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 
 #: Bump once per release in which the canonical bytes of any item change (a type gaining a row included):
@@ -40,76 +41,143 @@ _EMPTY_DEFAULT_KEYS = frozenset({"annotations", "logprobs"})
 _ID_STATUS = frozenset({"id", "status"})
 _ID = frozenset({"id"})
 _NOTHING: frozenset[str] = frozenset()
+_TOOL_PARAMETERS = (("tools", "*", "parameters"), ("tools", "*", "tools", "*", "parameters"))
+
+
+class ItemType(NamedTuple):
+    """
+    Every fact the library holds about one item type: a row of `ITEM_TYPES`.
+
+    Attributes:
+        why: Why *ignored* holds those keys and no others, and what else compares specially.
+        ignored: Top-level keys that are bookkeeping, dropped from the canonical form. An id is
+            bookkeeping only when nothing can refer to it with effect: the item carries everything the
+            model sees, and the item that links to it uses another key (``call_id``).
+        model_output: Only the model makes it (a history holding one has model output: if it cannot
+            chain it has diverged, `prefix_diverged`, rather than none, `no_history`); a role name: only
+            an item with that role.
+        answers: The type of the item this one answers and the key naming it (a tool output: its call).
+        free_form: Paths ("*": every element of a list) to the free-form JSON the API passes through
+            verbatim, where ``null`` is data, not "not given": the spec's open ``type: object`` fields.
+        normalize: Rewrites the canonical form in place before *ignored* is dropped.
+    """
+
+    why: str
+    ignored: frozenset[str] = _NOTHING
+    model_output: bool | str = False
+    answers: tuple[str, str] | None = None
+    free_form: tuple[tuple[str, ...], ...] = ()
+    normalize: Callable[[dict[str, Any]], None] | None = None
+
+
+def _message(out: dict[str, Any]) -> None:
+    content = out.get("content")
+    if isinstance(content, str):
+        text_type = "input_text" if out.get("role") in _INPUT_ROLES else "output_text"
+        out["content"] = [{"text": content, "type": text_type}]
+    elif isinstance(content, list):
+        out["content"] = [_canonical_part(part) for part in content]
+
+
+def _function_call(out: dict[str, Any]) -> None:
+    normal = json_tokens(out["arguments"]) if isinstance(out.get("arguments"), str) else None
+    if normal is not None:
+        out["arguments"] = {"json": normal}
+
+
+def _reasoning(out: dict[str, Any]) -> None:
+    encrypted = out.get("encrypted_content")
+    if isinstance(encrypted, str) and encrypted:
+        out.pop("id", None)
+    if out.get("content") == []:
+        del out["content"]
+
 
 #: The per-type table: item ``type`` (as the spec's ``InputItem`` / ``Item`` / ``ItemResource`` /
-#: ``OutputItem`` unions and ``openai.types.responses`` name them) -> its top-level keys that are
-#: bookkeeping, and why. An id is bookkeeping only when nothing can refer to it with effect: the item
-#: carries everything the model sees, and the item that links to it uses ``call_id``. A string input
-#: ``"t"`` is one user ``message`` with ``input_text`` t. Any other type, and an item with neither
-#: ``type`` nor ``role``, is unknown: compared by its full value, id included.
-IGNORED_KEYS: dict[str, frozenset[str]] = {
-    # id: bookkeeping (a reference to it compares by its own id); status: "populated when returned via
-    # API". {"role", "content": "t"} ≡ one input_text part (user, system, developer) or output_text
-    # part (assistant); no type ≡ message; annotations: [], logprobs: [] in a part ≡ absent.
-    "message": _ID_STATUS,
-    # Linked by call_id; arguments compare as JSON modulo whitespace, key order and string escapes,
-    # numbers by exact token (1 ≠ 1.0 ≠ 1.00, -0 ≠ 0), verbatim if not JSON or a key repeats.
-    "function_call": _ID_STATUS,
-    "function_call_output": _ID_STATUS,  # linked by call_id; output verbatim
-    "custom_tool_call": _ID_STATUS,  # linked by call_id; input is free text: verbatim
-    "custom_tool_call_output": _ID_STATUS,  # linked by call_id; output verbatim
-    "computer_call": _ID_STATUS,  # linked by call_id
-    "computer_call_output": _ID_STATUS,  # linked by call_id
-    "shell_call": _ID,  # linked by call_id; status kept
-    "shell_call_output": _ID,  # linked by call_id; status kept
-    "apply_patch_call": _ID,  # linked by call_id; status kept (required)
-    "apply_patch_call_output": _ID,  # linked by call_id; status is the result
-    "mcp_approval_response": _ID,  # names its request by approval_request_id
-    "compaction": _ID,  # encrypted_content is the content
-    # "reasoning" (in `canonical_item`): with encrypted_content, id and status (that carries the
-    # reasoning); without, status only (the server resolves it by its id). content: [] ≡ absent
-    # (OpenAI returns the empty list, frameworks drop it).
-    # The id *is* the content; {"id": x} without type ≡ {"type": "item_reference", "id": x}.
-    "item_reference": _NOTHING,
-    "mcp_approval_request": _NOTHING,  # answered by a response naming its id
-    "local_shell_call": _NOTHING,  # its output names it by id
-    "local_shell_call_output": _NOTHING,  # its id names the call it answers; output verbatim
-    "mcp_call": _NOTHING,  # server-run tool; arguments and output verbatim; status is the tool's outcome
-    "mcp_list_tools": _NOTHING,  # server-run listing; each tool's input_schema/annotations verbatim
-    "web_search_call": _NOTHING,  # server-run; results live under the id
-    "file_search_call": _NOTHING,  # server-run; results may live under the id
-    "code_interpreter_call": _NOTHING,  # server-run; the container state is the id's
-    "image_generation_call": _NOTHING,  # follow-up edits reference the image by id
-    "tool_search_call": _NOTHING,  # call_id is optional: the id may link; arguments verbatim
-    "tool_search_output": _NOTHING,  # call_id is optional: the id may link; tools' parameters verbatim
-    "program": _NOTHING,  # the spec requires the id on input
-    "program_output": _NOTHING,  # the spec requires the id on input
-    "additional_tools": _NOTHING,  # not proven bookkeeping; tools' parameters verbatim
-    "compaction_trigger": _NOTHING,  # not proven bookkeeping
-    "configuration_update": _NOTHING,  # not proven bookkeeping (SDK only); text.format.schema verbatim
-}
-
-#: Item types that only the model produces (besides assistant messages): a history holding one has model
-#: output, so a history that cannot chain has diverged (`prefix_diverged`) rather than none (`no_history`).
+#: ``OutputItem`` unions and ``openai.types.responses`` name them) -> every fact about it; the guide's item
+#: table (docs/guide/anchors.md) is generated from it. A string input ``"t"`` is one user ``message`` with
+#: ``input_text`` t. Any other type, and an item with neither ``type`` nor ``role``, is unknown: compared
+#: by its full value, id included, and not model output.
 # fmt: off
-MODEL_ITEM_TYPES = frozenset((
-    "function_call", "custom_tool_call", "reasoning", "compaction", "file_search_call", "web_search_call",
-    "computer_call", "code_interpreter_call", "image_generation_call", "local_shell_call", "shell_call",
-    "apply_patch_call", "mcp_call", "mcp_list_tools", "mcp_approval_request", "tool_search_call",
-))
-# fmt: on
-
-#: Item type → paths to the free-form JSON values inside it ("*": every element of a list): values
-#: the API passes through verbatim (a tool's JSON schema, a tool search's arguments), where
-#: ``null`` is data, not "not given". Derived from the spec: the open ``type: object`` fields.
-_TOOL_PARAMETERS = (("tools", "*", "parameters"), ("tools", "*", "tools", "*", "parameters"))
-FREE_FORM: dict[str, tuple[tuple[str, ...], ...]] = {
-    "mcp_list_tools": (("tools", "*", "input_schema"), ("tools", "*", "annotations")),
-    "tool_search_call": (("arguments",),),
-    "tool_search_output": _TOOL_PARAMETERS,
-    "additional_tools": _TOOL_PARAMETERS,
-    "configuration_update": (("text", "format", "schema"),),
+ITEM_TYPES: dict[str, ItemType] = {
+    "message": ItemType(
+        "id: bookkeeping (a reference to it compares by its own id); status: \"populated when returned via"
+        " API\". `{\"role\", \"content\": \"t\"}` ≡ one `input_text` part (user, system, developer) or"
+        " `output_text` part (assistant); no type ≡ message; `annotations: []`, `logprobs: []` in a part"
+        " ≡ absent", _ID_STATUS, model_output="assistant", normalize=_message,
+    ),
+    "item_reference": ItemType(
+        "the id *is* the content; `{\"id\": x}` without type ≡ `{\"type\": \"item_reference\", \"id\": x}`"
+    ),
+    "reasoning": ItemType(
+        "with `encrypted_content` (that carries the reasoning) id and status; without, status only (the"
+        " server resolves it by its id). `content: []` ≡ absent (OpenAI returns the empty list,"
+        " frameworks drop it)", frozenset({"status"}), model_output=True, normalize=_reasoning,
+    ),
+    "function_call": ItemType(
+        "linked by call_id; arguments compare as JSON modulo whitespace, key order and string escapes,"
+        " numbers by exact token (1 ≠ 1.0 ≠ 1.00, -0 ≠ 0), verbatim if not JSON or a key repeats",
+        _ID_STATUS, model_output=True, normalize=_function_call,
+    ),
+    "function_call_output": ItemType(
+        "linked by call_id; output verbatim", _ID_STATUS, answers=("function_call", "call_id")
+    ),
+    "custom_tool_call": ItemType(
+        "linked by call_id; input is free text: verbatim", _ID_STATUS, model_output=True
+    ),
+    "custom_tool_call_output": ItemType(
+        "linked by call_id; output verbatim", _ID_STATUS, answers=("custom_tool_call", "call_id")
+    ),
+    "computer_call": ItemType("linked by call_id", _ID_STATUS, model_output=True),
+    "computer_call_output": ItemType("linked by call_id", _ID_STATUS, answers=("computer_call", "call_id")),
+    "shell_call": ItemType("linked by call_id; status kept", _ID, model_output=True),
+    "shell_call_output": ItemType("linked by call_id; status kept", _ID, answers=("shell_call", "call_id")),
+    "apply_patch_call": ItemType("linked by call_id; status kept (required)", _ID, model_output=True),
+    "apply_patch_call_output": ItemType(
+        "linked by call_id; status is the result", _ID, answers=("apply_patch_call", "call_id")
+    ),
+    "mcp_approval_request": ItemType("answered by a response naming its id", model_output=True),
+    "mcp_approval_response": ItemType(
+        "names its request by approval_request_id", _ID,
+        answers=("mcp_approval_request", "approval_request_id"),
+    ),
+    "compaction": ItemType("encrypted_content is the content", _ID, model_output=True),
+    "local_shell_call": ItemType("its output names it by id", model_output=True),
+    "local_shell_call_output": ItemType(
+        "its id names the call it answers; output verbatim", answers=("local_shell_call", "id")
+    ),
+    "mcp_call": ItemType(
+        "server-run tool; arguments and output verbatim; status is the tool's outcome", model_output=True
+    ),
+    "mcp_list_tools": ItemType(
+        "server-run listing; each tool's input_schema/annotations verbatim", model_output=True,
+        free_form=(("tools", "*", "input_schema"), ("tools", "*", "annotations")),
+    ),
+    "web_search_call": ItemType("server-run; results live under the id", model_output=True),
+    "file_search_call": ItemType("server-run; results may live under the id", model_output=True),
+    "code_interpreter_call": ItemType("server-run; the container state is the id's", model_output=True),
+    "image_generation_call": ItemType("follow-up edits reference the image by id", model_output=True),
+    "tool_search_call": ItemType(
+        "call_id is optional: the id may link; arguments verbatim", model_output=True,
+        free_form=(("arguments",),),
+    ),
+    "tool_search_output": ItemType(
+        "call_id is optional: the id may link; tools' parameters verbatim",
+        answers=("tool_search_call", "call_id"),
+        free_form=_TOOL_PARAMETERS,
+    ),
+    "program": ItemType("the spec requires the id on input"),
+    "program_output": ItemType("the spec requires the id on input", answers=("program", "call_id")),
+    "additional_tools": ItemType(
+        "not proven bookkeeping; tools' parameters verbatim", free_form=_TOOL_PARAMETERS
+    ),
+    "compaction_trigger": ItemType("not proven bookkeeping"),
+    "configuration_update": ItemType(
+        "not proven bookkeeping (SDK only); text.format.schema verbatim",
+        free_form=(("text", "format", "schema"),),
+    ),
 }
+# fmt: on
 
 
 #: ``json.dumps`` with these options, without building an encoder each time.
@@ -177,27 +245,14 @@ def canonical_item(item: object) -> dict[str, Any]:
             kind = out["type"] = "message"
         elif "id" in out and len(out) == 1:
             kind = out["type"] = "item_reference"
-    ignored = IGNORED_KEYS.get(kind, _NOTHING) if isinstance(kind, str) else _NOTHING
-    if kind == "message":
-        content = out.get("content")
-        if isinstance(content, str):
-            text_type = "input_text" if out.get("role") in _INPUT_ROLES else "output_text"
-            out["content"] = [{"text": content, "type": text_type}]
-        elif isinstance(content, list):
-            out["content"] = [_canonical_part(part) for part in content]
-    elif kind == "function_call":
-        normal = json_tokens(out["arguments"]) if isinstance(out.get("arguments"), str) else None
-        if normal is not None:
-            out["arguments"] = {"json": normal}
-    elif kind == "reasoning":
-        encrypted = out.get("encrypted_content")
-        ignored = _ID_STATUS if isinstance(encrypted, str) and encrypted else frozenset({"status"})
-        if out.get("content") == []:
-            del out["content"]
-    for key in ignored:
-        out.pop(key, None)
-    for path in FREE_FORM.get(kind, ()) if isinstance(kind, str) else ():
-        _keep_verbatim(source, out, path)
+    row = ITEM_TYPES.get(kind) if isinstance(kind, str) else None
+    if row is not None:
+        if row.normalize is not None:
+            row.normalize(out)
+        for key in row.ignored:
+            out.pop(key, None)
+        for path in row.free_form:
+            _keep_verbatim(source, out, path)
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ._canonical import CANONICAL_VERSION, MODEL_ITEM_TYPES, canonical_item, dump_canonical
+from ._canonical import CANONICAL_VERSION, ITEM_TYPES, canonical_item, dump_canonical
 from ._seal import fit_key
 
 
@@ -355,7 +355,9 @@ def _fingerprint_one(item: object) -> Known:
     canon = canonical_item(item)
     kind, role = kind_of(canon)
     data = dump_canonical(canon)
-    is_model = (kind == "message" and role == "assistant") or kind in MODEL_ITEM_TYPES
+    row = ITEM_TYPES.get(kind)
+    made = False if row is None else row.model_output  # a role name: model output in that role only
+    is_model = made is True or made == role
     return _blake2b(data, digest_size=DIGEST_SIZE).digest(), len(data), is_model
 
 

@@ -355,3 +355,23 @@ def test_the_operations_page_lists_every_environment_variable() -> None:
     text = (DOCS / "operations.md").read_text(encoding="utf-8")
     assert len(read) >= 5
     assert _first_column(text, "| variable | what it sets |") == read
+
+
+def test_the_item_table_is_generated_from_every_row_of_the_library() -> None:
+    """docs/guide/anchors.md's item table comes from ``ITEM_TYPES`` when the site is built (the mkdocs
+    hook the site config names): one line per row, so a new type needs no docs edit."""
+    import runpy
+
+    from anchortrack._canonical import ITEM_TYPES
+
+    assert "scripts/docs_hooks/item_types.py" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    hook = runpy.run_path(str(ROOT / "scripts" / "docs_hooks" / "item_types.py"))
+    page = type("Page", (), {"file": type("File", (), {"src_path": hook["PAGE"]})()})()
+    source = (DOCS / hook["PAGE"]).read_text(encoding="utf-8")
+
+    built = hook["on_page_markdown"](source, page)
+    rows = re.findall(r"^\| `(\w+)` \|", built, flags=re.MULTILINE)
+    assert rows == list(ITEM_TYPES)
+    assert "| `function_call_output` | `id`, `status` |  | `function_call` by `call_id` |" in built
+    assert "| `mcp_list_tools` |  | yes |  | `tools[].input_schema`, `tools[].annotations` |" in built
+    assert hook["MARKER"] not in built

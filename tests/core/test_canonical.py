@@ -21,7 +21,7 @@ from openai.types.responses.response_reasoning_item import Summary
 
 from anchortrack._canonical import (
     CANONICAL_VERSION,
-    IGNORED_KEYS,
+    ITEM_TYPES,
     ItemError,
     canonical_item,
     dump_canonical,
@@ -862,13 +862,62 @@ def test_every_item_type_of_the_spec_and_the_sdk_has_a_row() -> None:
     spec = _schema_types("InputItem")
     sdk = _union_types(ResponseInputItem) | _union_types(ResponseOutputItem) | _union_types(ResponseItem)
     rows = {_type_of_row(name) for name, *_ in ROWS}
-    ruled = {*IGNORED_KEYS, "reasoning"}
+    ruled = set(ITEM_TYPES)
 
     assert len(spec) >= 30
     assert spec <= rows
     assert sdk <= rows
     assert (spec | sdk) <= ruled
-    assert set(IGNORED_KEYS) <= rows, "a rule without a row here: every rule is pinned by a test"
+    assert ruled <= rows, "a rule without a row here: every rule is pinned by a test"
+    assert rows - ruled == {"unknown", "no"}, "a row here for a type without its row in ITEM_TYPES"
+
+
+def test_every_row_of_the_table_is_consistent() -> None:
+    """What a row says about its pair holds: the answered type is a row, and an id something links to
+    (an answer naming its call by id, a response naming its request's id) is never bookkeeping."""
+    for name, row in ITEM_TYPES.items():
+        assert row.why, name
+        assert row.model_output in (True, False, "assistant"), name
+        assert all(path and path[-1] != "*" for path in row.free_form), name
+        if row.answers is None:
+            continue
+        answered, link = row.answers
+        assert ITEM_TYPES[answered].answers is None, name
+        if link != "call_id":
+            assert "id" not in ITEM_TYPES[answered].ignored, f"{answered}: {name} names it by its id"
+        if link == "id":
+            assert "id" not in row.ignored, name
+
+
+@pytest.mark.parametrize(("name", "base"), [pytest.param(n, b, id=n) for n, b, _, _ in ROWS])
+def test_every_row_drops_exactly_its_bookkeeping(name: str, base: dict[str, Any]) -> None:
+    """Changing a key the row calls bookkeeping keeps the fingerprint; changing a kept id does not."""
+    row = ITEM_TYPES.get(str(base.get("type")))
+    if row is None:
+        return
+    for key in row.ignored:
+        assert fingerprint(_with(base, **{key: "changed"})) == fingerprint(base), key
+    if "id" not in row.ignored and row.normalize is None:
+        assert fingerprint(_with(base, id="a")) != fingerprint(_with(base, id="b"))
+
+
+def test_model_output_follows_the_row() -> None:
+    """A history has model output when it holds an assistant message or a type only the model makes."""
+    from anchortrack._hashing import fingerprint_items
+
+    def has_model(item: object) -> bool:
+        return fingerprint_items([item])[2]
+
+    assert has_model(_msg("assistant", "hi", "output_text"))
+    assert has_model({"role": "assistant", "content": "hi"})
+    assert not has_model(_MSG)
+    assert has_model(_CALL)
+    assert not has_model({"type": "function_call_output", "call_id": "c1", "output": "x"})
+    assert not has_model({"type": "unknown", "role": "assistant"})
+    for name, base, _, _ in ROWS:
+        row = ITEM_TYPES.get(str(base.get("type")))
+        expected = row is not None and row.model_output in (True, base.get("role"))
+        assert has_model(base) == expected, name
 
 
 #: The canonical bytes of every row's base item, digested, by `CANONICAL_VERSION`. A released version's

@@ -175,11 +175,12 @@ def test_well_formed_context_passes() -> None:
 def test_the_servers_item_types_agree_with_the_librarys_rules() -> None:
     """Every call the server pairs with an output is a type the client compares by rule (not as unknown,
     id included) and knows the model makes: adding a type to one table and not the other fails here."""
-    from anchortrack._canonical import IGNORED_KEYS, MODEL_ITEM_TYPES
+    from anchortrack._canonical import ITEM_TYPES as RULES
     from anchortrack.server._items import CALLS, ITEM_TYPES
 
     assert len(CALLS) >= 5
     for call, spec in CALLS.items():
-        assert {call, str(spec.output)} <= set(IGNORED_KEYS), call
-        assert call in MODEL_ITEM_TYPES, call
-    assert set(ITEM_TYPES) - {"item_reference"} <= {*IGNORED_KEYS, "reasoning"}
+        assert {call, str(spec.output)} <= set(RULES), call
+        assert RULES[call].model_output is True, call
+        assert RULES[str(spec.output)].answers in {(call, "call_id"), (call, "id")}, call
+    assert set(ITEM_TYPES) <= set(RULES)
