@@ -63,7 +63,7 @@ class Put:
     ends: float
 
 
-#: The store effects: the operation (the sync method; a native async one has an ``a`` prefix) and its arguments.
+#: The store effects: the operation (the sync method; a native async twin adds an ``a``) and its arguments.
 _OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]] = {
     Find: lambda effect: ("find", (effect.scope, effect.views)),
     Get: lambda effect: ("get", (effect.scope, effect.response_id)),
@@ -134,9 +134,7 @@ class FailOpen:
             return self._failed(probe, operation, error)
         return self._succeeded(probe, operation, result)
 
-    async def acall(
-        self, operation: str, fn: Callable[[], Any], *, budget: float | None = None
-    ) -> Any:
+    async def acall(self, operation: str, fn: Callable[[], Any], *, budget: float | None = None) -> Any:
         """The twin of `call` (async): *fn* returns its answer (an inline store) or an awaitable."""
         probe = self._admit(operation, budget)
         if probe is None:

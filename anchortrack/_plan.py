@@ -13,8 +13,10 @@ from typing import Any
 
 import attrs
 
+from ._canonical import as_received
 from ._fork import ForkSafeLock
-from ._properties import matches
+from ._hashing import Memo, fingerprint_items, prefix_hashes
+from ._properties import ANY, announced, matches
 from ._seal import seal
 from .stores._base import Anchor
 
@@ -216,6 +218,25 @@ def new_anchor(
         parent=parent,
     )
     return seal(anchor, scope, mac_key)
+
+
+def anchor_of(
+    response: Any,
+    output: Sequence[Any],
+    *,
+    base: bytes,
+    properties: bytes,
+    memo: Memo | None = None,
+    **rest: Any,
+) -> tuple[Anchor, list[bytes]]:
+    """
+    The anchor *response* becomes (`new_anchor`, with *rest*) and its output's prefix hashes: its
+    *output*, in the server's own form (which a chain replays), continues *base*, the request's view;
+    a response that announces its properties chains whatever a request carries (`ANY`).
+    """
+    hashes = prefix_hashes(base, fingerprint_items([as_received(item) for item in output], memo)[0])
+    properties = ANY if announced(response) else properties
+    return new_anchor(response.id, base=base, hashes=hashes, properties=properties, **rest), hashes
 
 
 def answers(anchor: Anchor, *, view: bytes | None = None, response_id: str | None = None) -> bool:

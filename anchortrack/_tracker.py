@@ -14,7 +14,6 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import _otel
-from ._canonical import as_received
 from ._chaindrop import ChainDropped, ChainWatch
 from ._failopen import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, FailOpen, is_store_effect
 from ._flow import (
@@ -32,12 +31,11 @@ from ._flow import (
     relay,
 )
 from ._fork import ForkSafeLock
-from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
+from ._hashing import Memo, Scope, api_key_digest
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode, coerce, describe, resolve
 from ._outcome import Outcome, event, outcome_of, passed_through
-from ._plan import Reason, RecentViews, new_anchor, unrecordable
-from ._properties import ANY, announced
+from ._plan import Reason, RecentViews, anchor_of, unrecordable
 from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
@@ -483,17 +481,16 @@ class Tracker:
                 return None
             assert isinstance(response_id, str)
             items = list(output if output is not None else getattr(response, "output", None) or ())
-            received = [as_received(item) for item in items]  # the server's own form, which a chain replays
-            hashes = prefix_hashes(ticket.base, fingerprint_items(received, self._memo)[0])
-            anchor = new_anchor(
-                response_id,
+            anchor, hashes = anchor_of(
+                response,
+                items,
                 base=ticket.base,
                 count=ticket.count,
-                hashes=hashes,
+                properties=ticket.properties,
+                memo=self._memo,
                 now=self.clock(),
                 ttl=self.store.ttl,
                 chain_expires_at=ticket.expires_at,
-                properties=ANY if announced(response) else ticket.properties,
                 scope=ticket.scope,
                 mac_key=mac_key(self.store.secret_key),
                 parent=None if local else ticket.parent,

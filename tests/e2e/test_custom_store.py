@@ -35,7 +35,9 @@ class DictStore:
 
     def get(self, scope: str, response_id: str) -> Anchor | None:
         self._note()
-        return next((a for (s, _), a in self.anchors.items() if s == scope and a.response_id == response_id), None)
+        return next(
+            (a for (s, _), a in self.anchors.items() if s == scope and a.response_id == response_id), None
+        )
 
     def put(self, scope: str, anchor: Anchor) -> None:
         self._note()
@@ -43,7 +45,9 @@ class DictStore:
 
     def evict(self, scope: str, response_id: str) -> None:
         self._note()
-        self.anchors = {k: a for k, a in self.anchors.items() if k[0] != scope or a.response_id != response_id}
+        self.anchors = {
+            k: a for k, a in self.anchors.items() if k[0] != scope or a.response_id != response_id
+        }
 
 
 def test_four_sync_methods_are_a_store() -> None:
