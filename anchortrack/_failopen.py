@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ._flow import UNAVAILABLE, Evict, Find, Get, Unavailable, adrive, drive
+from ._flow import FLUSH, UNAVAILABLE, Evict, Find, Get, Unavailable, adrive, drive
 from ._fork import ForkSafeLock
 from ._log import get_logger
 from ._stats import Stats
@@ -73,7 +73,7 @@ _OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]] = {
 
 
 def is_store_effect(effect: object) -> bool:
-    """Whether *effect* is store I/O (`FailOpen.perform` performs it)."""
+    """Whether *effect* is store I/O."""
     return type(effect) in _OPERATIONS
 
 
@@ -245,7 +245,12 @@ class FailOpen:
     # -- the flow's store effects ---------------------------------------------
 
     def perform(self, effect: Any) -> Any:
-        """Perform a store effect failing open; this tracker's own anchors fill the gaps in an answer."""
+        """Perform one effect of a call: `FLUSH`, a callable (called), or a store effect, failing open (this
+        tracker's own anchors fill the gaps in an answer)."""
+        if effect is FLUSH:
+            return self.flush()
+        if callable(effect):
+            return effect()
         name, args, budget = self._bind(effect)
         method = getattr(self.store, name)
         return self._merged(effect, self.call(name, lambda: method(*args), budget=budget))
@@ -253,6 +258,10 @@ class FailOpen:
     async def aperform(self, effect: Any) -> Any:
         """The twin of `perform` (async): a store's native async method if it has one (``afind``, ...),
         else its sync one, inline for a store that never blocks, in a worker thread for any other."""
+        if effect is FLUSH:
+            return await self.aflush()
+        if callable(effect):
+            return await effect()
         name, args, budget = self._bind(effect)
         method = getattr(self.store, name)
         if self.inline:

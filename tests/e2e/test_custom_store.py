@@ -17,7 +17,7 @@ from ..helpers import assert_server_saw, scope_of, sent, user
 
 
 class DictStore:
-    """The smallest store: ``find``, ``get``, ``put``, ``evict`` over one dict; it notes the threads it ran on."""
+    """The smallest store: the four methods over a dict; it notes the threads it ran on."""
 
     ttl = 3600.0
     secret_key = None
