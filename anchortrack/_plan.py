@@ -261,6 +261,18 @@ def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
     )
 
 
+def holds(
+    anchor: Anchor, view: bytes, count: int, now: float, authentic: Callable[[Anchor], bool] | None
+) -> bool | None:
+    """Whether *anchor*, found for the prefix *view* of *count* items, records it: live, its own view, of
+    that count, authentic (its MAC). None: live, but another view's or not authentic (rejected)."""
+    if not anchor.is_live(now):
+        return False
+    if not answers(anchor, view=view) or (authentic is not None and not authentic(anchor)):
+        return None
+    return anchor.count == count
+
+
 def choose(
     hashes: Sequence[bytes],
     found: Mapping[bytes, Anchor],
@@ -289,12 +301,12 @@ def choose(
         for i in range(n, max(shortest, 1) - 1, -1):  # longest first
             view = hashes[i - 1]  # h(i), the view of the history's first i items
             anchor = found.get(view)
-            if anchor is None or not anchor.is_live(now):
+            if anchor is None:
                 continue
-            if not answers(anchor, view=view) or (authentic is not None and not authentic(anchor)):
-                rejected.append(anchor.response_id)
-                continue
-            if anchor.count != i:
+            usable = holds(anchor, view, i, now, authentic)
+            if not usable:
+                if usable is None:
+                    rejected.append(anchor.response_id)
                 continue
             if i == n:  # the whole history: nothing would be left to send after it
                 exact = True
