@@ -1,10 +1,7 @@
-"""
-A tracker's working side (`Calls`): the small internal interface both transports use, HTTP
-(`anchortrack._client`, `anchortrack._stream`) and WebSocket (`anchortrack._websocket`). A call is
-begun (its context), its flow relayed (bookkeeping noted here; sends and store effects answered by the
-transport), its effects performed through `FailOpen`, its response observed (the anchor queued) and its
-outcome settled (published once). A fault inside anchortrack sends the call through unchanged.
-"""
+"""A tracker's working side (`Calls`), the internal interface of both transports (HTTP: `_client`, `_stream`;
+WebSocket: `_websocket`): a call is begun, its flow relayed (bookkeeping noted here), its effects performed
+through `FailOpen`, its response observed and its outcome settled. A fault inside anchortrack sends the call
+through unchanged."""
 
 from __future__ import annotations
 
@@ -69,10 +66,8 @@ def remember(lock: ForkSafeLock, cache: dict[Any, Any], key: object, value: obje
 
 
 class Calls:
-    """
-    One tracker's calls, for its transports: `call` (HTTP); `begin`, `relay`, `run`, `settle`, `fault`
-    (a socket's creates); `observe`, `abandoned`, `flush` (recording); `chaining_disabled`.
-    """
+    """One tracker's calls: `call` (HTTP); `begin`, `relay`, `run`, `settle`, `fault`, `chaining_disabled`
+    (a socket's creates); `observe`, `abandoned`, `flush` (recording)."""
 
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker

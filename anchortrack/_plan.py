@@ -229,11 +229,9 @@ def anchor_of(
     memo: Memo | None = None,
     **rest: Any,
 ) -> tuple[Anchor, list[bytes]]:
-    """
-    The anchor *response* becomes (`new_anchor`, with *rest*) and its output's prefix hashes: its
-    *output*, in the server's own form (which a chain replays), continues *base*, the request's view;
-    a response that announces its properties chains whatever a request carries (`ANY`).
-    """
+    """The anchor *response* becomes (`new_anchor`, with *rest*) and its output's prefix hashes: its *output*
+    in the server's own form (which a chain replays) continues *base*, the request's view; a response that
+    announces its properties chains whatever a request carries (`ANY`)."""
     hashes = prefix_hashes(base, fingerprint_items([as_received(item) for item in output], memo)[0])
     properties = ANY if announced(response) else properties
     return new_anchor(response.id, base=base, hashes=hashes, properties=properties, **rest), hashes

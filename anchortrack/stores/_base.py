@@ -86,20 +86,12 @@ class AnchorStore(Protocol):
         """Return the live anchor recorded for *response_id*, if any."""
 
     def put(self, scope: str, anchor: Anchor) -> None:
-        """
-        Record *anchor* (last writer wins for the same view).
-
-        A response id names one view: recording it under another view replaces the older entry.
-        """
+        """Record *anchor* (last writer wins for a view; a response id names one view: recording it under
+        another replaces the older entry)."""
 
     def evict(self, scope: str, response_id: str) -> None:
-        """
-        Forget *response_id*, the view it was recorded under, and its descendants.
-
-        The descendants are the anchors recorded with *response_id* as their `Anchor.parent`, their
-        own descendants, and so on: the server resolves them through *response_id*, so they are dead
-        too. A view entry is kept if it now names another response.
-        """
+        """Forget *response_id*, its view, and its descendants (recorded with it as their `Anchor.parent`, and
+        theirs, and so on: the server resolves them through it). A view now naming another response stays."""
 
 
 def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
