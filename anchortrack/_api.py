@@ -9,11 +9,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._canonical import as_received
 from ._flow import CallContext, drive, plan_history, read_history
 from ._hashing import Scope, fingerprint_items, prefix_hashes
-from ._plan import Plan, RecentViews, new_anchor, unrecordable
-from ._properties import ANY, announced, properties_digest
+from ._plan import Plan, RecentViews, anchor_of, unrecordable
+from ._properties import properties_digest
 from ._seal import mac_key
 from .stores._base import Anchor, AnchorStore
 
@@ -71,18 +70,18 @@ def record_response(
     """
     if unrecordable(response, record_incomplete=record_incomplete) is not None:
         return None
-    fps, _, _ = fingerprint_items(list(history))
-    outputs, _, _ = fingerprint_items([as_received(item) for item in response.output])
     context = store_context(scope, store)
+    sent = prefix_hashes(context.root, fingerprint_items(list(history))[0])
     parent = getattr(response, "previous_response_id", None)
-    anchor = new_anchor(
-        response.id,
-        base=context.root,
-        count=0,
-        hashes=prefix_hashes(context.root, [*fps, *outputs]),
+    anchor, _ = anchor_of(
+        response,
+        response.output,
+        base=sent[-1] if sent else context.root,
+        count=len(sent),
+        properties=properties_digest(params or {}, scope.base_url),
+        memo=None,
         now=context.now,
         ttl=store.ttl,
-        properties=ANY if announced(response) else properties_digest(params or {}, scope.base_url),
         scope=context.scope_key,
         mac_key=context.mac_key,
         parent=parent if isinstance(parent, str) and parent else None,

@@ -17,8 +17,7 @@ import functools
 import inspect
 import os
 import types
-from collections.abc import Callable, Mapping
-from contextvars import ContextVar
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -28,13 +27,14 @@ from openai.resources.beta import AsyncBeta, Beta
 from openai.resources.responses import AsyncResponses, Responses
 
 from . import _otel
-from ._flow import Ticket
+from ._calls import Calls, sending
 from ._fork import ForkSafeLock
+from ._hashing import Scope
 from ._mode import Mode, coerce
 from ._patches import TRACKER_ATTR, adopt, clone, is_cached
 from ._seams import missing_http, unattached
 from ._stream import track
-from ._tracker import Tracker, sent_streams
+from ._tracker import Tracker
 from .stores._base import AnchorStore
 from .stores._checks import checked_seconds
 from .stores._open import coerce_store
@@ -164,9 +164,6 @@ def tracker(client: object) -> Tracker:
 
 # -- the tracked call: the tracker plans it, then sends it through the SDK ---------------------
 
-#: The tracker and ticket for the ``POST /responses`` the current planned call makes.
-_pending: ContextVar[tuple[Tracker, Ticket] | None] = ContextVar("anchortrack_pending", default=None)
-
 
 def _untracked(resource: Any) -> bool:
     """Whether calls through *resource* go out untracked: its client is not tracked, or a seam is missing."""
@@ -179,22 +176,20 @@ def _untracked(resource: Any) -> bool:
     return missing is not None
 
 
+def _calls(resource: Any) -> tuple[Calls, Callable[[], Scope]]:
+    """The calls of a tracked *resource*'s tracker, and its client's scope."""
+    client = resource._anchortrack_client
+    tracker: Tracker = client.__dict__[TRACKER_ATTR]
+    return tracker._calls, lambda: tracker.scope_for(client)
+
+
 def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
     """The tracked ``Responses.create`` / ``parse``."""
     if _untracked(resource):
         return method(**params)
-    client = resource._anchortrack_client
-    tracker = client.__dict__[TRACKER_ATTR]
-
-    def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
-        token = _pending.set((tracker, ticket) if ticket is not None else None)
-        try:
-            return method(**body)
-        finally:
-            _pending.reset(token)
-
+    calls, scope = _calls(resource)
     try:
-        return tracker.call(params, lambda: tracker.scope_for(client), send)
+        return calls.call(params, scope, lambda body: method(**body))
     except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
         raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
 
@@ -203,18 +198,9 @@ async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, 
     """The tracked ``AsyncResponses.create`` / ``parse``."""
     if _untracked(resource):
         return await method(**params)
-    client = resource._anchortrack_client
-    tracker = client.__dict__[TRACKER_ATTR]
-
-    async def send(body: Mapping[str, Any], ticket: Ticket | None) -> Any:
-        token = _pending.set((tracker, ticket) if ticket is not None else None)
-        try:
-            return await method(**body)
-        finally:
-            _pending.reset(token)
-
+    calls, scope = _calls(resource)
     try:
-        return await tracker.acall(params, lambda: tracker.scope_for(client), send)
+        return await calls.acall(params, scope, lambda body: method(**body))
     except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
         raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
 
@@ -235,11 +221,11 @@ def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], k
 
 def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str, Any]:
     """The ``post`` arguments, with a ``post_parser`` recording the pending call if this is its request."""
-    pending = _pending.get()
+    pending = sending.get()
     if pending is None or path.partition("?")[0] != "/responses":
         return kwargs
-    _pending.set(None)
-    tracker, ticket = pending
+    sending.set(None)
+    calls, ticket, built = pending
     options = kwargs.get("options") or {}
     inner: Callable[[Any], Any] | None = options.get("post_parser")
 
@@ -248,14 +234,13 @@ def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str,
         if inner is not None:
             parsed = inner(parsed)
         if isinstance(parsed, (Stream, AsyncStream)):
-            call = track(parsed, tracker, ticket)  # another stream class is not recorded
-            built = sent_streams.get()
-            if call is not None and built is not None:
+            call = track(parsed, calls, ticket)  # another stream class is not recorded
+            if call is not None:
                 built.append(call)
         else:
-            tracker.observe(ticket, parsed)
+            calls.observe(ticket, parsed)
             if not is_async:
-                tracker.flush()
+                calls.flush()
         return parsed
 
     return {**kwargs, "options": {**options, "post_parser": observe}}

@@ -18,7 +18,7 @@ from ._hashing import Kind, Scope, kind_of
 from ._log import short
 from ._mode import Mode
 from ._outcome import decision_for, fields, outcome_of
-from ._plan import REASON_TEXT, Plan, Reason, RecentViews, answers, with_sizes
+from ._plan import REASON_TEXT, Plan, Reason, RecentViews, holds, with_sizes
 from ._properties import properties_digest
 from ._request import Request, read_request
 from .stores._base import Anchor, AnchorStore
@@ -248,12 +248,8 @@ def explain(
 
 def _views(history: History, found: Mapping[bytes, Anchor], context: CallContext) -> dict[int, Anchor]:
     """The recorded (and, with a secret key, authentic) views that are prefixes of the history, by length."""
-    return {
-        i: anchor
-        for i, h in enumerate(history.hashes, start=1)
-        if (anchor := found.get(h)) is not None and anchor.count == i and anchor.is_live(context.now)
-        if answers(anchor, view=h) and context.authentic(anchor)
-    }
+    hashes = enumerate(history.hashes, start=1)
+    return {i: a for i, h in hashes if (a := found.get(h)) and holds(a, h, i, context.now, context.authentic)}
 
 
 def _kind(item: object) -> Kind:

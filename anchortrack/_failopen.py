@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ._flow import UNAVAILABLE, Evict, Find, Get, Unavailable, adrive, drive
+from ._flow import FLUSH, UNAVAILABLE, Evict, Find, Get, Unavailable, adrive, drive
 from ._fork import ForkSafeLock
 from ._log import get_logger
 from ._stats import Stats
@@ -63,7 +63,7 @@ class Put:
     ends: float
 
 
-#: The store effects: the operation (the sync method; the async one has an ``a`` prefix) and its arguments.
+#: The store effects: the operation (the sync method; a native async twin adds an ``a``) and its arguments.
 _OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]] = {
     Find: lambda effect: ("find", (effect.scope, effect.views)),
     Get: lambda effect: ("get", (effect.scope, effect.response_id)),
@@ -73,7 +73,7 @@ _OPERATIONS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]] = {
 
 
 def is_store_effect(effect: object) -> bool:
-    """Whether *effect* is store I/O (`FailOpen.perform` performs it)."""
+    """Whether *effect* is store I/O."""
     return type(effect) in _OPERATIONS
 
 
@@ -134,15 +134,13 @@ class FailOpen:
             return self._failed(probe, operation, error)
         return self._succeeded(probe, operation, result)
 
-    async def acall(
-        self, operation: str, fn: Callable[[], Awaitable[T]], *, budget: float | None = None
-    ) -> T | Unavailable:
-        """The twin of `call` (async)."""
+    async def acall(self, operation: str, fn: Callable[[], Any], *, budget: float | None = None) -> Any:
+        """The twin of `call` (async): *fn* returns its answer (an inline store) or an awaitable."""
         probe = self._admit(operation, budget)
         if probe is None:
             return UNAVAILABLE
         try:
-            result = await (fn() if self.inline else self._awaited(operation, fn, self._deadline(budget)))
+            result = fn() if self.inline else await self._awaited(operation, fn, self._deadline(budget))
         except BaseException as error:  # noqa: BLE001 - any store fault fails open
             return self._failed(probe, operation, error)
         return self._succeeded(probe, operation, result)
@@ -247,21 +245,37 @@ class FailOpen:
     # -- the flow's store effects ---------------------------------------------
 
     def perform(self, effect: Any) -> Any:
-        """Perform a store effect failing open; this tracker's own anchors fill the gaps in an answer."""
-        name, fn, budget = self._bind(effect, "")
-        return self._merged(effect, self.call(name, fn, budget=budget))
+        """Perform one effect of a call: `FLUSH`, a callable (called), or a store effect, failing open (this
+        tracker's own anchors fill the gaps in an answer)."""
+        if effect is FLUSH:
+            return self.flush()
+        if callable(effect):
+            return effect()
+        name, args, budget = self._bind(effect)
+        method = getattr(self.store, name)
+        return self._merged(effect, self.call(name, lambda: method(*args), budget=budget))
 
     async def aperform(self, effect: Any) -> Any:
-        """The twin of `perform` (async)."""
-        name, fn, budget = self._bind(effect, "a")
+        """The twin of `perform` (async): a store's native async method if it has one (``afind``, ...),
+        else its sync one, inline for a store that never blocks, in a worker thread for any other."""
+        if effect is FLUSH:
+            return await self.aflush()
+        if callable(effect):
+            return await effect()
+        name, args, budget = self._bind(effect)
+        method = getattr(self.store, name)
+        if self.inline:
+            fn: Callable[[], Any] = lambda: method(*args)  # noqa: E731
+        elif (native := getattr(self.store, "a" + name, None)) is not None:
+            fn = lambda: native(*args)  # noqa: E731
+        else:
+            fn = lambda: asyncio.wrap_future(self._workers.submit(lambda: method(*args)))  # noqa: E731
         return self._merged(effect, await self.acall(name, fn, budget=budget))
 
-    def _bind(self, effect: Any, prefix: str) -> tuple[str, Callable[[], Any], float | None]:
-        """The operation of *effect*, the store call, and the time a write has left."""
+    def _bind(self, effect: Any) -> tuple[str, tuple[Any, ...], float | None]:
+        """The operation of *effect*, its arguments, and the time a write has left."""
         name, args = _OPERATIONS[type(effect)](effect)
-        budget = effect.ends - time.monotonic() if type(effect) is Put else None
-        method = getattr(self.store, prefix + name)
-        return name, lambda: method(*args), budget
+        return name, args, effect.ends - time.monotonic() if type(effect) is Put else None
 
     def _merged(self, effect: Any, answer: Any) -> Any:
         """The store's *answer*, with what the backlog holds for the effect where the store has nothing."""
@@ -467,8 +481,8 @@ class _Workers:
         self.threads = 0
         self._idle = 0
 
-    def call(self, fn: Callable[[], T], timeout: float) -> T:
-        """Run *fn* on a worker thread; its result or error within *timeout* seconds, else `StoreTimeout`."""
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Run *fn* on a worker thread; its future."""
         if self._pid != os.getpid():  # forked: the threads stayed in the parent
             self._reset()
         future: Future[T] = Future()
@@ -479,6 +493,11 @@ class _Workers:
                 threading.Thread(
                     target=self._serve, args=(self._jobs,), name="anchortrack-store", daemon=True
                 ).start()
+        return future
+
+    def call(self, fn: Callable[[], T], timeout: float) -> T:
+        """Run *fn* on a worker thread; its result or error within *timeout* seconds, else `StoreTimeout`."""
+        future = self.submit(fn)
         try:
             return future.result(max(timeout, 0.0))
         except FutureTimeout:

@@ -13,8 +13,10 @@ from typing import Any
 
 import attrs
 
+from ._canonical import as_received
 from ._fork import ForkSafeLock
-from ._properties import matches
+from ._hashing import Memo, fingerprint_items, prefix_hashes
+from ._properties import ANY, announced, matches
 from ._seal import seal
 from .stores._base import Anchor
 
@@ -218,6 +220,23 @@ def new_anchor(
     return seal(anchor, scope, mac_key)
 
 
+def anchor_of(
+    response: Any,
+    output: Sequence[Any],
+    *,
+    base: bytes,
+    properties: bytes,
+    memo: Memo | None = None,
+    **rest: Any,
+) -> tuple[Anchor, list[bytes]]:
+    """The anchor *response* becomes (`new_anchor`, with *rest*) and its output's prefix hashes: its *output*
+    in the server's own form (which a chain replays) continues *base*, the request's view; a response that
+    announces its properties chains whatever a request carries (`ANY`)."""
+    hashes = prefix_hashes(base, fingerprint_items([as_received(item) for item in output], memo)[0])
+    properties = ANY if announced(response) else properties
+    return new_anchor(response.id, base=base, hashes=hashes, properties=properties, **rest), hashes
+
+
 def answers(anchor: Anchor, *, view: bytes | None = None, response_id: str | None = None) -> bool:
     """Whether *anchor*'s own view and id are those asked for (a MAC alone passes another chain's copy)."""
     if view is not None and anchor.view != view:
@@ -238,6 +257,18 @@ def with_sizes(plan: Plan, sizes: Sequence[int]) -> Plan:
     return Plan(
         plan.reason, plan.total, plan.skip, plan.anchor, plan.diverged_at, stateless, planned, plan.rejected
     )
+
+
+def holds(
+    anchor: Anchor, view: bytes, count: int, now: float, authentic: Callable[[Anchor], bool] | None
+) -> bool | None:
+    """Whether *anchor*, found for the prefix *view* of *count* items, records it: live, its own view, of
+    that count, authentic (its MAC). None: live, but another view's or not authentic (rejected)."""
+    if not anchor.is_live(now):
+        return False
+    if not answers(anchor, view=view) or (authentic is not None and not authentic(anchor)):
+        return None
+    return anchor.count == count
 
 
 def choose(
@@ -268,12 +299,12 @@ def choose(
         for i in range(n, max(shortest, 1) - 1, -1):  # longest first
             view = hashes[i - 1]  # h(i), the view of the history's first i items
             anchor = found.get(view)
-            if anchor is None or not anchor.is_live(now):
+            if anchor is None:
                 continue
-            if not answers(anchor, view=view) or (authentic is not None and not authentic(anchor)):
-                rejected.append(anchor.response_id)
-                continue
-            if anchor.count != i:
+            usable = holds(anchor, view, i, now, authentic)
+            if not usable:
+                if usable is None:
+                    rejected.append(anchor.response_id)
                 continue
             if i == n:  # the whole history: nothing would be left to send after it
                 exact = True

@@ -23,8 +23,8 @@ from ._socket import TERMINAL_EVENTS
 
 
 if TYPE_CHECKING:
+    from ._calls import Calls
     from ._flow import Ticket
-    from ._tracker import Tracker
 
 
 class _Call:
@@ -32,9 +32,9 @@ class _Call:
 
     __slots__ = ("done", "first", "held", "items", "reported", "stream", "target", "terminal")
 
-    def __init__(self, stream: Any, tracker: Tracker, ticket: Ticket) -> None:
+    def __init__(self, stream: Any, tracker: Calls, ticket: Ticket) -> None:
         self.stream = stream
-        self.target: tuple[Tracker, Ticket] | None = (tracker, ticket)  # None once discarded
+        self.target: tuple[Calls, Ticket] | None = (tracker, ticket)  # None once discarded
         self.items: dict[int, Any] = {}  # the output items seen, by index
         self.terminal: str | None = None  # the terminal event's type, once it arrived
         self.reported = False
@@ -42,7 +42,7 @@ class _Call:
         self.done = False
         self.first: object = None  # the peeked first event
 
-    def completes(self, event: Any) -> Tracker | None:
+    def completes(self, event: Any) -> Calls | None:
         """Feed *event*; if terminal, record its response (or the items seen); return the tracker to flush."""
         kind = getattr(event, "type", None)
         if kind == "response.output_item.done":
@@ -97,7 +97,7 @@ class StreamCall(_Call):
 
     __slots__ = ()
 
-    def __init__(self, stream: Stream[Any], tracker: Tracker, ticket: Ticket) -> None:
+    def __init__(self, stream: Stream[Any], tracker: Calls, ticket: Ticket) -> None:
         super().__init__(stream, tracker, ticket)
         stream._iterator = self._events(stream._iterator)
         close = stream.response.close
@@ -144,7 +144,7 @@ class AsyncStreamCall(_Call):
 
     __slots__ = ()
 
-    def __init__(self, stream: AsyncStream[Any], tracker: Tracker, ticket: Ticket) -> None:
+    def __init__(self, stream: AsyncStream[Any], tracker: Calls, ticket: Ticket) -> None:
         super().__init__(stream, tracker, ticket)
         stream._iterator = self._events(stream._iterator)
         aclose = stream.response.aclose
@@ -184,7 +184,7 @@ class AsyncStreamCall(_Call):
         self.release()
 
 
-def track(stream: object, tracker: Tracker, ticket: Ticket) -> _Call | None:
+def track(stream: object, tracker: Calls, ticket: Ticket) -> _Call | None:
     """
     Track *stream*, a ``Stream`` / ``AsyncStream`` of the SDK's or of a tracer's subclass; return its call.
     None (warned once per stream class) if it does not iterate through the SDK's ``_iterator``.

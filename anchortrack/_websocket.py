@@ -33,6 +33,7 @@ from openai.resources.responses.responses import (
 from openai.types.responses import ResponsesClientEventParam
 from pydantic import PrivateAttr
 
+from ._calls import Calls
 from ._flow import (
     FLUSH,
     UNAVAILABLE,
@@ -41,13 +42,9 @@ from ._flow import (
     Find,
     Flow,
     Get,
-    Send,
     Unavailable,
-    adrive,
     call_flow,
-    drive,
     refused_flow,
-    relay,
 )
 from ._hashing import Scope
 from ._log import get_logger
@@ -85,7 +82,7 @@ def connect_tracked(
         params = dict(inspect.signature(connect).bind(*args, **kwargs).arguments)
     except TypeError:
         return connect(*args, **kwargs)  # the SDK says what is wrong
-    socket = _Socket(tracker, scope)
+    socket = _Socket(tracker._calls, scope)
     callback = params.get("on_reconnecting")
     if callback is not None:
 
@@ -139,8 +136,10 @@ class _Socket:
     """One tracked connection: its book, its calls (HTTP's call flow, split where a send returns nothing),
     and its send locks. A fault inside anchortrack sends the event, or lets the frame in, as given."""
 
-    def __init__(self, tracker: Tracker, scope: Callable[[], Scope]) -> None:
-        self.tracker = tracker
+    def __init__(self, calls: Calls, scope: Callable[[], Scope]) -> None:
+        self.calls = calls
+        #: Run one of this socket's flows, performing its effects (sync, async).
+        self.run, self.arun = calls.run, calls.arun
         self.scope = scope
         self.book = SocketBook()
         self.send_lock = threading.Lock()
@@ -175,7 +174,7 @@ class _Socket:
             if not self.book.stale(pending):
                 return message, pending
             # Chained to a local anchor of a socket now gone: it goes out in full instead.
-            self.tracker.settle(pending.plan.state, dropped=True)
+            self._end(pending, dropped=True)
             full = pending.plan.in_full()
             return _serialized(full.body), self.book.pending(full)
         try:
@@ -192,11 +191,11 @@ class _Socket:
         try:
             verdict = self.book.on_frame(data)
         except Exception as error:  # noqa: BLE001 - a received frame always reaches the caller
-            self.tracker.fault(error, WEBSOCKET, counted=False)
+            self.calls.fault(error, WEBSOCKET, counted=False)
             verdict = None
         if verdict is not None and verdict.refusal is None:
             for pending in verdict.ended:
-                self.tracker.settle(pending.plan.state)
+                self._end(pending)
             if verdict.response is not None:
                 self._record(verdict)
             verdict = None
@@ -206,14 +205,14 @@ class _Socket:
         resend = yield from self.recovery(verdict)
         if resend is not None:
             return _serialized(resend.body), self.book.pending(resend)
-        self.tracker.settle(verdict.ended[0].plan.state)
+        self._end(verdict.ended[0])
         self.book.refusal_passed(verdict.ended[0])
         return None
 
     def planning(self, fields: Mapping[str, Any]) -> Generator[Any, Any, SocketPlan]:
         """Plan a create: the call flow up to its send. A fault plans it as given."""
         try:
-            begun = self.tracker.begin(fields, self.scope(), WEBSOCKET)
+            begun = self.calls.begin(fields, self.scope(), WEBSOCKET)
             if begun is None:
                 return SocketPlan(fields)
             context, request = begun
@@ -227,11 +226,11 @@ class _Socket:
             anchor = plan.anchor if plan is not None and context.mode is Mode.CHAINED else None
             if anchor is None:
                 # A request that does not chain has its outcome already.
-                self.tracker.settle(state)
+                self.calls.settle(state)
             local = anchor is not None and self.book.holds(anchor)
             return SocketPlan(send.body, send.ticket, request, state, anchor, local)
         except Exception as error:  # noqa: BLE001 - fail open
-            self.tracker.fault(error, WEBSOCKET, counted=True)
+            self.calls.fault(error, WEBSOCKET, counted=True)
             return SocketPlan(fields)
 
     def recovery(self, refused: Verdict) -> Generator[Any, Any, SocketPlan | None]:
@@ -248,14 +247,14 @@ class _Socket:
             send = yield from self._relayed(sent.lane, state, flow)
         except Exception as raised:  # noqa: BLE001 - the caller's refusal, or a fault
             if raised is not error:
-                self.tracker.fault(raised, WEBSOCKET, counted=False)
+                self.calls.fault(raised, WEBSOCKET, counted=False)
             return None
-        self.tracker.settle(state)
+        self.calls.settle(state)
         return attrs.evolve(full, body=send.body, ticket=send.ticket, state=state)
 
     def _relayed(self, lane: Lane, state: CallState, flow: Flow) -> Flow:
         """Run *flow* as over HTTP, but the book answers for *lane*'s local anchors; it returns its `Send`."""
-        book, zdr = self.book, self.tracker.chaining_disabled(state.context.scope_key)
+        book, zdr = self.book, self.calls.chaining_disabled(state.context.scope_key)
 
         def answer(effect: Any) -> Generator[Any, Any, Any]:
             if isinstance(effect, Find):
@@ -273,12 +272,9 @@ class _Socket:
                 return anchor if anchor is not None else (yield effect)
             if isinstance(effect, Evict):
                 return None if book.evict(effect.response_id) else (yield effect)
-            if type(effect) is Send:
-                return effect  # a socket's send returns nothing: its answer comes in a frame
-            self.tracker.note(state, effect)
-            return None
+            return effect  # a `Send`: a socket's send returns nothing, its answer comes in a frame
 
-        return relay(flow, answer)
+        return self.calls.relay(state, flow, answer)
 
     def _record(self, verdict: Verdict) -> None:
         """Record *verdict*'s response: in the store, or, if ``store: false`` or under ZDR, in the book."""
@@ -287,10 +283,10 @@ class _Socket:
         assert ticket is not None
         local = (
             ticket.skip_reason is Reason.STORE_FALSE
-            or self.tracker.chaining_disabled(ticket.scope)
+            or self.calls.chaining_disabled(ticket.scope)
             or getattr(response, "store", None) is False
         )
-        self.book.settle(pending, self.tracker.observe(ticket, response, verdict.output, local=local))
+        self.book.settle(pending, self.calls.observe(ticket, response, verdict.output, local=local))
 
     @contextlib.contextmanager
     def sending(self, pending: Pending, framed: _Framed | None = None) -> Iterator[None]:
@@ -303,10 +299,15 @@ class _Socket:
         except BaseException:
             self.book.withdraw(pending)
             if framed is None:
-                self.tracker.settle(pending.plan.state)
+                self._end(pending)
             else:
                 framed.pending = pending
             raise
+
+    def _end(self, pending: Pending, *, dropped: bool = False, lost: bool = False) -> None:
+        """*pending*'s create ended: publish its outcome (*dropped*: never sent in full, its anchor's socket
+        gone; *lost*: its socket closed before its response came)."""
+        self.calls.settle(pending.plan.state, dropped=dropped, lost=lost)
 
     def close(self) -> None:
         """The socket closed: report what it took with it."""
@@ -318,8 +319,7 @@ class _Socket:
 
     def _dropped(self, in_flight: list[Pending], local_anchors: int) -> None:
         for pending in in_flight:
-            self.tracker.settle(pending.plan.state)
-            self.tracker.stats.add("not_recorded", key=Reason.WEBSOCKET_DROPPED.value)
+            self._end(pending, lost=True)
         if in_flight or local_anchors:
             get_logger().debug(
                 "anchortrack.websocket_state_dropped",
@@ -343,7 +343,7 @@ class _Transport:
 
     def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(message, str):
-            frame = drive(self._socket.outgoing(message), self._socket.tracker.perform)
+            frame = self._socket.run(self._socket.outgoing(message))
             if frame is not None:
                 return self.emit(*frame, *args, framed=_resent(message), **kwargs)
         return self._ws.send(message, *args, **kwargs)
@@ -361,7 +361,7 @@ class _AsyncTransport(_Transport):
 
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(message, str):
-            frame = await adrive(self._socket.outgoing(message), self._socket.tracker.aperform)
+            frame = await self._socket.arun(self._socket.outgoing(message))
             if frame is not None:
                 return await self.emit(*frame, *args, framed=_resent(message), **kwargs)
         return await self._ws.send(message, *args, **kwargs)
@@ -380,13 +380,13 @@ class TrackedResponsesConnection(ResponsesConnection):
     _anchortrack: _Socket
 
     def send(self, event: Any) -> None:
-        text = drive(self._anchortrack.framing(event), self._anchortrack.tracker.perform)
+        text = self._anchortrack.run(self._anchortrack.framing(event))
         super().send(event if text is None else _Planned(text))  # type: ignore[arg-type]
 
     def recv_bytes(self) -> bytes:
         while True:
             data = super().recv_bytes()
-            frame = drive(self._anchortrack.incoming(data), self._anchortrack.tracker.perform)
+            frame = self._anchortrack.run(self._anchortrack.incoming(data))
             if frame is None:
                 return data
             transport = self._anchortrack.transport
@@ -400,13 +400,13 @@ class AsyncTrackedResponsesConnection(AsyncResponsesConnection):
     _anchortrack: _Socket
 
     async def send(self, event: Any) -> None:
-        text = await adrive(self._anchortrack.framing(event), self._anchortrack.tracker.aperform)
+        text = await self._anchortrack.arun(self._anchortrack.framing(event))
         await super().send(event if text is None else _Planned(text))  # type: ignore[arg-type]
 
     async def recv_bytes(self) -> bytes:
         while True:
             data = await super().recv_bytes()
-            frame = await adrive(self._anchortrack.incoming(data), self._anchortrack.tracker.aperform)
+            frame = await self._anchortrack.arun(self._anchortrack.incoming(data))
             if frame is None:
                 return data
             transport = self._anchortrack.transport

@@ -156,7 +156,7 @@ def typical_items(n: int) -> list[Any]:
 
 def plan_once(tracker: anchortrack.Tracker, store: AnchorStore, scope: Scope, history: list[Any]) -> bool:
     """Plan one request up to the point it would be sent; return whether it chains."""
-    begun = tracker.begin({"model": "m", "input": history}, scope)
+    begun = tracker._calls.begin({"model": "m", "input": history}, scope)
     assert begun is not None
     flow = call_flow(*begun)
     effect = next(flow)

@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from anchortrack import Tracker
-from anchortrack._flow import Evict, Ticket
+from anchortrack._flow import Evict
 
 from .helpers import SCOPE, DictStore, assistant, response, turn, user
 
@@ -23,15 +23,15 @@ class SDK:
         self.bodies: list[Mapping[str, Any]] = []
         self.answers = list(answers)
 
-    def __call__(self, body: Mapping[str, Any], ticket: Ticket | None) -> Any:
+    def __call__(self, body: Mapping[str, Any]) -> Any:
         self.bodies.append(body)
         answer = self.answers.pop(0) if self.answers else response([assistant("ok")])
         if isinstance(answer, BaseException):
             raise answer
         return answer
 
-    async def asend(self, body: Mapping[str, Any], ticket: Ticket | None) -> Any:
-        return self(body, ticket)
+    async def asend(self, body: Mapping[str, Any]) -> Any:
+        return self(body)
 
 
 class Stale(Exception):
@@ -52,8 +52,8 @@ def _chainable() -> tuple[DictStore, list[Any]]:
 
 def _call(tracker: Tracker, params: dict[str, Any], sdk: SDK, *, is_async: bool) -> Any:
     if is_async:
-        return asyncio.run(tracker.acall(params, lambda: SCOPE, sdk.asend))
-    return tracker.call(params, lambda: SCOPE, sdk)
+        return asyncio.run(tracker._calls.acall(params, lambda: SCOPE, sdk.asend))
+    return tracker._calls.call(params, lambda: SCOPE, sdk)
 
 
 @pytest.mark.parametrize("is_async", [False, True])
@@ -142,7 +142,7 @@ def test_reprs_read_well() -> None:
     """Tracker and Stats reprs give the mode, the store and the headline counters."""
     store, history = _chainable()
     tracker = Tracker(store, mode="shadow", namespace="team-a")
-    tracker.call({"model": "m", "input": history}, lambda: SCOPE, SDK())
+    tracker._calls.call({"model": "m", "input": history}, lambda: SCOPE, SDK())
 
     summary = (
         "requests 1 (shadow 1: would chain 1); input bytes ~247 sent of ~247 stateless (100%), saved ~0, "

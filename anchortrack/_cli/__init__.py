@@ -1,11 +1,7 @@
-"""
-The ``anchortrack`` command line: ``serve``, ``demo`` and ``explain``, one module each.
-
-Nothing in the library imports this package. Building the parser imports the standard library
-only (the client, the web stack and the server are imported by the handlers when they run), so
-``anchortrack --help`` is fast and works without the ``server`` extra. Ctrl-C ends ``demo`` and
-``explain`` with exit code 130 and no traceback; ``serve`` treats it (and SIGTERM) as a clean
-shutdown, exit code 0.
+"""The ``anchortrack`` command line: ``serve``, ``demo`` and ``explain``, one module each; nothing in the
+library imports it. Building the parser imports the standard library only, so ``--help`` is fast and
+works without the ``server`` extra. Ctrl-C ends ``demo`` and ``explain`` with exit code 130 and no
+traceback; ``serve`` treats it (and SIGTERM) as a clean shutdown, exit code 0.
 """
 
 from __future__ import annotations

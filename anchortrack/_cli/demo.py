@@ -1,11 +1,7 @@
-"""
-``anchortrack demo``: watch anchortrack work on a tool-calling agent.
-
-The agent (`anchortrack._cli.agent`) runs through a wrapped client against the local Responses
-server, started in-process on a free loopback port; only ``--base-url`` or ``--openai`` sends its
-turns to a real endpoint (an exported ``OPENAI_API_KEY`` never does by itself). Each call prints one
-table row from its `Outcome`; the summary's totals are ``tracker.stats``' own. The anchors go to a
-SQLite file in the user's cache directory, and ``demo.json`` lets ``anchortrack explain`` find them.
+"""``anchortrack demo``: the agent (`anchortrack._cli.agent`) through a wrapped client, against the local
+Responses server (in-process, a free loopback port) unless ``--base-url`` or ``--openai`` asks for a real
+endpoint. A table row per call from its `Outcome`; the summary's totals are ``tracker.stats``' own. The
+anchors go to SQLite in the user's cache directory; ``demo.json`` lets ``anchortrack explain`` find them.
 """
 
 from __future__ import annotations
@@ -87,11 +83,8 @@ def register(subparsers: Any) -> None:
 
 
 class Screen:
-    """
-    Where the demo writes: whole lines that fit the width (``COLUMNS``; 80 when piped), so rows stream
-    into terminals, pipes and CI logs alike. Colours and an overwritable status line only on a terminal
-    (no colours with ``NO_COLOR`` or ``TERM=dumb``); ASCII on a stream that cannot carry ``─ · … ↳``.
-    """
+    """Where the demo writes: whole lines that fit the width (80 when piped); colours (not with ``NO_COLOR``
+    or ``TERM=dumb``) and a status line on a terminal only; ASCII where ``─ · … ↳`` cannot go."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream, self.tty, self.status_shown = stream, stream.isatty(), False
@@ -128,7 +121,7 @@ class Screen:
     def clear_status(self) -> None:
         if self.status_shown:
             self.stream.write("\r\033[K")
-            self.status_shown = False
+        self.status_shown = False
 
     def row(self, cells: Sequence[str], text: str, color: str = "") -> None:
         """Write one table row and its free *text*: beside it if 24 columns are left, else indented below."""
@@ -182,11 +175,9 @@ def main(args: argparse.Namespace) -> int:
     if remote:
         screen.para(f"anchortrack demo · {args.base_url or OPENAI_BASE_URL}: real calls, billed to your key")
     else:  # on screen at once: starting the server takes a few seconds
-        starting = "anchortrack demo · starting the local Responses server (nothing leaves here)…"
-        if screen.tty:
-            screen.status(starting)
-        else:
-            screen.para(starting)
+        (screen.status if screen.tty else screen.para)(
+            "anchortrack demo · starting the local Responses server (nothing leaves here)…"
+        )
     from ..stores import open_store
 
     spec = args.store or f"sqlite:{cache_dir() / 'demo.db'}"
@@ -402,9 +393,8 @@ class _Demo:
 
 def short_id(response_id: str | None, ellipsis: str = "…") -> str:
     """A response id cut to 13 characters, *ellipsis* included."""
-    if not response_id:
-        return "-"
-    return response_id if len(response_id) <= 13 else response_id[: 13 - len(ellipsis)] + ellipsis
+    rid = response_id or "-"
+    return rid if len(rid) <= 13 else rid[: 13 - len(ellipsis)] + ellipsis
 
 
 def _share(part: int, whole: int) -> str:

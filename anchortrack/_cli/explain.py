@@ -1,16 +1,13 @@
-"""
-``anchortrack explain FILE``: what the wrapped client would send for a history.
-
-The store is ``--store``, or the last demo's for the demo's own request file. The scope is derived
-as an ``openai`` client derives it (flags, else ``demo.json``, else ``OPENAI_*`` variables) and
-shown with each part's source. The conclusion says why a history would not chain in terms the user
-can act on. Every line fits 80 columns; every error is one line, exit code 2.
+"""``anchortrack explain FILE``: what the wrapped client would send for a history, against ``--store`` (or
+the last demo's, for its own request file), in the scope an ``openai`` client derives (flags, else
+``demo.json``, else ``OPENAI_*``). Lines fit 80 columns; an error is one line, exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sqlite3
@@ -79,8 +76,8 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return 0
     demo = " (the last demo's: FILE is its request file)" if record is not None and not args.store else ""
-    lines = [f"store {spec}{demo}", *scope_lines(scope, sources), *explanation.table()]
-    lines.append(conclusion(explanation, spec, holds, bare=isinstance(source, list)))
+    lines = [f"store {spec}{demo}", *scope_lines(scope, sources), *explanation.table(),
+             conclusion(explanation, spec, holds, bare=isinstance(source, list))]  # fmt: skip
     if holds is not None and holds[0]:
         lines.append("note: the store holds anchors in this scope, but none is a prefix of this history")
     lines += others
@@ -93,8 +90,7 @@ def read_source(args: argparse.Namespace) -> object:
 
     def load(name: str) -> object:
         try:
-            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
-            return json.loads(text)
+            return json.loads(sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise Unusable(f"cannot read {name}: {error}") from None
 
@@ -136,10 +132,7 @@ def choose_store(args: argparse.Namespace) -> tuple[str, DemoRecord | None]:
 def run(
     source: object, spec: str, scope: Scope, record: DemoRecord | None = None
 ) -> tuple[Explanation, Holds | None, list[str]]:
-    """
-    Explain *source* against the store *spec*; when no prefix is held, what the store holds, and lines
-    naming the other scopes it holds anchors in.
-    """
+    """Explain *source* against the store *spec*; if no prefix is held, what it holds and its other scopes."""
     from .._explain import explain
     from .._plan import Reason
     from ..stores import open_store
@@ -173,10 +166,8 @@ def run(
 
 
 #: The scope parts a flag or the demo's record gives, else the variable an openai client reads.
-SCOPE_VARIABLES = {
-    "base_url": "OPENAI_BASE_URL", "organization": "OPENAI_ORG_ID", "project": "OPENAI_PROJECT_ID",
-    "namespace": None,
-}  # fmt: skip
+SCOPE_VARIABLES = {"base_url": "OPENAI_BASE_URL", "organization": "OPENAI_ORG_ID",
+                   "project": "OPENAI_PROJECT_ID", "namespace": None}  # fmt: skip
 
 
 def resolve_scope(args: argparse.Namespace, record: DemoRecord | None) -> tuple[Scope, dict[str, str]]:
@@ -227,12 +218,8 @@ def scope_lines(scope: Scope, sources: Mapping[str, str]) -> list[str]:
 
 
 def store_scopes(store: AnchorStore, scope_key: str, most: int = 20) -> tuple[bool, set[str]] | None:
-    """
-    Whether the store holds live anchors in *scope_key*, and the keys of (up to *most*) other scopes it
-    holds live anchors in (None: cannot tell).
-
-    A store looks anchors up by view only, so this reads the SQLite and Redis layouts themselves.
-    """
+    """Whether the store holds live anchors in *scope_key*, and (up to *most*) other scopes it does (None:
+    cannot tell). A store looks anchors up by view only, so this reads the SQLite and Redis layouts."""
     from ..stores import MemoryStore, RedisStore, SQLiteStore
 
     if isinstance(store, MemoryStore):
@@ -261,11 +248,8 @@ def store_scopes(store: AnchorStore, scope_key: str, most: int = 20) -> tuple[bo
 def scope_candidates(
     scope: Scope, record: DemoRecord | None, secret_key: bytes | None
 ) -> dict[str, tuple[Scope, str]]:
-    """
-    The scopes a recording client probably used, by store key, each with what its API-key part is:
-    *scope* with each part as given, left out, or as the demo and the environment have it (an API key
-    only as its keyed digest, never shown).
-    """
+    """The scopes a recording client probably used, by store key, with what its API-key part is: *scope*'s
+    parts as given, left out, or as the demo and the environment have them (a key only as its digest)."""
     from .._hashing import Scope, api_key_digest
     from ..stores._base import resolve_secret_key
 
@@ -285,13 +269,12 @@ def scope_candidates(
         scope.base_url, os.environ.get("OPENAI_BASE_URL"), demo.base_url if demo else None, OPENAI_BASE_URL
     )
     found: dict[str, tuple[Scope, str]] = {}
-    for base in filter(None, bases):
-        for organization in options(scope.organization, None):
-            for project in options(scope.project, None):
-                for namespace in options(scope.namespace, None, demo.namespace if demo else None):
-                    for digest, said in digests.items():
-                        candidate = Scope(base, organization, project, namespace, digest)
-                        found.setdefault(candidate.store_key(secret_key), (candidate, said))
+    namespaces = options(scope.namespace, None, demo.namespace if demo else None)
+    parts = (filter(None, bases), options(scope.organization, None), options(scope.project, None), namespaces)
+    for base, organization, project, namespace in itertools.product(*parts):
+        for digest, said in digests.items():
+            candidate = Scope(base, organization, project, namespace, digest)
+            found.setdefault(candidate.store_key(secret_key), (candidate, said))
     return found
 
 

@@ -1,8 +1,5 @@
-"""
-What ``anchortrack demo`` leaves for ``anchortrack explain``: ``demo.json`` in the cache directory.
-
-It names the store, the scope the anchors were recorded under (the local server gets a new port
-each run) and the request the demo's agent would send next, so ``explain`` needs no flags.
+"""What ``anchortrack demo`` leaves for ``anchortrack explain`` (``demo.json`` in the cache directory): the
+store, the scope (the local server has a new port each run) and the agent's next request.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Anchor stores: where anchortrack remembers which response holds which view.
 * `SQLiteStore`: one file; survives restarts, shared by a host's processes.
 * `RedisStore`: shared by many workers and hosts (``pip install 'anchortrack[redis]'``).
 
-All implement `AnchorStore`, with sync and async methods on one object.
+All implement `AnchorStore` (four sync methods; `RedisStore` adds native async twins).
 `open_store` opens one from its command-line spelling (``memory``, ``sqlite:PATH``, ``redis://…``).
 `RedisStore` (and so ``redis``) is loaded on first use; without the ``redis``
 package it can still be imported, and says which extra it needs when used.

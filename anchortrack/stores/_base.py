@@ -64,11 +64,14 @@ class Anchor:
 @runtime_checkable
 class AnchorStore(Protocol):
     """
-    What every anchor store provides, with sync and async twins on one object.
+    What every anchor store provides: four sync methods, used by sync and async clients alike.
 
     *scope* is a short, printable digest (hex) of where response ids are valid (base URL,
     organization, project, optional namespace). Backends use it to namespace keys; anchors never
-    cross scopes.
+    cross scopes. An async client runs these methods in a worker thread, under the store deadline
+    (inline if the store declares ``never_blocks = True``, see `runs_inline`). A store with a native
+    async client may add async twins (``afind``, ``aget``, ``aput``, ``aevict``, as `RedisStore`
+    does), which async clients then await instead.
     """
 
     #: Seconds an anchor lives after it is recorded.
@@ -83,32 +86,12 @@ class AnchorStore(Protocol):
         """Return the live anchor recorded for *response_id*, if any."""
 
     def put(self, scope: str, anchor: Anchor) -> None:
-        """
-        Record *anchor* (last writer wins for the same view).
-
-        A response id names one view: recording it under another view replaces the older entry.
-        """
+        """Record *anchor* (last writer wins for a view; a response id names one view: recording it under
+        another replaces the older entry)."""
 
     def evict(self, scope: str, response_id: str) -> None:
-        """
-        Forget *response_id*, the view it was recorded under, and its descendants.
-
-        The descendants are the anchors recorded with *response_id* as their `Anchor.parent`, their
-        own descendants, and so on: the server resolves them through *response_id*, so they are dead
-        too. A view entry is kept if it now names another response.
-        """
-
-    async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
-        """Async twin of `find`."""
-
-    async def aget(self, scope: str, response_id: str) -> Anchor | None:
-        """Async twin of `get`."""
-
-    async def aput(self, scope: str, anchor: Anchor) -> None:
-        """Async twin of `put`."""
-
-    async def aevict(self, scope: str, response_id: str) -> None:
-        """Async twin of `evict`."""
+        """Forget *response_id*, its view, and its descendants (recorded with it as their `Anchor.parent`, and
+        theirs, and so on: the server resolves them through it). A view now naming another response stays."""
 
 
 def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
@@ -120,7 +103,7 @@ def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
     return secret_key or None
 
 
-#: The methods a store is called through; a class that replaces one of them vouches for it anew.
+#: The methods a store may be called through; a class that replaces one of them vouches for it anew.
 STORE_METHODS = ("find", "get", "put", "evict", "afind", "aget", "aput", "aevict")
 
 

@@ -142,22 +142,6 @@ class MemoryStore:
             for dead in sc.descendants(response_id) if sc is not None else ():
                 self._drop(scope, self._view_of(scope, dead))
 
-    async def afind(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
-        """Async twin of `find` (runs inline: no method blocks on I/O)."""
-        return self.find(scope, views)
-
-    async def aget(self, scope: str, response_id: str) -> Anchor | None:
-        """Async twin of `get`."""
-        return self.get(scope, response_id)
-
-    async def aput(self, scope: str, anchor: Anchor) -> None:
-        """Async twin of `put`."""
-        self.put(scope, anchor)
-
-    async def aevict(self, scope: str, response_id: str) -> None:
-        """Async twin of `evict`."""
-        self.evict(scope, response_id)
-
     def close(self) -> None:
         """Do nothing: every store can be closed the same way."""
 

@@ -148,8 +148,8 @@ class SQLiteStore:
     raised, and quickly: a file locked by another writer raises ``sqlite3.OperationalError`` after
     *timeout* seconds, a read-only file at once. Expired rows are never returned; they are deleted on
     the first write after opening and then every *sweep_every* writes. The schema is migrated on
-    open; a file from a newer anchortrack raises `SchemaVersionError`. The async methods run the
-    sync ones in a worker thread.
+    open; a file from a newer anchortrack raises `SchemaVersionError`. An async client runs its
+    methods in a worker thread.
 
     Args:
         path: The database file (created if missing), or ``":memory:"`` (private to this store, and
@@ -226,22 +226,6 @@ class SQLiteStore:
         check_response_id(response_id)
         with self._connection() as conn:
             conn.execute(_EVICT, (response_id, scope)).close()
-
-    async def afind(self, scope: str, views: Sequence[bytes]) -> dict[bytes, Anchor]:
-        """Async twin of `find`, run in a worker thread."""
-        return await asyncio.to_thread(self.find, scope, views)
-
-    async def aget(self, scope: str, response_id: str) -> Anchor | None:
-        """Async twin of `get`, run in a worker thread."""
-        return await asyncio.to_thread(self.get, scope, response_id)
-
-    async def aput(self, scope: str, anchor: Anchor) -> None:
-        """Async twin of `put`, run in a worker thread."""
-        await asyncio.to_thread(self.put, scope, anchor)
-
-    async def aevict(self, scope: str, response_id: str) -> None:
-        """Async twin of `evict`, run in a worker thread."""
-        await asyncio.to_thread(self.evict, scope, response_id)
 
     def close(self) -> None:
         """Close the connection; the store reopens it if it is used again."""

@@ -73,7 +73,9 @@ def test_the_tracker_and_record_response_build_the_same_anchor() -> None:
     fps, _, _ = fingerprint_items(history)
     hashes = prefix_hashes(SCOPE.root(None), fps)
     tracker = Tracker(by_tracker)
-    tracker.observe(Ticket(SCOPE.key, hashes[-1], len(history), hashes), response(outputs, rid="resp_x"))
+    tracker._calls.observe(
+        Ticket(SCOPE.key, hashes[-1], len(history), hashes), response(outputs, rid="resp_x")
+    )
     tracker.flush()
 
     api, tracked = by_api.ids[SCOPE.key, "resp_x"], by_tracker.ids[SCOPE.key, "resp_x"]

@@ -46,13 +46,13 @@ from tests.helpers import SCOPE, BreakableStore, assistant, response, user
 store = BreakableStore()
 tracker = Tracker(store)
 history = [user({SECRET!r}), assistant("noted"), user("and?")]
-send = lambda body, ticket: response([assistant("ok")])
+send = lambda body: response([assistant("ok")])
 os.environ["ANCHORTRACK_MODE"] = "chain"
-tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+tracker._calls.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 del os.environ["ANCHORTRACK_MODE"]
 store.broken = True
-tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
-tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+tracker._calls.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+tracker._calls.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 """
 
 MODE_INVALID = (
@@ -148,9 +148,9 @@ client = anchortrack.wrap(
 tracker = anchortrack.tracker(client)
 tracker.store_cooldown = 0.0
 history = [user("hi"), assistant("noted"), user("and?")]
-send = lambda body, ticket: response([assistant("ok")])
+send = lambda body: response([assistant("ok")])
 for _ in range(2):
-    tracker.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
+    tracker._calls.call({{"model": "m", "input": history}}, lambda: SCOPE, send)
 """
     env = {
         **os.environ,
@@ -185,8 +185,8 @@ except ValueError as error:
     print(error)
 os.environ["ANCHORTRACK_MODE"] = "of"
 tracker = anchortrack.tracker(anchortrack.wrap(openai.OpenAI(api_key="k")))
-send = lambda body, ticket: response([assistant("ok")])
-tracker.call({"model": "m", "input": [user("hi")]}, lambda: SCOPE, send)
+send = lambda body: response([assistant("ok")])
+tracker._calls.call({"model": "m", "input": [user("hi")]}, lambda: SCOPE, send)
 """
     env = {k: v for k, v in os.environ.items() if k != "ANCHORTRACK_MODE"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

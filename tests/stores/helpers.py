@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from anchortrack.stores import Anchor, AnchorStore
 
@@ -49,24 +51,25 @@ class Api:
         self.store = store
         self.mode = mode
 
-    async def find(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
+    async def _call(self, name: str, *args: object) -> Any:
+        """The sync method *name*, or its native async twin (a worker thread runs a store without one)."""
         if self.mode == "sync":
-            return self.store.find(scope, views)
-        return await self.store.afind(scope, views)
+            return getattr(self.store, name)(*args)
+        native = getattr(self.store, "a" + name, None)
+        if native is None:
+            return await asyncio.to_thread(getattr(self.store, name), *args)
+        return await native(*args)
+
+    async def find(self, scope: str, views: Sequence[bytes]) -> Mapping[bytes, Anchor]:
+        found: Mapping[bytes, Anchor] = await self._call("find", scope, views)
+        return found
 
     async def get(self, scope: str, response_id: str) -> Anchor | None:
-        if self.mode == "sync":
-            return self.store.get(scope, response_id)
-        return await self.store.aget(scope, response_id)
+        anchor: Anchor | None = await self._call("get", scope, response_id)
+        return anchor
 
     async def put(self, scope: str, anchor: Anchor) -> None:
-        if self.mode == "sync":
-            self.store.put(scope, anchor)
-        else:
-            await self.store.aput(scope, anchor)
+        await self._call("put", scope, anchor)
 
     async def evict(self, scope: str, response_id: str) -> None:
-        if self.mode == "sync":
-            self.store.evict(scope, response_id)
-        else:
-            await self.store.aevict(scope, response_id)
+        await self._call("evict", scope, response_id)

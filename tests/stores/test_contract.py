@@ -363,7 +363,7 @@ async def test_concurrent_writers_lose_nothing(api: Api, make_store: StoreFactor
 
         async def awork(chunk: list[Anchor]) -> None:
             for anchor in chunk:
-                await api.store.aput(SCOPE, anchor)
+                await api.put(SCOPE, anchor)
 
         await asyncio.gather(*(awork(c) for c in chunks))
 

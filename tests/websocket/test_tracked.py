@@ -25,7 +25,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
 import anchortrack
-from anchortrack._flow import drive
 from anchortrack._websocket import _Socket
 from anchortrack.metrics import AnchortrackCollector
 from anchortrack.server import ResponsesServer
@@ -439,7 +438,7 @@ def _planned_on_this_socket(conn: Any) -> tuple[list[Any], Any]:
     history = [user("one"), *output_items(first), user("two")]
     socket = conn._anchortrack
     fields = {"type": "response.create", "model": "scripted", "input": history, "store": False}
-    text = drive(socket.framing(fields), socket.tracker.perform)
+    text = socket.run(socket.framing(fields))
     assert text.pending.plan.local
     return history, text
 
@@ -498,17 +497,12 @@ def test_a_planned_create_sent_again_after_its_send_failed_goes_out_in_full(
 
 def test_a_planned_frame_is_known_once_and_only_as_the_very_string(client: openai.OpenAI) -> None:
     tracker = anchortrack.tracker(client)
-    socket = _Socket(tracker, lambda: tracker.scope_for(client))
-    text = drive(
-        socket.framing({"type": "response.create", "model": "scripted", "input": [user("x")]}),
-        tracker.perform,
-    )
+    socket = _Socket(tracker._calls, lambda: tracker.scope_for(client))
+    text = socket.run(socket.framing({"type": "response.create", "model": "scripted", "input": [user("x")]}))
     pending = text.pending
-    assert (
-        drive(socket.outgoing("".join([text[:5], text[5:]])), tracker.perform)[1] is not pending
-    )  # equal, not it
-    assert drive(socket.outgoing(text), tracker.perform) == (text, pending)
-    assert drive(socket.outgoing(text), tracker.perform)[1] is not pending  # once: planned anew
+    assert socket.run(socket.outgoing("".join([text[:5], text[5:]])))[1] is not pending  # equal, not it
+    assert socket.run(socket.outgoing(text)) == (text, pending)
+    assert socket.run(socket.outgoing(text))[1] is not pending  # once: planned anew
 
 
 # -- edits, transports and modes ---------------------------------------------------------------
