@@ -117,7 +117,7 @@ class Calls:
             self.fault(error)
             begun = None
         if begun is None:
-            return (yield functools.partial(send, params))
+            return (yield from _post(send, params))
         state = CallState(begun[0], HTTP)
 
         def answer(effect: Any) -> Generator[Any, Any, Any]:
@@ -137,17 +137,14 @@ class Calls:
             if error is state.sdk_error:
                 raise
             self.fault(error)
-            return state.response if state.answered else (yield functools.partial(send, params))
+            return state.response if state.answered else (yield from _post(send, params))
 
     def _send(self, state: CallState, effect: Send, send: Callable[..., Any]) -> Generator[Any, Any, Any]:
         """Send; a chained stream's refusal as its first event is raised into the flow like an HTTP one."""
         try:
             built: list[Any] = []
-            token = sending.set((self, effect.ticket, built) if effect.ticket is not None else None)
-            try:
-                response = yield functools.partial(send, effect.body)
-            finally:
-                sending.reset(token)
+            pending = (self, effect.ticket, built) if effect.ticket is not None else None
+            response = yield from _post(send, effect.body, pending)
             if effect.anchor_id is not None and built:
                 stream = built[0]
                 refusal = yield stream._peek
@@ -395,3 +392,14 @@ def _keys(scope: Scope, secret_key: bytes | None) -> tuple[str, bytes]:
 def _via(transport: str) -> dict[str, str]:
     """The log field naming a transport other than HTTP (HTTP events carry none)."""
     return {} if transport == HTTP else {"transport": transport}
+
+
+def _post(
+    send: Callable[..., Any], body: Any, pending: tuple[Calls, Ticket, list[Any]] | None = None
+) -> Generator[Any, Any, Any]:
+    """Send *body*: its ``POST /responses`` records *pending*, never an outer call's pending call."""
+    token = sending.set(pending)
+    try:
+        return (yield functools.partial(send, body))
+    finally:
+        sending.reset(token)

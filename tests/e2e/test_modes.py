@@ -118,3 +118,30 @@ def test_wrap_refuses_other_objects() -> None:
     """wrap() takes only openai clients."""
     with pytest.raises(TypeError, match=r"openai\.OpenAI"):
         anchortrack.wrap(object())  # type: ignore[type-var]
+
+
+def test_a_call_made_inside_another_calls_send_never_takes_its_recorder(
+    raw_client: openai.OpenAI, wire: WireTap, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrapped call (mode off) made while another call is on its way out is recorded as neither."""
+    store = MemoryStore()
+    client = anchortrack.wrap(raw_client, store=store, mode="chained")
+    original = openai.resources.responses.Responses.create
+    side: list[Any] = []
+
+    def create(self: Any, **params: Any) -> Any:
+        if not side:  # the first call's SDK send makes a side call first, as a tracer's hook might
+            side.append(None)
+            with anchortrack.using("off"):
+                side[0] = client.responses.create(model="scripted", input="side")
+        return original(self, **params)
+
+    monkeypatch.setattr(openai.resources.responses.Responses, "create", create)
+    history: list[Any] = [{"role": "user", "content": "t0"}]
+    first = client.responses.create(model="scripted", input=history)
+    client.responses.create(model="scripted", input=[*history, *first.output, {"role": "user", "content": "t1"}])
+    anchortrack.tracker(client).flush()
+    bodies = [json.loads(body) for body in wire.bodies]
+    assert [body.get("input") for body in bodies[:1]] == ["side"]
+    assert bodies[-1].get("previous_response_id") == first.id  # chained from the outer call, not the side call
+    assert side[0].id != first.id
