@@ -16,7 +16,7 @@ from typing import Any
 from . import _otel
 from ._canonical import as_received
 from ._chaindrop import ChainDropped, ChainWatch
-from ._failopen import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, FailOpen, is_store_effect
+from ._failopen import FailOpen, is_store_effect
 from ._flow import (
     FLUSH,
     HINTS,
@@ -34,16 +34,25 @@ from ._flow import (
 from ._fork import ForkSafeLock
 from ._hashing import Memo, Scope, api_key_digest, fingerprint_items, prefix_hashes
 from ._log import debug_enabled, get_logger, short
-from ._mode import Mode, coerce, describe, resolve
+from ._mode import Mode
 from ._outcome import Outcome, event, outcome_of, passed_through
 from ._plan import Reason, RecentViews, new_anchor, unrecordable
 from ._properties import ANY, announced
 from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
+from ._settings import (
+    MODE,
+    NAMESPACE,
+    RECORD_INCOMPLETE,
+    SCOPE_BY_API_KEY,
+    STORE_COOLDOWN,
+    STORE_TIMEOUT,
+    describe,
+    resolve,
+)
 from ._stats import HTTP, WEBSOCKET, Stats
 from .stores._base import Anchor, AnchorStore
-from .stores._checks import checked_seconds
 from .stores._open import coerce_store, default_store
 
 
@@ -85,6 +94,9 @@ class Tracker:
             key rotation (then separate tenants with *namespace*).
         clock: Unix time source (tests).
 
+        A setting left out (None) is its environment variable's value, if it
+        has one, else its default (docs/operations.md, "Environment variables").
+
     Raises:
         TypeError: *store* is not a store or a store spec; a time is not a number.
         ValueError: *store_timeout* is not a finite number above 0, or *store_cooldown* of 0 or more
@@ -112,27 +124,24 @@ class Tracker:
         *,
         mode: Mode | str | None = None,
         namespace: str | None = None,
-        record_incomplete: bool = False,
+        record_incomplete: bool | None = None,
         store_timeout: float | None = None,
         store_cooldown: float | None = None,
-        scope_by_api_key: bool = True,
+        scope_by_api_key: bool | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.shared_default = store is None
         self.store: AnchorStore = (
             default_store() if store is None else coerce_store(store, caller="Tracker()")
         )
-        self.mode: Mode | None = coerce(mode) if mode is not None else None
-        self.namespace = namespace
-        self.record_incomplete = record_incomplete
-        self.scope_by_api_key = scope_by_api_key
+        self.mode: Mode | None = MODE.given(mode, "Tracker")  # the variable and `using` win per call
+        self.namespace = NAMESPACE.value(namespace)
+        self.record_incomplete = RECORD_INCOMPLETE.value(record_incomplete)
+        self.scope_by_api_key = SCOPE_BY_API_KEY.value(scope_by_api_key)
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
-        timeout = DEFAULT_TIMEOUT if store_timeout is None else store_timeout
-        cooldown = DEFAULT_COOLDOWN if store_cooldown is None else store_cooldown
-        timeout = checked_seconds(timeout, "Tracker", "store_timeout")
-        cooldown = checked_seconds(cooldown, "Tracker", "store_cooldown", zero=True)
+        timeout, cooldown = STORE_TIMEOUT.value(store_timeout), STORE_COOLDOWN.value(store_cooldown)
         self.failopen = FailOpen(self.store, self.stats, timeout=timeout, cooldown=cooldown, clock=clock)
         self.backlog = self.failopen.backlog
         #: Write the anchors recorded, then some of the backlog, within one deadline (``aflush``: async).
@@ -325,7 +334,7 @@ class Tracker:
 
     @store_cooldown.setter
     def store_cooldown(self, seconds: float) -> None:
-        self.failopen.cooldown = checked_seconds(seconds, "Tracker", "store_cooldown", zero=True)
+        self.failopen.cooldown = STORE_COOLDOWN.check(seconds, "Tracker", "store_cooldown")
 
     @property
     def store_timeout(self) -> float:
@@ -334,7 +343,7 @@ class Tracker:
 
     @store_timeout.setter
     def store_timeout(self, seconds: float) -> None:
-        self.failopen.timeout = checked_seconds(seconds, "Tracker", "store_timeout")
+        self.failopen.timeout = STORE_TIMEOUT.check(seconds, "Tracker", "store_timeout")
 
     def scope_for(self, client: Any) -> Scope:
         """
