@@ -33,11 +33,12 @@ class Setting(Generic[T]):
     env: str | None = None  # its environment variable, if it has one
     parse: Callable[[str], object] = str  # the variable's text as a value to check
     env_wins: bool = False  # the variable wins over the value given in code (else the code's wins)
+    in_code: bool = True  # given in code as *name*= (to `wrap`, `Tracker` or a store)
     read: str = "when a tracker is created"
     event: str = "anchortrack.setting_invalid"
     fallback: T = attrs.field(default=attrs.Factory(lambda self: self.default, takes_self=True))
 
-    def given(self, value: T | None, caller: str) -> T | None:
+    def given(self, value: object, caller: str) -> T | None:
         """*value* as given to *caller* in code, checked; None when not given."""
         return None if value is None else self.check(value, caller, self.name)
 
@@ -46,7 +47,7 @@ class Setting(Generic[T]):
         text = os.environ.get(self.env) if self.env is not None else None
         return _parsed(self, text) if text else None
 
-    def value(self, given: T | None = None, caller: str = "Tracker") -> T:
+    def value(self, given: object = None, caller: str = "Tracker") -> T:
         """The value in force, given *given* in code."""
         env = self.from_env()
         if env is not None and self.env_wins:
@@ -134,37 +135,82 @@ def _urls(value: str, _caller: str, _name: str) -> tuple[str, ...]:
 
 
 ANY_TEXT = "any text"
-SECONDS = "a number of seconds above 0"
+FLAG = "true or false (1, yes, on / 0, no, off)"
 
-# fmt: off
 MODE: Setting[Mode] = Setting(
-    "mode", Mode.CHAINED, _mode, EXPECTED, env="ANCHORTRACK_MODE", parse=str.strip, env_wins=True, read="on every call",
-    sets="`chained`, `shadow` or `off` ([rolling out](#rolling-out)); wins over `mode=` and "
-    "`anchortrack.using()`", event="anchortrack.mode_invalid", fallback=Mode.OFF)
+    name="mode",
+    default=Mode.CHAINED,
+    check=_mode,
+    valid=EXPECTED,
+    env="ANCHORTRACK_MODE",
+    parse=str.strip,
+    env_wins=True,
+    read="on every call",
+    sets="`chained`, `shadow` or `off` ([rolling out](#rolling-out)); also wins over `anchortrack.using()`",
+    event="anchortrack.mode_invalid",
+    fallback=Mode.OFF,
+)
 NAMESPACE: Setting[str | None] = Setting(
-    "namespace", None, _string, ANY_TEXT, sets="a partition of the scope: anchors of one are never used in another")
+    name="namespace",
+    default=None,
+    check=_string,
+    valid=ANY_TEXT,
+    sets="a partition of the scope: anchors recorded under one are never used under another",
+)
 RECORD_INCOMPLETE: Setting[bool] = Setting(
-    "record_incomplete", False, _flag, "true or false", parse=_flag_text,
-    sets="anchor on `incomplete` responses too")
+    name="record_incomplete",
+    default=False,
+    check=_flag,
+    valid=FLAG,
+    parse=_flag_text,
+    sets="anchor on `incomplete` responses too",
+)
 STORE_TIMEOUT: Setting[float] = Setting(
-    "store_timeout", 1.0, _seconds, SECONDS, parse=float,
-    sets="seconds a store call may take before the call goes without it ([when the store fails]"
-    "(#when-the-store-fails))")
+    name="store_timeout",
+    default=1.0,
+    check=_seconds,
+    valid="a number of seconds above 0",
+    parse=float,
+    sets="seconds a store call may take before the call goes without it "
+    "([when the store fails](#when-the-store-fails))",
+)
 STORE_COOLDOWN: Setting[float] = Setting(
-    "store_cooldown", 1.0, _seconds_or_zero, "a number of seconds, 0 or more", parse=float,
-    sets="seconds between two probes of a store that is down")
+    name="store_cooldown",
+    default=1.0,
+    check=_seconds_or_zero,
+    valid="a number of seconds, 0 or more",
+    parse=float,
+    sets="seconds between two probes of a store that is down",
+)
 SCOPE_BY_API_KEY: Setting[bool] = Setting(
-    "scope_by_api_key", True, _flag, "true or false", parse=_flag_text,
-    sets="keep anchors apart per API key (a keyed digest of it)")
+    name="scope_by_api_key",
+    default=True,
+    check=_flag,
+    valid=FLAG,
+    parse=_flag_text,
+    sets="keep anchors apart per API key (a keyed digest of it is part of the scope)",
+)
 SECRET_KEY: Setting[bytes | None] = Setting(
-    "secret_key", None, _key, ANY_TEXT, env="ANCHORTRACK_SECRET_KEY", read="when a store is created",
-    sets="the key of keyed view digests and anchor MACs ([stores](guide/stores.md)); a store's "
-    "`secret_key=` wins; empty means none")
+    name="secret_key",
+    default=None,
+    check=_key,
+    valid=ANY_TEXT,
+    env="ANCHORTRACK_SECRET_KEY",
+    read="when a store is created",
+    sets="the key of keyed view digests and anchor MACs ([stores](guide/stores.md)), of a store made without "
+    "`secret_key=`; empty means none",
+)
 PER_REQUEST_PROPERTIES: Setting[tuple[str, ...]] = Setting(
-    "per_request_properties", (), _urls, ANY_TEXT, env="ANCHORTRACK_PER_REQUEST_PROPERTIES",
-    read="on every call", sets="base URLs (separated by spaces or commas) of servers that apply request "
-    "properties per request ([compatibility](compatibility.md))")
-# fmt: on
+    name="per_request_properties",
+    default=(),
+    check=_urls,
+    valid=ANY_TEXT,
+    env="ANCHORTRACK_PER_REQUEST_PROPERTIES",
+    in_code=False,
+    read="on every call",
+    sets="base URLs (separated by spaces or commas) of servers that apply request properties per request "
+    "([compatibility](compatibility.md))",
+)
 
 #: Every setting, in the order docs/operations.md lists them.
 SETTINGS: tuple[Setting[Any], ...] = (

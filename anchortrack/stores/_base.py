@@ -110,7 +110,7 @@ class AnchorStore(Protocol):
 
 
 def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
-    """Return the secret key to use: the given one, else the environment's (`SECRET_KEY`); empty means none."""
+    """Return the secret key to use: the given one, else the variable's (`SECRET_KEY`); empty means none."""
     return SECRET_KEY.from_env() if secret_key is None else SECRET_KEY.check(secret_key, "", "secret_key")
 
 
