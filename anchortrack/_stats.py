@@ -6,7 +6,7 @@ import bisect
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -29,7 +29,8 @@ class Metric:
     key: str  # the attribute, and the snapshot key (under *group*, without its prefix)
     doc: str  # what it counts (docs/operations.md)
     field: str | None = None  # the `Outcome` field added up (a label: its value); None: `Stats.add`
-    when: Callable[[Outcome], bool] | None = None  # count only the outcomes it holds for
+    decision: Decision | None = None  # count only the outcomes of this decision
+    mode: str | None = None  # and of this mode (a histogram skips a field that is None)
     label: str | None = None  # counted by this label (a `Counter` of its values); None: one number
     labels: tuple[str, ...] = ()  # the label's values, each in the snapshot from the start
     bounds: tuple[float, ...] = ()  # a histogram: its upper bounds
@@ -39,22 +40,6 @@ class Metric:
     gauge: bool = False  # a value set now (`Stats` attribute), not a count
     group: str | None = None  # nested under this snapshot key
     difference: tuple[str, str] | None = None  # derived: the first key's value minus the second's
-
-
-def _resent(o: Outcome) -> bool:
-    return o.decision is Decision.RESENT
-
-
-def _stateless(o: Outcome) -> bool:
-    return o.decision is Decision.STATELESS
-
-
-def _accepted_chain(o: Outcome) -> bool:
-    return o.decision is Decision.CHAINED and o.mode == "chained"
-
-
-def _planned(o: Outcome) -> bool:
-    return o.plan_seconds is not None
 
 
 _ITEMS = "Input items: sent (resends included), planned, and in the callers' histories (total)."
@@ -70,7 +55,7 @@ METRICS: tuple[Metric, ...] = (
             "full"
         ),
         field="reason",
-        when=_resent,
+        decision=Decision.RESENT,
         label="reason",
         metric="anchortrack_resends",
         help="Chained requests refused by the server and resent in full, by reason.",
@@ -82,7 +67,7 @@ METRICS: tuple[Metric, ...] = (
             "`resends`, every [fallback](guide/reasons.md)"
         ),
         field="reason",
-        when=_stateless,
+        decision=Decision.STATELESS,
         label="reason",
     ),
     Metric(
@@ -246,9 +231,8 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         key="plan_seconds",
-        doc="histogram: time to fingerprint the history, look the anchors up and choose",
+        doc="time to fingerprint the history, look the anchors up and choose",
         field="plan_seconds",
-        when=_planned,
         bounds=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1),
         metric="anchortrack_plan_seconds",
         help="Time to plan one request (fingerprint, look up, choose).",
@@ -256,11 +240,12 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         key="delta_items",
         doc=(
-            "histogram: items sent by chained requests the server accepted (mode `chained`; not a "
+            "items sent by chained requests the server accepted (mode `chained`; not a "
             "refused attempt, not a shadow would-be chain)"
         ),
         field="items_sent",
-        when=_accepted_chain,
+        decision=Decision.CHAINED,
+        mode="chained",
         bounds=(1, 2, 3, 5, 10, 20, 50, 100, 500, 1000),
         metric="anchortrack_delta_items",
         help="Items sent by chained requests the server accepted.",
@@ -274,14 +259,30 @@ Counted = Literal["recorded", "recorded_local", "not_recorded", "store_errors", 
                   "backlog_queued", "backlog_written", "backlog_dropped", "chains_dropped"]
 # fmt: on
 
-#: The rows `Stats.observe` adds an `Outcome` field to, always: (attribute, field).
-_SUMMED = tuple((m.key, m.field) for m in METRICS if m.field and not (m.when or m.label or m.bounds))
-#: The others it counts: (attribute, field, when, by label).
-_SELECTED = tuple(
-    (m.key, m.field, m.when, m.label is not None)
-    for m in METRICS
-    if m.field and (m.when or m.label or m.bounds)
-)
+
+def _observer(metrics: tuple[Metric, ...]) -> Callable[[Stats, Outcome], None]:
+    """
+    `Stats.observe` for the rows counted from an `Outcome`, written out as plain statements
+    (``self.items_sent += o.items_sent``, ...) as the hot path was by hand: it runs once per request.
+    """
+    lines = ["def observe(self, o):"]
+    for m in metrics:
+        if m.field is None:
+            continue
+        tests = [f"o.decision is Decision.{m.decision.name}"] if m.decision else []
+        tests += [f"o.mode == {m.mode!r}"] if m.mode else []
+        tests += [f"o.{m.field} is not None"] if m.bounds else []
+        test = f"if {' and '.join(tests)}: " if tests else ""
+        if m.bounds:
+            lines.append(f"    {test}self.{m.key}.observe(o.{m.field})")
+        elif m.label:
+            lines.append(f"    {test}self.{m.key}[o.{m.field}.value] += 1")
+        else:
+            lines.append(f"    {test}self.{m.key} += o.{m.field}")
+    namespace: dict[str, Any] = {"Decision": Decision}
+    exec("\n".join(lines), namespace)  # noqa: S102 - the code is made from the rows above, not from input
+    observe: Callable[[Stats, Outcome], None] = namespace["observe"]
+    return observe
 
 
 def value_of(metric: Metric, snapshot: Mapping[str, Any]) -> Any:
@@ -339,9 +340,9 @@ class Stats:
             if m.difference is None:
                 setattr(self, m.key, Histogram(m.bounds) if m.bounds else Counter[str]() if m.label else 0)
 
-    def __getattr__(self, name: str) -> Any:
-        """The rows of `METRICS` are attributes too (set in ``__init__``; this is for type checkers)."""
-        raise AttributeError(name)
+    if TYPE_CHECKING:  # the rows of `METRICS` are attributes, set in ``__init__`` (a real one slows them)
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def __repr__(self) -> str:
         return f"<Stats {self}>"
@@ -384,16 +385,7 @@ class Stats:
         o = outcome
         with self._lock:
             self.requests[o.mode, o.decision.value, o.reason.value, o.transport] += 1
-            counts = self.__dict__
-            for key, field in _SUMMED:
-                counts[key] += getattr(o, field)
-            for key, field, when, by_label in _SELECTED:
-                if when is None or when(o):
-                    value = getattr(o, field)
-                    if by_label:
-                        counts[key][value.value] += 1
-                    else:
-                        counts[key].observe(value)
+            _observe(self, o)
 
     def add(self, counter: Counted, n: int = 1, *, key: str | None = None) -> None:
         """Add *n* to the counter named *counter* (to its *key*, for a counter by label: ``store_errors``)."""
@@ -444,6 +436,9 @@ class Stats:
         with self._lock:
             counts = list(self.requests.items())
         return sum(n for key, n in counts if all(w in (None, k) for w, k in zip(wanted, key, strict=True)))
+
+
+_observe = _observer(METRICS)
 
 
 def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
