@@ -71,6 +71,9 @@ class Tracker:
     """
     Plans requests and records responses for one wrapped client.
 
+    A setting left out (None) is its environment variable's value, if it has one, else its default
+    (its row in ``anchortrack._settings``; docs/operations.md, "Environment variables").
+
     Args:
         store: Where anchors live: an `AnchorStore`, or a spec string
             (``"memory"``, ``"sqlite:PATH"``, ``"redis://…"``) opened with
@@ -93,9 +96,6 @@ class Tracker:
             store never share anchors. False keeps anchors usable across a
             key rotation (then separate tenants with *namespace*).
         clock: Unix time source (tests).
-
-        A setting left out (None) is its environment variable's value, if it
-        has one, else its default (docs/operations.md, "Environment variables").
 
     Raises:
         TypeError: *store* is not a store or a store spec; a time is not a number.
