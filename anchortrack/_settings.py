@@ -14,7 +14,6 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from ._log import get_logger
 from ._mode import EXPECTED, Mode, _call_mode, coerce
 
 
@@ -57,14 +56,16 @@ class Setting(Generic[T]):
             return checked
         return self.default if env is None else env
 
+    @property
+    def using(self) -> object:
+        """The fallback as a warning names it."""
+        return self.fallback.value if isinstance(self.fallback, Mode) else self.fallback
+
     def describe_invalid(self) -> str:
         """What a bad value of the variable does, for docs/operations.md."""
-        using = self.fallback.value if isinstance(self.fallback, Mode) else self.fallback
-        return (
-            f"uses `{using}`, logs `{self.event}` once"
-            if self.valid != ANY_TEXT
-            else "none: any text is valid"
-        )
+        if self.valid == ANY_TEXT:
+            return "none: any text is valid"
+        return f"uses `{self.using}`, logs `{self.event}` once"
 
 
 @functools.cache  # a process sees few values of a variable
@@ -72,9 +73,11 @@ def _parsed(setting: Setting[T], text: str) -> T:
     try:
         return setting.check(setting.parse(text), setting.env or "", "")
     except (TypeError, ValueError):
-        using = setting.fallback.value if isinstance(setting.fallback, Mode) else setting.fallback
-        get_logger().warning(
-            setting.event, variable=setting.env, value=text, expected=setting.valid, using=using
+        from ._log import get_logger  # late: the command line's --help imports stores, not structlog
+
+        log = get_logger()
+        log.warning(
+            setting.event, variable=setting.env, value=text, expected=setting.valid, using=setting.using
         )
         return setting.fallback
 
@@ -96,22 +99,23 @@ def _flag(value: object, _caller: str, _name: str) -> bool:
     return bool(value)
 
 
+_FLAGS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+
 def _flag_text(text: str) -> bool:
-    words = {
-        "1": True,
-        "true": True,
-        "yes": True,
-        "on": True,
-        "0": False,
-        "false": False,
-        "no": False,
-        "off": False,
-    }
-    return words[text.lower()] if text.lower() in words else _refuse(text)
-
-
-def _refuse(text: str) -> Any:
-    raise ValueError(text)
+    try:
+        return _FLAGS[text.strip().lower()]
+    except KeyError:
+        raise ValueError(text) from None
 
 
 def _seconds(value: object, caller: str, name: str) -> float:
