@@ -32,7 +32,7 @@ class Setting(Generic[T]):
     env: str | None = None  # its environment variable, if it has one
     parse: Callable[[str], object] = str  # the variable's text as a value to check
     env_wins: bool = False  # the variable wins over the value given in code (else the code's wins)
-    in_code: bool = True  # given in code as *name*= (to `wrap`, `Tracker` or a store)
+    taken_by: str | None = "tracker"  # what takes it as *name*= in code: ``tracker`` (and `wrap`), ``store``
     read: str = "when a tracker is created"
     event: str = "anchortrack.setting_invalid"
     fallback: T = attrs.field(default=attrs.Factory(lambda self: self.default, takes_self=True))
@@ -99,16 +99,7 @@ def _flag(value: object, _caller: str, _name: str) -> bool:
     return bool(value)
 
 
-_FLAGS = {
-    "1": True,
-    "true": True,
-    "yes": True,
-    "on": True,
-    "0": False,
-    "false": False,
-    "no": False,
-    "off": False,
-}
+_FLAGS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
 
 
 def _flag_text(text: str) -> bool:
@@ -141,106 +132,48 @@ def _urls(value: str, _caller: str, _name: str) -> tuple[str, ...]:
 ANY_TEXT = "any text"
 FLAG = "true or false (1, yes, on / 0, no, off)"
 
+# fmt: off
 MODE: Setting[Mode] = Setting(
-    name="mode",
-    default=Mode.CHAINED,
-    check=_mode,
-    valid=EXPECTED,
-    env="ANCHORTRACK_MODE",
-    parse=str.strip,
-    env_wins=True,
-    read="on every call",
-    sets="`chained`, `shadow` or `off` ([rolling out](#rolling-out)); also wins over `anchortrack.using()`",
-    event="anchortrack.mode_invalid",
-    fallback=Mode.OFF,
-)
+    "mode", Mode.CHAINED, _mode, EXPECTED, env="ANCHORTRACK_MODE", parse=str.strip, env_wins=True,
+    read="on every call", event="anchortrack.mode_invalid", fallback=Mode.OFF,
+    sets="`chained`, `shadow` or `off` ([rolling out](#rolling-out)); also wins over `anchortrack.using()`")
 NAMESPACE: Setting[str | None] = Setting(
-    name="namespace",
-    default=None,
-    check=_string,
-    valid=ANY_TEXT,
-    sets="a partition of the scope: anchors recorded under one are never used under another",
-)
+    "namespace", None, _string, ANY_TEXT,
+    sets="a partition of the scope: anchors recorded under one are never used under another")
 RECORD_INCOMPLETE: Setting[bool] = Setting(
-    name="record_incomplete",
-    default=False,
-    check=_flag,
-    valid=FLAG,
-    parse=_flag_text,
-    sets="anchor on `incomplete` responses too",
-)
+    "record_incomplete", False, _flag, FLAG, parse=_flag_text, sets="anchor on `incomplete` responses too")
 STORE_TIMEOUT: Setting[float] = Setting(
-    name="store_timeout",
-    default=1.0,
-    check=_seconds,
-    valid="a number of seconds above 0",
-    parse=float,
+    "store_timeout", 1.0, _seconds, "a number of seconds above 0", parse=float,
     sets="seconds a store call may take before the call goes without it "
-    "([when the store fails](#when-the-store-fails))",
-)
+    "([when the store fails](#when-the-store-fails))")
 STORE_COOLDOWN: Setting[float] = Setting(
-    name="store_cooldown",
-    default=1.0,
-    check=_seconds_or_zero,
-    valid="a number of seconds, 0 or more",
-    parse=float,
-    sets="seconds between two probes of a store that is down",
-)
+    "store_cooldown", 1.0, _seconds_or_zero, "a number of seconds, 0 or more", parse=float,
+    sets="seconds between two probes of a store that is down")
 SCOPE_BY_API_KEY: Setting[bool] = Setting(
-    name="scope_by_api_key",
-    default=True,
-    check=_flag,
-    valid=FLAG,
-    parse=_flag_text,
-    sets="keep anchors apart per API key (a keyed digest of it is part of the scope)",
-)
+    "scope_by_api_key", True, _flag, FLAG, parse=_flag_text,
+    sets="keep anchors apart per API key (a keyed digest of it is part of the scope)")
 SECRET_KEY: Setting[bytes | None] = Setting(
-    name="secret_key",
-    default=None,
-    check=_key,
-    valid=ANY_TEXT,
-    env="ANCHORTRACK_SECRET_KEY",
+    "secret_key", None, _key, ANY_TEXT, env="ANCHORTRACK_SECRET_KEY", taken_by="store",
     read="when a store is created",
-    sets="the key of keyed view digests and anchor MACs ([stores](guide/stores.md)), of a store made without "
-    "`secret_key=`; empty means none",
-)
+    sets="the key of keyed view digests and anchor MACs ([stores](guide/stores.md)), of a store made "
+    "without `secret_key=`; empty means none")
 PER_REQUEST_PROPERTIES: Setting[tuple[str, ...]] = Setting(
-    name="per_request_properties",
-    default=(),
-    check=_urls,
-    valid=ANY_TEXT,
-    env="ANCHORTRACK_PER_REQUEST_PROPERTIES",
-    in_code=False,
-    read="on every call",
-    sets="base URLs (separated by spaces or commas) of servers that apply request properties per request "
-    "([compatibility](compatibility.md))",
-)
+    "per_request_properties", (), _urls, ANY_TEXT, env="ANCHORTRACK_PER_REQUEST_PROPERTIES", taken_by=None,
+    read="on every call", sets="base URLs (separated by spaces or commas) of servers that apply request "
+    "properties per request ([compatibility](compatibility.md))")
+# fmt: on
 
-#: Every setting, in the order docs/operations.md lists them.
-SETTINGS: tuple[Setting[Any], ...] = (
-    MODE,
-    NAMESPACE,
-    RECORD_INCOMPLETE,
-    STORE_TIMEOUT,
-    STORE_COOLDOWN,
-    SCOPE_BY_API_KEY,
-    SECRET_KEY,
-    PER_REQUEST_PROPERTIES,
+#: Every setting: the rows above, in order (docs/operations.md lists them so).
+SETTINGS: tuple[Setting[Any], ...] = tuple(
+    row for row in list(globals().values()) if isinstance(row, Setting)
 )
-
 #: The settings `anchortrack.wrap` and `Tracker` take, by keyword.
-TRACKER_SETTINGS = {
-    s.name: s for s in (MODE, NAMESPACE, RECORD_INCOMPLETE, STORE_TIMEOUT, STORE_COOLDOWN, SCOPE_BY_API_KEY)
-}
+TRACKER_SETTINGS = {row.name: row for row in SETTINGS if row.taken_by == "tracker"}
 
 
 def checked(caller: str, given: dict[str, Any]) -> dict[str, Any]:
     """The settings *given* to *caller* (None: not given, left out), each checked by its row."""
-    return {
-        name: TRACKER_SETTINGS[name].given(value, caller)
-        for name, value in given.items()
-        if value is not None
-    }
+    return {name: TRACKER_SETTINGS[name].given(v, caller) for name, v in given.items() if v is not None}
 
 
 # -- the mode: the variable, then a `using` block, then the client's, then ``chained`` -----------

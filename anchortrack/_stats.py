@@ -22,8 +22,9 @@ HTTP, WEBSOCKET = "http", "websocket"
 class Metric:
     """
     One counter or histogram besides ``requests``: a `Stats` attribute, its `Stats.snapshot` key, its
-    Prometheus series and its row in docs/operations.md. Counted from each call's `Outcome` (*field*,
-    when *when* holds) or, without a field, by `Stats.add`; a histogram has *bounds*.
+    Prometheus series and its row in docs/operations.md. Counted from each call's `Outcome` (its *field*,
+    for the outcomes of its *decision* and *mode*) or, without a field, by `Stats.add`; a histogram has
+    *bounds*.
     """
 
     key: str  # the attribute, and the snapshot key (under *group*, without its prefix)
@@ -42,215 +43,85 @@ class Metric:
     difference: tuple[str, str] | None = None  # derived: the first key's value minus the second's
 
 
-_ITEMS = "Input items: sent (resends included), planned, and in the callers' histories (total)."
-_BYTES = "Estimated input bytes: sent (resends included), planned, and what stateless requests send."
-
 #: Every counter and histogram besides ``requests``, in snapshot order. A new one is a row here.
+# fmt: off
 METRICS: tuple[Metric, ...] = (
-    Metric(
-        key="resends",
-        doc=(
-            "the `resent` requests, by reason (`stale_anchor`, `duplicate_item`, `zdr`, "
-            "`chain_refused`, `chain_dropped`, `websocket_dropped`): chained, refused, sent again in "
-            "full"
-        ),
-        field="reason",
-        decision=Decision.RESENT,
-        label="reason",
-        metric="anchortrack_resends",
-        help="Chained requests refused by the server and resent in full, by reason.",
-    ),
-    Metric(
-        key="stateless",
-        doc=(
-            "the `stateless` requests, by reason (`no_history`, `prefix_diverged`, …): with "
-            "`resends`, every [fallback](guide/reasons.md)"
-        ),
-        field="reason",
-        decision=Decision.STATELESS,
-        label="reason",
-    ),
-    Metric(
-        key="recorded",
-        doc="anchors written to the store",
-        metric="anchortrack_responses_recorded",
-        help="Responses recorded as anchors.",
-    ),
-    Metric(
-        key="recorded_local",
-        doc=(
-            "responses kept as connection-local anchors by a WebSocket (`store: false`, or zero data "
-            "retention): chained from on that socket only, never written to the store"
-        ),
-        metric="anchortrack_responses_recorded_local",
-        help=(
-            "Responses kept as connection-local anchors by a WebSocket (store: false or ZDR), never stored."
-        ),
-    ),
-    Metric(
-        key="not_recorded",
-        doc=(
-            "responses that did not become anchors, by reason: `store_false`, `not_completed`, "
-            "`properties_changed` (caller-managed), `stream_abandoned` (counted when the stream's "
-            "iteration stops or it is closed, not at garbage collection), "
-            "`websocket_reconnect_dropped` (creates in flight when a socket reconnected), "
-            "`store_unavailable` (the store failed, or was skipped during an outage, when the anchor "
-            "was written)"
-        ),
-        label="reason",
-        metric="anchortrack_responses_not_recorded",
-        help="Responses not recorded as anchors, by reason.",
-    ),
-    Metric(
-        key="store_errors",
-        doc="failed store operations, by operation (`find`, `get`, `put`, `evict`)",
-        label="operation",
-        metric="anchortrack_store_errors",
-        help="Failed anchor store operations, by operation.",
-    ),
-    Metric(
-        key="anchors_rejected",
-        doc=(
-            "anchors the store returned whose MAC did not verify (with a secret key): treated as "
-            "absent, each time with an `anchortrack.anchor_rejected` warning. Nonzero means someone "
-            "else writes to the store, or a bug: see [the trust "
-            "model](guide/stores.md#the-trust-model)"
-        ),
-        field="anchors_rejected",
-        metric="anchortrack_anchors_rejected",
-        help=("Anchors read from the store whose MAC did not verify (secret key set), treated as absent."),
-    ),
-    Metric(
-        key="chains_dropped",
-        doc=(
-            "scopes whose server answered a chained request without the anchor's context (it ignored "
-            "`previous_response_id`): chaining stopped for that server in the scope, with one "
-            "`anchortrack.chain_dropped` warning each. Nonzero means a server or gateway that does "
-            "not chain: see [Compatibility](compatibility.md)"
-        ),
-        metric="anchortrack_chains_dropped",
-        help=(
-            "Scopes whose server answered a chained request without the anchor's context; chaining "
-            "stopped there."
-        ),
-    ),
-    Metric(
-        key="store_stalls",
-        doc=(
-            "async store operations that failed while the caller's own event loop was blocked, and "
-            "were tried again (not store errors), by operation"
-        ),
-        label="operation",
-        metric="anchortrack_store_stalls",
-        help="Store operations retried because the caller's event loop was blocked, by operation.",
-    ),
-    Metric(
-        key="backlog_queued",
-        doc="anchor writes the store did not take in time, queued in the backlog",
-        group="backlog",
-        metric="anchortrack_backlog_queued",
-        help="Anchor writes the store did not take in time, queued in the backlog.",
-    ),
-    Metric(
-        key="backlog_written",
-        doc="anchor writes written from the backlog once the store answered again",
-        group="backlog",
-        metric="anchortrack_backlog_written",
-        help="Anchor writes written from the backlog once the store answered again.",
-    ),
-    Metric(
-        key="backlog_dropped",
-        doc="anchor writes dropped from the backlog, by reason",
-        label="reason",
-        labels=("overflow", "expired"),
-        group="backlog",
-        metric="anchortrack_backlog_dropped",
-        help="Anchor writes dropped from the backlog, by reason (overflow, expired).",
-    ),
-    Metric(
-        key="backlog_size",
-        doc="anchor writes waiting in the backlog now",
-        gauge=True,
-        group="backlog",
-        metric="anchortrack_backlog_anchors",
-        help="Anchor writes waiting in the backlog now.",
-    ),
-    Metric(
-        key="items_sent",
-        doc="input items sent (resends included)",
-        field="items_sent",
-        metric="anchortrack_request_items",
-        kind="sent",
-        help=_ITEMS,
-    ),
-    Metric(
-        key="items_total",
-        doc="input items in the callers' histories",
-        field="items_total",
-        metric="anchortrack_request_items",
-        kind="total",
-    ),
-    Metric(
-        key="items_planned",
-        doc="input items planned",
-        field="items_planned",
-        metric="anchortrack_request_items",
-        kind="planned",
-    ),
-    Metric(
-        key="bytes_sent",
-        doc="estimated input bytes (canonical JSON of the items) sent, resends included",
-        field="bytes_sent",
-        metric="anchortrack_request_bytes",
-        kind="sent",
-        help=_BYTES,
-    ),
-    Metric(
-        key="bytes_stateless",
-        doc="estimated input bytes stateless requests would send",
-        field="bytes_stateless",
-        metric="anchortrack_request_bytes",
-        kind="stateless",
-    ),
-    Metric(
-        key="bytes_planned",
-        doc="estimated input bytes planned",
-        field="bytes_planned",
-        metric="anchortrack_request_bytes",
-        kind="planned",
-    ),
-    Metric(
-        key="bytes_saved",
-        doc="`bytes_stateless - bytes_sent`",
-        difference=("bytes_stateless", "bytes_sent"),
-    ),
-    Metric(
-        key="bytes_would_save",
-        doc="`bytes_stateless - bytes_planned`: in shadow mode, what chaining would have saved",
-        difference=("bytes_stateless", "bytes_planned"),
-    ),
-    Metric(
-        key="plan_seconds",
-        doc="time to fingerprint the history, look the anchors up and choose",
-        field="plan_seconds",
-        bounds=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1),
-        metric="anchortrack_plan_seconds",
-        help="Time to plan one request (fingerprint, look up, choose).",
-    ),
-    Metric(
-        key="delta_items",
-        doc=(
-            "items sent by chained requests the server accepted (mode `chained`; not a "
-            "refused attempt, not a shadow would-be chain)"
-        ),
-        field="items_sent",
-        decision=Decision.CHAINED,
-        mode="chained",
-        bounds=(1, 2, 3, 5, 10, 20, 50, 100, 500, 1000),
-        metric="anchortrack_delta_items",
-        help="Items sent by chained requests the server accepted.",
-    ),
+    Metric("resends", "the `resent` requests, by reason (`stale_anchor`, `duplicate_item`, `zdr`, "
+           "`chain_refused`, `chain_dropped`, `websocket_dropped`): chained, refused, sent again in full",
+           field="reason", decision=Decision.RESENT, label="reason", metric="anchortrack_resends",
+           help="Chained requests refused by the server and resent in full, by reason."),
+    Metric("stateless", "the `stateless` requests, by reason (`no_history`, `prefix_diverged`, …): with "
+           "`resends`, every [fallback](guide/reasons.md)",
+           field="reason", decision=Decision.STATELESS, label="reason"),
+    Metric("recorded", "anchors written to the store",
+           metric="anchortrack_responses_recorded", help="Responses recorded as anchors."),
+    Metric("recorded_local", "responses kept as connection-local anchors by a WebSocket (`store: false`, or "
+           "zero data retention): chained from on that socket only, never written to the store",
+           metric="anchortrack_responses_recorded_local", help="Responses kept as connection-local anchors "
+           "by a WebSocket (store: false or ZDR), never stored."),
+    Metric("not_recorded", "responses that did not become anchors, by reason: `store_false`, "
+           "`not_completed`, `properties_changed` (caller-managed), `stream_abandoned` (counted when the "
+           "stream's iteration stops or it is closed, not at garbage collection), "
+           "`websocket_reconnect_dropped` (creates in flight when a socket reconnected), `store_unavailable` "
+           "(the store failed, or was skipped during an outage, when the anchor was written)", label="reason",
+           metric="anchortrack_responses_not_recorded", help="Responses not recorded as anchors, by reason."),
+    Metric("store_errors", "failed store operations, by operation (`find`, `get`, `put`, `evict`)",
+           label="operation", metric="anchortrack_store_errors",
+           help="Failed anchor store operations, by operation."),
+    Metric("anchors_rejected", "anchors the store returned whose MAC did not verify (with a secret key): "
+           "treated as absent, each time with an `anchortrack.anchor_rejected` warning. Nonzero means "
+           "someone else writes to the store, or a bug: see "
+           "[the trust model](guide/stores.md#the-trust-model)",
+           field="anchors_rejected", metric="anchortrack_anchors_rejected", help="Anchors read from the "
+           "store whose MAC did not verify (secret key set), treated as absent."),
+    Metric("chains_dropped", "scopes whose server answered a chained request without the anchor's context "
+           "(it ignored `previous_response_id`): chaining stopped for that server in the scope, with one "
+           "`anchortrack.chain_dropped` warning each. Nonzero means a server or gateway that does not "
+           "chain: see [Compatibility](compatibility.md)", metric="anchortrack_chains_dropped",
+           help="Scopes whose server answered a chained request without the anchor's context; chaining "
+           "stopped there."),
+    Metric("store_stalls", "async store operations that failed while the caller's own event loop was "
+           "blocked, and were tried again (not store errors), by operation", label="operation",
+           metric="anchortrack_store_stalls",
+           help="Store operations retried because the caller's event loop was blocked, by operation."),
+    Metric("backlog_queued", "anchor writes the store did not take in time, queued in the backlog",
+           group="backlog", metric="anchortrack_backlog_queued",
+           help="Anchor writes the store did not take in time, queued in the backlog."),
+    Metric("backlog_written", "anchor writes written from the backlog once the store answered again",
+           group="backlog", metric="anchortrack_backlog_written",
+           help="Anchor writes written from the backlog once the store answered again."),
+    Metric("backlog_dropped", "anchor writes dropped from the backlog, by reason", label="reason",
+           labels=("overflow", "expired"), group="backlog", metric="anchortrack_backlog_dropped",
+           help="Anchor writes dropped from the backlog, by reason (overflow, expired)."),
+    Metric("backlog_size", "anchor writes waiting in the backlog now", gauge=True, group="backlog",
+           metric="anchortrack_backlog_anchors", help="Anchor writes waiting in the backlog now."),
+    Metric("items_sent", "input items sent (resends included)", field="items_sent",
+           metric="anchortrack_request_items", kind="sent", help="Input items: sent (resends included), "
+           "planned, and in the callers' histories (total)."),
+    Metric("items_total", "input items in the callers' histories", field="items_total",
+           metric="anchortrack_request_items", kind="total"),
+    Metric("items_planned", "input items planned", field="items_planned",
+           metric="anchortrack_request_items", kind="planned"),
+    Metric("bytes_sent", "estimated input bytes (canonical JSON of the items) sent, resends included",
+           field="bytes_sent", metric="anchortrack_request_bytes", kind="sent", help="Estimated input "
+           "bytes: sent (resends included), planned, and what stateless requests send."),
+    Metric("bytes_stateless", "estimated input bytes stateless requests would send", field="bytes_stateless",
+           metric="anchortrack_request_bytes", kind="stateless"),
+    Metric("bytes_planned", "estimated input bytes planned", field="bytes_planned",
+           metric="anchortrack_request_bytes", kind="planned"),
+    Metric("bytes_saved", "`bytes_stateless - bytes_sent`", difference=("bytes_stateless", "bytes_sent")),
+    Metric("bytes_would_save", "`bytes_stateless - bytes_planned`: in shadow mode, what chaining would have "
+           "saved", difference=("bytes_stateless", "bytes_planned")),
+    Metric("plan_seconds", "time to fingerprint the history, look the anchors up and choose",
+           field="plan_seconds", bounds=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1),
+           metric="anchortrack_plan_seconds",
+           help="Time to plan one request (fingerprint, look up, choose)."),
+    Metric("delta_items", "items sent by chained requests the server accepted (mode `chained`; not a "
+           "refused attempt, not a shadow would-be chain)", field="items_sent", decision=Decision.CHAINED,
+           mode="chained", bounds=(1, 2, 3, 5, 10, 20, 50, 100, 500, 1000), metric="anchortrack_delta_items",
+           help="Items sent by chained requests the server accepted."),
 )
+# fmt: on
 
 #: The counters `Stats.add` adds to (the others count `Outcome`s); `tests/observability/test_stats.py`
 #: checks that they are the rows without a field.

@@ -24,7 +24,7 @@ def environment() -> Iterator[str]:
     for s in SETTINGS:
         if s.env is None:
             continue
-        against = "—" if not s.in_code else f"wins over `{s.name}=`" if s.env_wins else f"`{s.name}=` wins"
+        against = "—" if not s.taken_by else f"wins over `{s.name}=`" if s.env_wins else f"`{s.name}=` wins"
         yield f"| `{s.env}` | {s.sets} | {against} | {s.read} | {s.describe_invalid()} |"
 
 
