@@ -80,8 +80,9 @@ def wrap(
             the key, never the key itself, is part of the scope; the default).
             Pass False to keep using anchors across a key rotation (then
             separate tenants with *namespace*).
-            A setting left out (None) asks for nothing when *client* is
-            already wrapped.
+            A setting left out (None) is its environment variable's value,
+            if it has one, else its default; it asks for nothing when
+            *client* is already wrapped.
 
     Returns:
         A client of the same class as *client*, with every option of it and
