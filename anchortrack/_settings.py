@@ -61,12 +61,6 @@ class Setting(Generic[T]):
         """The fallback as a warning names it."""
         return self.fallback.value if isinstance(self.fallback, Mode) else self.fallback
 
-    def describe_invalid(self) -> str:
-        """What a bad value of the variable does, for docs/operations.md."""
-        if self.valid == ANY_TEXT:
-            return "none: any text is valid"
-        return f"uses `{self.using}`, logs `{self.event}` once"
-
 
 @functools.cache  # a process sees few values of a variable
 def _parsed(setting: Setting[T], text: str) -> T:
@@ -83,10 +77,6 @@ def _parsed(setting: Setting[T], text: str) -> T:
 
 
 # -- checks and parsers: a value given in code, the text of a variable ------------------------
-
-
-def _mode(value: Mode | str, _caller: str, _name: str) -> Mode:
-    return coerce(value)
 
 
 def _string(value: object, caller: str, name: str) -> str:
@@ -109,16 +99,10 @@ def _flag_text(text: str) -> bool:
         raise ValueError(text) from None
 
 
-def _seconds(value: object, caller: str, name: str) -> float:
+def _seconds(value: object, caller: str, name: str, *, zero: bool = False) -> float:
     from .stores._checks import checked_seconds  # the stores' check, imported late (stores import this)
 
-    return checked_seconds(value, caller, name)
-
-
-def _seconds_or_zero(value: object, caller: str, name: str) -> float:
-    from .stores._checks import checked_seconds
-
-    return checked_seconds(value, caller, name, zero=True)
+    return checked_seconds(value, caller, name, zero=zero)
 
 
 def _key(value: bytes | str, _caller: str, _name: str) -> bytes | None:
@@ -134,8 +118,8 @@ FLAG = "true or false (1, yes, on / 0, no, off)"
 
 # fmt: off
 MODE: Setting[Mode] = Setting(
-    "mode", Mode.CHAINED, _mode, EXPECTED, env="ANCHORTRACK_MODE", parse=str.strip, env_wins=True,
-    read="on every call", event="anchortrack.mode_invalid", fallback=Mode.OFF,
+    "mode", Mode.CHAINED, lambda value, _caller, _name: coerce(value), EXPECTED, env="ANCHORTRACK_MODE",
+    parse=str.strip, env_wins=True, read="on every call", event="anchortrack.mode_invalid", fallback=Mode.OFF,
     sets="`chained`, `shadow` or `off` ([rolling out](#rolling-out)); also wins over `anchortrack.using()`")
 NAMESPACE: Setting[str | None] = Setting(
     "namespace", None, _string, ANY_TEXT,
@@ -147,8 +131,8 @@ STORE_TIMEOUT: Setting[float] = Setting(
     sets="seconds a store call may take before the call goes without it "
     "([when the store fails](#when-the-store-fails))")
 STORE_COOLDOWN: Setting[float] = Setting(
-    "store_cooldown", 1.0, _seconds_or_zero, "a number of seconds, 0 or more", parse=float,
-    sets="seconds between two probes of a store that is down")
+    "store_cooldown", 1.0, functools.partial(_seconds, zero=True), "a number of seconds, 0 or more",
+    parse=float, sets="seconds between two probes of a store that is down")
 SCOPE_BY_API_KEY: Setting[bool] = Setting(
     "scope_by_api_key", True, _flag, FLAG, parse=_flag_text,
     sets="keep anchors apart per API key (a keyed digest of it is part of the scope)")

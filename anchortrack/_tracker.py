@@ -13,7 +13,7 @@ from contextlib import closing
 from contextvars import ContextVar
 from typing import Any
 
-from . import _otel
+from . import _otel, _settings
 from ._canonical import as_received
 from ._chaindrop import ChainDropped, ChainWatch
 from ._failopen import FailOpen, is_store_effect
@@ -41,16 +41,7 @@ from ._properties import ANY, announced
 from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
-from ._settings import (
-    MODE,
-    NAMESPACE,
-    RECORD_INCOMPLETE,
-    SCOPE_BY_API_KEY,
-    STORE_COOLDOWN,
-    STORE_TIMEOUT,
-    describe,
-    resolve,
-)
+from ._settings import STORE_COOLDOWN, STORE_TIMEOUT, describe, resolve
 from ._stats import HTTP, WEBSOCKET, Stats
 from .stores._base import Anchor, AnchorStore
 from .stores._open import coerce_store, default_store
@@ -134,10 +125,12 @@ class Tracker:
         self.store: AnchorStore = (
             default_store() if store is None else coerce_store(store, caller="Tracker()")
         )
-        self.mode: Mode | None = MODE.given(mode, "Tracker")  # the variable and `using` win per call
-        self.namespace = NAMESPACE.value(namespace)
-        self.record_incomplete = RECORD_INCOMPLETE.value(record_incomplete)
-        self.scope_by_api_key = SCOPE_BY_API_KEY.value(scope_by_api_key)
+        self.mode: Mode | None = _settings.MODE.given(
+            mode, "Tracker"
+        )  # the variable and `using` win per call
+        self.namespace = _settings.NAMESPACE.value(namespace)
+        self.record_incomplete = _settings.RECORD_INCOMPLETE.value(record_incomplete)
+        self.scope_by_api_key = _settings.SCOPE_BY_API_KEY.value(scope_by_api_key)
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()

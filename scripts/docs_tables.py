@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from anchortrack._settings import SETTINGS
+from anchortrack._settings import ANY_TEXT, SETTINGS
 from anchortrack._stats import METRICS
 
 
@@ -25,7 +25,8 @@ def environment() -> Iterator[str]:
         if s.env is None:
             continue
         against = "—" if not s.taken_by else f"wins over `{s.name}=`" if s.env_wins else f"`{s.name}=` wins"
-        yield f"| `{s.env}` | {s.sets} | {against} | {s.read} | {s.describe_invalid()} |"
+        bad = "none: any text is valid" if s.valid == ANY_TEXT else f"uses `{s.using}`, logs `{s.event}` once"
+        yield f"| `{s.env}` | {s.sets} | {against} | {s.read} | {bad} |"
 
 
 def snapshot_keys() -> Iterator[str]:
