@@ -32,12 +32,13 @@ from ._flow import (
 from ._fork import ForkSafeLock
 from ._hashing import Scope
 from ._log import debug_enabled, get_logger, short
-from ._mode import Mode, resolve
+from ._mode import Mode
 from ._outcome import Outcome, event, outcome_of, passed_through
 from ._plan import Reason, anchor_of, unrecordable
 from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
+from ._settings import resolve
 from ._stats import HTTP, WEBSOCKET
 from .stores._base import Anchor
 

@@ -30,13 +30,13 @@ from . import _otel
 from ._calls import Calls, sending
 from ._fork import ForkSafeLock
 from ._hashing import Scope
-from ._mode import Mode, coerce
+from ._mode import Mode
 from ._patches import TRACKER_ATTR, adopt, clone, is_cached
 from ._seams import missing_http, unattached
+from ._settings import checked
 from ._stream import track
 from ._tracker import Tracker
 from .stores._base import AnchorStore
-from .stores._checks import checked_seconds
 from .stores._open import coerce_store
 
 
@@ -80,8 +80,9 @@ def wrap(
             the key, never the key itself, is part of the scope; the default).
             Pass False to keep using anchors across a key rotation (then
             separate tenants with *namespace*).
-            A setting left out (None) asks for nothing when *client* is
-            already wrapped.
+            A setting left out (None) is its environment variable's value,
+            if it has one, else its default; it asks for nothing when
+            *client* is already wrapped.
 
     Returns:
         A client of the same class as *client*, with every option of it and
@@ -101,30 +102,20 @@ def wrap(
         raise TypeError(
             f"anchortrack.wrap() takes an openai.OpenAI or openai.AsyncOpenAI, not {type(client).__name__}"
         )
-    coerced_mode = coerce(mode) if mode is not None else None
-    if namespace is not None and not isinstance(namespace, str):
-        raise TypeError(
-            f"anchortrack.wrap(namespace=...) takes a string or None, not {type(namespace).__name__}"
-        )
-    if store_timeout is not None:
-        checked_seconds(store_timeout, "anchortrack.wrap", "store_timeout")
+    asked = {
+        "mode": mode,
+        "namespace": namespace,
+        "record_incomplete": record_incomplete,
+        "store_timeout": store_timeout,
+        "scope_by_api_key": scope_by_api_key,
+    }
+    given = checked("anchortrack.wrap", asked)  # settings left out (None) are the settings' rows
     existing = client.__dict__.get(TRACKER_ATTR)
     if isinstance(existing, Tracker):
-        # Settings left out (None) ask for nothing: the existing tracker's are kept.
-        asked = {
-            "store": store is not None and store is not existing.store,
-            "mode": coerced_mode is not None and coerced_mode is not existing.mode,
-            "namespace": namespace is not None and namespace != existing.namespace,
-            **{
-                name: value is not None and value != getattr(existing, name)
-                for name, value in (
-                    ("record_incomplete", record_incomplete),
-                    ("store_timeout", store_timeout),
-                    ("scope_by_api_key", scope_by_api_key),
-                )
-            },
-        }
-        differing = [name for name, differs in asked.items() if differs]
+        # Settings left out ask for nothing: the existing tracker's are kept.
+        differing = [name for name, value in given.items() if value != getattr(existing, name)]
+        if store is not None and store is not existing.store:
+            differing.insert(0, "store")
         if differing:
             raise ValueError(
                 "this client is already wrapped by anchortrack with other settings "
@@ -132,14 +123,7 @@ def wrap(
                 "or use anchortrack.tracker(client) to reach the existing tracker"
             )
         return client
-    tracker = Tracker(
-        coerce_store(store) if store is not None else None,
-        mode=coerced_mode,
-        namespace=namespace,
-        record_incomplete=bool(record_incomplete),
-        store_timeout=store_timeout,
-        scope_by_api_key=scope_by_api_key is not False,
-    )
+    tracker = Tracker(coerce_store(store) if store is not None else None, **given)
     base = _untracked_class(type(client))
     if not is_cached(base, "responses"):  # an SDK that builds its resources in the constructor
         unattached(

@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
+
+from ._settings import PER_REQUEST_PROPERTIES
 
 
 #: The properties whose digest must match for a request to chain.
@@ -62,8 +63,8 @@ def announced(response: object) -> bool:
     return bool(said == ANNOUNCEMENT)
 
 
-#: Base URLs (separated by spaces or commas) of servers the user declares apply properties per request.
-PER_REQUEST_ENV = "ANCHORTRACK_PER_REQUEST_PROPERTIES"
+#: The variable of base URLs of servers the user declares apply properties per request.
+PER_REQUEST_ENV = str(PER_REQUEST_PROPERTIES.env)
 #: Hosts known to apply every request property to that request only.
 _PER_REQUEST_HOSTS = frozenset({"api.openai.com"})
 _PER_REQUEST_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
@@ -74,19 +75,18 @@ def applies_per_request(base_url: str | None) -> bool:
     Whether the server at *base_url* applies the carried properties per request (never over a chain):
     OpenAI's and Azure OpenAI's hosts, and base URLs declared (with the URLs under them) in the variable.
     """
-    return bool(base_url) and _applies(str(base_url).rstrip("/"), os.environ.get(PER_REQUEST_ENV, ""))
+    return bool(base_url) and _applies(str(base_url).rstrip("/"), PER_REQUEST_PROPERTIES.from_env() or ())
 
 
 @functools.lru_cache(maxsize=64)
-def _applies(url: str, declared: str) -> bool:
+def _applies(url: str, declared: tuple[str, ...]) -> bool:
     try:
         host = (urlsplit(url).hostname or "").lower()
     except ValueError:
         host = ""
     if host in _PER_REQUEST_HOSTS or host.endswith(_PER_REQUEST_HOST_SUFFIXES):
         return True
-    urls = (each.rstrip("/") for each in declared.replace(",", " ").split())
-    return any(url == d or url.startswith(d + "/") for d in urls)
+    return any(url == d or url.startswith(d + "/") for d in declared)
 
 
 def properties_digest(params: Mapping[str, Any], base_url: str | None = None) -> bytes:

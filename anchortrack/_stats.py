@@ -5,8 +5,8 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -14,27 +14,153 @@ from ._fork import ForkSafeLock
 from ._outcome import Decision, Outcome, stateless_share
 
 
-#: The histograms (`Stats` attributes; Prometheus ``anchortrack_<name>``): their upper bounds, and what one
-#: observation is. Adding one is a row here and its line in `Stats.observe` (and docs/operations.md).
-HISTOGRAMS: dict[str, tuple[tuple[float, ...], str]] = {
-    "plan_seconds": (
-        (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1),
-        "Time to plan one request (fingerprint, look up, choose).",
-    ),
-    "delta_items": (
-        (1, 2, 3, 5, 10, 20, 50, 100, 500, 1000),
-        "Items sent by chained requests the server accepted.",
-    ),
-}
-
 #: Transports a request is counted under.
 HTTP, WEBSOCKET = "http", "websocket"
 
-#: The counters `Stats.add` adds to (the others count `Outcome`s).
+
+@attrs.frozen
+class Metric:
+    """
+    One counter or histogram besides ``requests``: a `Stats` attribute, its `Stats.snapshot` key, its
+    Prometheus series and its row in docs/operations.md. Counted from each call's `Outcome` (its *field*,
+    for the outcomes of its *decision* and *mode*) or, without a field, by `Stats.add`; a histogram has
+    *bounds*.
+    """
+
+    key: str  # the attribute, and the snapshot key (under *group*, without its prefix)
+    doc: str  # what it counts (docs/operations.md)
+    field: str | None = None  # the `Outcome` field added up (a label: its value); None: `Stats.add`
+    decision: Decision | None = None  # count only the outcomes of this decision
+    mode: str | None = None  # and of this mode (a histogram skips a field that is None)
+    label: str | None = None  # counted by this label (a `Counter` of its values); None: one number
+    labels: tuple[str, ...] = ()  # the label's values, each in the snapshot from the start
+    bounds: tuple[float, ...] = ()  # a histogram: its upper bounds
+    metric: str | None = None  # the Prometheus family; None: not exported
+    kind: str | None = None  # the value of the ``kind`` label, in a family several rows share
+    help: str = ""  # the family's Prometheus help (the first row of a family gives it)
+    gauge: bool = False  # a value set now (`Stats` attribute), not a count
+    group: str | None = None  # nested under this snapshot key
+    difference: tuple[str, str] | None = None  # derived: the first key's value minus the second's
+
+
+#: Every counter and histogram besides ``requests``, in snapshot order. A new one is a row here.
+# fmt: off
+METRICS: tuple[Metric, ...] = (
+    Metric("resends", "the `resent` requests, by reason (`stale_anchor`, `duplicate_item`, `zdr`, "
+           "`chain_refused`, `chain_dropped`, `websocket_dropped`): chained, refused, sent again in full",
+           field="reason", decision=Decision.RESENT, label="reason", metric="anchortrack_resends",
+           help="Chained requests refused by the server and resent in full, by reason."),
+    Metric("stateless", "the `stateless` requests, by reason (`no_history`, `prefix_diverged`, …): with "
+           "`resends`, every [fallback](guide/reasons.md)",
+           field="reason", decision=Decision.STATELESS, label="reason"),
+    Metric("recorded", "anchors written to the store",
+           metric="anchortrack_responses_recorded", help="Responses recorded as anchors."),
+    Metric("recorded_local", "responses kept as connection-local anchors by a WebSocket (`store: false`, or "
+           "zero data retention): chained from on that socket only, never written to the store",
+           metric="anchortrack_responses_recorded_local", help="Responses kept as connection-local anchors "
+           "by a WebSocket (store: false or ZDR), never stored."),
+    Metric("not_recorded", "responses that did not become anchors, by reason: `store_false`, "
+           "`not_completed`, `properties_changed` (caller-managed), `stream_abandoned` (counted when the "
+           "stream's iteration stops or it is closed, not at garbage collection), "
+           "`websocket_reconnect_dropped` (creates in flight when a socket reconnected), `store_unavailable` "
+           "(the store failed, or was skipped during an outage, when the anchor was written)", label="reason",
+           metric="anchortrack_responses_not_recorded", help="Responses not recorded as anchors, by reason."),
+    Metric("store_errors", "failed store operations, by operation (`find`, `get`, `put`, `evict`)",
+           label="operation", metric="anchortrack_store_errors",
+           help="Failed anchor store operations, by operation."),
+    Metric("anchors_rejected", "anchors the store returned whose MAC did not verify (with a secret key): "
+           "treated as absent, each time with an `anchortrack.anchor_rejected` warning. Nonzero means "
+           "someone else writes to the store, or a bug: see "
+           "[the trust model](guide/stores.md#the-trust-model)",
+           field="anchors_rejected", metric="anchortrack_anchors_rejected", help="Anchors read from the "
+           "store whose MAC did not verify (secret key set), treated as absent."),
+    Metric("chains_dropped", "scopes whose server answered a chained request without the anchor's context "
+           "(it ignored `previous_response_id`): chaining stopped for that server in the scope, with one "
+           "`anchortrack.chain_dropped` warning each. Nonzero means a server or gateway that does not "
+           "chain: see [Compatibility](compatibility.md)", metric="anchortrack_chains_dropped",
+           help="Scopes whose server answered a chained request without the anchor's context; chaining "
+           "stopped there."),
+    Metric("store_stalls", "async store operations that failed while the caller's own event loop was "
+           "blocked, and were tried again (not store errors), by operation", label="operation",
+           metric="anchortrack_store_stalls",
+           help="Store operations retried because the caller's event loop was blocked, by operation."),
+    Metric("backlog_queued", "anchor writes the store did not take in time, queued in the backlog",
+           group="backlog", metric="anchortrack_backlog_queued",
+           help="Anchor writes the store did not take in time, queued in the backlog."),
+    Metric("backlog_written", "anchor writes written from the backlog once the store answered again",
+           group="backlog", metric="anchortrack_backlog_written",
+           help="Anchor writes written from the backlog once the store answered again."),
+    Metric("backlog_dropped", "anchor writes dropped from the backlog, by reason", label="reason",
+           labels=("overflow", "expired"), group="backlog", metric="anchortrack_backlog_dropped",
+           help="Anchor writes dropped from the backlog, by reason (overflow, expired)."),
+    Metric("backlog_size", "anchor writes waiting in the backlog now", gauge=True, group="backlog",
+           metric="anchortrack_backlog_anchors", help="Anchor writes waiting in the backlog now."),
+    Metric("items_sent", "input items sent (resends included)", field="items_sent",
+           metric="anchortrack_request_items", kind="sent", help="Input items: sent (resends included), "
+           "planned, and in the callers' histories (total)."),
+    Metric("items_total", "input items in the callers' histories", field="items_total",
+           metric="anchortrack_request_items", kind="total"),
+    Metric("items_planned", "input items planned", field="items_planned",
+           metric="anchortrack_request_items", kind="planned"),
+    Metric("bytes_sent", "estimated input bytes (canonical JSON of the items) sent, resends included",
+           field="bytes_sent", metric="anchortrack_request_bytes", kind="sent", help="Estimated input "
+           "bytes: sent (resends included), planned, and what stateless requests send."),
+    Metric("bytes_stateless", "estimated input bytes stateless requests would send", field="bytes_stateless",
+           metric="anchortrack_request_bytes", kind="stateless"),
+    Metric("bytes_planned", "estimated input bytes planned", field="bytes_planned",
+           metric="anchortrack_request_bytes", kind="planned"),
+    Metric("bytes_saved", "`bytes_stateless - bytes_sent`", difference=("bytes_stateless", "bytes_sent")),
+    Metric("bytes_would_save", "`bytes_stateless - bytes_planned`: in shadow mode, what chaining would have "
+           "saved", difference=("bytes_stateless", "bytes_planned")),
+    Metric("plan_seconds", "time to fingerprint the history, look the anchors up and choose",
+           field="plan_seconds", bounds=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1),
+           metric="anchortrack_plan_seconds",
+           help="Time to plan one request (fingerprint, look up, choose)."),
+    Metric("delta_items", "items sent by chained requests the server accepted (mode `chained`; not a "
+           "refused attempt, not a shadow would-be chain)", field="items_sent", decision=Decision.CHAINED,
+           mode="chained", bounds=(1, 2, 3, 5, 10, 20, 50, 100, 500, 1000), metric="anchortrack_delta_items",
+           help="Items sent by chained requests the server accepted."),
+)
+# fmt: on
+
+#: The counters `Stats.add` adds to (the others count `Outcome`s); `tests/observability/test_stats.py`
+#: checks that they are the rows without a field.
 # fmt: off
 Counted = Literal["recorded", "recorded_local", "not_recorded", "store_errors", "store_stalls",
                   "backlog_queued", "backlog_written", "backlog_dropped", "chains_dropped"]
 # fmt: on
+
+
+def _observer(metrics: tuple[Metric, ...]) -> Callable[[Stats, Outcome], None]:
+    """
+    `Stats.observe` for the rows counted from an `Outcome`, written out as plain statements
+    (``self.items_sent += o.items_sent``, ...) as the hot path was by hand: it runs once per request.
+    """
+    lines = ["def observe(self, o):"]
+    for m in metrics:
+        if m.field is None:
+            continue
+        tests = [f"o.decision is Decision.{m.decision.name}"] if m.decision else []
+        tests += [f"o.mode == {m.mode!r}"] if m.mode else []
+        tests += [f"o.{m.field} is not None"] if m.bounds else []
+        test = f"if {' and '.join(tests)}: " if tests else ""
+        if m.bounds:
+            lines.append(f"    {test}self.{m.key}.observe(o.{m.field})")
+        elif m.label:
+            lines.append(f"    {test}self.{m.key}[o.{m.field}.value] += 1")
+        else:
+            lines.append(f"    {test}self.{m.key} += o.{m.field}")
+    namespace: dict[str, Any] = {"Decision": Decision}
+    exec("\n".join(lines), namespace)  # noqa: S102 - the code is made from the rows above, not from input
+    observe: Callable[[Stats, Outcome], None] = namespace["observe"]
+    return observe
+
+
+def value_of(metric: Metric, snapshot: Mapping[str, Any]) -> Any:
+    """The value of *metric* in *snapshot* (a `Stats.snapshot`)."""
+    if metric.group is None:
+        return snapshot[metric.key]
+    return snapshot[metric.group][metric.key.removeprefix(metric.group + "_")]
 
 
 @attrs.define
@@ -72,37 +198,22 @@ class Stats:
     ``passthrough`` (the request exactly as built: mode ``off``, caller-managed state, or a fault
     inside anchortrack); in ``shadow`` mode, what *would* have been sent. The other counters
     (``resends``, ``recorded``, ``store_errors``, ``backlog_*``, the items and bytes, …) and the
-    histograms (`HISTOGRAMS`) are attributes of the same names, each described where
+    histograms are the rows of `METRICS`, attributes of the same names, each described where
     ``snapshot()`` is: docs/operations.md, "Counters in process".
     """
 
-    plan_seconds: Histogram
-    delta_items: Histogram
+    backlog_size: int  # a gauge the fail-open layer sets
 
     def __init__(self) -> None:
         self._lock = ForkSafeLock()
         self.requests: Counter[tuple[str, str, str, str]] = Counter()
-        self.resends: Counter[str] = Counter()
-        self.stateless: Counter[str] = Counter()
-        self.recorded = 0
-        self.recorded_local = 0
-        self.not_recorded: Counter[str] = Counter()
-        self.store_errors: Counter[str] = Counter()
-        self.anchors_rejected = 0
-        self.chains_dropped = 0
-        self.store_stalls: Counter[str] = Counter()
-        self.backlog_queued = 0
-        self.backlog_written = 0
-        self.backlog_dropped: Counter[str] = Counter()
-        self.backlog_size = 0
-        self.items_sent = 0
-        self.items_total = 0
-        self.items_planned = 0
-        self.bytes_sent = 0
-        self.bytes_stateless = 0
-        self.bytes_planned = 0
-        for name, (bounds, _) in HISTOGRAMS.items():
-            setattr(self, name, Histogram(bounds))
+        for m in METRICS:
+            if m.difference is None:
+                setattr(self, m.key, Histogram(m.bounds) if m.bounds else Counter[str]() if m.label else 0)
+
+    if TYPE_CHECKING:  # the rows of `METRICS` are attributes, set in ``__init__`` (a real one slows them)
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def __repr__(self) -> str:
         return f"<Stats {self}>"
@@ -141,25 +252,11 @@ class Stats:
     _summary = __str__
 
     def observe(self, outcome: Outcome) -> None:
-        """Count one call's `Outcome`: its decision and reason, items, bytes, plan time, rejected anchors."""
+        """Count one call's `Outcome`: its decision and reason, and each row of `METRICS` with a field."""
         o = outcome
         with self._lock:
             self.requests[o.mode, o.decision.value, o.reason.value, o.transport] += 1
-            if o.decision is Decision.RESENT:
-                self.resends[o.reason.value] += 1
-            elif o.decision is Decision.STATELESS:
-                self.stateless[o.reason.value] += 1
-            self.anchors_rejected += o.anchors_rejected
-            self.items_sent += o.items_sent
-            self.items_total += o.items_total
-            self.items_planned += o.items_planned
-            self.bytes_sent += o.bytes_sent
-            self.bytes_planned += o.bytes_planned
-            self.bytes_stateless += o.bytes_stateless
-            if o.decision is Decision.CHAINED and o.mode == "chained":
-                self.delta_items.observe(o.items_sent)
-            if o.plan_seconds is not None:
-                self.plan_seconds.observe(o.plan_seconds)
+            _observe(self, o)
 
     def add(self, counter: Counted, n: int = 1, *, key: str | None = None) -> None:
         """Add *n* to the counter named *counter* (to its *key*, for a counter by label: ``store_errors``)."""
@@ -177,36 +274,26 @@ class Stats:
         bytes_sent``) and ``bytes_would_save`` (``bytes_stateless - bytes_planned``: shadow mode included).
         """
         with self._lock:
-            return {
+            snap: dict[str, Any] = {
                 "requests": [
                     {"mode": m, "decision": d, "reason": r, "transport": t, "count": n}
                     for (m, d, r, t), n in sorted(self.requests.items())
-                ],
-                "resends": dict(sorted(self.resends.items())),
-                "stateless": dict(sorted(self.stateless.items())),
-                "recorded": self.recorded,
-                "recorded_local": self.recorded_local,
-                "not_recorded": dict(sorted(self.not_recorded.items())),
-                "store_errors": dict(sorted(self.store_errors.items())),
-                "anchors_rejected": self.anchors_rejected,
-                "chains_dropped": self.chains_dropped,
-                "store_stalls": dict(sorted(self.store_stalls.items())),
-                "backlog": {
-                    "queued": self.backlog_queued,
-                    "written": self.backlog_written,
-                    "dropped": {reason: self.backlog_dropped[reason] for reason in ("overflow", "expired")},
-                    "size": self.backlog_size,
-                },
-                "items_sent": self.items_sent,
-                "items_total": self.items_total,
-                "items_planned": self.items_planned,
-                "bytes_sent": self.bytes_sent,
-                "bytes_stateless": self.bytes_stateless,
-                "bytes_planned": self.bytes_planned,
-                "bytes_saved": self.bytes_stateless - self.bytes_sent,
-                "bytes_would_save": self.bytes_stateless - self.bytes_planned,
-                **{name: getattr(self, name).snapshot() for name in HISTOGRAMS},
+                ]
             }
+            for m in METRICS:
+                if m.difference is not None:
+                    value = snap[m.difference[0]] - snap[m.difference[1]]
+                else:
+                    value = getattr(self, m.key)
+                if isinstance(value, Histogram):
+                    value = value.snapshot()
+                elif m.label is not None:
+                    value = {v: value[v] for v in m.labels} if m.labels else dict(sorted(value.items()))
+                if m.group is None:
+                    snap[m.key] = value
+                else:
+                    snap.setdefault(m.group, {})[m.key.removeprefix(m.group + "_")] = value
+            return snap
 
     def count(
         self,
@@ -220,6 +307,9 @@ class Stats:
         with self._lock:
             counts = list(self.requests.items())
         return sum(n for key, n in counts if all(w in (None, k) for w, k in zip(wanted, key, strict=True)))
+
+
+_observe = _observer(METRICS)
 
 
 def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

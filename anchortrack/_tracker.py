@@ -10,22 +10,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import _settings
 from ._calls import Calls, remember
-from ._failopen import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, FailOpen
+from ._failopen import FailOpen
 from ._fork import ForkSafeLock
 from ._hashing import Memo, Scope, api_key_digest
-from ._mode import Mode, coerce, describe
+from ._mode import Mode
 from ._outcome import Outcome
 from ._plan import RecentViews
+from ._settings import STORE_COOLDOWN, STORE_TIMEOUT, describe
 from ._stats import Stats
 from .stores._base import AnchorStore
-from .stores._checks import checked_seconds
 from .stores._open import coerce_store, default_store
 
 
 class Tracker:
     """
     Plans requests and records responses for one wrapped client.
+
+    A setting left out (None) is its environment variable's value, if it has one, else its default
+    (its row in ``anchortrack._settings``; docs/operations.md, "Environment variables").
 
     Args:
         store: Where anchors live: an `AnchorStore`, or a spec string
@@ -78,27 +82,25 @@ class Tracker:
         *,
         mode: Mode | str | None = None,
         namespace: str | None = None,
-        record_incomplete: bool = False,
+        record_incomplete: bool | None = None,
         store_timeout: float | None = None,
         store_cooldown: float | None = None,
-        scope_by_api_key: bool = True,
+        scope_by_api_key: bool | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.shared_default = store is None
         self.store: AnchorStore = (
             default_store() if store is None else coerce_store(store, caller="Tracker()")
         )
-        self.mode: Mode | None = coerce(mode) if mode is not None else None
-        self.namespace = namespace
-        self.record_incomplete = record_incomplete
-        self.scope_by_api_key = scope_by_api_key
+        # The variable and `using` win per call.
+        self.mode: Mode | None = _settings.MODE.given(mode, "Tracker")
+        self.namespace = _settings.NAMESPACE.value(namespace)
+        self.record_incomplete = _settings.RECORD_INCOMPLETE.value(record_incomplete)
+        self.scope_by_api_key = _settings.SCOPE_BY_API_KEY.value(scope_by_api_key)
         self.clock = clock
         self.stats = Stats()
         self.recent = RecentViews()
-        timeout = DEFAULT_TIMEOUT if store_timeout is None else store_timeout
-        cooldown = DEFAULT_COOLDOWN if store_cooldown is None else store_cooldown
-        timeout = checked_seconds(timeout, "Tracker", "store_timeout")
-        cooldown = checked_seconds(cooldown, "Tracker", "store_cooldown", zero=True)
+        timeout, cooldown = STORE_TIMEOUT.value(store_timeout), STORE_COOLDOWN.value(store_cooldown)
         self.failopen = FailOpen(self.store, self.stats, timeout=timeout, cooldown=cooldown, clock=clock)
         self.backlog = self.failopen.backlog
         #: Write the anchors recorded, then some of the backlog, within one deadline (``aflush``: async).
@@ -126,7 +128,7 @@ class Tracker:
 
     @store_cooldown.setter
     def store_cooldown(self, seconds: float) -> None:
-        self.failopen.cooldown = checked_seconds(seconds, "Tracker", "store_cooldown", zero=True)
+        self.failopen.cooldown = STORE_COOLDOWN.check(seconds, "Tracker", "store_cooldown")
 
     @property
     def store_timeout(self) -> float:
@@ -135,7 +137,7 @@ class Tracker:
 
     @store_timeout.setter
     def store_timeout(self, seconds: float) -> None:
-        self.failopen.timeout = checked_seconds(seconds, "Tracker", "store_timeout")
+        self.failopen.timeout = STORE_TIMEOUT.check(seconds, "Tracker", "store_timeout")
 
     def scope_for(self, client: Any) -> Scope:
         """

@@ -48,9 +48,10 @@ from ._flow import (
 )
 from ._hashing import Scope
 from ._log import get_logger
-from ._mode import Mode, resolve
+from ._mode import Mode
 from ._plan import Reason
 from ._seams import missing_websocket, sdk, unattached
+from ._settings import resolve
 from ._socket import CREATE, Lane, Pending, SocketBook, SocketPlan, Verdict, lane_of
 from ._stats import WEBSOCKET
 from ._tracker import Tracker

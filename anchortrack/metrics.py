@@ -41,9 +41,9 @@ except ModuleNotFoundError as _error:  # pragma: no cover - exercised in a subpr
         name=_error.name,
     ) from _error
 
-from . import _client
+from . import _client, _stats
 from ._fork import ForkSafeLock
-from ._stats import HISTOGRAMS, merge_snapshots
+from ._stats import merge_snapshots
 from ._tracker import Tracker
 
 
@@ -109,44 +109,8 @@ def _tracker(source: object) -> Tracker:
     return source if isinstance(source, Tracker) else _client.tracker(source)
 
 
-# fmt: off
-#: The series after ``anchortrack_requests``, in order: family, name, label (None: one series), the
-#: key of its value (or values by label) in the snapshot as `_families` flattens it, and help.
-_SERIES: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str | None, str, str], ...] = (
-    (CounterMetricFamily, "anchortrack_resends", "reason", "resends",
-     "Chained requests refused by the server and resent in full, by reason."),
-    (CounterMetricFamily, "anchortrack_responses_recorded", None, "recorded",
-     "Responses recorded as anchors."),
-    (CounterMetricFamily, "anchortrack_responses_recorded_local", None, "recorded_local",
-     "Responses kept as connection-local anchors by a WebSocket (store: false or ZDR), never stored."),
-    (CounterMetricFamily, "anchortrack_responses_not_recorded", "reason", "not_recorded",
-     "Responses not recorded as anchors, by reason."),
-    (CounterMetricFamily, "anchortrack_store_errors", "operation", "store_errors",
-     "Failed anchor store operations, by operation."),
-    (CounterMetricFamily, "anchortrack_anchors_rejected", None, "anchors_rejected",
-     "Anchors read from the store whose MAC did not verify (secret key set), treated as absent."),
-    (CounterMetricFamily, "anchortrack_chains_dropped", None, "chains_dropped",
-     "Scopes whose server answered a chained request without the anchor's context; chaining stopped there."),
-    (CounterMetricFamily, "anchortrack_store_stalls", "operation", "store_stalls",
-     "Store operations retried because the caller's event loop was blocked, by operation."),
-    (CounterMetricFamily, "anchortrack_backlog_queued", None, "backlog_queued",
-     "Anchor writes the store did not take in time, queued in the backlog."),
-    (CounterMetricFamily, "anchortrack_backlog_written", None, "backlog_written",
-     "Anchor writes written from the backlog once the store answered again."),
-    (CounterMetricFamily, "anchortrack_backlog_dropped", "reason", "backlog_dropped",
-     "Anchor writes dropped from the backlog, by reason (overflow, expired)."),
-    (GaugeMetricFamily, "anchortrack_backlog_anchors", None, "backlog_size",
-     "Anchor writes waiting in the backlog now."),
-    (CounterMetricFamily, "anchortrack_request_items", "kind", "items",
-     "Input items: sent (resends included), planned, and in the callers' histories (total)."),
-    (CounterMetricFamily, "anchortrack_request_bytes", "kind", "bytes",
-     "Estimated input bytes: sent (resends included), planned, and what stateless requests send."),
-)
-# fmt: on
-
-
 def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
-    """Turn a (merged) `Stats` snapshot into Prometheus metric families."""
+    """Turn a (merged) `Stats` snapshot into Prometheus metric families: ``requests``, then `METRICS`."""
     requests = CounterMetricFamily(
         "anchortrack_requests",
         "Responses API requests by mode, decision (chained, resent, stateless, passthrough), reason"
@@ -156,18 +120,23 @@ def _families(snap: Mapping[str, Any]) -> Iterator[Metric]:
     for row in snap["requests"]:
         requests.add_metric([row["mode"], row["decision"], row["reason"], row["transport"]], row["count"])
     yield requests
-    flat = {**snap, **{f"backlog_{key}": value for key, value in snap["backlog"].items()}}
-    flat["items"] = {kind: snap[f"items_{kind}"] for kind in ("sent", "planned", "total")}
-    flat["bytes"] = {kind: snap[f"bytes_{kind}"] for kind in ("sent", "planned", "stateless")}
-    for family, name, label, key, documentation in _SERIES:
-        if label is None:
-            yield family(name, documentation, value=flat[key])
+    families: dict[str, list[_stats.Metric]] = {}
+    for row in _stats.METRICS:
+        if row.metric is not None:
+            families.setdefault(row.metric, []).append(row)
+    for name, rows in families.items():
+        first, value = rows[0], _stats.value_of(rows[0], snap)
+        if first.bounds:
+            buckets = [(b if b == "+Inf" else repr(float(b)), n) for b, n in value["buckets"].items()]
+            yield HistogramMetricFamily(name, first.help, buckets=buckets, sum_value=value["sum"])
             continue
-        series = family(name, documentation, labels=[label])
-        for label_value, value in flat[key].items():
-            series.add_metric([label_value], value)
+        family = GaugeMetricFamily if first.gauge else CounterMetricFamily
+        if first.kind is None and first.label is None:
+            yield family(name, first.help, value=value)
+            continue
+        series = family(name, first.help, labels=["kind" if first.kind else str(first.label)])
+        for row in rows:
+            value = _stats.value_of(row, snap)
+            for label_value, n in value.items() if row.kind is None else [(row.kind, value)]:
+                series.add_metric([label_value], n)
         yield series
-    for key, (_, documentation) in HISTOGRAMS.items():  # after the series
-        buckets = [(b if b == "+Inf" else repr(float(b)), n) for b, n in snap[key]["buckets"].items()]
-        name = f"anchortrack_{key}"
-        yield HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=snap[key]["sum"])

@@ -9,6 +9,7 @@ fresh interpreter (pages configure logging, set environment variables, start ser
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -16,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -160,6 +161,10 @@ def test_reference_lists_every_public_name(tmp_path: Path) -> None:
         check=False,
     )
     assert 0 == done.returncode, done.stderr[-4000:]
+    operations = (site / "operations" / "index.html").read_text(encoding="utf-8")
+    assert "<!-- rows:" not in operations  # the hook in mkdocs.yml made the tables
+    for name in ("ANCHORTRACK_MODE", "anchortrack_request_bytes_total", "bytes_would_save"):
+        assert f"<code>{name}</code>" in operations, name
 
     import anchortrack.metrics
     import anchortrack.server
@@ -333,15 +338,33 @@ def _first_column(text: str, heading: str) -> set[str]:
     return {name for cell in cells for name in re.findall(r"`([\w.]+)`", cell)}
 
 
+def _tables() -> Any:
+    """scripts/docs_tables.py, the mkdocs hook that makes the tables marked ``<!-- rows: NAME -->``."""
+    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "scripts" / "docs_tables.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _operations() -> str:
+    """docs/operations.md as the site shows it, its tables made from the code's rows."""
+    return str(_tables().render((DOCS / "operations.md").read_text(encoding="utf-8")))
+
+
 def test_the_operations_page_lists_every_snapshot_key_and_metric() -> None:
     """docs/operations.md has a row for each key of ``Stats.snapshot()`` and each Prometheus series."""
     pytest.importorskip("prometheus_client")
     from anchortrack import Stats
-    from anchortrack._stats import merge_snapshots
+    from anchortrack._stats import METRICS, merge_snapshots
     from anchortrack.metrics import _families
 
-    text = (DOCS / "operations.md").read_text(encoding="utf-8")
-    keys = set(Stats().snapshot()) - {"requests"}  # `requests` has its own table, by decision
+    text = _operations()
+    groups = {m.group for m in METRICS if m.group is not None}
+    snapshot = Stats().snapshot()
+    keys = {key for key in snapshot if key not in groups and key != "requests"}  # `requests`: by decision
+    keys |= {f"{group}.{sub}" for group in groups for sub in snapshot[group]}
     assert _first_column(text, "The other keys of\n`snapshot()`") == keys
     families = list(_families(merge_snapshots([])))
     series = {f.name + ("_total" if f.type == "counter" else "") for f in families}
@@ -349,12 +372,20 @@ def test_the_operations_page_lists_every_snapshot_key_and_metric() -> None:
 
 
 def test_the_operations_page_lists_every_environment_variable() -> None:
-    """Every ``ANCHORTRACK_*`` variable the package reads has its row in docs/operations.md's table."""
+    """
+    Every ``ANCHORTRACK_*`` variable the package reads has its row in docs/operations.md's table: the
+    library's made from its settings rows, the server's (which imports nothing of the library) written.
+    """
     source = "".join(path.read_text(encoding="utf-8") for path in (ROOT / "anchortrack").rglob("*.py"))
     read = set(re.findall(r"[\"'](ANCHORTRACK_[A-Z_]+)[\"']", source))
-    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    listed = _first_column(_operations(), "| variable | what it sets |")
+    missing = [
+        f"| `{name}` | what it sets ([page](page.md)) | against code | read | a bad value |"
+        for name in read - listed
+    ]
+    assert not missing, "add to docs/operations.md's environment table:\n" + "\n".join(missing)
     assert len(read) >= 5
-    assert _first_column(text, "| variable | what it sets |") == read
+    assert listed == read
 
 
 def test_the_item_table_is_generated_from_every_row_of_the_library() -> None:
@@ -375,3 +406,11 @@ def test_the_item_table_is_generated_from_every_row_of_the_library() -> None:
     assert "| `function_call_output` | `id`, `status` |  | `function_call` by `call_id` |" in built
     assert "| `mcp_list_tools` |  | yes |  | `tools[].input_schema`, `tools[].annotations` |" in built
     assert hook["MARKER"] not in built
+
+
+def test_every_rows_marker_names_a_table_made_once() -> None:
+    """Each ``<!-- rows: NAME -->`` line names a table of scripts/docs_tables.py; each table is used once."""
+    tables = _tables()
+    used = [m["name"] for page in PAGES for m in tables.MARKER.finditer(page.read_text(encoding="utf-8"))]
+    assert sorted(used) == sorted(tables.TABLES)
+    assert "<!-- rows:" not in _operations()

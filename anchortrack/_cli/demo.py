@@ -223,7 +223,7 @@ class _Demo:
         import openai
 
         from .. import tracker, wrap
-        from .._mode import describe
+        from .._settings import describe
         from ..server import WireTap
 
         if server is None:  # a real endpoint

@@ -9,18 +9,16 @@ every store call in one fail-open guard, written once for all backends.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
 
+from .._settings import SECRET_KEY
+
 
 DEFAULT_TTL: float = 30 * 24 * 3600.0
 """Seconds an anchor lives by default: 30 days, as OpenAI keeps stored responses."""
-
-#: Environment variable holding the optional secret key for keyed digests.
-SECRET_KEY_ENV = "ANCHORTRACK_SECRET_KEY"  # noqa: S105 - a variable name, not a secret
 
 
 @attrs.frozen(weakref_slot=False)
@@ -95,12 +93,8 @@ class AnchorStore(Protocol):
 
 
 def resolve_secret_key(secret_key: bytes | str | None) -> bytes | None:
-    """Return the secret key to use: the given one, else the environment's; empty means none."""
-    if secret_key is None:
-        secret_key = os.environ.get(SECRET_KEY_ENV) or None
-    if isinstance(secret_key, str):
-        secret_key = secret_key.encode()
-    return secret_key or None
+    """Return the secret key to use: the given one, else the variable's (`SECRET_KEY`); empty means none."""
+    return SECRET_KEY.from_env() if secret_key is None else SECRET_KEY.check(secret_key, "", "secret_key")
 
 
 #: The methods a store may be called through; a class that replaces one of them vouches for it anew.

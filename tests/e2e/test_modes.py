@@ -139,9 +139,13 @@ def test_a_call_made_inside_another_calls_send_never_takes_its_recorder(
     monkeypatch.setattr(openai.resources.responses.Responses, "create", create)
     history: list[Any] = [{"role": "user", "content": "t0"}]
     first = client.responses.create(model="scripted", input=history)
-    client.responses.create(model="scripted", input=[*history, *first.output, {"role": "user", "content": "t1"}])
+    client.responses.create(
+        model="scripted", input=[*history, *first.output, {"role": "user", "content": "t1"}]
+    )
     anchortrack.tracker(client).flush()
     bodies = [json.loads(body) for body in wire.bodies]
     assert [body.get("input") for body in bodies[:1]] == ["side"]
-    assert bodies[-1].get("previous_response_id") == first.id  # chained from the outer call, not the side call
+    assert (
+        bodies[-1].get("previous_response_id") == first.id
+    )  # chained from the outer call, not the side call
     assert side[0].id != first.id

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import gc
 import re
+import typing
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import openai
 import pytest
 
 import anchortrack
-from anchortrack._stats import merge_snapshots
+from anchortrack import Stats
+from anchortrack._outcome import Decision, Outcome
+from anchortrack._plan import Reason
+from anchortrack._stats import METRICS, Counted, Metric, merge_snapshots, value_of
 from anchortrack.server import ResponsesServer
 from anchortrack.stores import MemoryStore
 
@@ -293,3 +298,88 @@ def test_a_stream_read_to_the_end_is_not_abandoned(client: openai.OpenAI) -> Non
 
     stats = anchortrack.tracker(client).stats
     assert (1, {}) == (stats.recorded, dict(stats.not_recorded))
+
+
+# -- the table of counters and histograms (`METRICS`) ----------------------------------------------
+
+#: Today's snapshot keys and Prometheus families: kept exactly, whatever the table's shape.
+SNAPSHOT_KEYS = [
+    "requests", "resends", "stateless", "recorded", "recorded_local", "not_recorded", "store_errors",
+    "anchors_rejected", "chains_dropped", "store_stalls", "backlog", "items_sent", "items_total",
+    "items_planned", "bytes_sent", "bytes_stateless", "bytes_planned", "bytes_saved", "bytes_would_save",
+    "plan_seconds", "delta_items",
+]  # fmt: skip
+FAMILIES = {
+    "anchortrack_requests", "anchortrack_resends", "anchortrack_responses_recorded",
+    "anchortrack_responses_recorded_local", "anchortrack_responses_not_recorded", "anchortrack_store_errors",
+    "anchortrack_anchors_rejected", "anchortrack_chains_dropped", "anchortrack_store_stalls",
+    "anchortrack_backlog_queued", "anchortrack_backlog_written", "anchortrack_backlog_dropped",
+    "anchortrack_backlog_anchors", "anchortrack_request_items", "anchortrack_request_bytes",
+    "anchortrack_plan_seconds", "anchortrack_delta_items",
+}  # fmt: skip
+
+
+def test_the_snapshot_keys_and_families_are_kept() -> None:
+    """The table makes the same snapshot (keys, in order; the backlog's) and Prometheus families as before."""
+    snap = Stats().snapshot()
+
+    assert SNAPSHOT_KEYS == list(snap)
+    assert {"queued": 0, "written": 0, "dropped": {"overflow": 0, "expired": 0}, "size": 0} == snap["backlog"]
+    assert {m.metric for m in METRICS if m.metric} | {"anchortrack_requests"} == FAMILIES
+
+
+@pytest.mark.parametrize("metric", [m for m in METRICS if m.field], ids=lambda m: m.key)
+def test_a_row_counted_from_outcomes_names_an_outcome_field(metric: Metric) -> None:
+    """A row's field is an `Outcome` field (so `observe` has data for it): a numeric one, or a label's."""
+    fields = attrs.fields_dict(Outcome)
+
+    assert metric.field in fields, f"{metric.key}: Outcome has no field {metric.field!r}"
+    assert metric.gauge is False
+    assert metric.difference is None
+
+
+def test_every_histogram_observes_an_outcome_field() -> None:
+    """A histogram row without a field would be exported with no data: there is none."""
+    assert [] == [m.key for m in METRICS if m.bounds and m.field is None]
+
+
+def test_the_names_stats_add_takes_are_the_rows_without_a_field() -> None:
+    """`Counted` (the names `Stats.add` takes) lists exactly the counted rows no `Outcome` feeds."""
+    added = {m.key for m in METRICS if m.field is None and m.difference is None and not m.gauge}
+
+    assert set(typing.get_args(Counted)) == added
+
+
+def test_every_row_is_described_and_every_family_helped() -> None:
+    """Each row says what it counts (docs/operations.md); a Prometheus family's first row gives its help."""
+    first: dict[str, Metric] = {}
+    for m in METRICS:
+        assert m.doc, m.key
+        if m.metric is not None:
+            first.setdefault(m.metric, m)
+    assert [] == [name for name, m in first.items() if not m.help]
+    assert len({m.key for m in METRICS}) == len(METRICS)
+
+
+def test_observe_counts_every_row_from_outcomes_that_have_its_data() -> None:
+    """Outcomes that set every field (chained, resent, stateless) move every row an `Outcome` feeds."""
+    stats = Stats()
+    numbers = {name: 3 for name, f in attrs.fields_dict(Outcome).items() if f.type in ("int", "int | None")}
+    for decision, reason in [
+        (Decision.CHAINED, Reason.CHAINED),
+        (Decision.RESENT, Reason.STALE_ANCHOR),
+        (Decision.STATELESS, Reason.NO_HISTORY),
+    ]:
+        stats.observe(Outcome(mode="chained", transport="http", decision=decision, reason=reason,
+                              plan_seconds=0.001, **numbers))  # fmt: skip
+    snap = stats.snapshot()
+
+    for m in METRICS:
+        if m.field is not None:
+            value = value_of(m, snap)
+            moved = value["count"] if m.bounds else sum(value.values()) if m.label else value
+            assert moved > 0, m.key
+    assert 3 * 3 == snap["items_sent"]
+    assert {"count": 1, "sum": 3} == {k: snap["delta_items"][k] for k in ("count", "sum")}
+    assert {"stale_anchor": 1} == snap["resends"]
+    assert {"no_history": 1} == snap["stateless"]
