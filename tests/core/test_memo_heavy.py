@@ -7,12 +7,15 @@ and it lets go of what the caller dropped.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from anchortrack import _hashing
+from anchortrack._canonical import canonical_item
 from anchortrack._hashing import Memo, fingerprint, fingerprint_history
 
 from .test_memo_proof import MaskedStr, SameInt
@@ -247,3 +250,30 @@ def test_a_dropped_conversation_is_released_at_the_next_large_item() -> None:
     del history
     _fps([_screenshot_item(99)], memo)
     assert SHOT < memo.nbytes < 2 * SHOT
+
+
+def _reference_fingerprint(item: object) -> bytes:
+    """The fingerprint as the scheme defines it: BLAKE2b of ``json.dumps`` of the canonical form."""
+    text = json.dumps(canonical_item(item), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+#: Every character ``json.dumps`` escapes, and characters it writes as they are (non-ASCII, DEL, a lone
+#: surrogate), each put at the start, the middle and the end of long and short strings.
+_SPECIAL = [*map(chr, range(32)), '"', "\\", "\x7f", "é", "€", "\U0001d11e", "\ud800", "/", "'"]
+
+
+@pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 70_000])
+def test_a_long_string_is_written_as_json_dumps_writes_it(size: int) -> None:
+    """The canonical bytes of a long string (written without escaping it when nothing needs it) are unchanged."""
+    base = _shot(7, size)
+    for char in _SPECIAL:
+        for at in (0, len(base) // 2, len(base)):
+            text = base[:at] + char + base[at:]
+            item = _screenshot_item(7)
+            item["output"][0]["image_url"] = text
+            assert fingerprint(item) == _reference_fingerprint(item), (char, at)
+            assert fingerprint(text) == _reference_fingerprint(text), (char, at)
+    assert fingerprint(base) == _reference_fingerprint(base)
+    long_key = {"type": "x", base: base, "call_id": "c"}
+    assert fingerprint(long_key) == _reference_fingerprint(long_key)
