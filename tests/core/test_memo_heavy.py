@@ -265,7 +265,7 @@ _SPECIAL = [*map(chr, range(32)), '"', "\\", "\x7f", "é", "€", "\U0001d11e", 
 
 @pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 70_000])
 def test_a_long_string_is_written_as_json_dumps_writes_it(size: int) -> None:
-    """The canonical bytes of a long string (written without escaping it when nothing needs it) are unchanged."""
+    """A long string with nothing to escape is written as it is: its canonical bytes are unchanged."""
     base = _shot(7, size)
     for char in _SPECIAL:
         for at in (0, len(base) // 2, len(base)):
