@@ -239,7 +239,7 @@ def _dump_text(text: str) -> str:
 
 def _c_encoder() -> Any:
     """The C encoder `_dumps` runs (with `_dump_text` for strings), if this Python has it and it agrees."""
-    make = getattr(json.encoder, "c_make_encoder", None)
+    make: Any = getattr(json.encoder, "c_make_encoder", None)
     try:
         sample = {"b": [1, 2.5, None, True], "a": "\u00e9\n" + "x" * _LONG_TEXT}
         return make if "".join(make({}, *_ENCODER_ARGS)(sample, 0)) == _dumps(sample) else None

@@ -184,18 +184,92 @@ def test_numbers_put_in_place_of_each_other_are_seen() -> None:
         seen.append(got)
 
 
-def test_an_sdk_model_stays_on_the_value_path() -> None:
-    """A model from the server is proven by its serializer's bytes, never kept by identity."""
+def _model_edits() -> list[tuple[str, Callable[[Any], None]]]:
+    """In-place edits of a function call from the server, including the ones a lying type hides."""
+
+    def arguments_set(model: Any) -> None:
+        model.arguments = '{"a": 1}'
+
+    def arguments_equal_copy(model: Any) -> None:  # the same value in a new object: same fingerprint
+        model.arguments = "".join(list(model.arguments))
+
+    def arguments_masked(model: Any) -> None:
+        model.__dict__["arguments"] = MaskedStr('{"a": 1}')
+
+    def field_unset(model: Any) -> None:  # exclude_unset now leaves the name out
+        model.__pydantic_fields_set__.discard("name")
+
+    def field_set(model: Any) -> None:  # the name, left out until now (see the test), is sent
+        model.__pydantic_fields_set__.add("name")
+
+    def extra_added(model: Any) -> None:
+        model.__pydantic_extra__["note"] = "x"
+
+    def number_put(model: Any) -> None:
+        model.__dict__["name"] = 1
+
+    def dict_replaced(model: Any) -> None:
+        object.__setattr__(model, "__dict__", {**model.__dict__, "name": "other"})
+
+    def class_swapped(model: Any) -> None:
+        from openai.types.responses import ResponseCustomToolCall
+
+        model.__class__ = ResponseCustomToolCall
+        model.__dict__["input"] = model.__dict__.pop("arguments")
+        model.__pydantic_fields_set__.add("input")
+        model.__dict__["type"] = "custom_tool_call"
+
+    return [
+        (f.__name__, f)
+        for f in (
+            arguments_set,
+            arguments_equal_copy,
+            arguments_masked,
+            field_unset,
+            field_set,
+            extra_added,
+            number_put,
+            dict_replaced,
+            class_swapped,
+        )
+    ]
+
+
+def _function_call() -> Any:
     from openai.types.responses import ResponseFunctionToolCall
 
-    model = ResponseFunctionToolCall.model_validate(
-        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "id": "fc_1"}
-    )
+    data = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "id": "fc_1"}
+    return ResponseFunctionToolCall.construct(**data, status="completed")  # as the SDK builds an output
+
+
+def test_an_sdk_model_passed_again_is_proven_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model from the server (resp.output) is serialized once; the same object again costs its fields."""
+    model = _function_call()
+    expected = [fingerprint(model)]
     memo = Memo()
-    assert _fps([model], memo) == [fingerprint(model)] == _fps([model], memo)
-    assert not memo._seen
-    model.arguments = '{"a": 1}'
-    assert _fps([model], memo) == [fingerprint(model)]
+    counting = Counting(monkeypatch)
+    assert _fps([model], memo) == expected
+    assert counting.reset() == {id(model)}
+    assert _fps([model], memo) == expected
+    assert counting.reset() == set()
+
+
+@pytest.mark.parametrize(("name", "edit"), _model_edits(), ids=[name for name, _ in _model_edits()])
+def test_an_sdk_model_edited_in_place_is_fingerprinted_afresh(name: str, edit: Callable[..., None]) -> None:
+    """Whatever changes in a proven model (a field, its set fields, its extra dict, its class), it is seen."""
+    model = _function_call()
+    if name == "field_set":
+        model.__pydantic_fields_set__.discard("name")
+    memo = Memo()
+    first = _fps([model], memo)
+    assert first == _fps([model], memo)
+
+    edit(model)
+    expected = fingerprint(model)  # a str subclass (masked) counts as its data, as the SDK sends it
+    assert _fps([model], memo) == [expected]
+    if name != "arguments_equal_copy":
+        assert expected != first[0]
+    assert _fps([model], memo) == [expected]
 
 
 def test_a_long_loop_past_the_bound_keeps_what_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
