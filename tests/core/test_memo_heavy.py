@@ -171,6 +171,19 @@ def test_a_large_item_edited_in_place_is_fingerprinted_afresh(name: str, edit: C
     assert _fps(history, memo)[1] == expected  # and again, now remembered as it is
 
 
+def test_two_screenshots_swapped_in_place_are_seen() -> None:
+    """Two equal-sized screenshots in one item, swapped in their list: same strings, another order."""
+    memo = Memo()
+    item = _screenshot_item(1)
+    item["output"].append({**item["output"][0], "image_url": _shot(2)})
+    first = _fps([item], memo)
+    assert first == _fps([item], memo) == [fingerprint(item)]
+    item["output"].reverse()
+    assert _fps([item], memo) == [fingerprint(item)] != first
+    item["output"][0]["detail"], item["output"][1]["detail"] = "low", "high"
+    assert _fps([item], memo) == [fingerprint(item)]
+
+
 def test_numbers_put_in_place_of_each_other_are_seen() -> None:
     """1, 1.0 and True are equal to Python but not on the wire: each is seen in place of the other."""
     memo = Memo()
