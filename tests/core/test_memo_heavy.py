@@ -364,3 +364,30 @@ def test_a_long_string_is_written_as_json_dumps_writes_it(size: int) -> None:
     assert fingerprint(base) == _reference_fingerprint(base)
     long_key = {"type": "x", base: base, "call_id": "c"}
     assert fingerprint(long_key) == _reference_fingerprint(long_key)
+
+
+def test_a_loop_sweeps_no_entry_its_call_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """
+    Each new screenshot sweeps the large entries for dropped items, skipping the ones the call used: a
+    loop that passes its whole history checks none, so a call costs the new items, not the history.
+    """
+    checked: list[int] = []
+    held_by_memo_only = _hashing._held_by_memo_only
+
+    def counted(entry: list[Any]) -> bool:
+        checked.append(id(entry))
+        return held_by_memo_only(entry)
+
+    monkeypatch.setattr(_hashing, "_held_by_memo_only", counted)
+    memo = Memo(max_bytes=1 << 30)  # no sweep of every entry (each budget/16 of growth) in this loop
+    history: list[Any] = [{"role": "user", "content": "go"}]
+    for turn in range(30):
+        history += [{"type": "function_call", "call_id": f"call_{turn}", "name": "f", "arguments": "{}"}]
+        history.append(_screenshot_item(turn, 70_000))
+        assert _fps(history, memo) == [fingerprint(item) for item in history]
+    assert len(memo._seen) == 61
+    assert checked == []
+    history = [_screenshot_item(99, 70_000)]  # the caller dropped the old history: its screenshots go
+    _fps(history, memo)
+    assert len(checked) == 30
+    assert len(memo._seen) == 32  # the old small items wait for the next sweep of every entry
