@@ -235,11 +235,15 @@ class Memo:
         return self._known.counted + self._seen.counted
 
     def many(self, items: Sequence[object]) -> list[Known]:
-        """`known` of each of *items*, as one call (a history): the items the memo keeps first."""
+        """
+        `known` of each of *items*, as one call (a history): the items the memo keeps first. Those past the
+        last history's length are *new* (a loop's), copied before their value is read: a large one never is.
+        """
         self._call += 1
-        return [self.known(item) for item in items]
+        known, old = self.known, len(self._last[1])
+        return [*map(known, items[:old]), *[known(item, True) for item in items[old:]]]
 
-    def known(self, item: object) -> Known:
+    def known(self, item: object, new: bool = False) -> Known:
         """The fingerprint, canonical size and model-output flag of *item* (`ItemError`: not an item)."""
         seen = self._seen.get(id(item))
         if seen is not None and type(item) is seen[0]:
@@ -247,23 +251,31 @@ class Memo:
             if _same_model(item, copy) if type(copy) is _Fields else _strings(item) and item == copy:
                 seen[4] = self._call
                 return seen[2]  # type: ignore[no-any-return]
+        plain = type(item) is dict or type(item) is str
+        room = self._seen.full != self._call
+        copied = _copied(item) if new and plain and room else None
+        if copied is not None and copied[1] > self.max_item_bytes:
+            return self._large(item, copied)
         value = exact_value(item)
         if value is None:
             return _fingerprint_one(item)
         small = len(value) <= self.max_item_bytes
-        plain = type(item) is dict or type(item) is str
-        if not small and plain and self._seen.full != self._call and (copied := _copied(item)) is not None:
-            known = _fingerprint_one(item)  # large plain data with room to keep it: no value key
-            self._remember(item, known, copied, large=True)
-            return known
+        if not small and plain and room and (copied := copied or _copied(item)) is not None:
+            return self._large(item, copied)
         key = (type(item), value if small else _blake2b(value, digest_size=DIGEST_SIZE).digest())
         entry = self._known.get(key)
         if entry is not None:
             return entry[0]  # type: ignore[no-any-return]
         known = _fingerprint_one(item)
         self._known.put(key, (known, len(key[1]) + _ENTRY_BYTES), self.max_bytes // 4)
-        if small and (copied := _copied(item) if plain else _model_copied(item)) is not None:  # passed again
-            self._remember(item, known, copied, large=False)
+        if small and (copied := copied or _copied(item) if plain else _model_copied(item)) is not None:
+            self._remember(item, known, copied, large=False)  # a loop passes this very object again
+        return known
+
+    def _large(self, item: object, copied: tuple[Any, int, str | None]) -> Known:
+        """Large plain data with room to keep it: proven by identity from now on, no value key."""
+        known = _fingerprint_one(item)
+        self._remember(item, known, copied, large=True)
         return known
 
     def _remember(self, item: object, known: Known, copied: tuple[Any, int, str | None], large: bool) -> None:
