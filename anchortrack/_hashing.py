@@ -251,16 +251,16 @@ class Memo:
             if _same_model(item, copy) if type(copy) is _Fields else _strings(item) and item == copy:
                 seen[4] = self._call
                 return seen[2]  # type: ignore[no-any-return]
-        plain = type(item) is dict or type(item) is str
-        room = self._seen.full != self._call
-        copied = _copied(item) if new and plain and room else None
+        plain = new and (type(item) is dict or type(item) is str)  # a loop's new item: copied first
+        copied = _copied(item) if plain and self._seen.full != self._call else None
         if copied is not None and copied[1] > self.max_item_bytes:
             return self._large(item, copied)
         value = exact_value(item)
         if value is None:
             return _fingerprint_one(item)
         small = len(value) <= self.max_item_bytes
-        if not small and plain and room and (copied := copied or _copied(item)) is not None:
+        plain = type(item) is dict or type(item) is str
+        if not small and plain and self._seen.full != self._call and (copied := copied or _copied(item)):
             return self._large(item, copied)
         key = (type(item), value if small else _blake2b(value, digest_size=DIGEST_SIZE).digest())
         entry = self._known.get(key)
