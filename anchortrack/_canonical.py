@@ -183,6 +183,11 @@ ITEM_TYPES: dict[str, ItemType] = {
 #: ``json.dumps`` with these options, without building an encoder each time.
 _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
 _dump_string = json.JSONEncoder(ensure_ascii=False).encode
+#: What `_dumps` escapes in a string, the likeliest first; and how long a string must be for `_dump_text`
+#: to look for them (a few scans of the whole string, in C) rather than escape it character by character.
+_ESCAPED = ("\n", '"', "\\", "\t", "\r", *map(chr, (*range(9), 11, 12, *range(14, 32))))
+_LONG_TEXT = 4096
+_escape = json.encoder.encode_basestring  # what `_dumps` writes a string with
 
 
 class ItemError(TypeError):
@@ -276,7 +281,30 @@ def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
 
 def dump_canonical(canonical: dict[str, Any]) -> bytes:
     """The bytes of an item in canonical form; a lone surrogate as its three surrogate-escaped bytes."""
-    return _dumps(canonical).encode("utf-8", "surrogatepass")
+    text = _dumps(canonical) if _encoder is None else "".join(_encoder({}, *_ENCODER_ARGS)(canonical, 0))
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _dump_text(text: str) -> str:
+    """A string as `_dumps` writes it: a long ASCII one that holds nothing to escape, as it is."""
+    if len(text) >= _LONG_TEXT and text.isascii() and not any(char in text for char in _ESCAPED):
+        return f'"{text}"'  # one copy
+    return _escape(text)
+
+
+def _c_encoder() -> Any:
+    """The C encoder `_dumps` runs (with `_dump_text` for strings), if this Python has it and it agrees."""
+    make: Any = getattr(json.encoder, "c_make_encoder", None)
+    try:
+        sample = {"b": [1, 2.5, None, True], "a": "\u00e9\n" + "x" * _LONG_TEXT}
+        return make if "".join(make({}, *_ENCODER_ARGS)(sample, 0)) == _dumps(sample) else None
+    except Exception:  # noqa: BLE001 - another signature, or none: `_dumps` as it is
+        return None
+
+
+#: `json.encoder.c_make_encoder`'s arguments after its markers, as `_dumps` passes them.
+_ENCODER_ARGS = (json.JSONEncoder().default, _dump_text, None, ":", ",", True, False, True)
+_encoder = _c_encoder()
 
 
 def _canonical_part(part: object) -> object:

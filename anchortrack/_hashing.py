@@ -138,21 +138,27 @@ class _Seen(dict[int, list[Any]]):
     """
 
     counted = 0
-    swept = 0  # `counted` after the last sweep
+    swept = 0  # `counted` after the last sweep of every entry
     full = -1  # the call whose items alone filled the budget
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.large: set[int] = set()  # the keys of large entries (maybe stale): swept at each large entry
+
     def put(self, key: int, entry: list[Any], budget: int, large: bool) -> None:
-        """Remember *entry* under *key*; sweep on a *large* entry and every budget/16 of growth."""
+        """Remember *entry* under *key*; sweep the large entries on a *large* one, all every budget/16."""
         if self.full == entry[4]:
             return
         old = self.pop(key, None)
         self[key] = entry
         counted = self.counted + entry[-1] - (old[-1] if old is not None else 0)
-        if large or counted > budget or counted - self.swept > budget // 16:
-            for other_key, other in list(self.items()):  # a snapshot: other threads may add entries
-                if other is not entry and _held_by_memo_only(other) and self.pop(other_key, None) is other:
-                    counted -= other[-1]
+        if large:
+            self.large.add(key)
+        if counted > budget or counted - self.swept > budget // 16:
+            counted -= self._sweep(list(self), entry[4])  # a snapshot: other threads may add entries
             self.swept = counted
+        elif large:
+            counted -= self._sweep(list(self.large), entry[4])
         if counted > budget:
             for oldest in list(self):
                 if counted <= budget * 7 // 8:
@@ -164,6 +170,18 @@ class _Seen(dict[int, list[Any]]):
                 counted -= self.pop(key, entry)[-1]
                 self.full = entry[4]
         self.counted = counted
+
+    def _sweep(self, keys: list[int], call: int) -> int:
+        """Drop the entries of *keys* not used by *call* whose item the caller dropped; the bytes freed."""
+        freed = 0
+        for key in keys:
+            entry = self.get(key)
+            if entry is None:
+                self.large.discard(key)
+            elif entry[4] != call and _held_by_memo_only(entry) and self.pop(key, None) is entry:
+                self.large.discard(key)
+                freed += entry[-1]
+        return freed
 
 
 def _references(entry: list[Any]) -> int:
@@ -217,32 +235,47 @@ class Memo:
         return self._known.counted + self._seen.counted
 
     def many(self, items: Sequence[object]) -> list[Known]:
-        """`known` of each of *items*, as one call (a history): the items the memo keeps first."""
+        """
+        `known` of each of *items*, as one call (a history): the items the memo keeps first. Those past the
+        last history's length are *new* (a loop's), copied before their value is read: a large one never is.
+        """
         self._call += 1
-        return [self.known(item) for item in items]
+        known, old = self.known, len(self._last[1])
+        return [*map(known, items[:old]), *[known(item, True) for item in items[old:]]]
 
-    def known(self, item: object) -> Known:
+    def known(self, item: object, new: bool = False) -> Known:
         """The fingerprint, canonical size and model-output flag of *item* (`ItemError`: not an item)."""
         seen = self._seen.get(id(item))
-        if seen is not None and type(item) is seen[0] and _strings(item) and item == seen[1]:
-            seen[4] = self._call
-            return seen[2]  # type: ignore[no-any-return]
+        if seen is not None and type(item) is seen[0]:
+            copy = seen[1]
+            if _same_model(item, copy) if type(copy) is _Fields else _strings(item) and item == copy:
+                seen[4] = self._call
+                return seen[2]  # type: ignore[no-any-return]
+        plain = new and (type(item) is dict or type(item) is str)  # a loop's new item: copied first
+        copied = _copied(item) if plain and self._seen.full != self._call else None
+        if copied is not None and copied[1] > self.max_item_bytes:
+            return self._large(item, copied)
         value = exact_value(item)
         if value is None:
             return _fingerprint_one(item)
         small = len(value) <= self.max_item_bytes
-        if not small and self._seen.full != self._call and (copied := _copied(item)) is not None:
-            known = _fingerprint_one(item)  # large plain data with room to keep it: no value key
-            self._remember(item, known, copied, large=True)
-            return known
+        plain = type(item) is dict or type(item) is str
+        if not small and plain and self._seen.full != self._call and (copied := copied or _copied(item)):
+            return self._large(item, copied)
         key = (type(item), value if small else _blake2b(value, digest_size=DIGEST_SIZE).digest())
         entry = self._known.get(key)
         if entry is not None:
             return entry[0]  # type: ignore[no-any-return]
         known = _fingerprint_one(item)
         self._known.put(key, (known, len(key[1]) + _ENTRY_BYTES), self.max_bytes // 4)
-        if small and (copied := _copied(item)) is not None:  # a loop passes this very object again
-            self._remember(item, known, copied, large=False)
+        if small and (copied := copied or _copied(item) if plain else _model_copied(item)) is not None:
+            self._remember(item, known, copied, large=False)  # a loop passes this very object again
+        return known
+
+    def _large(self, item: object, copied: tuple[Any, int, str | None]) -> Known:
+        """Large plain data with room to keep it: proven by identity from now on, no value key."""
+        known = _fingerprint_one(item)
+        self._remember(item, known, copied, large=True)
         return known
 
     def _remember(self, item: object, known: Known, copied: tuple[Any, int, str | None], large: bool) -> None:
@@ -294,6 +327,32 @@ def _copied(value: object) -> tuple[Any, int, str | None] | None:
         return _copy(value, 0, found), found[0], found[1]
     except ValueError:
         return None
+
+
+class _Fields(tuple[Any, frozenset[str], bool]):
+    """An SDK model's fields: a `_copy` of its ``__dict__``, its set fields, whether its extra is None."""
+
+
+def _model_copied(model: Any) -> tuple[_Fields, int, str | None] | None:
+    """`_copied` for an SDK model (`exact_value`) whose fields are `_strings` and that has no extra fields."""
+    extra = model.__pydantic_extra__
+    copied = None if extra else _copied(model.__dict__)
+    if copied is None:
+        return None
+    copy, counted, longest = copied
+    return _Fields((copy, frozenset(model.__pydantic_fields_set__), extra is None)), counted, longest
+
+
+def _same_model(model: Any, fields: _Fields) -> bool:
+    """
+    Whether *model* (of the type it had) still serializes as when *fields* were taken: the same `_strings`
+    fields (``==`` against their copy), the same set fields (what ``exclude_unset`` reads), no extra fields.
+    """
+    copy, set_fields, no_extra = fields
+    state, extra = model.__dict__, model.__pydantic_extra__
+    if extra is not None if no_extra else type(extra) is not dict or extra:
+        return False
+    return _strings(state) and state == copy and model.__pydantic_fields_set__ == set_fields
 
 
 def _copy(node: Any, depth: int, found: list[Any]) -> Any:

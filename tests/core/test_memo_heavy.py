@@ -7,12 +7,15 @@ and it lets go of what the caller dropped.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from anchortrack import _hashing
+from anchortrack._canonical import canonical_item
 from anchortrack._hashing import Memo, fingerprint, fingerprint_history
 
 from .test_memo_proof import MaskedStr, SameInt
@@ -168,6 +171,19 @@ def test_a_large_item_edited_in_place_is_fingerprinted_afresh(name: str, edit: C
     assert _fps(history, memo)[1] == expected  # and again, now remembered as it is
 
 
+def test_two_screenshots_swapped_in_place_are_seen() -> None:
+    """Two equal-sized screenshots in one item, swapped in their list: same strings, another order."""
+    memo = Memo()
+    item = _screenshot_item(1)
+    item["output"].append({**item["output"][0], "image_url": _shot(2)})
+    first = _fps([item], memo)
+    assert first == _fps([item], memo) == [fingerprint(item)]
+    item["output"].reverse()
+    assert _fps([item], memo) == [fingerprint(item)] != first
+    item["output"][0]["detail"], item["output"][1]["detail"] = "low", "high"
+    assert _fps([item], memo) == [fingerprint(item)]
+
+
 def test_numbers_put_in_place_of_each_other_are_seen() -> None:
     """1, 1.0 and True are equal to Python but not on the wire: each is seen in place of the other."""
     memo = Memo()
@@ -181,18 +197,92 @@ def test_numbers_put_in_place_of_each_other_are_seen() -> None:
         seen.append(got)
 
 
-def test_an_sdk_model_stays_on_the_value_path() -> None:
-    """A model from the server is proven by its serializer's bytes, never kept by identity."""
+def _model_edits() -> list[tuple[str, Callable[[Any], None]]]:
+    """In-place edits of a function call from the server, including the ones a lying type hides."""
+
+    def arguments_set(model: Any) -> None:
+        model.arguments = '{"a": 1}'
+
+    def arguments_equal_copy(model: Any) -> None:  # the same value in a new object: same fingerprint
+        model.arguments = "".join(list(model.arguments))
+
+    def arguments_masked(model: Any) -> None:
+        model.__dict__["arguments"] = MaskedStr('{"a": 1}')
+
+    def field_unset(model: Any) -> None:  # exclude_unset now leaves the name out
+        model.__pydantic_fields_set__.discard("name")
+
+    def field_set(model: Any) -> None:  # the name, left out until now (see the test), is sent
+        model.__pydantic_fields_set__.add("name")
+
+    def extra_added(model: Any) -> None:
+        model.__pydantic_extra__["note"] = "x"
+
+    def number_put(model: Any) -> None:
+        model.__dict__["name"] = 1
+
+    def dict_replaced(model: Any) -> None:
+        object.__setattr__(model, "__dict__", {**model.__dict__, "name": "other"})
+
+    def class_swapped(model: Any) -> None:
+        from openai.types.responses import ResponseCustomToolCall
+
+        model.__class__ = ResponseCustomToolCall
+        model.__dict__["input"] = model.__dict__.pop("arguments")
+        model.__pydantic_fields_set__.add("input")
+        model.__dict__["type"] = "custom_tool_call"
+
+    return [
+        (f.__name__, f)
+        for f in (
+            arguments_set,
+            arguments_equal_copy,
+            arguments_masked,
+            field_unset,
+            field_set,
+            extra_added,
+            number_put,
+            dict_replaced,
+            class_swapped,
+        )
+    ]
+
+
+def _function_call() -> Any:
     from openai.types.responses import ResponseFunctionToolCall
 
-    model = ResponseFunctionToolCall.model_validate(
-        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "id": "fc_1"}
-    )
+    data = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "id": "fc_1"}
+    return ResponseFunctionToolCall.construct(**data, status="completed")  # as the SDK builds an output
+
+
+def test_an_sdk_model_passed_again_is_proven_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model from the server (resp.output) is serialized once; the same object again costs its fields."""
+    model = _function_call()
+    expected = [fingerprint(model)]
     memo = Memo()
-    assert _fps([model], memo) == [fingerprint(model)] == _fps([model], memo)
-    assert not memo._seen
-    model.arguments = '{"a": 1}'
-    assert _fps([model], memo) == [fingerprint(model)]
+    counting = Counting(monkeypatch)
+    assert _fps([model], memo) == expected
+    assert counting.reset() == {id(model)}
+    assert _fps([model], memo) == expected
+    assert counting.reset() == set()
+
+
+@pytest.mark.parametrize(("name", "edit"), _model_edits(), ids=[name for name, _ in _model_edits()])
+def test_an_sdk_model_edited_in_place_is_fingerprinted_afresh(name: str, edit: Callable[..., None]) -> None:
+    """Whatever changes in a proven model (a field, its set fields, its extra dict, its class), it is seen."""
+    model = _function_call()
+    if name == "field_set":
+        model.__pydantic_fields_set__.discard("name")
+    memo = Memo()
+    first = _fps([model], memo)
+    assert first == _fps([model], memo)
+
+    edit(model)
+    expected = fingerprint(model)  # a str subclass (masked) counts as its data, as the SDK sends it
+    assert _fps([model], memo) == [expected]
+    if name != "arguments_equal_copy":
+        assert expected != first[0]
+    assert _fps([model], memo) == [expected]
 
 
 def test_a_long_loop_past_the_bound_keeps_what_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -247,3 +337,57 @@ def test_a_dropped_conversation_is_released_at_the_next_large_item() -> None:
     del history
     _fps([_screenshot_item(99)], memo)
     assert SHOT < memo.nbytes < 2 * SHOT
+
+
+def _reference_fingerprint(item: object) -> bytes:
+    """The fingerprint as the scheme defines it: BLAKE2b of ``json.dumps`` of the canonical form."""
+    text = json.dumps(canonical_item(item), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+#: Every character ``json.dumps`` escapes, and characters it writes as they are (non-ASCII, DEL, a lone
+#: surrogate), each put at the start, the middle and the end of long and short strings.
+_SPECIAL = [*map(chr, range(32)), '"', "\\", "\x7f", "é", "€", "\U0001d11e", "\ud800", "/", "'"]
+
+
+@pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 70_000])
+def test_a_long_string_is_written_as_json_dumps_writes_it(size: int) -> None:
+    """A long string with nothing to escape is written as it is: its canonical bytes are unchanged."""
+    base = _shot(7, size)
+    for char in _SPECIAL:
+        for at in (0, len(base) // 2, len(base)):
+            text = base[:at] + char + base[at:]
+            item = _screenshot_item(7)
+            item["output"][0]["image_url"] = text
+            assert fingerprint(item) == _reference_fingerprint(item), (char, at)
+            assert fingerprint(text) == _reference_fingerprint(text), (char, at)
+    assert fingerprint(base) == _reference_fingerprint(base)
+    long_key = {"type": "x", base: base, "call_id": "c"}
+    assert fingerprint(long_key) == _reference_fingerprint(long_key)
+
+
+def test_a_loop_sweeps_no_entry_its_call_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """
+    Each new screenshot sweeps the large entries for dropped items, skipping the ones the call used: a
+    loop that passes its whole history checks none, so a call costs the new items, not the history.
+    """
+    checked: list[int] = []
+    held_by_memo_only = _hashing._held_by_memo_only
+
+    def counted(entry: list[Any]) -> bool:
+        checked.append(id(entry))
+        return held_by_memo_only(entry)
+
+    monkeypatch.setattr(_hashing, "_held_by_memo_only", counted)
+    memo = Memo(max_bytes=1 << 30)  # no sweep of every entry (each budget/16 of growth) in this loop
+    history: list[Any] = [{"role": "user", "content": "go"}]
+    for turn in range(30):
+        history += [{"type": "function_call", "call_id": f"call_{turn}", "name": "f", "arguments": "{}"}]
+        history.append(_screenshot_item(turn, 70_000))
+        assert _fps(history, memo) == [fingerprint(item) for item in history]
+    assert len(memo._seen) == 61
+    assert checked == []
+    history = [_screenshot_item(99, 70_000)]  # the caller dropped the old history: its screenshots go
+    _fps(history, memo)
+    assert len(checked) == 30
+    assert len(memo._seen) == 32  # the old small items wait for the next sweep of every entry
