@@ -1,5 +1,4 @@
-"""
-Whether a server applied a chain (pure): a server that accepts ``previous_response_id`` and ignores it
+"""Whether a server applied a chain (pure): a server that accepts ``previous_response_id`` and ignores it
 answers the delta alone, with no error, and the model loses the conversation.
 
 OpenAI and Azure OpenAI hosts are known to chain, and ``anchortrack serve`` says so on every response;
@@ -51,10 +50,8 @@ def input_tokens(response: object) -> int | None:
 
 
 def evidence(response: object, anchor_tokens: int | None) -> str | None:
-    """
-    What shows that *response*, to a request chained to an anchor whose response read *anchor_tokens*
-    input tokens (None: unknown), was made without the anchor's context; None: nothing does.
-    """
+    """What shows that *response*, to a request chained to an anchor whose response read *anchor_tokens* input
+    tokens (None: unknown), was made without the anchor's context; None: nothing does."""
     if announced(response):
         return None
     if getattr(response, "previous_response_id", None) is None:
@@ -68,10 +65,8 @@ def evidence(response: object, anchor_tokens: int | None) -> str | None:
 
 
 class ChainWatch:
-    """
-    One tracker's watch over the servers it chains to: the base URL of each scope, the input tokens of
-    recent responses from servers not known to chain, and the scopes whose server dropped a chain.
-    """
+    """One tracker's watch over the servers it chains to: the base URL of each scope, the input tokens of
+    recent responses from servers not known to chain, and the scopes whose server dropped a chain."""
 
     def __init__(self, kept: int = TOKENS_KEPT) -> None:
         self._lock = threading.Lock()
@@ -94,10 +89,8 @@ class ChainWatch:
         return self._urls.get(scope_key, "")
 
     def check(self, scope_key: str, parent: str | None, response: object) -> str | None:
-        """
-        For a response in *scope_key* to a request chained to *parent* (None: not chained), what shows
-        the chain was dropped; None otherwise. Keeps its input tokens for the requests chained from it.
-        """
+        """For a response in *scope_key* to a request chained to *parent* (None: not chained), what shows the
+        chain was dropped; None otherwise. Keeps its input tokens for the requests chained from it."""
         base_url = self.base_url(scope_key)
         if known_to_chain(base_url):
             return None

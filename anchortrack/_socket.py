@@ -1,5 +1,4 @@
-"""
-The book of one tracked WebSocket connection: which response answers which create (pure).
+"""The book of one tracked WebSocket connection: which response answers which create (pure).
 
 A send returns nothing; each lane answers its creates in order (error frames carry no response id), so the
 book keeps a FIFO of `Pending` creates per lane. It mirrors the server's memory of the socket too: each

@@ -1,5 +1,4 @@
-"""
-Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (openai >= 2.32: the SDK's
+"""Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (openai >= 2.32: the SDK's
 private names it needs are checked by `anchortrack._seams` on each ``connect()``; `anchortrack._client`
 imports this module on the first ``connect()`` of a wrapped client).
 
@@ -34,18 +33,7 @@ from openai.types.responses import ResponsesClientEventParam
 from pydantic import PrivateAttr
 
 from ._calls import Calls
-from ._flow import (
-    FLUSH,
-    UNAVAILABLE,
-    CallState,
-    Evict,
-    Find,
-    Flow,
-    Get,
-    Unavailable,
-    call_flow,
-    refused_flow,
-)
+from ._flow import FLUSH, UNAVAILABLE, CallState, Evict, Find, Flow, Get, Unavailable, call_flow, refused_flow
 from ._hashing import Scope
 from ._log import get_logger
 from ._mode import Mode, resolve
