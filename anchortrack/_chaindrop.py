@@ -7,8 +7,7 @@ shows the chain was dropped when it names no ``previous_response_id`` (OpenAI, A
 LiteLLM and the local server echo it, on the stream's first event too), or when its
 ``usage.input_tokens`` is no more than the anchor's (a context that holds the anchor's cannot be
 smaller, unless ``truncation`` is ``auto``). Without either, the chain is taken as applied.
-`ChainWatch` keeps, per tracker, what this needs and which scopes stopped chaining.
-"""
+`ChainWatch` keeps, per tracker, what this needs and which scopes stopped chaining."""
 
 from __future__ import annotations
 
@@ -119,10 +118,6 @@ class ChainWatch:
             first = scope_key not in self._stopped
             self._stopped.setdefault(scope_key, seen)
             return first
-
-    def stopped(self, scope_key: str) -> bool:
-        """Whether chaining stopped in *scope_key*."""
-        return scope_key in self._stopped
 
     def first_event(self, event: Any) -> object | None:
         """The response a stream's first event carries (``response.created``), if any."""

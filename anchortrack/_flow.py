@@ -2,8 +2,7 @@
 
 `call_flow` plans from the longest provably valid recorded prefix, sends the delta or the full request,
 and recovers from a refused anchor (`refused_flow`). It yields store I/O, the `Send` and bookkeeping;
-answers, or what a send raised, come back in. `drive` and `adrive` perform the effects.
-"""
+answers, or what a send raised, come back in. `drive` and `adrive` perform the effects."""
 
 from __future__ import annotations
 
@@ -166,8 +165,7 @@ class CallState:
 @attrs.frozen
 class History:
     """A history fingerprinted (with each item's JSON size) and hashed from the context's root; *proven*:
-    how many leading items are the memo's last history, proven unchanged (0 without a memo).
-    """
+    how many leading items are the memo's last history, proven unchanged (0 without a memo)."""
 
     fingerprints: list[bytes]
     sizes: list[int]
@@ -345,11 +343,8 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
         event = "anchortrack.hint_caller_managed"
         yield Log("warning", event, {"previous_response_id": parent_id, "hint": HINTS[event]})
     if ticket is None:
-        yield Log(
-            "debug",
-            "anchortrack.parent_unknown",
-            {"previous_response_id": parent_id, "conversation": request.conversation},
-        )
+        fields = {"previous_response_id": parent_id, "conversation": request.conversation}
+        yield Log("debug", "anchortrack.parent_unknown", fields)
     return (yield Send(request.body, ticket))
 
 

@@ -9,8 +9,7 @@ wrappers, ``functools.partial`` arguments, dicts, lists, tuples and objects' att
 the copy's, copying what holds it; a patch holding such a reference anywhere else is left out, with one
 `RuntimeWarning` naming it, so no call through the copy reaches the source client's address or key.
 References are followed `_DEPTH` containers deep from the patch (a module's globals are not followed):
-what a patch holds deeper than that is taken as it is.
-"""
+what a patch holds deeper than that is taken as it is."""
 
 from __future__ import annotations
 

@@ -22,8 +22,7 @@ class Request:
     """One ``responses.create`` / ``parse`` call, as anchortrack sees it: *body* is what to send stateless
     (an iterable ``input`` made a list), *items* the input items (a string is one). *overridden*:
     ``extra_body`` sets ``input`` or ``previous_response_id``, which would override any rewrite.
-    *properties*: the digest of the properties a server could carry over (`anchortrack._properties`).
-    """
+    *properties*: the digest of the properties a server could carry over (`anchortrack._properties`)."""
 
     body: Mapping[str, Any]
     items: list[Any]

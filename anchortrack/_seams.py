@@ -39,9 +39,8 @@ _RESPONSES = "openai.resources.responses.responses"
 
 
 def missing_websocket() -> str | None:
-    """The seam ``responses.connect()`` lacks, or None: the SDK's serializer of a client event, and its
-    connection managers' ``_connect_ws`` (each socket they open, and reopen, is made there; openai >=
-    2.32)."""
+    """The seam ``responses.connect()`` lacks, or None (openai >= 2.32): the SDK's serializer of a client
+    event, and its connection managers' ``_connect_ws`` (each socket they open, and reopen, is made there)."""
     if sdk("openai._utils", "maybe_transform") is None:
         return "no openai._utils.maybe_transform"
     for name in ("ResponsesConnectionManager", "AsyncResponsesConnectionManager"):

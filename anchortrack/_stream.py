@@ -6,8 +6,7 @@ a stream that ends or is closed without one is counted (``stream_abandoned``) th
 A tracer may hand the SDK its own stream class (logfire subclasses ``Stream`` and overrides
 ``__stream__``); any subclass that still iterates through the SDK's ``_iterator`` (a private seam) is
 tracked alike. Where that seam is missing or bypassed the stream goes through untouched, unrecorded, and
-one `RuntimeWarning` names what could not attach.
-"""
+one `RuntimeWarning` names what could not attach."""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ The SDK's own manager and connection, retagged to subclasses. ``conn.send`` plan
 before the SDK serializes it (a chained one serializes only its delta); each socket's transport plans the
 creates nobody planned (a session lane's, one queued while reconnecting). ``recv_bytes`` hands each frame
 to the `SocketBook`: responses are recorded, and the error frame refusing an anchor anchortrack chained to
-is swallowed while the create is resent in full, once; any other frame reaches the caller byte for byte.
-"""
+is swallowed while the create is resent in full, once; any other frame reaches the caller byte for byte."""
 
 from __future__ import annotations
 
