@@ -24,9 +24,8 @@ def plan_request(
         history: The full history the request is for.
         scope: The scope anchors are recorded under.
         store: The store they are in.
-        params: The request's other ``create`` arguments (``tools``,
-            ``tool_choice``, ``text``, …): only anchors recorded with the same
-            carried-over properties are chosen. Pass the same to
+        params: The request's other ``create`` arguments (``tools``, ``tool_choice``, ``text``, …): only
+            anchors recorded with the same carried-over properties are chosen. Pass the same to
             `record_response`.
 
     Returns:

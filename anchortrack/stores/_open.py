@@ -23,9 +23,8 @@ def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
     """Open a new store spelled *spec*, with its default settings; the caller closes it.
 
     *spec* is ``memory``; ``sqlite:PATH`` (``~`` is expanded; the file is created if missing, its
-    directory must exist); or a Redis URL (``redis://…``, ``rediss://…``, ``unix://…``; needs the
-    ``redis`` extra). A near miss (``Memory``, ``sqlite://anchors.db``) is refused, naming the
-    spelling meant.
+    directory must exist); or a Redis URL (``redis://…``, ``rediss://…``, ``unix://…``; needs the ``redis``
+    extra). A near miss (``Memory``, ``sqlite://anchors.db``) is refused, naming the spelling meant.
 
     Raises:
         ValueError: *spec* names no store.

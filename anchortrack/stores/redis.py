@@ -43,11 +43,10 @@ class RedisStore:
     One store serves sync and async callers when it has a client of each kind: build it with
     `from_url`, or pass a sync ``redis.Redis`` as *client* and a ``redis.asyncio.Redis`` as
     *async_client* (or an async client alone as *client*). A method without a client of its kind
-    raises `TypeError`. Errors are raised, never swallowed: clients from `from_url` time out fast and
-    never retry; clients you pass in keep their own settings (with ``decode_responses=True`` too).
-    An asyncio client is bound to the event loop it first runs on, so a store from `from_url` makes
-    one async client per event loop; an async client you pass in is used as given. Values hold only
-    counts, times and ids.
+    raises `TypeError`. Errors are raised, never swallowed: clients from `from_url` time out fast and never
+    retry; clients you pass in keep their own settings (with ``decode_responses=True`` too). An asyncio client
+    is bound to the event loop it first runs on, so a store from `from_url` makes one async client per event
+    loop; an async client you pass in is used as given. Values hold only counts, times and ids.
 
     Args:
         client: A ``redis.Redis`` or a ``redis.asyncio.Redis``.

@@ -144,9 +144,8 @@ class SQLiteStore:
     under one lock, and dropped after any SQLite error so the next call reconnects. Errors are
     raised, and quickly: a file locked by another writer raises ``sqlite3.OperationalError`` after
     *timeout* seconds, a read-only file at once. Expired rows are never returned; they are deleted on
-    the first write after opening and then every *sweep_every* writes. The schema is migrated on
-    open; a file from a newer anchortrack raises `SchemaVersionError`. An async client runs its
-    methods in a worker thread.
+    the first write after opening and then every *sweep_every* writes. The schema is migrated on open; a file
+    from a newer anchortrack raises `SchemaVersionError`. An async client runs its methods in a worker thread.
 
     Args:
         path: The database file (created if missing), or ``":memory:"`` (private to this store, and
