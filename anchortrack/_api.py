@@ -70,7 +70,6 @@ def record_response(
         base=sent[-1] if sent else context.root,
         count=len(sent),
         properties=properties_digest(params or {}, scope.base_url),
-        memo=None,
         now=context.now,
         ttl=store.ttl,
         scope=context.scope_key,
