@@ -265,8 +265,8 @@ class Calls:
                 get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
 
     def settle(self, state: CallState | None, *, dropped: bool = False, lost: bool = False) -> None:
-        """Publish the call's outcome once, if planned (*dropped*: a create sent in full, its socket gone;
-        *lost*: a create whose socket closed before its response, which is not recorded)."""
+        """Publish the call's outcome once, if planned (*dropped*: a create sent in full, its anchor's socket
+        gone; *lost*: a create whose socket closed before its response, which is not recorded)."""
         if state is not None and state.plan is not None and not state.published:
             state.published = True
             response_id = getattr(state.response, "id", None) if state.answered else None

@@ -161,7 +161,7 @@ class _Socket:
             if not self.book.stale(pending):
                 return message, pending
             # Chained to a local anchor of a socket now gone: it goes out in full instead.
-            self._end(pending, dropped=True)
+            self.calls.settle(pending.plan.state, dropped=True)
             full = pending.plan.in_full()
             return _serialized(full.body), self.book.pending(full)
         try:
@@ -182,7 +182,7 @@ class _Socket:
             verdict = None
         if verdict is not None and verdict.refusal is None:
             for pending in verdict.ended:
-                self._end(pending)
+                self.calls.settle(pending.plan.state)
             if verdict.response is not None:
                 self._record(verdict)
             verdict = None
@@ -192,7 +192,7 @@ class _Socket:
         resend = yield from self.recovery(verdict)
         if resend is not None:
             return _serialized(resend.body), self.book.pending(resend)
-        self._end(verdict.ended[0])
+        self.calls.settle(verdict.ended[0].plan.state)
         self.book.refusal_passed(verdict.ended[0])
         return None
 
@@ -286,15 +286,10 @@ class _Socket:
         except BaseException:
             self.book.withdraw(pending)
             if framed is None:
-                self._end(pending)
+                self.calls.settle(pending.plan.state)
             else:
                 framed.pending = pending
             raise
-
-    def _end(self, pending: Pending, *, dropped: bool = False, lost: bool = False) -> None:
-        """*pending*'s create ended: publish its outcome (*dropped*: never sent in full, its anchor's socket
-        gone; *lost*: its socket closed before its response came)."""
-        self.calls.settle(pending.plan.state, dropped=dropped, lost=lost)
 
     def close(self) -> None:
         """The socket closed: report what it took with it."""
@@ -306,7 +301,7 @@ class _Socket:
 
     def _dropped(self, in_flight: list[Pending], local_anchors: int) -> None:
         for pending in in_flight:
-            self._end(pending, lost=True)
+            self.calls.settle(pending.plan.state, lost=True)
         if in_flight or local_anchors:
             get_logger().debug(
                 "anchortrack.websocket_state_dropped",
