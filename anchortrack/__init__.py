@@ -1,5 +1,4 @@
-"""
-anchortrack: send only what the OpenAI Responses API has not seen.
+"""anchortrack: send only what the OpenAI Responses API has not seen.
 
 Wrap a client and keep writing the loop you already have:
 

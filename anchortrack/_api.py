@@ -1,7 +1,5 @@
-"""
-The do-it-yourself API for people writing their own Responses loop: the wrapped client's planning and
-anchor builder, with the scope and the store passed in (nothing else is shared or remembered).
-"""
+"""The do-it-yourself API for people writing their own Responses loop: the wrapped client's planning and
+anchor builder, with the scope and the store passed in (nothing else is shared or remembered)."""
 
 from __future__ import annotations
 
@@ -18,22 +16,16 @@ from .stores._base import Anchor, AnchorStore
 
 
 def plan_request(
-    history: Sequence[Any],
-    *,
-    scope: Scope,
-    store: AnchorStore,
-    params: Mapping[str, Any] | None = None,
+    history: Sequence[Any], *, scope: Scope, store: AnchorStore, params: Mapping[str, Any] | None = None
 ) -> Plan:
-    """
-    Plan a request for *history* (SDK models, dicts or a string's items).
+    """Plan a request for *history* (SDK models, dicts or a string's items).
 
     Args:
         history: The full history the request is for.
         scope: The scope anchors are recorded under.
         store: The store they are in.
-        params: The request's other ``create`` arguments (``tools``,
-            ``tool_choice``, ``text``, …): only anchors recorded with the same
-            carried-over properties are chosen. Pass the same to
+        params: The request's other ``create`` arguments (``tools``, ``tool_choice``, ``text``, …): only
+            anchors recorded with the same carried-over properties are chosen. Pass the same to
             `record_response`.
 
     Returns:
@@ -59,8 +51,7 @@ def record_response(
     record_incomplete: bool = False,
     params: Mapping[str, Any] | None = None,
 ) -> Anchor | None:
-    """
-    Record *response*, the answer to a request whose full context was *history*.
+    """Record *response*, the answer to a request whose full context was *history*.
 
     *params* are that request's other ``create`` arguments (see `plan_request`).
 
@@ -79,7 +70,6 @@ def record_response(
         base=sent[-1] if sent else context.root,
         count=len(sent),
         properties=properties_digest(params or {}, scope.base_url),
-        memo=None,
         now=context.now,
         ttl=store.ttl,
         scope=context.scope_key,

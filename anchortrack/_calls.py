@@ -189,10 +189,8 @@ class Calls:
     def begin(
         self, params: Mapping[str, Any], scope: Scope, transport: str = HTTP
     ) -> tuple[CallContext, Request] | None:
-        """
-        Read one ``responses.create`` / ``parse`` call and build its context (TypeError: not a Responses
-        API ``input``); None in mode ``off``, which passes it through (its outcome published).
-        """
+        """Read one ``responses.create`` / ``parse`` call and build its context (TypeError: not a Responses
+        API ``input``); None in mode ``off``, which passes it through (its outcome published)."""
         mode = resolve(self.tracker.mode)
         if mode is Mode.OFF:
             self.publish(passed_through(mode, Reason.MODE_OFF, transport))
@@ -254,10 +252,8 @@ class Calls:
     # -- outcomes -------------------------------------------------------------
 
     def publish(self, outcome: Outcome) -> None:
-        """
-        Hand one call's outcome to `stats`, the current span, its event and every subscriber; what a
-        subscriber raises is logged.
-        """
+        """Hand one call's outcome to `stats`, the current span, its event and every subscriber; what a
+        subscriber raises is logged."""
         self.stats.observe(outcome)
         _otel.annotate(outcome)
         level, name, keys = event(outcome)
@@ -270,8 +266,8 @@ class Calls:
                 get_logger().warning("anchortrack.subscriber_failed", error=type(error).__name__)
 
     def settle(self, state: CallState | None, *, dropped: bool = False, lost: bool = False) -> None:
-        """Publish the call's outcome once, if planned (*dropped*: a create sent in full, its socket gone;
-        *lost*: a create whose socket closed before its response, which is not recorded)."""
+        """Publish the call's outcome once, if planned (*dropped*: a create sent in full, its anchor's socket
+        gone; *lost*: a create whose socket closed before its response, which is not recorded)."""
         if state is not None and state.plan is not None and not state.published:
             state.published = True
             response_id = getattr(state.response, "id", None) if state.answered else None
@@ -321,10 +317,8 @@ class Calls:
     def observe(
         self, ticket: Ticket, response: object, output: Sequence[Any] | None = None, *, local: bool = False
     ) -> Anchor | None:
-        """
-        Decide whether *response* becomes an anchor; queue it if so (`flush` writes it). Never raises.
-        A *local* one (a WebSocket's, maybe ``store: false``) is returned for its book, never written.
-        """
+        """Decide whether *response* becomes an anchor; queue it if so (`flush` writes it). Never raises. A
+        *local* one (a WebSocket's, maybe ``store: false``) is returned for its book, never written."""
         via = _via(WEBSOCKET) if local else {}
         try:
             response_id = getattr(response, "id", None)

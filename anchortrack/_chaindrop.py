@@ -1,5 +1,4 @@
-"""
-Whether a server applied a chain (pure): a server that accepts ``previous_response_id`` and ignores it
+"""Whether a server applied a chain (pure): a server that accepts ``previous_response_id`` and ignores it
 answers the delta alone, with no error, and the model loses the conversation.
 
 OpenAI and Azure OpenAI hosts are known to chain, and ``anchortrack serve`` says so on every response;
@@ -8,8 +7,7 @@ shows the chain was dropped when it names no ``previous_response_id`` (OpenAI, A
 LiteLLM and the local server echo it, on the stream's first event too), or when its
 ``usage.input_tokens`` is no more than the anchor's (a context that holds the anchor's cannot be
 smaller, unless ``truncation`` is ``auto``). Without either, the chain is taken as applied.
-`ChainWatch` keeps, per tracker, what this needs and which scopes stopped chaining.
-"""
+`ChainWatch` keeps, per tracker, what this needs and which scopes stopped chaining."""
 
 from __future__ import annotations
 
@@ -51,10 +49,8 @@ def input_tokens(response: object) -> int | None:
 
 
 def evidence(response: object, anchor_tokens: int | None) -> str | None:
-    """
-    What shows that *response*, to a request chained to an anchor whose response read *anchor_tokens*
-    input tokens (None: unknown), was made without the anchor's context; None: nothing does.
-    """
+    """What shows that *response*, to a request chained to an anchor whose response read *anchor_tokens* input
+    tokens (None: unknown), was made without the anchor's context; None: nothing does."""
     if announced(response):
         return None
     if getattr(response, "previous_response_id", None) is None:
@@ -68,10 +64,8 @@ def evidence(response: object, anchor_tokens: int | None) -> str | None:
 
 
 class ChainWatch:
-    """
-    One tracker's watch over the servers it chains to: the base URL of each scope, the input tokens of
-    recent responses from servers not known to chain, and the scopes whose server dropped a chain.
-    """
+    """One tracker's watch over the servers it chains to: the base URL of each scope, the input tokens of
+    recent responses from servers not known to chain, and the scopes whose server dropped a chain."""
 
     def __init__(self, kept: int = TOKENS_KEPT) -> None:
         self._lock = threading.Lock()
@@ -94,10 +88,8 @@ class ChainWatch:
         return self._urls.get(scope_key, "")
 
     def check(self, scope_key: str, parent: str | None, response: object) -> str | None:
-        """
-        For a response in *scope_key* to a request chained to *parent* (None: not chained), what shows
-        the chain was dropped; None otherwise. Keeps its input tokens for the requests chained from it.
-        """
+        """For a response in *scope_key* to a request chained to *parent* (None: not chained), what shows the
+        chain was dropped; None otherwise. Keeps its input tokens for the requests chained from it."""
         base_url = self.base_url(scope_key)
         if known_to_chain(base_url):
             return None
@@ -126,10 +118,6 @@ class ChainWatch:
             first = scope_key not in self._stopped
             self._stopped.setdefault(scope_key, seen)
             return first
-
-    def stopped(self, scope_key: str) -> bool:
-        """Whether chaining stopped in *scope_key*."""
-        return scope_key in self._stopped
 
     def first_event(self, event: Any) -> object | None:
         """The response a stream's first event carries (``response.created``), if any."""

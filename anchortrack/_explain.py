@@ -1,7 +1,5 @@
-"""
-``anchortrack.explain``: what anchortrack would send for a history, and why (the wrapped client's
-planning, one store read, nothing written).
-"""
+"""``anchortrack.explain``: what anchortrack would send for a history, and why (the wrapped client's planning,
+one store read, nothing written)."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ _OUTCOME_KEYS = (
 
 @attrs.frozen
 class ItemRow:
-    """
-    One item of an explained history.
+    """One item of an explained history.
 
     Attributes:
         index: Position in the history (0-based).
@@ -62,8 +59,7 @@ class ItemRow:
 
 @attrs.frozen
 class Explanation:
-    """
-    What anchortrack would send for one history, and why.
+    """What anchortrack would send for one history, and why.
 
     Attributes:
         items: One row per item.
@@ -133,10 +129,8 @@ class Explanation:
         return f"{text} ({self.detail})" if self.detail else text
 
     def to_dict(self) -> dict[str, Any]:
-        """
-        Return the explanation as JSON data (``anchortrack explain --json``): the call's `Outcome` fields
-        under their names, were it sent now in mode ``chained``, and what explains them.
-        """
+        """Return the explanation as JSON data (``anchortrack explain --json``): the call's `Outcome` fields
+        under their names, were it sent now in mode ``chained``, and what explains them."""
         plan = self.plan
         outcome = fields(outcome_of(Mode.CHAINED, "http", plan))
         return {
@@ -189,8 +183,7 @@ def explain(
     now: float | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> Explanation:
-    """
-    Explain what the wrapped client would send for *history_or_body*.
+    """Explain what the wrapped client would send for *history_or_body*.
 
     Args:
         history_or_body: A history (a list of items, or a string: one user message), or a

@@ -1,10 +1,8 @@
-"""
-One ``responses.create`` call as a generator of effects (pure): every decision, written once.
+"""One ``responses.create`` call as a generator of effects (pure): every decision, written once.
 
 `call_flow` plans from the longest provably valid recorded prefix, sends the delta or the full request,
 and recovers from a refused anchor (`refused_flow`). It yields store I/O, the `Send` and bookkeeping;
-answers, or what a send raised, come back in. `drive` and `adrive` perform the effects.
-"""
+answers, or what a send raised, come back in. `drive` and `adrive` perform the effects."""
 
 from __future__ import annotations
 
@@ -70,11 +68,9 @@ class Evict:
 
 @attrs.frozen
 class Ticket:
-    """
-    What is needed to record the response to one request: *base* is ``h(n)``, the digest of the *count*
-    items sent; *hashes* ``[h(1), …, h(n)]`` if known (to explain fallbacks); *expires_at* the expiry of
-    the chain it hangs from, which the response cannot outlive; *parent* the response chained from.
-    """
+    """What is needed to record the response to one request: *base* is ``h(n)``, the digest of the *count*
+    items sent; *hashes* ``[h(1), …, h(n)]`` if known (to explain fallbacks); *expires_at* the expiry of the
+    chain it hangs from, which the response cannot outlive; *parent* the response chained from."""
 
     scope: str
     base: bytes
@@ -88,10 +84,8 @@ class Ticket:
 
 @attrs.frozen
 class Send:
-    """
-    Call the SDK with *body* (keyword arguments); record the response with *ticket*. With *anchor_id*
-    (chained), a refusal that shows as a stream's first event is raised into the flow like an HTTP one.
-    """
+    """Call the SDK with *body* (keyword arguments); record the response with *ticket*. With *anchor_id*
+    (chained), a refusal that shows as a stream's first event is raised into the flow like an HTTP one."""
 
     body: Mapping[str, Any]
     ticket: Ticket | None
@@ -129,11 +123,9 @@ Flow = Generator[Find | Get | Evict | Send | Planned | FellBack | Log, Any, Any]
 
 @attrs.frozen
 class CallContext:
-    """
-    Everything the flow knows about its call besides the request (data only): *root* is the scope's
-    ``h(0)``; with *mac_key*, anchors read without a valid MAC are absent; *local_store*: the store
-    answers in this process (see `plan_history`).
-    """
+    """Everything the flow knows about its call besides the request (data only): *root* is the scope's
+    ``h(0)``; with *mac_key*, anchors read without a valid MAC are absent; *local_store*: the store answers in
+    this process (see `plan_history`)."""
 
     scope_key: str
     root: bytes
@@ -172,10 +164,8 @@ class CallState:
 
 @attrs.frozen
 class History:
-    """
-    A history fingerprinted (with each item's JSON size) and hashed from the context's root; *proven*:
-    how many leading items are the memo's last history, proven unchanged (0 without a memo).
-    """
+    """A history fingerprinted (with each item's JSON size) and hashed from the context's root; *proven*:
+    how many leading items are the memo's last history, proven unchanged (0 without a memo)."""
 
     fingerprints: list[bytes]
     sizes: list[int]
@@ -197,11 +187,9 @@ def read_history(ctx: CallContext, items: Sequence[object]) -> History:
 def plan_history(
     ctx: CallContext, history: History, *, properties: bytes = b""
 ) -> Generator[Find, Any, Plan]:
-    """
-    Plan a request for *history* made with the carried-over *properties*: look the candidates up, choose.
-    With a store in this process, a history extending the memo's last one first looks up only the views
-    after its proven prefix, where a loop chains from: the plan is the same.
-    """
+    """Plan a request for *history* made with the carried-over *properties*: look the candidates up, choose.
+    With a store in this process, a history extending the memo's last one first looks up only the views after
+    its proven prefix, where a loop chains from: the plan is the same."""
     hashes = history.hashes
     n = len(hashes)
     if ctx.zdr_disabled or ctx.chain_dropped:
@@ -246,10 +234,8 @@ def plan_history(
 
 
 def call_flow(ctx: CallContext, request: Request) -> Flow:
-    """
-    The decisions for one call: plan its history, send the delta after the plan's anchor (or all of
-    it: shadow mode, no anchor, an item that cannot be read), and recover if the anchor is refused.
-    """
+    """The decisions for one call: plan its history, send the delta after the plan's anchor (or all of it:
+    shadow mode, no anchor, an item that cannot be read), and recover if the anchor is refused."""
     if request.caller_managed:
         return (yield from _caller_managed(ctx, request))
     n = len(request.items)
@@ -280,13 +266,11 @@ def call_flow(ctx: CallContext, request: Request) -> Flow:
 def refused_flow(
     ctx: CallContext, request: Request, anchor: Anchor, ticket: Ticket, error: Exception
 ) -> Flow:
-    """
-    A request chained to *anchor* was refused with *error*: evict a stale anchor, stop chaining in the
-    scope (ZDR), keep the anchor (a duplicate item; a server that dropped the chain), and resend in full
-    once with *ticket*. Another client error is resent in full once too, and the caller gets what that
-    request gets (an error unchanged, the anchor kept; a response, the anchor evicted); any other error
-    is raised again, unchanged.
-    """
+    """A request chained to *anchor* was refused with *error*: evict a stale anchor, stop chaining in the
+    scope (ZDR), keep the anchor (a duplicate item; a server that dropped the chain), and resend in full once
+    with *ticket*. Another client error is resent in full once too, and the caller gets what that request gets
+    (an error unchanged, the anchor kept; a response, the anchor evicted); any other error is raised again,
+    unchanged."""
     refusal = classify(error, anchor.response_id)
     if refusal is None:
         if not resendable(error):
@@ -359,11 +343,8 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
         event = "anchortrack.hint_caller_managed"
         yield Log("warning", event, {"previous_response_id": parent_id, "hint": HINTS[event]})
     if ticket is None:
-        yield Log(
-            "debug",
-            "anchortrack.parent_unknown",
-            {"previous_response_id": parent_id, "conversation": request.conversation},
-        )
+        fields = {"previous_response_id": parent_id, "conversation": request.conversation}
+        yield Log("debug", "anchortrack.parent_unknown", fields)
     return (yield Send(request.body, ticket))
 
 

@@ -1,9 +1,7 @@
-"""
-Logger acquisition (the library never configures logging): structlog if the application configured it,
-else the standard library logger ``anchortrack``, whose records carry the event name and key/values as
-the message and in ``extra``. Events (docs/events.md) are namespaced, past tense, with flat snake_case
-keys and never item content (at most 12-hex-character digest prefixes).
-"""
+"""Logger acquisition (the library never configures logging): structlog if the application configured it, else
+the standard library logger ``anchortrack``, whose records carry the event name and key/values as the message
+and in ``extra``. Events (docs/events.md) are namespaced, past tense, with flat snake_case keys and never item
+content (at most 12-hex-character digest prefixes)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""
-What one call did: the one record (`Outcome`) every observer reads, once the call's decision is
-final (a chained request once the server accepted or refused it). `Stats`, the Prometheus metrics,
-the events, the span attributes, the demo and every `Tracker.subscribe` callback read it, in one
-vocabulary: its field names (`fields`), a `Decision` and a `Reason`.
-"""
+"""What one call did: the one record (`Outcome`) every observer reads, once the call's decision is final (a
+chained request once the server accepted or refused it). `Stats`, the Prometheus metrics, the events, the span
+attributes, the demo and every `Tracker.subscribe` callback read it, in one vocabulary: its field names
+(`fields`), a `Decision` and a `Reason`."""
 
 from __future__ import annotations
 
@@ -40,8 +38,7 @@ def stateless_share(sent: int, stateless: int) -> float | None:
 
 @attrs.frozen
 class Outcome:
-    """
-    One call, once its decision is final.
+    """One call, once its decision is final.
 
     Attributes:
         mode: ``chained``, ``shadow`` or ``off``.
@@ -130,12 +127,10 @@ def fields(outcome: Outcome) -> dict[str, Any]:
 
 
 def event(outcome: Outcome) -> tuple[str, str, dict[str, Any]]:
-    """
-    The level, name and keys of the event that reports *outcome*: ``anchortrack.request_chained``,
+    """The level, name and keys of the event that reports *outcome*: ``anchortrack.request_chained``,
     ``request_resent``, ``request_stateless`` or ``request_passed_through`` (debug), or in shadow mode
-    ``anchortrack.shadow_planned`` (info); its keys are the outcome's `fields` that have a value (as
-    the span's attributes), ``transport`` only when it is not ``http``.
-    """
+    ``anchortrack.shadow_planned`` (info); its keys are the outcome's `fields` that have a value (as the
+    span's attributes), ``transport`` only when it is not ``http``."""
     keys = {key: value for key, value in fields(outcome).items() if value is not None}
     if keys["transport"] == "http":
         del keys["transport"]

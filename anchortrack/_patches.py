@@ -1,5 +1,4 @@
-"""
-A tracked copy of a client, and a tracer's patches carried onto it: tracers (langsmith's, braintrust's
+"""A tracked copy of a client, and a tracer's patches carried onto it: tracers (langsmith's, braintrust's
 ``wrap_openai``, logfire's per-client ``instrument_openai``) patch a client or its resources in place,
 holding the original's bound methods. `carry_patches` points those references at the copy's objects, so
 the tracer sees every call made through the wrapped client, before anchortrack plans it.
@@ -10,8 +9,7 @@ wrappers, ``functools.partial`` arguments, dicts, lists, tuples and objects' att
 the copy's, copying what holds it; a patch holding such a reference anywhere else is left out, with one
 `RuntimeWarning` naming it, so no call through the copy reaches the source client's address or key.
 References are followed `_DEPTH` containers deep from the patch (a module's globals are not followed):
-what a patch holds deeper than that is taken as it is.
-"""
+what a patch holds deeper than that is taken as it is."""
 
 from __future__ import annotations
 
@@ -33,10 +31,8 @@ _Pairs = dict[int, tuple[Any, Any, str]]
 
 
 def clone(client: Any, cls: type[Any], tracker: object) -> Any:
-    """
-    A shallow copy of *client* as a *cls* tracked by *tracker*, without its cached resources (bound to
-    *client*). No constructor runs; top-level dicts and lists are copied (headers stay apart).
-    """
+    """A shallow copy of *client* as a *cls* tracked by *tracker*, without its cached resources (bound to
+    *client*). No constructor runs; top-level dicts and lists are copied (headers stay apart)."""
     new = object.__new__(cls)
     for name, value in vars(client).items():
         if name != TRACKER_ATTR and not is_cached(type(client), name):
@@ -74,11 +70,9 @@ _LEAVES = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, st
 
 
 def carry_patches(source: Any, target: Any) -> None:
-    """
-    Carry the instance patches on *source* and its resources to *target*, rebound to *target*'s. A patch
-    that would still reach *source* is left out (removed where `clone` had copied it) and `wrap` warns
-    once per patch.
-    """
+    """Carry the instance patches on *source* and its resources to *target*, rebound to *target*'s. A patch
+    that would still reach *source* is left out (removed where `clone` had copied it) and `wrap` warns once
+    per patch."""
     pairs: _Pairs = {id(source): (source, target, "client")}
     _pair(source, target, "client", pairs, 0)
     memo: dict[int, Any] = {}
@@ -125,10 +119,8 @@ def _same_kind(value: Any, present: Any, pairs: _Pairs) -> bool:
 
 
 def _rebind(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
-    """
-    *value* with every reference it holds to the source's objects pointed at the copy's (what holds one
-    copied): *value* itself if it holds none, `_FAIL` if one cannot be pointed at the copy.
-    """
+    """*value* with every reference it holds to the source's objects pointed at the copy's (what holds one
+    copied): *value* itself if it holds none, `_FAIL` if one cannot be pointed at the copy."""
     pair = pairs.get(id(value))
     if pair is not None:
         return pair[1]
@@ -182,10 +174,8 @@ def _rebind_all(values: list[Any], pairs: _Pairs, depth: int, memo: dict[int, An
 
 
 def _rebind_method(method: types.MethodType, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
-    """
-    *method* bound to the copy's object: a class's own method as the copy's class has it (its tracked
-    override), any other function (a tracer's, bound with ``types.MethodType``) as it is.
-    """
+    """*method* bound to the copy's object: a class's own method as the copy's class has it (its tracked
+    override), any other function (a tracer's, bound with ``types.MethodType``) as it is."""
     owner, func = method.__self__, method.__func__
     new_owner = _rebind(owner, pairs, depth, memo)
     if new_owner is owner or new_owner is _FAIL:
@@ -231,10 +221,8 @@ def _cell_contents(cell: types.CellType) -> Any:
 
 
 def _rebind_object(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
-    """
-    A shallow copy of *value* whose attributes (``__dict__`` and slots) refer to the copy's objects;
-    `_FAIL` if it reaches the source's objects only through what it holds otherwise (a container's items).
-    """
+    """A shallow copy of *value* whose attributes (``__dict__`` and slots) refer to the copy's objects;
+    `_FAIL` if it reaches the source's objects only through what it holds otherwise (a container's items)."""
     own = getattr(value, "__dict__", None)
     own = own if type(own) is dict else {}
     names = [*own, *(name for name in _slots(type(value)) if name not in own and hasattr(value, name))]

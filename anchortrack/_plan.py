@@ -1,8 +1,6 @@
-"""
-Choosing the anchor, and building the anchor a response becomes (pure: no network, store or SDK calls).
-The anchor is the recorded view that is the *longest* prefix of the caller's history while leaving at
-least one item to send.
-"""
+"""Choosing the anchor, and building the anchor a response becomes (pure: no network, store or SDK calls). The
+anchor is the recorded view that is the *longest* prefix of the caller's history while leaving at least one
+item to send."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ from .stores._base import Anchor
 
 
 class Reason(str, enum.Enum):
-    """
-    Why a request went out the way it did, or why a response was not recorded.
+    """Why a request went out the way it did, or why a response was not recorded.
 
     Members are plain strings, so ``reason == "prefix_diverged"`` works too.
     `REASON_TEXT` says in one line what each one means.
@@ -109,8 +106,7 @@ REASON_TEXT: Mapping[Reason, str] = {
 
 @attrs.frozen
 class Plan:
-    """
-    What to send for one request.
+    """What to send for one request.
 
     Attributes:
         reason: `Reason.CHAINED`, or why the request goes out stateless.
@@ -179,10 +175,8 @@ def _attribute(obj: object, name: str) -> Any:
 def unrecordable(
     response: object, *, record_incomplete: bool, connection_local: bool = False
 ) -> Reason | None:
-    """
-    Why *response* must not become an anchor (not completed, no id, ``store: false``), or None if it may.
-    A *connection_local* one (kept in a WebSocket's memory) may have ``store: false``.
-    """
+    """Why *response* must not become an anchor (not completed, no id, ``store: false``), or None if it may. A
+    *connection_local* one (kept in a WebSocket's memory) may have ``store: false``."""
     if _attribute(response, "store") is False and not connection_local:
         return Reason.STORE_FALSE
     status = getattr(response, "status", None)
@@ -204,10 +198,8 @@ def new_anchor(
     mac_key: bytes | None = None,
     parent: str | None = None,
 ) -> Anchor:
-    """
-    The anchor a recorded response becomes, sealed for *scope* with *mac_key*: its view continues *base*
-    (of *count* items) with *hashes*; never outliving *chain_expires_at* (the server resolves ancestors).
-    """
+    """The anchor a recorded response becomes, sealed for *scope* with *mac_key*: its view continues *base*
+    (of *count* items) with *hashes*; never outliving *chain_expires_at* (the server resolves ancestors)."""
     anchor = Anchor(
         view=hashes[-1] if hashes else base,
         response_id=response_id,
@@ -282,16 +274,14 @@ def choose(
     authentic: Callable[[Anchor], bool] | None = None,
     shortest: int = 1,
 ) -> Plan:
-    """
-    Pick the longest usable anchor among *found* for a history whose prefix hashes are *hashes*.
-    Usable: its view is that prefix (same digest, same count), it is live at *now*, made with the same
-    carried-over *properties*, passes *authentic* (its MAC), and leaves at least one item to send (one
-    whose view is the whole history only makes the reason `Reason.NOTHING_NEW`). One returned under a
-    view not its own or failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items*
-    tells a first turn from a diverged history; *recent* (a tracker's memory) locates a divergence, and
-    tells it from a history that no recent view and no found anchor shares even a first item with
-    (`Reason.UNKNOWN_HISTORY`); *shortest*: the fewest items looked at.
-    """
+    """Pick the longest usable anchor among *found* for a history whose prefix hashes are *hashes*. Usable:
+    its view is that prefix (same digest, same count), it is live at *now*, made with the same carried-over
+    *properties*, passes *authentic* (its MAC), and leaves at least one item to send (one whose view is the
+    whole history only makes the reason `Reason.NOTHING_NEW`). One returned under a view not its own or
+    failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items* tells a first turn from a
+    diverged history; *recent* (a tracker's memory) locates a divergence, and tells it from a history that no
+    recent view and no found anchor shares even a first item with (`Reason.UNKNOWN_HISTORY`); *shortest*: the
+    fewest items looked at."""
     n = len(hashes)
     rejected: list[str] = []
     changed = exact = False
@@ -356,19 +346,15 @@ class RecentViews:
                 self._size -= len(first) + len(rest)
 
     def diverged_at(self, hashes: Sequence[bytes]) -> int | None:
-        """
-        The index of the first item of *hashes* that leaves the closest view. None: not even the first
-        item is in a view, or no item left it: the closest view is a whole prefix of the history (its
-        anchor is gone), or the history a prefix of it.
-        """
+        """The index of the first item of *hashes* that leaves the closest view. None: not even the first item
+        is in a view, or no item left it: the closest view is a whole prefix of the history (its anchor is
+        gone), or the history a prefix of it."""
         best, whole = self.closest(hashes)
         return best if 0 < best < len(hashes) and not whole else None
 
     def closest(self, hashes: Sequence[bytes]) -> tuple[int, bool]:
-        """
-        How many leading items of *hashes* the closest view shares (0: not even the first), and whether
-        that view is a whole prefix of the history.
-        """
+        """How many leading items of *hashes* the closest view shares (0: not even the first), and whether
+        that view is a whole prefix of the history."""
         with self._lock:
             views = list(self._views.values())
         best, whole = 0, False

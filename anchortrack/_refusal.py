@@ -1,9 +1,7 @@
-"""
-What a refused chained request means (pure): the server forgot the anchor, the organization refuses
-``previous_response_id`` (zero data retention), or the delta names by id an item the anchor's context
-already holds (``Duplicate item``). Every other error is the caller's. docs/compatibility.md has each
-server's exact bodies.
-"""
+"""What a refused chained request means (pure): the server forgot the anchor, the organization refuses
+``previous_response_id`` (zero data retention), or the delta names by id an item the anchor's context already
+holds (``Duplicate item``). Every other error is the caller's. docs/compatibility.md has each server's exact
+bodies."""
 
 from __future__ import annotations
 
@@ -53,12 +51,10 @@ _MAX_DEPTH = 8
 
 
 def classify(error: BaseException, anchor_id: str) -> Reason | None:
-    """
-    What *error* (an SDK API error, or one raised from a stream's error event) from a request chained to
+    """What *error* (an SDK API error, or one raised from a stream's error event) from a request chained to
     *anchor_id* means: `Reason.STALE_ANCHOR`, `Reason.ZDR`, `Reason.DUPLICATE_ITEM`, or None (the caller's).
-    Stale: OpenAI's code or param, a chain-resolving proxy's code, a 400 or 404 naming the anchor, or
-    one whose message carries OpenAI's code or wording (a gateway rewrapping the upstream's error).
-    """
+    Stale: OpenAI's code or param, a chain-resolving proxy's code, a 400 or 404 naming the anchor, or one
+    whose message carries OpenAI's code or wording (a gateway rewrapping the upstream's error)."""
     if isinstance(error, ChainDropped):
         return Reason.CHAIN_DROPPED
     status = _status(error)

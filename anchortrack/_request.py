@@ -1,8 +1,6 @@
-"""
-Reading and rewriting the arguments of ``responses.create`` / ``parse`` (pure), before the SDK serializes
-anything. ``extra_body`` keys win over the arguments, as in the client; the SDK's "not given" sentinels
-count as absent.
-"""
+"""Reading and rewriting the arguments of ``responses.create`` / ``parse`` (pure), before the SDK serializes
+anything. ``extra_body`` keys win over the arguments, as in the client; the SDK's "not given" sentinels count
+as absent."""
 
 from __future__ import annotations
 
@@ -21,12 +19,10 @@ _STATE_KEYS = ("input", "previous_response_id", "conversation", "store", *CARRIE
 
 @attrs.frozen
 class Request:
-    """
-    One ``responses.create`` / ``parse`` call, as anchortrack sees it: *body* is what to send stateless
+    """One ``responses.create`` / ``parse`` call, as anchortrack sees it: *body* is what to send stateless
     (an iterable ``input`` made a list), *items* the input items (a string is one). *overridden*:
     ``extra_body`` sets ``input`` or ``previous_response_id``, which would override any rewrite.
-    *properties*: the digest of the properties a server could carry over (`anchortrack._properties`).
-    """
+    *properties*: the digest of the properties a server could carry over (`anchortrack._properties`)."""
 
     body: Mapping[str, Any]
     items: list[Any]
@@ -43,8 +39,7 @@ class Request:
 
 
 def read_request(params: Mapping[str, Any], base_url: str | None = None) -> Request:
-    """
-    Read the state-relevant parts of ``create`` keyword arguments sent to *base_url*.
+    """Read the state-relevant parts of ``create`` keyword arguments sent to *base_url*.
 
     Raises:
         TypeError: ``input`` is neither a string nor an iterable of items,

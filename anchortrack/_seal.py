@@ -3,8 +3,7 @@ MACs over stored anchors, so whoever can write a shared store cannot steer anoth
 
 With a secret key, every anchor carries a MAC over everything the tracker acts on (scope, view, response
 id, count, expiry, properties); one whose MAC does not verify is absent. A MAC cannot prevent deletions
-(a larger request) or an older anchor of the same view put back (still an equivalent chain).
-"""
+(a larger request) or an older anchor of the same view put back (still an equivalent chain)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""
-The openai SDK's private names anchortrack attaches through, each looked up when a call is made: where one
+"""The openai SDK's private names anchortrack attaches through, each looked up when a call is made: where one
 is missing (an SDK older or newer than anchortrack knows), that call goes out untracked, exactly as the
 unwrapped client sends it, and one ``RuntimeWarning`` per process names what could not attach.
-docs/compatibility.md lists them and the SDK versions that have them.
-"""
+docs/compatibility.md lists them and the SDK versions that have them."""
 
 from __future__ import annotations
 
@@ -24,11 +22,9 @@ def sdk(module: str, name: str) -> Any:
 
 
 def missing_http(resource: Any, client: Any) -> str | None:
-    """
-    The seam an HTTP ``create`` / ``parse`` through *resource* (of *client*) lacks, or None: the resource
+    """The seam an HTTP ``create`` / ``parse`` through *resource* (of *client*) lacks, or None: the resource
     sends through ``client.post`` (where anchortrack sees the request), and the SDK applies a request's
-    ``post_parser`` to what it parsed (where anchortrack records the response).
-    """
+    ``post_parser`` to what it parsed (where anchortrack records the response)."""
     if getattr(resource, "_post", None) != client.post:
         return "its resources' _post is not the client's post"
     options = sdk("openai._models", "FinalRequestOptions")
@@ -43,10 +39,8 @@ _RESPONSES = "openai.resources.responses.responses"
 
 
 def missing_websocket() -> str | None:
-    """
-    The seam ``responses.connect()`` lacks, or None: the SDK's serializer of a client event, and its
-    connection managers' ``_connect_ws`` (each socket they open, and reopen, is made there; openai >= 2.32).
-    """
+    """The seam ``responses.connect()`` lacks, or None (openai >= 2.32): the SDK's serializer of a client
+    event, and its connection managers' ``_connect_ws`` (each socket they open, and reopen, is made there)."""
     if sdk("openai._utils", "maybe_transform") is None:
         return "no openai._utils.maybe_transform"
     for name in ("ResponsesConnectionManager", "AsyncResponsesConnectionManager"):

@@ -1,11 +1,9 @@
-"""
-The book of one tracked WebSocket connection: which response answers which create (pure).
+"""The book of one tracked WebSocket connection: which response answers which create (pure).
 
 A send returns nothing; each lane answers its creates in order (error frames carry no response id), so the
 book keeps a FIFO of `Pending` creates per lane. It mirrors the server's memory of the socket too: each
 lane's latest chainable response is a local anchor, which chains even with ``store: false`` or zero data
-retention while its lane is idle.
-"""
+retention while its lane is idle."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""
-Tracked event streams: hooks on the SDK's own ``Stream`` / ``AsyncStream`` (its iterator and its
+"""Tracked event streams: hooks on the SDK's own ``Stream`` / ``AsyncStream`` (its iterator and its
 response's close) that record the response when its terminal event arrives, before the caller sees it;
 a stream that ends or is closed without one is counted (``stream_abandoned``) then. A chained stream is
 *peeked* (its first event read at once), so a refusal inside the stream is recovered from like an HTTP one.
@@ -7,8 +6,7 @@ a stream that ends or is closed without one is counted (``stream_abandoned``) th
 A tracer may hand the SDK its own stream class (logfire subclasses ``Stream`` and overrides
 ``__stream__``); any subclass that still iterates through the SDK's ``_iterator`` (a private seam) is
 tracked alike. Where that seam is missing or bypassed the stream goes through untouched, unrecorded, and
-one `RuntimeWarning` names what could not attach.
-"""
+one `RuntimeWarning` names what could not attach."""
 
 from __future__ import annotations
 
@@ -185,10 +183,8 @@ class AsyncStreamCall(_Call):
 
 
 def track(stream: object, tracker: Calls, ticket: Ticket) -> _Call | None:
-    """
-    Track *stream*, a ``Stream`` / ``AsyncStream`` of the SDK's or of a tracer's subclass; return its call.
-    None (warned once per stream class) if it does not iterate through the SDK's ``_iterator``.
-    """
+    """Track *stream*, a ``Stream`` / ``AsyncStream`` of the SDK's or of a tracer's subclass; return its call.
+    None (warned once per stream class) if it does not iterate through the SDK's ``_iterator``."""
     base = AsyncStream if isinstance(stream, AsyncStream) else Stream
     cls = type(stream)
     missing = [

@@ -1,5 +1,4 @@
-"""
-Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (openai >= 2.32: the SDK's
+"""Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (openai >= 2.32: the SDK's
 private names it needs are checked by `anchortrack._seams` on each ``connect()``; `anchortrack._client`
 imports this module on the first ``connect()`` of a wrapped client).
 
@@ -7,8 +6,7 @@ The SDK's own manager and connection, retagged to subclasses. ``conn.send`` plan
 before the SDK serializes it (a chained one serializes only its delta); each socket's transport plans the
 creates nobody planned (a session lane's, one queued while reconnecting). ``recv_bytes`` hands each frame
 to the `SocketBook`: responses are recorded, and the error frame refusing an anchor anchortrack chained to
-is swallowed while the create is resent in full, once; any other frame reaches the caller byte for byte.
-"""
+is swallowed while the create is resent in full, once; any other frame reaches the caller byte for byte."""
 
 from __future__ import annotations
 
@@ -34,18 +32,7 @@ from openai.types.responses import ResponsesClientEventParam
 from pydantic import PrivateAttr
 
 from ._calls import Calls
-from ._flow import (
-    FLUSH,
-    UNAVAILABLE,
-    CallState,
-    Evict,
-    Find,
-    Flow,
-    Get,
-    Unavailable,
-    call_flow,
-    refused_flow,
-)
+from ._flow import FLUSH, UNAVAILABLE, CallState, Evict, Find, Flow, Get, Unavailable, call_flow, refused_flow
 from ._hashing import Scope
 from ._log import get_logger
 from ._mode import Mode
@@ -175,7 +162,7 @@ class _Socket:
             if not self.book.stale(pending):
                 return message, pending
             # Chained to a local anchor of a socket now gone: it goes out in full instead.
-            self._end(pending, dropped=True)
+            self.calls.settle(pending.plan.state, dropped=True)
             full = pending.plan.in_full()
             return _serialized(full.body), self.book.pending(full)
         try:
@@ -196,7 +183,7 @@ class _Socket:
             verdict = None
         if verdict is not None and verdict.refusal is None:
             for pending in verdict.ended:
-                self._end(pending)
+                self.calls.settle(pending.plan.state)
             if verdict.response is not None:
                 self._record(verdict)
             verdict = None
@@ -206,7 +193,7 @@ class _Socket:
         resend = yield from self.recovery(verdict)
         if resend is not None:
             return _serialized(resend.body), self.book.pending(resend)
-        self._end(verdict.ended[0])
+        self.calls.settle(verdict.ended[0].plan.state)
         self.book.refusal_passed(verdict.ended[0])
         return None
 
@@ -300,15 +287,10 @@ class _Socket:
         except BaseException:
             self.book.withdraw(pending)
             if framed is None:
-                self._end(pending)
+                self.calls.settle(pending.plan.state)
             else:
                 framed.pending = pending
             raise
-
-    def _end(self, pending: Pending, *, dropped: bool = False, lost: bool = False) -> None:
-        """*pending*'s create ended: publish its outcome (*dropped*: never sent in full, its anchor's socket
-        gone; *lost*: its socket closed before its response came)."""
-        self.calls.settle(pending.plan.state, dropped=dropped, lost=lost)
 
     def close(self) -> None:
         """The socket closed: report what it took with it."""
@@ -320,7 +302,7 @@ class _Socket:
 
     def _dropped(self, in_flight: list[Pending], local_anchors: int) -> None:
         for pending in in_flight:
-            self._end(pending, lost=True)
+            self.calls.settle(pending.plan.state, lost=True)
         if in_flight or local_anchors:
             get_logger().debug(
                 "anchortrack.websocket_state_dropped",

@@ -1,5 +1,4 @@
-"""
-Anchor stores: where anchortrack remembers which response holds which view.
+"""Anchor stores: where anchortrack remembers which response holds which view.
 
 * `MemoryStore`: the default; in-process, bounded, LRU and TTL.
 * `SQLiteStore`: one file; survives restarts, shared by a host's processes.

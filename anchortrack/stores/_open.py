@@ -1,7 +1,5 @@
-"""
-Where a store comes from: its spelling (`open_store`), ``store=`` (`coerce_store`), the process-wide
-default (`default_store`); `RedisStore` (and so ``redis``) loaded only when needed.
-"""
+"""Where a store comes from: its spelling (`open_store`), ``store=`` (`coerce_store`), the process-wide
+default (`default_store`); `RedisStore` (and so ``redis``) loaded only when needed."""
 
 from __future__ import annotations
 
@@ -22,13 +20,11 @@ if TYPE_CHECKING:
 
 
 def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
-    """
-    Open a new store spelled *spec*, with its default settings; the caller closes it.
+    """Open a new store spelled *spec*, with its default settings; the caller closes it.
 
     *spec* is ``memory``; ``sqlite:PATH`` (``~`` is expanded; the file is created if missing, its
-    directory must exist); or a Redis URL (``redis://…``, ``rediss://…``, ``unix://…``; needs the
-    ``redis`` extra). A near miss (``Memory``, ``sqlite://anchors.db``) is refused, naming the
-    spelling meant.
+    directory must exist); or a Redis URL (``redis://…``, ``rediss://…``, ``unix://…``; needs the ``redis``
+    extra). A near miss (``Memory``, ``sqlite://anchors.db``) is refused, naming the spelling meant.
 
     Raises:
         ValueError: *spec* names no store.
@@ -60,10 +56,8 @@ def open_store(spec: str) -> MemoryStore | SQLiteStore | RedisStore:
 
 
 def store_label(store: object) -> str:
-    """
-    How messages name *store*: its spelling (``memory``, ``sqlite:PATH``, a Redis URL without user or
-    password), else its class name.
-    """
+    """How messages name *store*: its spelling (``memory``, ``sqlite:PATH``, a Redis URL without user or
+    password), else its class name."""
     if isinstance(store, MemoryStore):
         return "memory"
     if isinstance(store, SQLiteStore):
@@ -133,10 +127,8 @@ STORE_ACCEPTED = (
 
 
 def default_store() -> AnchorStore:
-    """
-    The bounded `MemoryStore` shared by every tracker made without ``store=``, so a sync and an async
-    client, or two wraps of one client, continue each other's conversations (scopes keep them apart).
-    """
+    """The bounded `MemoryStore` shared by every tracker made without ``store=``, so a sync and an async
+    client, or two wraps of one client, continue each other's conversations (scopes keep them apart)."""
     global _default
     with _default_lock:
         if _default is None:
@@ -145,10 +137,8 @@ def default_store() -> AnchorStore:
 
 
 def coerce_store(store: object, *, caller: str = "anchortrack.wrap()") -> AnchorStore:
-    """
-    Return the store *store* names: an `AnchorStore` as is, a spec string opened (may raise `ImportError` or
-    `OSError`); anything else raises `TypeError` naming what was given and what is accepted.
-    """
+    """Return the store *store* names: an `AnchorStore` as is, a spec string opened (may raise `ImportError`
+    or `OSError`); anything else raises `TypeError` naming what was given and what is accepted."""
     if isinstance(store, str):
         try:
             return open_store(store)

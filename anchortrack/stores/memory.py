@@ -58,8 +58,7 @@ class _Scope:
 
 
 class MemoryStore:
-    """
-    Anchors in this process's memory: bounded, LRU, TTL, thread- and task-safe.
+    """Anchors in this process's memory: bounded, LRU, TTL, thread- and task-safe.
 
     The default store; anchors do not survive a restart and are not shared between processes
     (`SQLiteStore` and `RedisStore` do that). An anchor counts as used when it is recorded, or

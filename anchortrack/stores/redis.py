@@ -1,5 +1,4 @@
-"""
-`RedisStore`: anchors shared by many workers and hosts (extra ``redis``), its keys, values and scripts.
+"""`RedisStore`: anchors shared by many workers and hosts (extra ``redis``), its keys, values and scripts.
 
 Key schema (see `KeySchema`), with the scope in a hash tag::
 
@@ -39,17 +38,15 @@ _Call = tuple[list[str], list[str | int]]  # keys, args
 
 
 class RedisStore:
-    """
-    Anchors in Redis: shared by every worker and host that uses one server.
+    """Anchors in Redis: shared by every worker and host that uses one server.
 
     One store serves sync and async callers when it has a client of each kind: build it with
     `from_url`, or pass a sync ``redis.Redis`` as *client* and a ``redis.asyncio.Redis`` as
     *async_client* (or an async client alone as *client*). A method without a client of its kind
-    raises `TypeError`. Errors are raised, never swallowed: clients from `from_url` time out fast and
-    never retry; clients you pass in keep their own settings (with ``decode_responses=True`` too).
-    An asyncio client is bound to the event loop it first runs on, so a store from `from_url` makes
-    one async client per event loop; an async client you pass in is used as given. Values hold only
-    counts, times and ids.
+    raises `TypeError`. Errors are raised, never swallowed: clients from `from_url` time out fast and never
+    retry; clients you pass in keep their own settings (with ``decode_responses=True`` too). An asyncio client
+    is bound to the event loop it first runs on, so a store from `from_url` makes one async client per event
+    loop; an async client you pass in is used as given. Values hold only counts, times and ids.
 
     Args:
         client: A ``redis.Redis`` or a ``redis.asyncio.Redis``.
@@ -103,8 +100,7 @@ class RedisStore:
         clock: Callable[[], float] = time.time,
         **kwargs: Any,
     ) -> RedisStore:
-        """
-        Build a store that owns a sync and an async client for *url* (`close` / `aclose` close them).
+        """Build a store that owns a sync and an async client for *url* (`close` / `aclose` close them).
 
         *url* is a ``redis://``, ``rediss://`` or ``unix://`` URL; *kwargs* go to both clients'
         ``from_url``, with ``socket_timeout`` and ``socket_connect_timeout`` 0.25 s unless given. The
@@ -254,10 +250,8 @@ def _is_async(client: object) -> bool:
 
 
 class KeySchema:
-    """
-    Key names: ``<prefix>:{<scope>}:`` and a kind (see the module's key schema). The scope's hash tag
-    keeps its keys on one Redis Cluster slot, where multi-key scripts stay legal.
-    """
+    """Key names: ``<prefix>:{<scope>}:`` and a kind (see the module's key schema). The scope's hash tag keeps
+    its keys on one Redis Cluster slot, where multi-key scripts stay legal."""
 
     def __init__(self, prefix: str) -> None:
         if not prefix or any(c.isspace() or c in FORBIDDEN_KEY_CHARS for c in prefix):
@@ -292,10 +286,8 @@ PARENT_VALUE_VERSION = "3"
 
 
 def encode_value(anchor: Anchor) -> str:
-    """
-    Encode all but the view (in the key) as in the module's key schema: the response id last, so it may
-    hold any character; the parent's length *n* in UTF-8 bytes; ASCII for ASCII ids (decoding clients).
-    """
+    """Encode all but the view (in the key) as in the module's key schema: the response id last, so it may
+    hold any character; the parent's length *n* in UTF-8 bytes; ASCII for ASCII ids (decoding clients)."""
     mac = anchor.mac.hex() if anchor.mac is not None else ""
     head = f"{anchor.count}|{anchor.created_at!r}|{anchor.expires_at!r}|{anchor.properties.hex()}|{mac}"
     if anchor.parent is None:

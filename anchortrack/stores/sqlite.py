@@ -1,5 +1,4 @@
-"""
-`SQLiteStore`: anchors in one SQLite file, shared by the processes of a host, and its schema.
+"""`SQLiteStore`: anchors in one SQLite file, shared by the processes of a host, and its schema.
 
 ``PRAGMA user_version`` holds the schema version; `MIGRATIONS` ``[i]`` takes a file from version
 ``i`` to ``i + 1``. To change the schema, append a migration; never edit a released one.
@@ -67,11 +66,10 @@ def schema_version(conn: sqlite3.Connection) -> int:
 
 
 def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -> int:
-    """
-    Bring the database to the newest schema (*migrations*, default `MIGRATIONS`); return the version it had.
-    One ``BEGIN IMMEDIATE`` transaction that re-reads the version, so processes opening one new file migrate
-    it once; *conn* must be in autocommit mode. A newer version than this code's raises `SchemaVersionError`.
-    """
+    """Bring the database to the newest schema (*migrations*, default `MIGRATIONS`); return the version it
+    had. One ``BEGIN IMMEDIATE`` transaction that re-reads the version, so processes opening one new file
+    migrate it once; *conn* must be in autocommit mode. A newer version than this code's raises
+    `SchemaVersionError`."""
     migrations = MIGRATIONS if migrations is None else migrations
     found = _known_version(conn, len(migrations))
     if found != len(migrations):
@@ -139,17 +137,15 @@ _FIND = f"SELECT {_COLUMNS} FROM anchors WHERE scope = ? AND expires_at > ? AND 
 
 
 class SQLiteStore:
-    """
-    Anchors in one SQLite file: survives restarts, shared by a host's processes.
+    """Anchors in one SQLite file: survives restarts, shared by a host's processes.
 
     The file is in WAL mode, so readers never wait for writers, and every write is one short
     ``BEGIN IMMEDIATE`` transaction. The connection is opened lazily, shared by the store's threads
     under one lock, and dropped after any SQLite error so the next call reconnects. Errors are
     raised, and quickly: a file locked by another writer raises ``sqlite3.OperationalError`` after
     *timeout* seconds, a read-only file at once. Expired rows are never returned; they are deleted on
-    the first write after opening and then every *sweep_every* writes. The schema is migrated on
-    open; a file from a newer anchortrack raises `SchemaVersionError`. An async client runs its
-    methods in a worker thread.
+    the first write after opening and then every *sweep_every* writes. The schema is migrated on open; a file
+    from a newer anchortrack raises `SchemaVersionError`. An async client runs its methods in a worker thread.
 
     Args:
         path: The database file (created if missing), or ``":memory:"`` (private to this store, and
