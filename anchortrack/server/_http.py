@@ -6,7 +6,7 @@ answer was read to the end, so a request costs its own bytes whatever the number
 (The general-purpose pool it replaces re-checked every idle connection's socket on each request and
 release: a quarter of the server's CPU at 32 concurrent conversations.)  The answer's body is framed
 by ``content-length``, ``transfer-encoding: chunked``, or the end of the connection.  A connection
-idle for `KEEPALIVE` seconds is closed rather than reused: servers close theirs at about that age.
+idle for `KEEPALIVE` seconds is closed rather than reused, and one the provider closed is never reused.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from urllib.parse import urlsplit
 
 
 _T = TypeVar("_T")
-#: Seconds an idle connection is kept for reuse; the most kept.
-KEEPALIVE, MAX_IDLE = 5.0, 100
+#: Seconds an idle connection is kept for reuse (a minute: opening one can cost a second with a full
+#: accept queue, or a TLS handshake); the most kept.
+KEEPALIVE, MAX_IDLE = 60.0, 100
 _READ = 65536
 _BROKEN = (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
 
