@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 _T = TypeVar("_T")
 #: Seconds an idle connection is kept for reuse (a minute: opening one can cost a second with a full
-#: accept queue, or a TLS handshake); the most kept.
-KEEPALIVE, MAX_IDLE = 60.0, 100
+#: accept queue, or a TLS handshake); the most kept idle; the most open (more requests wait their turn).
+KEEPALIVE, MAX_IDLE, MAX_OPEN = 60.0, 100, 1000
 _READ = 65536
 _BROKEN = (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
 
@@ -159,6 +159,7 @@ class Pool:
             raise ValueError("upstream headers must not contain line breaks")
         self._head = "".join(f"{name}: {value}\r\n" for name, value in fields.items()).encode("latin-1")
         self._idle: list[_Connection] = []
+        self._slots = asyncio.Semaphore(MAX_OPEN)
         self.closed = False
 
     async def _connection(self) -> _Connection:
@@ -176,7 +177,12 @@ class Pool:
 
     async def post(self, path: str, body: bytes) -> Response:
         """Send *body* (JSON) to *path* under the base URL; the answer once its headers arrived."""
-        connection = await self._connection()
+        await self._slots.acquire()
+        try:
+            connection = await self._connection()
+        except BaseException:
+            self._slots.release()
+            raise
         head = f"POST {self._path}{path} HTTP/1.1\r\ncontent-type: application/json\r\n"
         head += f"content-length: {len(body)}\r\n"
         try:
@@ -196,12 +202,14 @@ class Pool:
                 headers["connection"] = "close"
             return Response(self, connection, status, headers)
         except BaseException as error:
-            connection.close()
+            self.release(connection, reuse=False)
             if isinstance(error, ValueError):  # not HTTP
                 raise TransportError("RemoteProtocolError") from None
             raise
 
     def release(self, connection: _Connection, reuse: bool) -> None:
+        """Keep *connection* for the next request if *reuse*, else close it; either way its slot is free."""
+        self._slots.release()
         if not reuse or self.closed or len(self._idle) >= MAX_IDLE:
             connection.close()
             return

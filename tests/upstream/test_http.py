@@ -189,3 +189,28 @@ def test_nothing_listening_is_a_connect_error() -> None:
 def test_headers_that_would_split_the_request_are_refused() -> None:
     with pytest.raises(ValueError, match="line breaks"):
         Pool("http://127.0.0.1:9/v1", 2.0, None, {"x-extra": "a\r\nhost: evil"})
+
+
+def test_requests_past_the_open_connection_bound_wait_their_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `MAX_OPEN` 2, six concurrent requests are all answered over two connections."""
+    monkeypatch.setattr(_http, "MAX_OPEN", 2)
+    busy = {"now": 0, "most": 0}
+
+    async def slow(body: bytes) -> bytes:
+        busy["now"] += 1
+        busy["most"] = max(busy["most"], busy["now"])
+        await asyncio.sleep(0.05)
+        busy["now"] -= 1
+        return b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+    async def run() -> tuple[list[bytes], int]:
+        async with raw_server(slow) as (server, pool):
+
+            async def one() -> bytes:
+                return await (await pool.post("/c", b"{}")).read()
+
+            answers = await asyncio.gather(*(one() for _ in range(6)))
+            return answers, server.connections
+
+    assert ([b"ok"] * 6, 2) == asyncio.run(run())
+    assert 2 == busy["most"]
