@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
@@ -214,3 +218,35 @@ def test_requests_past_the_open_connection_bound_wait_their_turn(monkeypatch: py
 
     assert ([b"ok"] * 6, 2) == asyncio.run(run())
     assert 2 == busy["most"]
+
+
+def test_https_is_verified_against_the_given_trust_store(tmp_path: Path) -> None:
+    """Over TLS a request is answered (and its connection reused) when the provider's certificate is
+    trusted, and is a connect error when it is not: the pool never skips verification."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+
+    async def run(trusted: ssl.SSLContext) -> tuple[bytes, int]:
+        server = RawServer(fixed(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"))
+        listening = await asyncio.start_server(server.serve, "127.0.0.1", 0, ssl=served)
+        pool = Pool(f"https://127.0.0.1:{listening.sockets[0].getsockname()[1]}/v1", 5.0, trusted, {})
+        try:
+            answers = [await (await pool.post("/c", b"{}")).read() for _ in range(2)]
+            assert answers[0] == answers[1]
+            return answers[0], server.connections
+        finally:
+            await pool.aclose()
+            listening.close()
+
+    assert (b"ok", 1) == asyncio.run(run(ssl.create_default_context(cafile=str(cert))))
+    with pytest.raises(TransportError) as caught:
+        asyncio.run(run(ssl.create_default_context()))
+    assert "ConnectError" == caught.value.kind
