@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
 
 from anchortrack.server import ResponsesServer, Upstream
+from anchortrack.server._records import Row
+from anchortrack.server._sqlite import SQLiteResponseStore
 
 from .helpers import API_KEY
 from .provider import FakeProvider, Reply
@@ -107,3 +111,38 @@ def test_a_read_timeout_is_not_retried(provider: FakeProvider) -> None:
 
     assert 504 == caught.value.status_code
     assert 1 == len(provider.bodies)
+
+
+class _SlowDisk(SQLiteResponseStore):
+    """A SQLite store whose write of a response to the input ``SLOW`` waits a second, as on a busy disk."""
+
+    def _put(self, row: Row) -> None:
+        if "SLOW" in row.input_json:
+            time.sleep(1.0)
+        super()._put(row)
+
+
+def test_a_slow_sqlite_write_does_not_hold_the_other_requests(provider: FakeProvider, tmp_path: Path) -> None:
+    """While one response's save waits on the disk, a request sent after it is answered first: the save
+    runs off the event loop. Both are stored, each before its answer."""
+    store = _SlowDisk(tmp_path / "responses.db")
+    finished: dict[str, float] = {}
+    with ResponsesServer(
+        store=store, upstream=Upstream(provider.base_url, api_key=API_KEY, timeout=10)
+    ) as srv:
+
+        def send(text: str) -> None:
+            with openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0) as client:
+                answer = client.responses.create(model="m", input=text)
+            assert store.get(answer.id) is not None
+            finished[text] = time.monotonic()
+
+        slow = threading.Thread(target=send, args=("SLOW",))
+        slow.start()
+        time.sleep(0.3)
+        send("fast")
+        slow.join(30)
+        stored = store.count()
+
+    assert finished["fast"] < finished["SLOW"]
+    assert 2 == stored
