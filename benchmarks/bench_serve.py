@@ -17,10 +17,14 @@ async HTTP clients:
 4. Shutdown: a request still answering when ``--shutdown-timeout 1`` runs out: its status, content
    type, and the traceback lines the server logged.
 
-``--source DIR`` runs the servers from another checkout (e.g. the main branch, for a before/after
-table).  ``--smoke`` runs toy sizes in a few seconds (the test suite runs it).
+The load runs ``--rounds`` times, the servers taking turns within each round (all of them are up
+from the start, idle but for their turn), and each figure is the median over the rounds: on a
+shared machine the others' load drifts within minutes, so only figures taken side by side compare.
+``--baseline DIR`` adds ``serve`` from another checkout (e.g. the main branch) to those rounds, for a
+before/after table in one run; ``--source DIR`` runs every ``serve`` from another checkout.
+``--smoke`` runs toy sizes in a few seconds (the test suite runs it).
 
-    python benchmarks/bench_serve.py [--smoke] [--source DIR] [--json FILE]
+    python benchmarks/bench_serve.py [--smoke] [--rounds R] [--baseline DIR] [--source DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,7 +211,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(source: Path, workdir: Path, *options: str) -> Iterator[Server]:
+def serve(source: Path, workdir: Path, *options: str, name: str = "serve") -> Iterator[Server]:
     env = {**os.environ, "PYTHONPATH": str(source)}
     log = workdir / f"serve-{time.monotonic_ns()}.log"
     command = [sys.executable, "-m", "anchortrack", "serve", "--port", "0", *options]
@@ -220,7 +224,7 @@ def serve(source: Path, workdir: Path, *options: str) -> Iterator[Server]:
         line = process.stdout.readline()
         if " at " not in line:
             raise RuntimeError(f"serve did not start: {log.read_text()[-2000:]}")
-        yield Server("serve", process, line.split(" at ")[1].split(" ")[0], log)
+        yield Server(name, process, line.split(" at ")[1].split(" ")[0], log)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -466,20 +470,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--memory-responses", type=int, default=5000)
     parser.add_argument("--backlog", type=int, default=8, help="the provider's accept queue (default: 8)")
     parser.add_argument("--no-agentic", action="store_true", help="leave agentic-api out")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="load rounds, the servers taking turns (default: 3)"
+    )
+    parser.add_argument("--baseline", type=Path, help="also load serve from this checkout (before/after)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.conversations, args.turns, args.depth, args.memory_responses = "2", 4, 40, 100
+        args.conversations, args.turns, args.depth, args.memory_responses, args.rounds = "2", 4, 40, 100, 1
     sizes = [int(n) for n in args.conversations.split(",")]
     results: dict[str, Any] = {"load": {}, "depth": {}, "memory": {}}
     binary = None if args.no_agentic or args.smoke else agentic_binary()
     with tempfile.TemporaryDirectory() as tmp, FakeProvider(args.backlog) as provider:
         workdir = Path(tmp)
         stores = {"memory": "memory", "sqlite": f"sqlite:{workdir / 'serve.db'}"}
+        sources = {"serve": args.source, **({"before": args.baseline} if args.baseline else {})}
+        with ExitStack() as stack:
+            servers = [
+                stack.enter_context(serve(source, workdir, "--store", store.replace("serve.db", f"{who}.db"),
+                                          "--upstream", provider.base_url, name=f"{who}-{kind}"))
+                for who, source in sources.items() for kind, store in stores.items()
+            ]  # fmt: skip
+            if binary is not None:
+                servers.append(stack.enter_context(agentic(binary, provider.base_url, workdir)))
+            results["load"] = load_rounds(servers, provider, sizes, args.turns, args.rounds)
         for name, store in stores.items():
-            with serve(args.source, workdir, "--store", store, "--upstream", provider.base_url) as server:
-                for size in sizes:
-                    results["load"][f"serve-{name}/N={size}"] = run_load(server, provider, size, args.turns)
             with serve(args.source, workdir, "--store", store.replace("serve.db", "depth.db")) as server:
                 results["depth"][f"serve-{name}"] = run_depth(server, args.depth)
             in_process = store.replace("serve.db", "in-process.db")
@@ -487,16 +502,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             env = {**os.environ, "PYTHONPATH": str(args.source)}
             answer = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=600)
             results["depth"][f"server-{name} (in process)"] = json.loads(answer.stdout)
-        if binary is not None:
-            with agentic(binary, provider.base_url, workdir) as server:
-                for size in sizes:
-                    results["load"][f"agentic-api/N={size}"] = run_load(server, provider, size, args.turns)
-            for size in sizes:
-                theirs = results["load"][f"agentic-api/N={size}"]
-                for name in stores:
-                    ours = results["load"][f"serve-{name}/N={size}"]
-                    ours["rps_ratio"] = ours["rps"] / theirs["rps"]
-                    ours["cpu_ratio"] = ours["cpu_ms_per_request"] / theirs["cpu_ms_per_request"]
         with serve(args.source, workdir) as server:
             results["memory"]["unbounded"] = run_memory(server, args.memory_responses)
         bound = str(max(1, args.memory_responses // 5))
@@ -512,14 +517,50 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results
 
 
+def load_rounds(
+    servers: list[Server], provider: FakeProvider, sizes: list[int], turns: int, rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Each size's load on each server, *rounds* times in turn; the medians (and sums of counts), with
+    ratios to agentic-api's medians when it ran."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(rounds):
+        for size in sizes:
+            for server in servers:
+                runs.setdefault(f"{server.name}/N={size}", []).append(run_load(server, provider, size, turns))
+    load: dict[str, dict[str, Any]] = {}
+    for key, rows in runs.items():
+        row = {name: statistics.median(r[name] for r in rows) for name in MEDIANS}
+        row.update(
+            {name: sum(r[name] for r in rows) for name in ("requests", "errors", "upstream_connections")}
+        )
+        row["failures"] = {
+            why: sum(r["failures"].get(why, 0) for r in rows) for r in rows for why in r["failures"]
+        }
+        row["rounds"] = len(rows)
+        load[key] = row
+    for key, row in load.items():
+        theirs = load.get(f"agentic-api/N={key.split('=')[1]}")
+        if theirs is not None and not key.startswith("agentic-api"):
+            row["rps_ratio"] = row["rps"] / theirs["rps"]
+            row["cpu_ratio"] = row["cpu_ms_per_request"] / theirs["cpu_ms_per_request"]
+            row["p50_ratio"] = row["p50_ms"] / theirs["p50_ms"]
+            row["p99_ratio"] = row["p99_ms"] / theirs["p99_ms"]
+    return load
+
+
+MEDIANS = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request")
+
+
 def report(results: dict[str, Any]) -> None:
-    print("load (fake provider; ratios to agentic-api in this run)")
+    print("load (fake provider; medians over rounds; ratios to agentic-api's medians in this run)")
     for name, row in results["load"].items():
-        ratios = f"  rps {row['rps_ratio']:.2f}x  cpu {row['cpu_ratio']:.2f}x" if "rps_ratio" in row else ""
+        ratios = ""
+        if "rps_ratio" in row:
+            ratios = "  ".join(f"{what} {row[f'{what}_ratio']:.2f}x" for what in ("rps", "cpu", "p50", "p99"))
         latency = f"p50 {row['p50_ms']:6.1f} ms  p99 {row['p99_ms']:7.1f} ms"
         cost = f"cpu {row['cpu_ms_per_request']:5.2f} ms/req  errors {row['errors']:3}"
         links = f"upstream connections {row['upstream_connections']:4}"
-        print(f"  {name:24} {row['rps']:7.0f} req/s  {latency}  {cost}  {links}{ratios}")
+        print(f"  {name:24} {row['rps']:7.0f} req/s  {latency}  {cost}  {links}  {ratios}")
     print("depth (serve: scripted model over HTTP; server: constant-time model, no HTTP)")
     for name, row in results["depth"].items():
         print(f"  {name:24} " + "  ".join(f"{key} {value:.2f}" for key, value in row.items()))

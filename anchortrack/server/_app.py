@@ -48,6 +48,7 @@ from anchortrack.server._events import (
 from anchortrack.server._model import ModelReply
 from anchortrack.server._records import api_key, owner_digest, request_owner
 from anchortrack.server._request import decode_json
+from anchortrack.server._sqlite import SQLiteResponseStore
 from anchortrack.server._state import AsyncModel, PendingResponse, ServerState, Turn
 
 
@@ -236,7 +237,7 @@ def create_app(
             return _sse_response(_event_stream(server_state, pending))
         if pending.delay > 0:
             await asyncio.sleep(pending.delay)
-        server_state.save_final(pending)
+        await _save(server_state, pending)
         return JSONResponse(pending.response)
 
     async def retrieve_response(request: Request) -> Response:
@@ -324,7 +325,7 @@ async def _backend_response(state: ServerState, backend: AsyncModel, body: objec
     if not turn.request.stream:
         reply = await backend.reply(turn)
         pending = state.finish(turn, reply)
-        state.save_final(pending)
+        await _save(state, pending)
         return JSONResponse(pending.response)
     source = await backend.open_stream(turn)
     try:
@@ -334,6 +335,17 @@ async def _backend_response(state: ServerState, backend: AsyncModel, body: objec
         await _close(source)
         raise
     return _sse_response(_relay(state, turn, placeholder.response, source))
+
+
+async def _save(state: ServerState, pending: PendingResponse) -> None:
+    """
+    Save a finished response before answering; on SQLite in a worker thread, so that the event loop
+    serves the other requests meanwhile (a write can wait tens of milliseconds on a busy disk).
+    """
+    if isinstance(state.store, SQLiteResponseStore):
+        await asyncio.to_thread(state.save_final, pending)
+    else:
+        state.save_final(pending)
 
 
 async def _close(source: AsyncIterator[Any]) -> None:

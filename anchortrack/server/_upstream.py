@@ -4,9 +4,8 @@
 Each request's resolved context goes to ``{base_url}/chat/completions`` as
 chat ``messages`` (`anchortrack.server._translate`) and the reply comes back
 as Responses output (`anchortrack.server._reconstruct`), with any server
-speaking Chat Completions.  HTTP goes through the openai client's own async
-stack: one pooled client per server (keep-alive; HTTP/2 where the ``h2``
-package is installed and the provider speaks it), closed at shutdown.  A
+speaking Chat Completions.  HTTP/1.1 goes through one pool of keep-alive
+connections per server (`anchortrack.server._http`), closed at shutdown.  A
 connection error, a 408, 409, 429 or 5xx is retried as the openai SDK
 retries it (`RETRIES` times, exponential backoff from 0.5 s to 8 s less up
 to 25 % jitter, or the provider's ``Retry-After`` up to two minutes), always
@@ -26,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import importlib.util
+import importlib
 import json
 import logging
 import math
@@ -42,19 +41,14 @@ import openai
 
 from anchortrack.server._assembler import StreamAssembler
 from anchortrack.server._errors import APIError, server_error
+from anchortrack.server._http import Pool, Response, TransportError
 from anchortrack.server._model import ModelReply
 from anchortrack.server._reconstruct import MalformedReply, Origin, reconstruct, redact
 from anchortrack.server._translate import ChatPlan, build_chat_request
 
 
 if TYPE_CHECKING:
-    import httpx2 as httpx
-
     from anchortrack.server._state import Turn
-elif int(openai.__version__.split(".")[0]) >= 3:
-    import httpx2 as httpx
-else:
-    import httpx
 
 
 logger = logging.getLogger("anchortrack.server.upstream")
@@ -130,11 +124,12 @@ class Upstream:
         self._degrade = json_schema == "degrade"
         self.retries = retries
         self._ssl_context: ssl.SSLContext | None = None
-        self._pool: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
+        self._pool: tuple[asyncio.AbstractEventLoop, Pool] | None = None
         self._api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
         self._headers = {"accept": "application/json", **(headers or {})}
         if self._api_key:
             self._headers["authorization"] = f"Bearer {self._api_key}"
+        Pool(self.base_url, self.timeout, None, self._headers)  # refuses headers it could not send
 
     def __repr__(self) -> str:
         return f"<Upstream {self.name} model={self.model!r}>"
@@ -189,11 +184,11 @@ class Upstream:
         what = f"sent a reply that is not a Chat Completion: {reason}."
         return self._failed("anchortrack.server.upstream_malformed", what, 502, "upstream_bad_response")
 
-    def _transport_error(self, error: Exception) -> APIError:
-        if isinstance(error, httpx.TimeoutException):
+    def _transport_error(self, error: TransportError) -> APIError:
+        if error.timeout:
             what = f"did not answer within {self.timeout:g} seconds."
             return self._failed("anchortrack.server.upstream_timeout", what, 504, "upstream_timeout")
-        name = type(error).__name__
+        name = error.kind
         event = "anchortrack.server.upstream_unreachable"
         return self._failed(event, f"could not be reached ({name}).", 502, "upstream_unreachable", error=name)
 
@@ -207,20 +202,13 @@ class Upstream:
 
     # -- I/O --------------------------------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
-        """The pooled client of the running event loop (a client's connections belong to one loop)."""
+    def _client(self) -> Pool:
+        """The connection pool of the running event loop (a connection belongs to one loop)."""
         loop = asyncio.get_running_loop()
-        if self._pool is None or self._pool[0] is not loop or self._pool[1].is_closed:
-            if self._ssl_context is None:  # building one costs far more than a request on loopback
-                self._ssl_context = httpx.create_ssl_context()
-            client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout),
-                follow_redirects=False,
-                verify=self._ssl_context,
-                http2=importlib.util.find_spec("h2") is not None,
-                limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
-            )
-            self._pool = (loop, client)
+        if self._pool is None or self._pool[0] is not loop or self._pool[1].closed:
+            if self._ssl_context is None and self.base_url.startswith("https:"):
+                self._ssl_context = _ssl_context()  # building one costs far more than a request
+            self._pool = (loop, Pool(self.base_url, self.timeout, self._ssl_context, self._headers))
         return self._pool[1]
 
     async def aclose(self) -> None:
@@ -229,24 +217,18 @@ class Upstream:
         if pool is not None and pool[0] is asyncio.get_running_loop():
             await pool[1].aclose()
 
-    async def _post(self, plan: ChatPlan) -> httpx.Response:
+    async def _post(self, plan: ChatPlan) -> Response:
         """POST *plan*, retrying a connection error or a retryable status; the open response (or APIError)."""
         client = self._client()
+        body = json.dumps(plan.body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         for attempt in range(self.retries + 1):
-            request = client.build_request(
-                "POST", f"{self.base_url}/chat/completions", json=plan.body, headers=self._headers
-            )
             retry_after: float | None = None
             try:
-                response = await client.send(request, stream=True)
-            except httpx.TimeoutException as failure:
-                if attempt == self.retries or not isinstance(failure, httpx.ConnectTimeout):
+                response = await client.post("/chat/completions", body)
+            except TransportError as failure:
+                if attempt == self.retries or failure.kind == "ReadTimeout":
                     raise self._transport_error(failure) from None
-                reason = type(failure).__name__
-            except httpx.HTTPError as failure:
-                if attempt == self.retries:
-                    raise self._transport_error(failure) from None
-                reason = type(failure).__name__
+                reason = failure.kind
             else:
                 retry_after = _retry_after(response.headers)
                 if attempt == self.retries or not _retryable(response, retry_after):
@@ -261,18 +243,16 @@ class Upstream:
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _send(self, plan: ChatPlan) -> tuple[ChatPlan, httpx.Response]:
+    async def _send(self, plan: ChatPlan) -> tuple[ChatPlan, Response]:
         """POST *plan* (degrading ``json_schema`` once if refused); return the open response."""
         while True:
             response = await self._post(plan)
             if response.status_code < 400:
                 return plan, response
             try:
-                raw = await response.aread()
-            except httpx.HTTPError as failure:
+                raw = await response.read()
+            except TransportError as failure:
                 raise self._transport_error(failure) from None
-            finally:
-                await response.aclose()
             refusal = self._status_error(response.status_code, raw)
             if not self._refuses_json_schema(plan, refusal):
                 raise refusal
@@ -284,11 +264,9 @@ class Upstream:
         """Answer *turn* with one non-streamed Chat Completions call."""
         plan, response = await self._send(self.plan(turn))
         try:
-            raw = await response.aread()
-        except httpx.HTTPError as error:
+            raw = await response.read()
+        except TransportError as error:
             raise self._transport_error(error) from None
-        finally:
-            await response.aclose()
         try:
             completion = redact(json.loads(raw.decode("utf-8", "replace")), self._secret)
             return reconstruct(completion, plan, self._origin(plan, turn))
@@ -303,12 +281,12 @@ class Upstream:
         return self._events(response, plan, turn)
 
     async def _events(
-        self, response: httpx.Response, plan: ChatPlan, turn: Turn
+        self, response: Response, plan: ChatPlan, turn: Turn
     ) -> AsyncIterator[dict[str, Any] | ModelReply]:
         assembler = StreamAssembler(plan, self._origin(plan, turn), secret=self._secret)
         done = False
         try:
-            async for line in response.aiter_lines():
+            async for line in response.lines():
                 if not line.startswith("data:"):
                     continue  # blank lines, comments, event names
                 data = line[5:].strip()
@@ -326,7 +304,7 @@ class Upstream:
             if not done and assembler.completion()["choices"][0]["finish_reason"] is None:
                 raise MalformedReply("the stream ended before the reply was complete")
             events, reply = assembler.finish()
-        except httpx.HTTPError as error:
+        except TransportError as error:
             raise self._transport_error(error) from None
         except MalformedReply as error:
             raise self._malformed(str(error)) from None
@@ -338,7 +316,14 @@ class Upstream:
             await response.aclose()
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
+def _ssl_context() -> ssl.SSLContext:
+    """The openai client's trust store (its HTTP library's context)."""
+    name = "httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx"
+    context: ssl.SSLContext = importlib.import_module(name).create_ssl_context()
+    return context
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds the provider asks to wait (``retry-after-ms``, ``retry-after`` seconds or date), or None."""
     for header, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
         try:
@@ -350,7 +335,7 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     return None if date is None else float(email.utils.mktime_tz(date) - time.time())
 
 
-def _retryable(response: httpx.Response, retry_after: float | None) -> bool:
+def _retryable(response: Response, retry_after: float | None) -> bool:
     """Whether the openai SDK would retry this answer."""
     if retry_after is not None and retry_after > _MAX_RETRY_AFTER:
         return False

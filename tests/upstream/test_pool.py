@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
 
 from anchortrack.server import ResponsesServer, Upstream
+from anchortrack.server._records import Row
+from anchortrack.server._sqlite import SQLiteResponseStore
 
 from .helpers import API_KEY
 from .provider import FakeProvider, Reply
@@ -107,3 +111,50 @@ def test_a_read_timeout_is_not_retried(provider: FakeProvider) -> None:
 
     assert 504 == caught.value.status_code
     assert 1 == len(provider.bodies)
+
+
+class _SlowDisk(SQLiteResponseStore):
+    """A SQLite store whose write of a response to the input ``SLOW`` waits a second, as on a busy disk."""
+
+    writing = threading.Event()
+    written = 0.0
+
+    def _put(self, row: Row) -> None:
+        if "SLOW" in row.input_json:
+            self.writing.set()
+            time.sleep(1.0)
+            self.written = time.monotonic()
+        super()._put(row)
+
+
+def test_a_slow_sqlite_write_does_not_stop_the_event_loop(provider: FakeProvider, tmp_path: Path) -> None:
+    """While one response's save waits on the disk, the server keeps answering what needs no store (here
+    an unknown route, in OpenAI's shape) before that write ends: the save runs off the event loop. The
+    slow response is stored before its answer. (Requests that read the store wait for the write.)"""
+    store = _SlowDisk(tmp_path / "responses.db")
+    finished: dict[str, float] = {}
+    with ResponsesServer(
+        store=store, upstream=Upstream(provider.base_url, api_key=API_KEY, timeout=10)
+    ) as srv:
+
+        def send() -> None:
+            with openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0) as client:
+                answer = client.responses.create(model="m", input="SLOW")
+            assert store.get(answer.id) is not None
+            finished["SLOW"] = time.monotonic()
+
+        slow = threading.Thread(target=send)
+        slow.start()
+        assert store.writing.wait(30)
+        with (
+            openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0) as client,
+            pytest.raises(openai.NotFoundError) as caught,
+        ):
+            client.models.list()
+        finished["other"] = time.monotonic()
+        slow.join(30)
+        stored = store.count()
+
+    assert "Invalid URL (GET /v1/models)" == caught.value.body["message"]  # type: ignore[index]
+    assert finished["other"] < store.written < finished["SLOW"]
+    assert 1 == stored
