@@ -7,16 +7,22 @@ answer was read to the end, so a request costs its own bytes whatever the number
 release: a quarter of the server's CPU at 32 concurrent conversations.)  The answer's body is framed
 by ``content-length``, ``transfer-encoding: chunked``, or the end of the connection.  A connection
 idle for `KEEPALIVE` seconds is closed rather than reused, and one the provider closed is never reused.
+A proxy the environment names for the provider (``HTTPS_PROXY``/``HTTP_PROXY``, ``NO_PROXY``; an
+``http://`` proxy, with credentials if its URL has them) is used as an HTTP client uses it: a ``CONNECT``
+tunnel for https, the absolute URL for http.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import socket
 import ssl
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 
 _T = TypeVar("_T")
@@ -49,6 +55,23 @@ async def _timed(awaitable: Awaitable[_T], timeout: float, phase: str) -> _T:
         if phase == "Connect":
             raise TransportError("ConnectError") from None
         raise TransportError("ReadError" if isinstance(error, OSError) else "RemoteProtocolError") from None
+
+
+def proxy_for(base_url: str) -> tuple[str, int, str | None] | None:
+    """The proxy the environment names for *base_url*: its host, port and ``proxy-authorization``."""
+    parts = urlsplit(base_url)
+    url = urllib.request.getproxies().get(parts.scheme)
+    if not url or urllib.request.proxy_bypass(parts.netloc):
+        return None
+    proxy = urlsplit(url if "://" in url else f"http://{url}")
+    if proxy.scheme != "http":
+        raise ValueError(f"the upstream goes through http:// proxies only, not {url!r}")
+    user = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}" if proxy.username else None
+    return (
+        proxy.hostname or "",
+        proxy.port or 80,
+        user and "Basic " + base64.b64encode(user.encode()).decode(),
+    )
 
 
 class _Connection:
@@ -153,7 +176,12 @@ class Pool:
         self.timeout = timeout
         host = f"[{self._host}]" if ":" in self._host else self._host
         default_port = self._port == (443 if self._tls else 80)
-        fields = {"host": host if default_port else f"{host}:{self._port}", "user-agent": "anchortrack"}
+        self._origin = f"{host}:{self._port}"
+        fields = {"host": host if default_port else self._origin, "user-agent": "anchortrack"}
+        self._proxy = proxy_for(base_url)
+        if self._proxy and not self._tls:  # plain http through a proxy: the absolute URL, its credentials
+            self._path = f"http://{self._origin}{self._path}"
+            fields.update({"proxy-authorization": self._proxy[2]} if self._proxy[2] else {})
         fields.update({name.lower(): value for name, value in headers.items()})
         if any(c in f"{name}{value}" for name, value in fields.items() for c in "\r\n\0"):
             raise ValueError("upstream headers must not contain line breaks")
@@ -169,11 +197,40 @@ class Pool:
             if connection.reusable(now):
                 return connection
             connection.close()
-        server_hostname = self._host if self._tls else None
-        opening = asyncio.open_connection(
-            self._host, self._port, ssl=self._tls, server_hostname=server_hostname
-        )
+        if self._proxy is None:
+            server_hostname = self._host if self._tls else None
+            opening = asyncio.open_connection(
+                self._host, self._port, ssl=self._tls, server_hostname=server_hostname
+            )
+        else:
+            opening = self._tunnel() if self._tls else asyncio.open_connection(*self._proxy[:2])
         return _Connection(*await _timed(opening, self.timeout, "Connect"), self.timeout)
+
+    async def _tunnel(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TLS connection to the provider through the proxy's ``CONNECT`` tunnel."""
+        assert self._proxy is not None
+        host, port, auth = self._proxy
+        loop = asyncio.get_running_loop()
+        family, kind, proto, _, address = (await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+            auth_line = f"proxy-authorization: {auth}\r\n" if auth else ""
+            ask = f"CONNECT {self._origin} HTTP/1.1\r\nhost: {self._origin}\r\n{auth_line}\r\n"
+            await loop.sock_sendall(sock, ask.encode("latin-1"))
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                piece = await loop.sock_recv(sock, 4096)
+                if not piece or len(answer) > 65536:
+                    raise ConnectionError("the proxy closed the tunnel")
+                answer += piece
+            if answer.split(b" ", 2)[1:2] != [b"200"]:
+                raise ConnectionError("the proxy refused the tunnel")
+            return await asyncio.open_connection(sock=sock, ssl=self._tls, server_hostname=self._host)
+        except BaseException:
+            sock.close()
+            raise
 
     async def post(self, path: str, body: bytes) -> Response:
         """Send *body* (JSON) to *path* under the base URL; the answer once its headers arrived."""

@@ -250,3 +250,93 @@ def test_https_is_verified_against_the_given_trust_store(tmp_path: Path) -> None
     with pytest.raises(TransportError) as caught:
         asyncio.run(run(ssl.create_default_context()))
     assert "ConnectError" == caught.value.kind
+
+
+class Proxy:
+    """An HTTP proxy: ``CONNECT`` tunnels and absolute-URL requests relayed to the origin."""
+
+    def __init__(self) -> None:
+        self.asked: list[bytes] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.asked.append(head)
+        method, target, rest = head.split(b" ", 2)
+        if method == b"CONNECT":
+            host, port = target.rsplit(b":", 1)
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:  # http://host:port/path: the origin gets the path
+            host, _, path = target.removeprefix(b"http://").partition(b"/")
+            host, port = host.rsplit(b":", 1)
+            head = b" ".join((method, b"/" + path, rest))
+        origin_reader, origin_writer = await asyncio.open_connection(host.decode(), int(port))
+        if method != b"CONNECT":
+            origin_writer.write(head)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            while piece := await source.read(65536):
+                sink.write(piece)
+                await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, origin_writer), pipe(origin_reader, writer), return_exceptions=True)
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_proxy_the_environment_names_carries_the_requests(
+    scheme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HTTP(S)_PROXY`` is used as an HTTP client uses it (a tunnel for https, the absolute URL for http,
+    its credentials sent to the proxy only), the connection kept alive; ``NO_PROXY`` goes direct."""
+    served: ssl.SSLContext | None = None
+    trusted: ssl.SSLContext | None = None
+    if scheme == "https":
+        if shutil.which("openssl") is None:
+            pytest.skip("needs the openssl command to make a certificate")
+        cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+             "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+             "-keyout", str(key), "-out", str(cert)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        served.load_cert_chain(cert, key)
+        trusted = ssl.create_default_context(cafile=str(cert))
+
+    async def run(no_proxy: str) -> tuple[list[bytes], RawServer, Proxy]:
+        server, proxy = RawServer(fixed(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")), Proxy()
+        origin = await asyncio.start_server(server.serve, "127.0.0.1", 0, ssl=served)
+        relay = await asyncio.start_server(proxy.serve, "127.0.0.1", 0)
+        monkeypatch.setenv(
+            f"{scheme}_proxy", f"http://us%40er:p%3Ass@127.0.0.1:{relay.sockets[0].getsockname()[1]}"
+        )
+        monkeypatch.setenv("no_proxy", no_proxy)
+        pool = Pool(f"{scheme}://127.0.0.1:{origin.sockets[0].getsockname()[1]}/v1", 5.0, trusted, {})
+        try:
+            return [await (await pool.post("/c", b"{}")).read() for _ in range(2)], server, proxy
+        finally:
+            await pool.aclose()
+            origin.close()
+            relay.close()
+
+    answers, server, proxy = asyncio.run(run(""))
+    assert [b"ok", b"ok"] == answers
+    assert 1 == server.connections == len(proxy.asked)  # one connection through the proxy, kept alive
+    credentials = b"proxy-authorization: Basic dXNAZXI6cDpzcw=="  # base64 of "us@er:p:ss"
+    assert credentials in proxy.asked[0]
+    assert proxy.asked[0].startswith(
+        b"CONNECT 127.0.0.1:" if scheme == "https" else b"POST http://127.0.0.1:"
+    )
+    assert all(b"/v1/c HTTP/1.1" in head for head in server.heads)
+    if scheme == "https":  # the tunnel's requests are the provider's alone
+        assert not any(b"proxy-authorization" in head for head in server.heads)
+
+    answers, server, proxy = asyncio.run(run("127.0.0.1"))
+    assert ([b"ok", b"ok"], 1, []) == (answers, server.connections, proxy.asked)
+
+
+def test_a_proxy_other_than_http_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("https_proxy", "socks5://127.0.0.1:1080")
+    with pytest.raises(ValueError, match="http:// proxies only"):
+        Pool("https://api.example.com/v1", 5.0, None, {})
