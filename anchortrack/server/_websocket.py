@@ -17,7 +17,6 @@ import logging
 import re
 import secrets
 import threading
-from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -69,11 +68,8 @@ class CreateEvent:
 
 def event_stream_id(event: object) -> str | None:
     """The event's ``stream_id`` when it is a valid one (what error frames echo)."""
-    if isinstance(event, dict):
-        value = event.get("stream_id")
-        if isinstance(value, str) and _STREAM_ID.fullmatch(value):
-            return value
-    return None
+    value = event.get("stream_id") if isinstance(event, dict) else None
+    return value if isinstance(value, str) and _STREAM_ID.fullmatch(value) else None
 
 
 def parse_client_event(event: object) -> CreateEvent:
@@ -94,8 +90,8 @@ def parse_client_event(event: object) -> CreateEvent:
         raise _errors.invalid_value(
             "type", f"Invalid value: '{kind}'. This server supports only 'response.create'."
         )
-    stream_id = event.get("stream_id")
-    if stream_id is not None and not (isinstance(stream_id, str) and _STREAM_ID.fullmatch(stream_id)):
+    stream_id = event_stream_id(event)
+    if stream_id is None and event.get("stream_id") is not None:
         raise _errors.bad_request(
             "stream_id",
             "invalid_stream_id",
@@ -285,10 +281,8 @@ class WebSocketHub:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                raw = message.get("text")
-                if raw is None:
-                    raw = message.get("bytes") or b""
-                await self._receive(conn, raw)
+                text = message.get("text")
+                await self._receive(conn, (message.get("bytes") or b"") if text is None else text)
         except Exception:
             logger.error("anchortrack.server.websocket_failed", exc_info=True)
             await conn.close(1011)
@@ -305,13 +299,15 @@ class WebSocketHub:
     async def _receive(self, conn: _Connection, raw: str | bytes) -> None:
         data = raw.encode() if isinstance(raw, str) else raw
         try:
-            decoded = decode_json(data)
+            decoded, undecodable = decode_json(data), None
         except APIError as error:
-            self._record(ReceivedFrame(conn.id, len(data), None))
-            await conn.send(error_frame(error, None))
-            return
-        self._record(ReceivedFrame(conn.id, len(data), decoded))
+            decoded, undecodable = None, error
+        if self.state.record:
+            with self._lock:
+                self._received.append(ReceivedFrame(conn.id, len(data), decoded))
         try:
+            if undecodable is not None:
+                raise undecodable
             event = parse_client_event(decoded)
             lane = event.stream_id
             if lane is not None and lane not in conn.named:
@@ -328,29 +324,19 @@ class WebSocketHub:
             conn.workers[lane] = asyncio.create_task(self._work(conn, queue))
         queue.put_nowait(event)
 
-    def _record(self, frame: ReceivedFrame) -> None:
-        if self.state.record:
-            with self._lock:
-                self._received.append(frame)
-
     async def _work(self, conn: _Connection, queue: asyncio.Queue[CreateEvent]) -> None:
         """One lane: its creates, FIFO, one at a time."""
         while not conn.closed:
             await self._respond(conn, await queue.get())
 
-    def _link(self, conn: _Connection) -> Callable[[str], ChainLink | None]:
-        def link(response_id: str) -> ChainLink | None:
+    async def _respond(self, conn: _Connection, event: CreateEvent) -> None:
+        def link(response_id: str) -> ChainLink | None:  # this socket's cache, then (without ZDR) the store
             with self._lock:
                 cached = conn.cache.lookup(response_id)
-            if cached is not None:
-                return cached
-            if self.state.zdr:
-                return None
-            return self.state.link(response_id, conn.owner)
+            return (
+                cached if cached is not None or self.state.zdr else self.state.link(response_id, conn.owner)
+            )
 
-        return link
-
-    async def _respond(self, conn: _Connection, event: CreateEvent) -> None:
         parent = event.body.get("previous_response_id")
         parent = parent if isinstance(parent, str) else None
         with self._lock:
@@ -363,29 +349,20 @@ class WebSocketHub:
                     "The WebSocket mode is not served in front of an upstream provider; "
                     "send this request over HTTP (POST /v1/responses).",
                 )
-            pending = self.state.prepare(
-                event.body, owner=conn.owner, link=self._link(conn), generate=event.generate
-            )
+            pending = self.state.prepare(event.body, owner=conn.owner, link=link, generate=event.generate)
         except APIError as error:
             if parent is not None:
                 with self._lock:
                     conn.cache.evict_referenced(event.stream_id, parent)
             await conn.send(error_frame(error, event.stream_id))
             return
-        stored = pending.request.store and not self.state.zdr
-        to_save = pending
-        if stored and parent_cached and self.state.link(str(parent), conn.owner) is None:
+        to_save = pending if pending.request.store and not self.state.zdr else None
+        if to_save is not None and parent_cached and self.state.link(str(parent), conn.owner) is None:
             # The parent lives only in this socket's cache: store the whole context.
             flat = dataclasses.replace(
                 pending.request, previous_response_id=None, input_items=list(pending.context)
             )
             to_save = dataclasses.replace(pending, request=flat)
-        await self._stream(conn, event, pending, to_save if stored else None)
-
-    async def _stream(
-        self, conn: _Connection, event: CreateEvent, pending: PendingResponse, to_save: PendingResponse | None
-    ) -> None:
-        """Send *pending*'s events (see `ServerState.live_events`); cache it before the terminal one."""
         if to_save is not None:
             try:
                 self.state.save_in_progress(to_save)
@@ -393,12 +370,14 @@ class WebSocketHub:
                 logger.error("anchortrack.server.save_failed", exc_info=True)
                 await conn.send(error_frame(_errors.save_failed(), event.stream_id))
                 return
+        # *pending*'s events (see `ServerState.live_events`), caching it before the terminal one
         lane_id = {} if event.stream_id is None else {"stream_id": event.stream_id}
         async with aclosing(self.state.live_events(pending, to_save)) as events:
             async for item in events:
                 if item["type"] == "error":  # the final save failed
-                    frame = error_frame(_errors.save_failed(), event.stream_id, item["sequence_number"])
-                    await conn.send(frame)
+                    await conn.send(
+                        error_frame(_errors.save_failed(), event.stream_id, item["sequence_number"])
+                    )
                     return
                 if item["type"] in TERMINAL_EVENTS.values():
                     self._update_cache(conn, event.stream_id, pending)
