@@ -84,7 +84,6 @@ class Model(Protocol):
         self, context: Sequence[Item], *, instructions: str | Sequence[Any] | None = None
     ) -> ModelReply:
         """Answer the resolved *context*."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,6 @@ class AsyncModel(Protocol):
 
     async def reply(self, turn: Turn) -> ModelReply:
         """Answer *turn* (non-streamed)."""
-        ...
 
     async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
         """Start answering *turn* as a stream; return once the backend accepted it.
@@ -121,7 +119,6 @@ class AsyncModel(Protocol):
         The iterator gives output item events (no sequence numbers, no lifecycle events), then the final
         `ModelReply`.
         """
-        ...
 
 
 @dataclass
@@ -304,9 +301,8 @@ class ServerState:
         warm-up).
         """
         turn = self.resolve(body, owner=owner, link=link)
-        if not generate:
-            return self.finish(turn, ModelReply(status="completed"))
-        return self.finish(turn, self.model.respond(turn.context, instructions=turn.request.instructions))
+        reply = self.model.respond(turn.context, instructions=turn.request.instructions) if generate else None
+        return self.finish(turn, reply or ModelReply(status="completed"))
 
     def resolve(
         self,
