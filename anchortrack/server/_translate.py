@@ -57,20 +57,16 @@ def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+#: Content part type → its field holding text.
+_TEXT_FIELDS: dict[object, str] = {"refusal": "refusal", **dict.fromkeys(TEXT_PARTS, "text")}
+
+
 def _text_of(content: object) -> str:
     if isinstance(content, str):
         return content
-    if not isinstance(content, list):
-        return ""
-    texts = []
-    for part in content:
-        if not isinstance(part, dict):
-            continue
-        if part.get("type") in TEXT_PARTS and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
-    return "\n".join(texts)
+    parts = [part for part in content if isinstance(part, dict)] if isinstance(content, list) else []
+    texts = [part.get(field) for part in parts if (field := _TEXT_FIELDS.get(part.get("type")))]
+    return "\n".join(text for text in texts if isinstance(text, str))
 
 
 def _chat_part(part: Item) -> Item | None:
