@@ -106,12 +106,6 @@ def _tool_call(call: Item) -> Item:
     return {"id": call["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _answered_call(item: Item) -> str | None:
-    """The call id a tool output *item* names."""
-    spec = ITEM_TYPES[item["type"]]
-    return next((item[key] for key in spec.call_keys if isinstance(item.get(key), str)), None)
-
-
 def build_messages(context: Sequence[Item], instructions: str | list[Any] | None) -> list[Message]:
     """The chat ``messages`` for *instructions* and the resolved *context*."""
     messages: list[Message] = []
@@ -133,7 +127,8 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
     outputs: dict[str, Item] = {}
     for item in items:
         if bridged_call(OUTPUTS.get(str(item.get("type")))) is not None:
-            call_id = _answered_call(item)
+            keys = ITEM_TYPES[item["type"]].call_keys  # naming the call it answers
+            call_id = next((item[key] for key in keys if isinstance(item.get(key), str)), None)
             if call_id is not None:
                 outputs.setdefault(call_id, item)
     texts: list[str] = []

@@ -232,40 +232,11 @@ class WebSocketHub:
         self._connections: dict[str, _Connection] = {}
         self._received: list[ReceivedFrame] = []
 
-    # -- what tests read and drive (thread-safe) ------------------------------------
-
-    def forget(self, response_id: str) -> bool:
-        """Evict *response_id* from every connection's cache; return whether one held it."""
-        with self._lock:
-            found = [conn.cache.forget(response_id) for conn in self._connections.values()]
-        return any(found)
-
     @property
     def received(self) -> list[ReceivedFrame]:
         """Every client frame received on any connection, in arrival order."""
         with self._lock:
             return list(self._received)
-
-    def reset_received(self) -> None:
-        """Forget the recorded client frames."""
-        with self._lock:
-            self._received.clear()
-
-    async def drop(self, connection_id: str, code: int = DEFAULT_DROP_CODE, *, when: str = "now") -> None:
-        """Close a connection from the server side with *code* (on the server's event loop).
-
-        *when* is ``"now"``, or ``"after_created"``: right after the ``response.created`` of the next create
-        it serves (that response still completes, as over HTTP when the client goes away).
-
-        Raises:
-            KeyError: No open connection has this id.
-        """
-        with self._lock:
-            conn = self._connections[connection_id]
-        if when == "after_created":
-            conn.drop_after_created = code
-        else:
-            await conn.close(code, "dropped by the test hook")
 
     # -- serving --------------------------------------------------------------------
 
@@ -440,22 +411,29 @@ class WebSocketHub:
                 raise _errors.invalid_value(
                     "when", f"Invalid value: {when!r}. Supported: 'now', 'after_created'."
                 )
-            try:
-                await self.drop(connection_id, code, when=when)
-            except KeyError:
-                raise APIError(404, f"WebSocket connection '{connection_id}' not found.") from None
+            with self._lock:
+                conn = self._connections.get(connection_id)
+            if conn is None:
+                raise APIError(404, f"WebSocket connection '{connection_id}' not found.")
+            if when == "after_created":  # right after the response.created of its next create
+                conn.drop_after_created = code
+            else:
+                await conn.close(code, "dropped by the test hook")
             return JSONResponse({"id": connection_id, "code": code, "when": when})
 
-        async def forget(request: Request) -> Response:
+        async def forget(request: Request) -> Response:  # evict a response from every connection's cache
             response_id = request.path_params["response_id"]
-            if not self.forget(response_id):
+            with self._lock:
+                found = [conn.cache.forget(response_id) for conn in self._connections.values()]
+            if not any(found):
                 raise _errors.response_not_found(response_id)
             return JSONResponse({"id": response_id, "forgotten": True})
 
         async def requests(request: Request) -> Response:
-            if request.method == "DELETE":
-                self.reset_received()
-            data = [dataclasses.asdict(frame) for frame in self.received]
+            with self._lock:
+                if request.method == "DELETE":
+                    self._received.clear()
+                data = [dataclasses.asdict(frame) for frame in self._received]
             return JSONResponse({"object": "list", "data": data})
 
         return [
