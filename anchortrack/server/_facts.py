@@ -70,7 +70,6 @@ class Facts:
 
     @staticmethod
     def of(items: Iterable[Item]) -> Facts:
-        """The facts of *items*."""
         return EMPTY_FACTS.extend(items)
 
     def extend(self, items: Iterable[Item], named: dict[str, Item] | None = None) -> Facts:

@@ -168,8 +168,7 @@ class ScriptedModel:
         after = context[user_index + 1 :]
         tags = f"[ctx:{context_digest(context)}] [items:{len(context)}]"
         instructions_tag = instructions_digest(instructions)
-        if instructions_tag is not None:
-            tags += f" [instr:{instructions_tag}]"
+        tags += f" [instr:{instructions_tag}]" if instructions_tag is not None else ""
         delay = script.sleep_ms / 1000.0
         if script.fail:
             error = {"code": "server_error", "message": "The scripted model failed as asked (!fail)."}

@@ -67,11 +67,10 @@ FINISH_REASONS: dict[str | None, Outcome] = {
 
 def map_finish_reason(reason: object) -> Outcome:
     """The outcome for a provider's ``finish_reason``."""
-    if reason is None or isinstance(reason, str):
-        known = FINISH_REASONS.get(reason)
-        if known is not None:
-            return known
-    return Outcome("failed", error=f"The upstream provider returned an unexpected finish reason: {reason!r}.")
+    known = FINISH_REASONS.get(reason) if reason is None or isinstance(reason, str) else None
+    return known or Outcome(
+        "failed", error=f"The upstream provider returned an unexpected finish reason: {reason!r}."
+    )
 
 
 def arguments_text(arguments: object) -> str:

@@ -38,9 +38,8 @@ def owner_digest(api_key: str | None) -> str:
     """
     if not api_key:
         return ""
-    return hashlib.sha256(
-        b"anchortrack-serve-owner\0" + api_key.encode("utf-8", "surrogatepass")
-    ).hexdigest()[:32]
+    salted = b"anchortrack-serve-owner\0" + api_key.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(salted).hexdigest()[:32]
 
 
 def api_key(headers: Mapping[str, str]) -> str | None:
@@ -153,7 +152,6 @@ def _json(value: object) -> str:
 
 
 def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> Row:
-    """Encode *record* with its store times."""
     input_json, output_json = _json(record.input_items), _json(record.output)
     head = (record.id, record.previous_response_id, record.status, created_at, expires_at)
     return Row(*head, input_json, output_json, _json(record.response), record.owner)
@@ -181,7 +179,6 @@ def decode_row(row: Row) -> StoredResponse:
 
 
 def row_link(row: Row) -> ChainLink:
-    """Decode the chain data of a row."""
     return ChainLink(**_chain_fields(row), output=json.loads(row.output_json), created_at=row.created_at)
 
 
@@ -252,7 +249,6 @@ class ResponseStore:
         return None if row is None else row_link(row)
 
     def now(self) -> float:
-        """The store's clock."""
         return self._clock()
 
     def generation(self) -> object:

@@ -207,7 +207,6 @@ class ServerState:
             return copy.deepcopy(self._requests)
 
     def reset_requests(self) -> None:
-        """Forget the recorded request bodies."""
         with self._lock:
             self._requests.clear()
 

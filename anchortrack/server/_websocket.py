@@ -241,7 +241,6 @@ class WebSocketHub:
     # -- serving --------------------------------------------------------------------
 
     async def serve(self, websocket: WebSocket) -> None:
-        """Serve one socket until it closes."""
         await websocket.accept()
         conn = _Connection(websocket, f"ws_{secrets.token_hex(12)}")
         with self._lock:
