@@ -81,7 +81,7 @@ KNOWN_PARAMETERS: frozenset[str] = frozenset(
 )
 
 
-def _required(
+def required(
     mapping: dict[str, Any], name: str, param: str, kind: type | tuple[type, ...], expected: str
 ) -> Any:
     """*mapping*'s value of *name*: present (not null) and of *kind*, else refused as *param*."""
@@ -127,9 +127,9 @@ def _check_item(item: object, where: str) -> Item:
                     raise invalid_type(f"{where}.content[{index}]", "an object", part)
         return item
     for name in item_type(kind).required:
-        _required(item, name, f"{where}.{name}", str, "a string")
+        required(item, name, f"{where}.{name}", str, "a string")
     if item_type(OUTPUTS.get(kind)).paired:  # the output of a call the context checks pair
-        _required(item, "output", f"{where}.output", (str, list), "a string or an array")
+        required(item, "output", f"{where}.output", (str, list), "a string or an array")
     return item
 
 
@@ -149,7 +149,7 @@ def parse_create_request(body: object) -> CreateRequest:
     for key in body:
         if key not in KNOWN_PARAMETERS:
             raise unknown_parameter(str(key))
-    model = _required(body, "model", "model", str, "a string")
+    model = required(body, "model", "model", str, "a string")
     for names, types, expected in _OPTIONAL:
         for name in names:
             value = body.get(name)

@@ -31,7 +31,7 @@ from anchortrack.server._chain import CHAINABLE_STATUSES
 from anchortrack.server._errors import APIError
 from anchortrack.server._events import TERMINAL_EVENTS
 from anchortrack.server._records import ChainLink, request_owner
-from anchortrack.server._request import decode_json
+from anchortrack.server._request import decode_json, required
 from anchortrack.server._state import PendingResponse, ServerState
 
 
@@ -81,11 +81,7 @@ def parse_client_event(event: object) -> CreateEvent:
     """
     if not isinstance(event, dict):
         raise _errors.invalid_type("event", "an object", event)
-    kind = event.get("type")
-    if kind is None:
-        raise _errors.missing_parameter("type")
-    if not isinstance(kind, str):
-        raise _errors.invalid_type("type", "a string", kind)
+    kind = required(event, "type", "type", str, "a string")
     if kind != "response.create":
         raise _errors.invalid_value(
             "type", f"Invalid value: '{kind}'. This server supports only 'response.create'."
