@@ -498,10 +498,8 @@ class ServerState:
         items = _unwind(record.id, own_input, record.previous_response_id, ancestor, self.max_depth)
         if order == "desc":
             items.reverse()
-        start = 0
-        if after is not None:
-            ids = [item.get("id") for item in items]
-            start = ids.index(after) + 1 if after in ids else len(items)
+        ids = [item.get("id") for item in items]
+        start = 0 if after is None else ids.index(after) + 1 if after in ids else len(items)
         page = items[start : start + limit]
         first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
         return {
