@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -121,16 +121,12 @@ class AsyncModel(Protocol):
         """
 
 
-@dataclass
-class PendingResponse:
-    """A validated, answered create request that is not yet (fully) saved."""
+@dataclass(frozen=True)
+class PendingResponse(Turn):
+    """An answered `Turn` not yet (fully) saved: its *response* object, sent after *delay* seconds."""
 
-    request: CreateRequest
-    response: dict[str, Any]
-    context: list[Item]
-    delay: float
-    owner: str = ""
-    ancestry: Ancestry = EMPTY
+    response: dict[str, Any] = field(default_factory=dict)
+    delay: float = 0.0
 
     @property
     def input_items(self) -> list[Item]:
@@ -351,9 +347,7 @@ class ServerState:
             context=turn.context,
             announce=self.announce_per_request,
         )
-        pending = PendingResponse(
-            turn.request, response, turn.context, reply.delay, turn.owner, turn.ancestry
-        )
+        pending = PendingResponse(**vars(turn), response=response, delay=reply.delay)
         if record and self.record:
             with self._lock:
                 for link in turn.chain:

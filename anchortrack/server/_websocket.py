@@ -54,9 +54,6 @@ _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _DROP_WHEN = ("now", "after_created")
 
 
-# -- pure parts --------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class CreateEvent:
     """A validated ``response.create`` client event: its lane, warm-up flag and ``POST`` body."""
@@ -156,9 +153,6 @@ class ConnectionCache:
         self._latest.clear()
 
 
-# -- one connection ----------------------------------------------------------------
-
-
 class _Connection:
     """One open socket: its cache, lanes, workers and a serialized sender."""
 
@@ -200,9 +194,6 @@ class _Connection:
                 logger.debug("anchortrack.server.websocket_close_failed", exc_info=True)
 
 
-# -- the hub -----------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ReceivedFrame:
     """One client frame as received: its connection, size in bytes and decoded JSON (or ``None``)."""
@@ -233,8 +224,6 @@ class WebSocketHub:
         """Every client frame received on any connection, in arrival order."""
         with self._lock:
             return list(self._received)
-
-    # -- serving --------------------------------------------------------------------
 
     async def serve(self, websocket: WebSocket) -> None:
         await websocket.accept()
@@ -374,8 +363,6 @@ class WebSocketHub:
         error = _errors.bad_request(None, "websocket_connection_limit_reached", message)
         await conn.send(error_frame(error, None))
         await conn.close(1001, "connection limit reached")
-
-    # -- test hooks -----------------------------------------------------------------
 
     def test_routes(self) -> list[Route]:
         """The WebSocket test hooks under ``/_test/websockets``: list, drop, evict, recorded frames."""
