@@ -99,7 +99,6 @@ class StreamAssembler:
         return live, item_events(item, live.index)[: 2 if kind == "message" else 1]
 
     def _item_delta(self, key: str, kind: str, delta: str) -> list[Event]:
-        """The events for *delta* of the item streamed as *key*, opening it first if need be."""
         events: list[Event] = []
         live = self._live.get(key)
         if live is None:

@@ -48,7 +48,6 @@ class Ancestry:
 
     @staticmethod
     def of(chain: Sequence[ChainLink], generation: object) -> Ancestry:
-        """The ancestry of a walked *chain* (oldest first)."""
         heads = tuple(link.head for link in chain)
         items = tuple(chain_items(chain))
         owners = frozenset(head.owner for head in heads)

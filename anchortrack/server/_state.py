@@ -371,9 +371,8 @@ class ServerState:
 
     def save_in_progress(self, pending: PendingResponse) -> None:
         """Store the response as ``in_progress`` (streams, before ``response.created``)."""
-        if not pending.request.store:
-            return
-        self.store.save(self._record(pending, in_progress_snapshot(pending.response)))
+        if pending.request.store:
+            self.store.save(self._record(pending, in_progress_snapshot(pending.response)))
 
     def save_final(self, pending: PendingResponse, *, overwrite: bool = False) -> None:
         """Store the finished response (before its id or terminal event is sent)."""

@@ -42,7 +42,6 @@ class ChatPlan:
 
     @property
     def may_call_tools(self) -> bool:
-        """Whether the reply may contain tool calls."""
         return bool(self.body.get("tools")) and self.body.get("tool_choice") != "none"
 
     def degraded(self) -> ChatPlan:
