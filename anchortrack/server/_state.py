@@ -352,11 +352,8 @@ class ServerState:
             with self._lock:
                 for link in turn.chain:
                     self._seen.setdefault(link.id, (link.previous_response_id, link.input_items, link.output))
-                self._seen[turn.response_id] = (
-                    turn.request.previous_response_id,
-                    pending.input_items,
-                    reply.output,
-                )
+                own = (turn.request.previous_response_id, pending.input_items, reply.output)
+                self._seen[turn.response_id] = own
         return pending
 
     def _record(self, pending: PendingResponse, response: dict[str, Any]) -> StoredResponse:

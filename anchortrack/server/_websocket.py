@@ -344,8 +344,7 @@ class WebSocketHub:
                     return
 
     def _update_cache(self, conn: _Connection, lane: Lane, pending: PendingResponse) -> None:
-        response = pending.response
-        parent = pending.request.previous_response_id
+        response, parent = pending.response, pending.request.previous_response_id
         with self._lock:
             if response["status"] in CHAINABLE_STATUSES:
                 conn.cache.remember(
