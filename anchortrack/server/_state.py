@@ -173,11 +173,9 @@ class ServerState:
     ) -> None:
         self._clock: Clock = clock or time.time
         self._owns_store = isinstance(store, str)
-        self.store: ResponseStore = (
-            open_store(store, retention=retention, clock=self._clock, max_responses=max_responses)
-            if isinstance(store, str)
-            else store
-        )
+        if isinstance(store, str):
+            store = open_store(store, retention=retention, clock=self._clock, max_responses=max_responses)
+        self.store = store
         self.max_depth = max_depth
         self.model: Model = model or ScriptedModel()
         self.backend = backend
