@@ -221,10 +221,8 @@ def _tool_choice(choice: object) -> object:
     kind = choice.get("type")
     spec = bridged_call(CALL_OF_TOOL.get(str(kind)))
     if spec is not None:
-        return {
-            "type": "function",
-            "function": {"name": choice.get("name") if "name" in spec.required else kind},
-        }
+        name = choice.get("name") if "name" in spec.required else kind
+        return {"type": "function", "function": {"name": name}}
     if kind == "allowed_tools":
         return "required" if choice.get("mode") == "required" else "auto"
     message = f"tool_choice of type '{kind}' is not supported by the upstream provider."

@@ -131,11 +131,10 @@ class ConnectionCache:
 
     def evict_referenced(self, lane: Lane, response_id: str) -> bool:
         """After a failed create on *lane* that referenced *response_id*: evict it if it is that lane's."""
-        link = self._latest.get(lane)
-        if link is None or link.id != response_id:
-            return False
-        del self._latest[lane]
-        return True
+        found = lane in self._latest and self._latest[lane].id == response_id
+        if found:
+            del self._latest[lane]
+        return found
 
     def forget(self, response_id: str) -> bool:
         """Drop *response_id* from every lane; return whether it was cached."""
