@@ -32,6 +32,7 @@ imported on first use.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from anchortrack.server._errors import APIError
@@ -71,8 +72,6 @@ def __getattr__(name: str) -> Any:
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
@@ -84,6 +83,5 @@ def __getattr__(name: str) -> Any:
             "pip install 'anchortrack[server]'",
             name=error.name,
         ) from error
-    value = getattr(module, name)
-    globals()[name] = value
+    globals()[name] = value = getattr(module, name)
     return value

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anchortrack.server._events import item_events
+from anchortrack.server._items import ITEM_TYPES
 from anchortrack.server._model import ModelReply, message_item, new_id
 from anchortrack.server._reconstruct import (
     REDACTED,
@@ -33,9 +34,19 @@ Event = dict[str, Any]
 
 
 @dataclass
-class _Lag:
-    """Holds back the tail of a delta stream that could still grow into *secret*."""
+class _Call:
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
 
+
+@dataclass
+class _Live:
+    """An item opened in the stream; its deltas' tail is held back while it could still grow into *secret*."""
+
+    kind: str
+    index: int
+    item_id: str
     secret: str | None
     pending: str = ""
 
@@ -50,23 +61,6 @@ class _Lag:
     def flush(self) -> str:
         text, self.pending = self.pending, ""
         return text
-
-
-@dataclass
-class _Call:
-    call_id: str = ""
-    name: str = ""
-    arguments: str = ""
-
-
-@dataclass
-class _Live:
-    """An item opened in the stream."""
-
-    kind: str
-    index: int
-    item_id: str
-    lag: _Lag
 
 
 @dataclass
@@ -89,8 +83,8 @@ class StreamAssembler:
     _usage: object = None
     _live: dict[str, _Live] = field(default_factory=dict)
 
-    def _open(self, key: str, kind: str, prefix: str) -> tuple[_Live, list[Event]]:
-        live = _Live(kind, len(self._live), new_id(prefix), _Lag(self.secret))
+    def _open(self, key: str, kind: str) -> tuple[_Live, list[Event]]:
+        live = _Live(kind, len(self._live), new_id(ITEM_TYPES[kind].prefix), self.secret)
         self._live[key] = live
         item: Item
         if kind == "reasoning":
@@ -104,13 +98,12 @@ class StreamAssembler:
         # the opening events of the item as a whole stream announces it (a message's first part too)
         return live, item_events(item, live.index)[: 2 if kind == "message" else 1]
 
-    def _item_delta(self, kind: str, prefix: str, delta: str) -> list[Event]:
-        """The events for *delta* of the reasoning or message item, opening it first if need be."""
+    def _item_delta(self, key: str, kind: str, delta: str) -> list[Event]:
         events: list[Event] = []
-        live = self._live.get(kind)
+        live = self._live.get(key)
         if live is None:
-            live, events = self._open(kind, kind, prefix)
-        return events + _delta_events(live, live.lag.push(delta))
+            live, events = self._open(key, kind)
+        return events + _delta_events(live, live.push(delta))
 
     def _call_delta(self, position: int, raw: object) -> list[Event]:
         if not isinstance(raw, dict):
@@ -140,15 +133,10 @@ class StreamAssembler:
         key = f"call:{index}"
         if not call.name or restored_type(self.plan, call.name) != "function_call":
             return []
-        events: list[Event] = []
-        live = self._live.get(key)
-        if live is None:
-            if not call.call_id:
-                call.call_id = new_id("call")
-            live, events = self._open(key, "function_call", "fc")
+        if key not in self._live:
+            call.call_id = call.call_id or new_id("call")
             delta = call.arguments  # everything so far
-        events += _delta_events(live, live.lag.push(delta))
-        return events
+        return self._item_delta(key, "function_call", delta)
 
     def feed(self, chunk: object) -> list[Event]:
         """Take one decoded chunk; return the events it produces.
@@ -175,12 +163,12 @@ class StreamAssembler:
             reasoning = reasoning_text(delta)
             if reasoning:
                 self._reasoning.append(reasoning)
-                events += self._item_delta("reasoning", "rs", reasoning)
+                events += self._item_delta("reasoning", "reasoning", reasoning)
             text = content_text(delta.get("content"), "a chunk's content")
             if text:
                 self._text.append(text)
                 if not self.plan.may_call_tools:
-                    events += self._item_delta("message", "msg", text)
+                    events += self._item_delta("message", "message", text)
             calls = delta.get("tool_calls") or []
             if not isinstance(calls, list):
                 raise MalformedReply("a chunk's tool_calls is not a list")
@@ -232,7 +220,7 @@ class StreamAssembler:
                 closing.append((next_index, _added_and_done(item, next_index)))
                 next_index += 1
             else:
-                closing.append((live.index, _delta_events(live, live.lag.flush()) + _closing(item, live)))
+                closing.append((live.index, _delta_events(live, live.flush()) + _closing(item, live)))
         closing.sort(key=lambda pair: pair[0])
         return [event for _, announced in closing for event in announced], reply
 

@@ -62,11 +62,7 @@ def resolve_chain(
 
 def chain_items(chain: Sequence[ChainLink]) -> list[Item]:
     """Every input and output item of *chain* (oldest first), without instructions."""
-    items: list[Item] = []
-    for record in chain:
-        items.extend(record.input_items)
-        items.extend(record.output)
-    return items
+    return [item for link in chain for item in [*link.input_items, *link.output]]
 
 
 # -- id resolution, as OpenAI does it ------------------------------------------------------------

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from anchortrack.server._chain import chain_items
 from anchortrack.server._facts import EMPTY_FACTS, Facts
 from anchortrack.server._records import ChainLink, Head, ResponseStore
 
@@ -47,9 +48,8 @@ class Ancestry:
 
     @staticmethod
     def of(chain: Sequence[ChainLink], generation: object) -> Ancestry:
-        """The ancestry of a walked *chain* (oldest first)."""
         heads = tuple(link.head for link in chain)
-        items = tuple(item for link in chain for item in [*link.input_items, *link.output])
+        items = tuple(chain_items(chain))
         owners = frozenset(head.owner for head in heads)
         oldest = min((h.created_at for h in heads), default=math.inf)
         return Ancestry(heads, items, generation, owners, oldest, Facts.of(items))

@@ -74,18 +74,15 @@ def invalid_json() -> APIError:
 
 
 def invalid_type(param: str, expected: str, value: object) -> APIError:
-    """A parameter has the wrong JSON type."""
     message = f"Invalid type for '{param}': expected {expected}, but got {json_type_name(value)} instead."
     return bad_request(param, "invalid_type", message)
 
 
 def missing_parameter(param: str) -> APIError:
-    """A required parameter is absent."""
     return bad_request(param, "missing_required_parameter", f"Missing required parameter: '{param}'.")
 
 
 def unknown_parameter(param: str) -> APIError:
-    """A parameter the Responses API does not know."""
     return bad_request(param, "unknown_parameter", f"Unknown parameter: '{param}'.")
 
 

@@ -78,14 +78,8 @@ def item_events(item: Item, index: int) -> list[Event]:
         events.extend(
             {"type": "response.function_call_arguments.delta", **where, "delta": chunk} for chunk in chunks
         )
-        events.append(
-            {
-                "type": "response.function_call_arguments.done",
-                **where,
-                "name": item.get("name"),
-                "arguments": arguments,
-            }
-        )
+        done = {"type": "response.function_call_arguments.done", **where, "name": item.get("name")}
+        events.append({**done, "arguments": arguments})
     elif kind == "reasoning":
         for summary_index, part in enumerate(item.get("summary") or []):
             where = {"item_id": item_id, "output_index": index, "summary_index": summary_index}

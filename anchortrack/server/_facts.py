@@ -70,7 +70,6 @@ class Facts:
 
     @staticmethod
     def of(items: Iterable[Item]) -> Facts:
-        """The facts of *items*."""
         return EMPTY_FACTS.extend(items)
 
     def extend(self, items: Iterable[Item], named: dict[str, Item] | None = None) -> Facts:
@@ -187,11 +186,7 @@ def context_facts(context: Sequence[Item]) -> Facts:
 
 
 def check_context(context: Sequence[Item]) -> None:
-    """Refuse a resolved *context* the real API refuses (`Facts.check`).
-
-    Raises:
-        APIError: As `Facts.check` does.
-    """
+    """Refuse a resolved *context* the real API refuses, raising as `Facts.check` does."""
     facts = context_facts(context)
     if facts.references:
         named: dict[str, Item] = {}

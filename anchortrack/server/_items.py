@@ -135,15 +135,13 @@ def _apply_patch(arguments: dict[str, Any]) -> Item | None:
 def output_text(item: Item) -> str:
     """The text of a tool output *item*: its string, its text parts joined, else its JSON."""
     output = item.get("output")
-    if isinstance(output, str):
-        return output
     if isinstance(output, list):
         return "".join(
             part["text"]
             for part in output
             if isinstance(part, dict) and part.get("type") in TEXT_PARTS and isinstance(part.get("text"), str)
         )
-    return "" if output is None else to_json(output)
+    return _as_json(item)
 
 
 def _as_json(item: Item) -> str:

@@ -69,9 +69,3 @@ class MemoryResponseStore(ResponseStore):
             if response_id not in self._links:
                 self._links[response_id] = row_link(row)
             return self._links[response_id]
-
-    def clear(self) -> None:
-        """Forget every record."""
-        with self._lock:
-            self._rows.clear()
-            self._links.clear()

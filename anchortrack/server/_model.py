@@ -95,22 +95,13 @@ def _is_user_message(item: Item) -> bool:
     return item.get("role") == "user" and item.get("type", "message") in ("message", None)
 
 
-def _texts(parts: list[Any]) -> list[str]:
-    return [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
-
-
-def _message_text(content: object) -> str:
-    """The text of a message's ``content`` (a string, or parts with ``text``, one per line)."""
-    if isinstance(content, str):
-        return content
-    return "\n".join(_texts(content)) if isinstance(content, list) else ""
-
-
-def _output_text(output: object) -> str:
-    """A tool output as the ``tool results`` reply lists it."""
-    if isinstance(output, str):
-        return output
-    return "".join(_texts(output)) if isinstance(output, list) else canonical_json(output)
+def _text(value: object, separator: str, otherwise: str) -> str:
+    """*value* as text: a string as it is, its parts' ``text`` joined by *separator*, else *otherwise*."""
+    if not isinstance(value, list):
+        return value if isinstance(value, str) else otherwise
+    return separator.join(
+        part["text"] for part in value if isinstance(part, dict) and isinstance(part.get("text"), str)
+    )
 
 
 def message_item(text: str, *, item_id: str, status: str) -> Item:
@@ -164,12 +155,11 @@ class ScriptedModel:
         users = (index for index in reversed(range(len(context))) if _is_user_message(context[index]))
         user_index = next(users, -1)  # the last user message
         last = context[user_index] if user_index >= 0 else None
-        script = Script() if last is None else parse_script(_message_text(last.get("content")))
+        script = Script() if last is None else parse_script(_text(last.get("content"), "\n", ""))
         after = context[user_index + 1 :]
         tags = f"[ctx:{context_digest(context)}] [items:{len(context)}]"
         instructions_tag = instructions_digest(instructions)
-        if instructions_tag is not None:
-            tags += f" [instr:{instructions_tag}]"
+        tags += f" [instr:{instructions_tag}]" if instructions_tag is not None else ""
         delay = script.sleep_ms / 1000.0
         if script.fail:
             error = {"code": "server_error", "message": "The scripted model failed as asked (!fail)."}
@@ -187,7 +177,7 @@ class ScriptedModel:
                 output.extend(self._call(name, arguments) for name, arguments in script.calls)
             else:
                 outputs = [item.get("output") for item in after if item.get("type") == "function_call_output"]
-                results = " | ".join(_output_text(value) for value in outputs)
+                results = " | ".join(_text(value, "", canonical_json(value)) for value in outputs)
                 output.append(self._message(f"tool results: {results} {tags}"))
         else:
             output.append(self._message(echo))

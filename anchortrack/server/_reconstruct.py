@@ -67,11 +67,10 @@ FINISH_REASONS: dict[str | None, Outcome] = {
 
 def map_finish_reason(reason: object) -> Outcome:
     """The outcome for a provider's ``finish_reason``."""
-    if reason is None or isinstance(reason, str):
-        known = FINISH_REASONS.get(reason)
-        if known is not None:
-            return known
-    return Outcome("failed", error=f"The upstream provider returned an unexpected finish reason: {reason!r}.")
+    known = FINISH_REASONS.get(reason) if reason is None or isinstance(reason, str) else None
+    return known or Outcome(
+        "failed", error=f"The upstream provider returned an unexpected finish reason: {reason!r}."
+    )
 
 
 def arguments_text(arguments: object) -> str:
@@ -94,23 +93,16 @@ def restore_tool_call(
     Falls back to a ``function_call`` when the arguments do not fit the requested type.
     """
     kind = restored_type(plan, provider_name)
-    restore = ITEM_TYPES[kind].restore
-    if restore is not None:
+    spec = ITEM_TYPES[kind]
+    if spec.restore is not None:
         try:
             parsed = json.loads(arguments)
         except ValueError:
             parsed = None
-        fields = restore(parsed) if isinstance(parsed, dict) else None
+        fields = spec.restore(parsed) if isinstance(parsed, dict) else None
         if fields is not None:
-            item = {
-                "id": item_id or new_id(ITEM_TYPES[kind].prefix),
-                "type": kind,
-                "call_id": call_id,
-                **fields,
-            }
-            if "name" in ITEM_TYPES[kind].required:
-                item["name"] = provider_name
-            return item
+            item = {"id": item_id or new_id(spec.prefix), "type": kind, "call_id": call_id, **fields}
+            return item | ({"name": provider_name} if "name" in spec.required else {})
     return {
         "id": item_id if item_id and item_id.startswith("fc_") else new_id("fc"),
         "type": "function_call",

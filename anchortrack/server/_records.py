@@ -38,9 +38,8 @@ def owner_digest(api_key: str | None) -> str:
     """
     if not api_key:
         return ""
-    return hashlib.sha256(
-        b"anchortrack-serve-owner\0" + api_key.encode("utf-8", "surrogatepass")
-    ).hexdigest()[:32]
+    salted = b"anchortrack-serve-owner\0" + api_key.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(salted).hexdigest()[:32]
 
 
 def api_key(headers: Mapping[str, str]) -> str | None:
@@ -86,7 +85,6 @@ class StoredResponse:
 
     @property
     def output(self) -> list[Item]:
-        """The response's output items."""
         output = self.response.get("output")
         return list(output) if isinstance(output, list) else []
 
@@ -119,7 +117,6 @@ class ChainLink:
 
     @property
     def head(self) -> Head:
-        """Its `Head`."""
         return Head(self.id, self.previous_response_id, self.status, self.owner, self.created_at)
 
     def item(self, item_id: str) -> Item | None:
@@ -155,18 +152,9 @@ def _json(value: object) -> str:
 
 
 def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> Row:
-    """Encode *record* with its store times."""
-    return Row(
-        id=record.id,
-        previous_response_id=record.previous_response_id,
-        status=record.status,
-        created_at=created_at,
-        expires_at=expires_at,
-        input_json=_json(record.input_items),
-        output_json=_json(record.output),
-        response_json=_json(record.response),
-        owner=record.owner,
-    )
+    input_json, output_json = _json(record.input_items), _json(record.output)
+    head = (record.id, record.previous_response_id, record.status, created_at, expires_at)
+    return Row(*head, input_json, output_json, _json(record.response), record.owner)
 
 
 def _chain_fields(row: Row) -> dict[str, Any]:
@@ -191,13 +179,7 @@ def decode_row(row: Row) -> StoredResponse:
 
 
 def row_link(row: Row) -> ChainLink:
-    """Decode the chain data of a row."""
     return ChainLink(**_chain_fields(row), output=json.loads(row.output_json), created_at=row.created_at)
-
-
-def row_head(row: Row) -> Head:
-    """The `Head` of a row."""
-    return Head(row.id, row.previous_response_id, row.status, row.owner, row.created_at)
 
 
 class ResponseStore:
@@ -243,7 +225,8 @@ class ResponseStore:
 
     def _heads(self, ids: Sequence[str], now: float) -> list[Head]:
         """The `Head` of each row of *ids* live at *now* (a backend may read them in one go)."""
-        return [row_head(row) for response_id in ids if (row := self._live(response_id, now)) is not None]
+        rows = [row for response_id in ids if (row := self._live(response_id, now)) is not None]
+        return [Head(row.id, row.previous_response_id, row.status, row.owner, row.created_at) for row in rows]
 
     def _transaction(self) -> AbstractContextManager[object]:
         """What a read-check-write runs under: the lock."""
@@ -266,7 +249,6 @@ class ResponseStore:
         return None if row is None else row_link(row)
 
     def now(self) -> float:
-        """The store's clock."""
         return self._clock()
 
     def generation(self) -> object:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,30 +58,19 @@ def user_message(text: str) -> Item:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _of(*types: type) -> Callable[[object], bool]:
-    return lambda value: isinstance(value, types)
-
-
-# (parameters, check, expected-type wording), checked in this order; None is always allowed.
-_OPTIONAL: list[tuple[tuple[str, ...], Callable[[object], bool], str]] = [
-    (("store", "stream", "background", "parallel_tool_calls"), _of(bool), "a boolean"),
-    (("tools", "include"), _of(list), "an array"),
-    (("tool_choice",), _of(str, dict), "a string or an object"),
-    (("metadata", "text", "reasoning", "stream_options"), _of(dict), "an object"),
-    (("temperature", "top_p"), _is_number, "a decimal"),
-    (("top_logprobs", "max_output_tokens", "max_tool_calls"), _is_int, "an integer"),
-    (("user", "safety_identifier", "prompt_cache_key", "service_tier", "truncation"), _of(str), "a string"),
-    (("previous_response_id",), _of(str), "a string"),
-    (("conversation",), _of(str, dict), "a string or an object"),
-    (("instructions",), _of(str, list), "a string or an array of input items"),
+# (parameters, accepted types, expected-type wording), checked in this order; None is always allowed, a
+# boolean only where it is expected.
+_OPTIONAL: list[tuple[tuple[str, ...], tuple[type, ...], str]] = [
+    (("store", "stream", "background", "parallel_tool_calls"), (bool,), "a boolean"),
+    (("tools", "include"), (list,), "an array"),
+    (("tool_choice",), (str, dict), "a string or an object"),
+    (("metadata", "text", "reasoning", "stream_options"), (dict,), "an object"),
+    (("temperature", "top_p"), (int, float), "a decimal"),
+    (("top_logprobs", "max_output_tokens", "max_tool_calls"), (int,), "an integer"),
+    (("user", "safety_identifier", "prompt_cache_key", "service_tier", "truncation"), (str,), "a string"),
+    (("previous_response_id",), (str,), "a string"),
+    (("conversation",), (str, dict), "a string or an object"),
+    (("instructions",), (str, list), "a string or an array of input items"),
 ]
 
 #: Every body parameter of ``POST /v1/responses`` (openai 3.54 and the spec).
@@ -93,7 +81,7 @@ KNOWN_PARAMETERS: frozenset[str] = frozenset(
 )
 
 
-def _required(
+def required(
     mapping: dict[str, Any], name: str, param: str, kind: type | tuple[type, ...], expected: str
 ) -> Any:
     """*mapping*'s value of *name*: present (not null) and of *kind*, else refused as *param*."""
@@ -139,9 +127,9 @@ def _check_item(item: object, where: str) -> Item:
                     raise invalid_type(f"{where}.content[{index}]", "an object", part)
         return item
     for name in item_type(kind).required:
-        _required(item, name, f"{where}.{name}", str, "a string")
+        required(item, name, f"{where}.{name}", str, "a string")
     if item_type(OUTPUTS.get(kind)).paired:  # the output of a call the context checks pair
-        _required(item, "output", f"{where}.output", (str, list), "a string or an array")
+        required(item, "output", f"{where}.output", (str, list), "a string or an array")
     return item
 
 
@@ -161,11 +149,13 @@ def parse_create_request(body: object) -> CreateRequest:
     for key in body:
         if key not in KNOWN_PARAMETERS:
             raise unknown_parameter(str(key))
-    model = _required(body, "model", "model", str, "a string")
-    for names, check, expected in _OPTIONAL:
+    model = required(body, "model", "model", str, "a string")
+    for names, types, expected in _OPTIONAL:
         for name in names:
-            if body.get(name) is not None and not check(body[name]):
-                raise invalid_type(name, expected, body[name])
+            value = body.get(name)
+            accepted = isinstance(value, types) and (bool in types or not isinstance(value, bool))
+            if value is not None and not accepted:
+                raise invalid_type(name, expected, value)
     max_output_tokens = body.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 16:
         raise bad_request(
@@ -247,24 +237,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _is_text(value: str) -> bool:
-    """False for a string holding a lone surrogate (JSON can escape one; it is not text)."""
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_value(value: Any) -> None:
-    """Refuse a decoded body nested deeper than MAX_JSON_DEPTH or holding a string that is not text."""
+    """Refuse a decoded body nested deeper than MAX_JSON_DEPTH or holding a string that is not text (JSON can
+    escape a lone surrogate)."""
     stack = [(value, 1)]
     while stack:
         node, level = stack.pop()
-        if isinstance(node, str) and not _is_text(node):
-            raise invalid_json()
+        if isinstance(node, str) and not node.isascii():
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise invalid_json() from None
         if isinstance(node, (dict, list)):
             if level > MAX_JSON_DEPTH:
                 raise APIError(400, f"Invalid body: JSON nested deeper than {MAX_JSON_DEPTH} levels.")

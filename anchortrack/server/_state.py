@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -84,7 +84,6 @@ class Model(Protocol):
         self, context: Sequence[Item], *, instructions: str | Sequence[Any] | None = None
     ) -> ModelReply:
         """Answer the resolved *context*."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,6 @@ class AsyncModel(Protocol):
 
     async def reply(self, turn: Turn) -> ModelReply:
         """Answer *turn* (non-streamed)."""
-        ...
 
     async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
         """Start answering *turn* as a stream; return once the backend accepted it.
@@ -121,19 +119,14 @@ class AsyncModel(Protocol):
         The iterator gives output item events (no sequence numbers, no lifecycle events), then the final
         `ModelReply`.
         """
-        ...
 
 
-@dataclass
-class PendingResponse:
-    """A validated, answered create request that is not yet (fully) saved."""
+@dataclass(frozen=True)
+class PendingResponse(Turn):
+    """An answered `Turn` not yet (fully) saved: its *response* object, sent after *delay* seconds."""
 
-    request: CreateRequest
-    response: dict[str, Any]
-    context: list[Item]
-    delay: float
-    owner: str = ""
-    ancestry: Ancestry = EMPTY
+    response: dict[str, Any] = field(default_factory=dict)
+    delay: float = 0.0
 
     @property
     def input_items(self) -> list[Item]:
@@ -180,11 +173,9 @@ class ServerState:
     ) -> None:
         self._clock: Clock = clock or time.time
         self._owns_store = isinstance(store, str)
-        self.store: ResponseStore = (
-            open_store(store, retention=retention, clock=self._clock, max_responses=max_responses)
-            if isinstance(store, str)
-            else store
-        )
+        if isinstance(store, str):
+            store = open_store(store, retention=retention, clock=self._clock, max_responses=max_responses)
+        self.store = store
         self.max_depth = max_depth
         self.model: Model = model or ScriptedModel()
         self.backend = backend
@@ -210,7 +201,6 @@ class ServerState:
             return copy.deepcopy(self._requests)
 
     def reset_requests(self) -> None:
-        """Forget the recorded request bodies."""
         with self._lock:
             self._requests.clear()
 
@@ -304,9 +294,8 @@ class ServerState:
         warm-up).
         """
         turn = self.resolve(body, owner=owner, link=link)
-        if not generate:
-            return self.finish(turn, ModelReply(status="completed"))
-        return self.finish(turn, self.model.respond(turn.context, instructions=turn.request.instructions))
+        reply = self.model.respond(turn.context, instructions=turn.request.instructions) if generate else None
+        return self.finish(turn, reply or ModelReply(status="completed"))
 
     def resolve(
         self,
@@ -356,18 +345,13 @@ class ServerState:
             context=turn.context,
             announce=self.announce_per_request,
         )
-        pending = PendingResponse(
-            turn.request, response, turn.context, reply.delay, turn.owner, turn.ancestry
-        )
+        pending = PendingResponse(**vars(turn), response=response, delay=reply.delay)
         if record and self.record:
             with self._lock:
                 for link in turn.chain:
                     self._seen.setdefault(link.id, (link.previous_response_id, link.input_items, link.output))
-                self._seen[turn.response_id] = (
-                    turn.request.previous_response_id,
-                    pending.input_items,
-                    reply.output,
-                )
+                own = (turn.request.previous_response_id, pending.input_items, reply.output)
+                self._seen[turn.response_id] = own
         return pending
 
     def _record(self, pending: PendingResponse, response: dict[str, Any]) -> StoredResponse:
@@ -382,9 +366,8 @@ class ServerState:
 
     def save_in_progress(self, pending: PendingResponse) -> None:
         """Store the response as ``in_progress`` (streams, before ``response.created``)."""
-        if not pending.request.store:
-            return
-        self.store.save(self._record(pending, in_progress_snapshot(pending.response)))
+        if pending.request.store:
+            self.store.save(self._record(pending, in_progress_snapshot(pending.response)))
 
     def save_final(self, pending: PendingResponse, *, overwrite: bool = False) -> None:
         """Store the finished response (before its id or terminal event is sent)."""
@@ -503,10 +486,8 @@ class ServerState:
         items = _unwind(record.id, own_input, record.previous_response_id, ancestor, self.max_depth)
         if order == "desc":
             items.reverse()
-        start = 0
-        if after is not None:
-            ids = [item.get("id") for item in items]
-            start = ids.index(after) + 1 if after in ids else len(items)
+        ids = [item.get("id") for item in items]
+        start = 0 if after is None else ids.index(after) + 1 if after in ids else len(items)
         page = items[start : start + limit]
         first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
         return {

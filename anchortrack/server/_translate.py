@@ -42,7 +42,6 @@ class ChatPlan:
 
     @property
     def may_call_tools(self) -> bool:
-        """Whether the reply may contain tool calls."""
         return bool(self.body.get("tools")) and self.body.get("tool_choice") != "none"
 
     def degraded(self) -> ChatPlan:
@@ -57,20 +56,16 @@ def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+#: Content part type → its field holding text.
+_TEXT_FIELDS: dict[object, str] = {"refusal": "refusal", **dict.fromkeys(TEXT_PARTS, "text")}
+
+
 def _text_of(content: object) -> str:
     if isinstance(content, str):
         return content
-    if not isinstance(content, list):
-        return ""
-    texts = []
-    for part in content:
-        if not isinstance(part, dict):
-            continue
-        if part.get("type") in TEXT_PARTS and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
-    return "\n".join(texts)
+    parts = [part for part in content if isinstance(part, dict)] if isinstance(content, list) else []
+    texts = [part.get(field) for part in parts if (field := _TEXT_FIELDS.get(part.get("type")))]
+    return "\n".join(text for text in texts if isinstance(text, str))
 
 
 def _chat_part(part: Item) -> Item | None:
@@ -110,12 +105,6 @@ def _tool_call(call: Item) -> Item:
     return {"id": call["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _answered_call(item: Item) -> str | None:
-    """The call id a tool output *item* names."""
-    spec = ITEM_TYPES[item["type"]]
-    return next((item[key] for key in spec.call_keys if isinstance(item.get(key), str)), None)
-
-
 def build_messages(context: Sequence[Item], instructions: str | list[Any] | None) -> list[Message]:
     """The chat ``messages`` for *instructions* and the resolved *context*."""
     messages: list[Message] = []
@@ -137,7 +126,8 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
     outputs: dict[str, Item] = {}
     for item in items:
         if bridged_call(OUTPUTS.get(str(item.get("type")))) is not None:
-            call_id = _answered_call(item)
+            keys = ITEM_TYPES[item["type"]].call_keys  # naming the call it answers
+            call_id = next((item[key] for key in keys if isinstance(item.get(key), str)), None)
             if call_id is not None:
                 outputs.setdefault(call_id, item)
     texts: list[str] = []
@@ -231,10 +221,8 @@ def _tool_choice(choice: object) -> object:
     kind = choice.get("type")
     spec = bridged_call(CALL_OF_TOOL.get(str(kind)))
     if spec is not None:
-        return {
-            "type": "function",
-            "function": {"name": choice.get("name") if "name" in spec.required else kind},
-        }
+        name = choice.get("name") if "name" in spec.required else kind
+        return {"type": "function", "function": {"name": name}}
     if kind == "allowed_tools":
         return "required" if choice.get("mode") == "required" else "auto"
     message = f"tool_choice of type '{kind}' is not supported by the upstream provider."

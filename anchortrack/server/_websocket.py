@@ -17,7 +17,6 @@ import logging
 import re
 import secrets
 import threading
-from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,7 @@ from anchortrack.server._chain import CHAINABLE_STATUSES
 from anchortrack.server._errors import APIError
 from anchortrack.server._events import TERMINAL_EVENTS
 from anchortrack.server._records import ChainLink, request_owner
-from anchortrack.server._request import decode_json
+from anchortrack.server._request import decode_json, required
 from anchortrack.server._state import PendingResponse, ServerState
 
 
@@ -55,9 +54,6 @@ _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _DROP_WHEN = ("now", "after_created")
 
 
-# -- pure parts --------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class CreateEvent:
     """A validated ``response.create`` client event: its lane, warm-up flag and ``POST`` body."""
@@ -69,11 +65,8 @@ class CreateEvent:
 
 def event_stream_id(event: object) -> str | None:
     """The event's ``stream_id`` when it is a valid one (what error frames echo)."""
-    if isinstance(event, dict):
-        value = event.get("stream_id")
-        if isinstance(value, str) and _STREAM_ID.fullmatch(value):
-            return value
-    return None
+    value = event.get("stream_id") if isinstance(event, dict) else None
+    return value if isinstance(value, str) and _STREAM_ID.fullmatch(value) else None
 
 
 def parse_client_event(event: object) -> CreateEvent:
@@ -85,17 +78,13 @@ def parse_client_event(event: object) -> CreateEvent:
     """
     if not isinstance(event, dict):
         raise _errors.invalid_type("event", "an object", event)
-    kind = event.get("type")
-    if kind is None:
-        raise _errors.missing_parameter("type")
-    if not isinstance(kind, str):
-        raise _errors.invalid_type("type", "a string", kind)
+    kind = required(event, "type", "type", str, "a string")
     if kind != "response.create":
         raise _errors.invalid_value(
             "type", f"Invalid value: '{kind}'. This server supports only 'response.create'."
         )
-    stream_id = event.get("stream_id")
-    if stream_id is not None and not (isinstance(stream_id, str) and _STREAM_ID.fullmatch(stream_id)):
+    stream_id = event_stream_id(event)
+    if stream_id is None and event.get("stream_id") is not None:
         raise _errors.bad_request(
             "stream_id",
             "invalid_stream_id",
@@ -142,11 +131,10 @@ class ConnectionCache:
 
     def evict_referenced(self, lane: Lane, response_id: str) -> bool:
         """After a failed create on *lane* that referenced *response_id*: evict it if it is that lane's."""
-        link = self._latest.get(lane)
-        if link is None or link.id != response_id:
-            return False
-        del self._latest[lane]
-        return True
+        found = lane in self._latest and self._latest[lane].id == response_id
+        if found:
+            del self._latest[lane]
+        return found
 
     def forget(self, response_id: str) -> bool:
         """Drop *response_id* from every lane; return whether it was cached."""
@@ -162,9 +150,6 @@ class ConnectionCache:
     def clear(self) -> None:
         """Forget everything (the socket closed)."""
         self._latest.clear()
-
-
-# -- one connection ----------------------------------------------------------------
 
 
 class _Connection:
@@ -208,9 +193,6 @@ class _Connection:
                 logger.debug("anchortrack.server.websocket_close_failed", exc_info=True)
 
 
-# -- the hub -----------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ReceivedFrame:
     """One client frame as received: its connection, size in bytes and decoded JSON (or ``None``)."""
@@ -236,45 +218,13 @@ class WebSocketHub:
         self._connections: dict[str, _Connection] = {}
         self._received: list[ReceivedFrame] = []
 
-    # -- what tests read and drive (thread-safe) ------------------------------------
-
-    def forget(self, response_id: str) -> bool:
-        """Evict *response_id* from every connection's cache; return whether one held it."""
-        with self._lock:
-            found = [conn.cache.forget(response_id) for conn in self._connections.values()]
-        return any(found)
-
     @property
     def received(self) -> list[ReceivedFrame]:
         """Every client frame received on any connection, in arrival order."""
         with self._lock:
             return list(self._received)
 
-    def reset_received(self) -> None:
-        """Forget the recorded client frames."""
-        with self._lock:
-            self._received.clear()
-
-    async def drop(self, connection_id: str, code: int = DEFAULT_DROP_CODE, *, when: str = "now") -> None:
-        """Close a connection from the server side with *code* (on the server's event loop).
-
-        *when* is ``"now"``, or ``"after_created"``: right after the ``response.created`` of the next create
-        it serves (that response still completes, as over HTTP when the client goes away).
-
-        Raises:
-            KeyError: No open connection has this id.
-        """
-        with self._lock:
-            conn = self._connections[connection_id]
-        if when == "after_created":
-            conn.drop_after_created = code
-        else:
-            await conn.close(code, "dropped by the test hook")
-
-    # -- serving --------------------------------------------------------------------
-
     async def serve(self, websocket: WebSocket) -> None:
-        """Serve one socket until it closes."""
         await websocket.accept()
         conn = _Connection(websocket, f"ws_{secrets.token_hex(12)}")
         with self._lock:
@@ -285,10 +235,8 @@ class WebSocketHub:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                raw = message.get("text")
-                if raw is None:
-                    raw = message.get("bytes") or b""
-                await self._receive(conn, raw)
+                text = message.get("text")
+                await self._receive(conn, (message.get("bytes") or b"") if text is None else text)
         except Exception:
             logger.error("anchortrack.server.websocket_failed", exc_info=True)
             await conn.close(1011)
@@ -305,13 +253,15 @@ class WebSocketHub:
     async def _receive(self, conn: _Connection, raw: str | bytes) -> None:
         data = raw.encode() if isinstance(raw, str) else raw
         try:
-            decoded = decode_json(data)
+            decoded, undecodable = decode_json(data), None
         except APIError as error:
-            self._record(ReceivedFrame(conn.id, len(data), None))
-            await conn.send(error_frame(error, None))
-            return
-        self._record(ReceivedFrame(conn.id, len(data), decoded))
+            decoded, undecodable = None, error
+        if self.state.record:
+            with self._lock:
+                self._received.append(ReceivedFrame(conn.id, len(data), decoded))
         try:
+            if undecodable is not None:
+                raise undecodable
             event = parse_client_event(decoded)
             lane = event.stream_id
             if lane is not None and lane not in conn.named:
@@ -328,29 +278,19 @@ class WebSocketHub:
             conn.workers[lane] = asyncio.create_task(self._work(conn, queue))
         queue.put_nowait(event)
 
-    def _record(self, frame: ReceivedFrame) -> None:
-        if self.state.record:
-            with self._lock:
-                self._received.append(frame)
-
     async def _work(self, conn: _Connection, queue: asyncio.Queue[CreateEvent]) -> None:
         """One lane: its creates, FIFO, one at a time."""
         while not conn.closed:
             await self._respond(conn, await queue.get())
 
-    def _link(self, conn: _Connection) -> Callable[[str], ChainLink | None]:
-        def link(response_id: str) -> ChainLink | None:
+    async def _respond(self, conn: _Connection, event: CreateEvent) -> None:
+        def link(response_id: str) -> ChainLink | None:  # this socket's cache, then (without ZDR) the store
             with self._lock:
                 cached = conn.cache.lookup(response_id)
-            if cached is not None:
-                return cached
-            if self.state.zdr:
-                return None
-            return self.state.link(response_id, conn.owner)
+            return (
+                cached if cached is not None or self.state.zdr else self.state.link(response_id, conn.owner)
+            )
 
-        return link
-
-    async def _respond(self, conn: _Connection, event: CreateEvent) -> None:
         parent = event.body.get("previous_response_id")
         parent = parent if isinstance(parent, str) else None
         with self._lock:
@@ -363,29 +303,20 @@ class WebSocketHub:
                     "The WebSocket mode is not served in front of an upstream provider; "
                     "send this request over HTTP (POST /v1/responses).",
                 )
-            pending = self.state.prepare(
-                event.body, owner=conn.owner, link=self._link(conn), generate=event.generate
-            )
+            pending = self.state.prepare(event.body, owner=conn.owner, link=link, generate=event.generate)
         except APIError as error:
             if parent is not None:
                 with self._lock:
                     conn.cache.evict_referenced(event.stream_id, parent)
             await conn.send(error_frame(error, event.stream_id))
             return
-        stored = pending.request.store and not self.state.zdr
-        to_save = pending
-        if stored and parent_cached and self.state.link(str(parent), conn.owner) is None:
+        to_save = pending if pending.request.store and not self.state.zdr else None
+        if to_save is not None and parent_cached and self.state.link(str(parent), conn.owner) is None:
             # The parent lives only in this socket's cache: store the whole context.
             flat = dataclasses.replace(
                 pending.request, previous_response_id=None, input_items=list(pending.context)
             )
             to_save = dataclasses.replace(pending, request=flat)
-        await self._stream(conn, event, pending, to_save if stored else None)
-
-    async def _stream(
-        self, conn: _Connection, event: CreateEvent, pending: PendingResponse, to_save: PendingResponse | None
-    ) -> None:
-        """Send *pending*'s events (see `ServerState.live_events`); cache it before the terminal one."""
         if to_save is not None:
             try:
                 self.state.save_in_progress(to_save)
@@ -393,12 +324,14 @@ class WebSocketHub:
                 logger.error("anchortrack.server.save_failed", exc_info=True)
                 await conn.send(error_frame(_errors.save_failed(), event.stream_id))
                 return
+        # *pending*'s events (see `ServerState.live_events`), caching it before the terminal one
         lane_id = {} if event.stream_id is None else {"stream_id": event.stream_id}
         async with aclosing(self.state.live_events(pending, to_save)) as events:
             async for item in events:
                 if item["type"] == "error":  # the final save failed
-                    frame = error_frame(_errors.save_failed(), event.stream_id, item["sequence_number"])
-                    await conn.send(frame)
+                    await conn.send(
+                        error_frame(_errors.save_failed(), event.stream_id, item["sequence_number"])
+                    )
                     return
                 if item["type"] in TERMINAL_EVENTS.values():
                     self._update_cache(conn, event.stream_id, pending)
@@ -410,8 +343,7 @@ class WebSocketHub:
                     return
 
     def _update_cache(self, conn: _Connection, lane: Lane, pending: PendingResponse) -> None:
-        response = pending.response
-        parent = pending.request.previous_response_id
+        response, parent = pending.response, pending.request.previous_response_id
         with self._lock:
             if response["status"] in CHAINABLE_STATUSES:
                 conn.cache.remember(
@@ -429,8 +361,6 @@ class WebSocketHub:
         error = _errors.bad_request(None, "websocket_connection_limit_reached", message)
         await conn.send(error_frame(error, None))
         await conn.close(1001, "connection limit reached")
-
-    # -- test hooks -----------------------------------------------------------------
 
     def test_routes(self) -> list[Route]:
         """The WebSocket test hooks under ``/_test/websockets``: list, drop, evict, recorded frames."""
@@ -461,22 +391,29 @@ class WebSocketHub:
                 raise _errors.invalid_value(
                     "when", f"Invalid value: {when!r}. Supported: 'now', 'after_created'."
                 )
-            try:
-                await self.drop(connection_id, code, when=when)
-            except KeyError:
-                raise APIError(404, f"WebSocket connection '{connection_id}' not found.") from None
+            with self._lock:
+                conn = self._connections.get(connection_id)
+            if conn is None:
+                raise APIError(404, f"WebSocket connection '{connection_id}' not found.")
+            if when == "after_created":  # right after the response.created of its next create
+                conn.drop_after_created = code
+            else:
+                await conn.close(code, "dropped by the test hook")
             return JSONResponse({"id": connection_id, "code": code, "when": when})
 
-        async def forget(request: Request) -> Response:
+        async def forget(request: Request) -> Response:  # evict a response from every connection's cache
             response_id = request.path_params["response_id"]
-            if not self.forget(response_id):
+            with self._lock:
+                found = [conn.cache.forget(response_id) for conn in self._connections.values()]
+            if not any(found):
                 raise _errors.response_not_found(response_id)
             return JSONResponse({"id": response_id, "forgotten": True})
 
         async def requests(request: Request) -> Response:
-            if request.method == "DELETE":
-                self.reset_received()
-            data = [dataclasses.asdict(frame) for frame in self.received]
+            with self._lock:
+                if request.method == "DELETE":
+                    self._received.clear()
+                data = [dataclasses.asdict(frame) for frame in self._received]
             return JSONResponse({"object": "list", "data": data})
 
         return [
