@@ -41,7 +41,6 @@ from .stores._open import coerce_store
 
 
 ClientT = TypeVar("ClientT", openai.OpenAI, openai.AsyncOpenAI)
-FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
 
 def wrap(
@@ -142,21 +141,19 @@ def tracker(client: object) -> Tracker:
 # -- the tracked call: the tracker plans it, then sends it through the SDK ---------------------
 
 
-def _untracked(resource: Any) -> bool:
-    """Whether calls through *resource* go out untracked: its client is not tracked, or a seam is missing."""
+def _working(resource: Any) -> tuple[Calls, Callable[[], Scope]] | None:
+    """
+    The calls of *resource*'s tracker and its client's scope; None when calls through it go out untracked:
+    its client is not tracked, or a seam is missing.
+    """
     client = resource._anchortrack_client
-    if not isinstance(client.__dict__.get(TRACKER_ATTR), Tracker):
-        return True
+    tracker = client.__dict__.get(TRACKER_ATTR)
+    if not isinstance(tracker, Tracker):
+        return None
     missing = missing_http(resource, client)
     if missing is not None:
         unattached(missing, "responses.create() and parse() calls go out")
-    return missing is not None
-
-
-def _calls(resource: Any) -> tuple[Calls, Callable[[], Scope]]:
-    """The calls of a tracked *resource*'s tracker, and its client's scope."""
-    client = resource._anchortrack_client
-    tracker: Tracker = client.__dict__[TRACKER_ATTR]
+        return None
     return tracker._calls, lambda: tracker.scope_for(client)
 
 
@@ -206,23 +203,20 @@ def _trimmed(error: BaseException) -> BaseException:
     return error.with_traceback(kept)
 
 
-# -- the tracked classes: each override calls the SDK method it stands in for -----------------------
-
-
-def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
-    """`functools.wraps`, so `inspect.signature` and ``typing.get_overloads`` report the SDK method's."""
-    return functools.wraps(source)  # type: ignore[return-value]
+# -- the tracked classes: each override calls the SDK method it stands in for, and wraps it --------
+# (`functools.wraps`), so `inspect.signature` and ``typing.get_overloads`` report the SDK method's.
 
 
 def _tracked(method: Callable[..., Any]) -> Callable[..., Any]:
     """The tracked sync ``create`` / ``parse`` standing in for the SDK's *method*."""
 
-    @_mirror(method)
+    @functools.wraps(method)
     def tracked(self: Any, **params: Any) -> Any:
         sdk = types.MethodType(method, self)
-        if _untracked(self):
+        working = _working(self)
+        if working is None:
             return sdk(**params)
-        calls, scope = _calls(self)
+        calls, scope = working
         try:
             return calls.call(params, scope, lambda body: sdk(**body))
         except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
@@ -234,12 +228,13 @@ def _tracked(method: Callable[..., Any]) -> Callable[..., Any]:
 def _atracked(method: Callable[..., Any]) -> Callable[..., Any]:
     """The tracked async ``create`` / ``parse`` standing in for the SDK's *method*."""
 
-    @_mirror(method)
+    @functools.wraps(method)
     async def tracked(self: Any, **params: Any) -> Any:
         sdk = types.MethodType(method, self)
-        if _untracked(self):
+        working = _working(self)
+        if working is None:
             return await sdk(**params)
-        calls, scope = _calls(self)
+        calls, scope = working
         try:
             return await calls.acall(params, scope, lambda body: sdk(**body))
         except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
@@ -251,7 +246,7 @@ def _atracked(method: Callable[..., Any]) -> Callable[..., Any]:
 def _connecting(method: Callable[..., Any]) -> Callable[..., Any]:
     """The tracked ``responses.connect()`` (WebSocket mode; see `anchortrack._websocket`), sync and async."""
 
-    @_mirror(method)
+    @functools.wraps(method)
     def connect(self: Any, *args: Any, **kwargs: Any) -> Any:
         sdk, client = types.MethodType(method, self), self._anchortrack_client
         tracker = client.__dict__.get(TRACKER_ATTR)
@@ -296,7 +291,7 @@ def _owned(resource: Any, client: Any) -> Any:
 def _adopting(method: Callable[..., Any]) -> Callable[..., Any]:
     """``copy`` / ``with_options`` of a tracked client: the SDK's *method*, whose copy keeps the tracker."""
 
-    @_mirror(method)
+    @functools.wraps(method)
     def adopting(self: Any, *args: Any, **kwargs: Any) -> Any:
         return adopt(self, method(self, *args, **kwargs), self.__dict__.get(TRACKER_ATTR))
 
