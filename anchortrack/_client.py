@@ -1,14 +1,12 @@
 """
-Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
-
-`wrap` returns a copy of the client whose class subclasses the original's (`anchortrack._patches`).
-Two seams of the SDK are used: ``client.responses`` (and ``client.beta.responses``) plans
-``create`` / ``parse`` before the SDK serializes anything, and ``client.post`` attaches the recorder to
-the one ``POST /responses`` a planned call makes (through the SDK's private names `anchortrack._seams`
-checks on each call). ``responses.connect()`` is tracked where the SDK has it (WebSocket mode,
-`anchortrack._websocket`, imported on first use). Overrides carry the SDK's signatures and docstrings;
-an error the SDK raises is re-raised as it is, without anchortrack's frames in its traceback. The
-decision itself is `anchortrack._flow.call_flow` (docs/code.md).
+Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells): `wrap` returns a copy of the client whose
+class subclasses the original's (`anchortrack._patches`). Two seams of the SDK are used:
+``client.responses`` (and ``client.beta.responses``) plans ``create`` / ``parse`` before the SDK serializes
+anything, and ``client.post`` attaches the recorder to the one ``POST /responses`` a planned call makes
+(through the SDK's private names `anchortrack._seams` checks on each call). ``responses.connect()`` is
+tracked where the SDK has it (WebSocket mode, `anchortrack._websocket`, imported on first use). Overrides
+carry the SDK's signatures and docstrings; an error the SDK raises is re-raised as it is, without
+anchortrack's frames in its traceback. The decision is `anchortrack._flow.call_flow` (docs/code.md).
 """
 
 from __future__ import annotations
@@ -203,16 +201,17 @@ def _trimmed(error: BaseException) -> BaseException:
     return error.with_traceback(kept)
 
 
-# -- the tracked classes: each override calls the SDK method it stands in for, and wraps it --------
-# (`functools.wraps`), so `inspect.signature` and ``typing.get_overloads`` report the SDK method's.
+# -- the tracked classes: each override wraps the SDK method *base.name* (`functools.wraps`, so
+# `inspect.signature` and ``typing.get_overloads`` report it) and calls it as ``super()`` would: looked
+# up on each call, so a method patched later (by a tracer, say) is the one called.
 
 
-def _tracked(method: Callable[..., Any]) -> Callable[..., Any]:
-    """The tracked sync ``create`` / ``parse`` standing in for the SDK's *method*."""
+def _tracked(base: type[Any], name: str) -> Callable[..., Any]:
+    """The tracked sync ``create`` / ``parse``."""
 
-    @functools.wraps(method)
+    @functools.wraps(getattr(base, name))
     def tracked(self: Any, **params: Any) -> Any:
-        sdk = types.MethodType(method, self)
+        sdk = types.MethodType(getattr(base, name), self)
         working = _working(self)
         if working is None:
             return sdk(**params)
@@ -225,12 +224,12 @@ def _tracked(method: Callable[..., Any]) -> Callable[..., Any]:
     return tracked
 
 
-def _atracked(method: Callable[..., Any]) -> Callable[..., Any]:
-    """The tracked async ``create`` / ``parse`` standing in for the SDK's *method*."""
+def _atracked(base: type[Any], name: str) -> Callable[..., Any]:
+    """The tracked async ``create`` / ``parse``."""
 
-    @functools.wraps(method)
+    @functools.wraps(getattr(base, name))
     async def tracked(self: Any, **params: Any) -> Any:
-        sdk = types.MethodType(method, self)
+        sdk = types.MethodType(getattr(base, name), self)
         working = _working(self)
         if working is None:
             return await sdk(**params)
@@ -243,12 +242,12 @@ def _atracked(method: Callable[..., Any]) -> Callable[..., Any]:
     return tracked
 
 
-def _connecting(method: Callable[..., Any]) -> Callable[..., Any]:
+def _connecting(base: type[Any]) -> Callable[..., Any]:
     """The tracked ``responses.connect()`` (WebSocket mode; see `anchortrack._websocket`), sync and async."""
 
-    @functools.wraps(method)
+    @functools.wraps(base.connect)
     def connect(self: Any, *args: Any, **kwargs: Any) -> Any:
-        sdk, client = types.MethodType(method, self), self._anchortrack_client
+        sdk, client = types.MethodType(base.connect, self), self._anchortrack_client
         tracker = client.__dict__.get(TRACKER_ATTR)
         if not isinstance(tracker, Tracker):
             return sdk(*args, **kwargs)
@@ -269,17 +268,17 @@ _WEBSOCKET = hasattr(Responses, "connect")
 class _TrackedResponses(Responses):
     """``client.responses`` of a tracked sync client."""
 
-    create, parse = _tracked(Responses.create), _tracked(Responses.parse)
+    create, parse = _tracked(Responses, "create"), _tracked(Responses, "parse")
     if _WEBSOCKET:
-        connect = _connecting(Responses.connect)
+        connect = _connecting(Responses)
 
 
 class _AsyncTrackedResponses(AsyncResponses):
     """``client.responses`` of a tracked async client."""
 
-    create, parse = _atracked(AsyncResponses.create), _atracked(AsyncResponses.parse)
+    create, parse = _atracked(AsyncResponses, "create"), _atracked(AsyncResponses, "parse")
     if _WEBSOCKET:
-        connect = _connecting(AsyncResponses.connect)
+        connect = _connecting(AsyncResponses)
 
 
 def _owned(resource: Any, client: Any) -> Any:
@@ -288,12 +287,13 @@ def _owned(resource: Any, client: Any) -> Any:
     return resource
 
 
-def _adopting(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``copy`` / ``with_options`` of a tracked client: the SDK's *method*, whose copy keeps the tracker."""
+def _adopting(base: type[Any], name: str) -> Callable[..., Any]:
+    """``copy`` / ``with_options`` of a tracked client: the SDK's, whose copy keeps the tracker."""
 
-    @functools.wraps(method)
+    @functools.wraps(getattr(base, name))
     def adopting(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return adopt(self, method(self, *args, **kwargs), self.__dict__.get(TRACKER_ATTR))
+        copied = getattr(base, name)(self, *args, **kwargs)
+        return adopt(self, copied, self.__dict__.get(TRACKER_ATTR))
 
     return adopting
 
@@ -322,12 +322,12 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     class _TrackedBetaResponses(BetaResponses):
         """``client.beta.responses`` of a tracked sync client."""
 
-        create = _tracked(BetaResponses.create)
+        create = _tracked(BetaResponses, "create")
 
     class _AsyncTrackedBetaResponses(AsyncBetaResponses):
         """``client.beta.responses`` of a tracked async client."""
 
-        create = _atracked(AsyncBetaResponses.create)
+        create = _atracked(AsyncBetaResponses, "create")
 
     return _TrackedBetaResponses, _AsyncTrackedBetaResponses
 
@@ -376,7 +376,7 @@ def _make_class(base: type[Any]) -> type[Any]:
             def post(self, path: str, **kwargs: Any) -> Any:  # type: ignore[misc]
                 return super().post(path, **_observed(path, kwargs, is_async=False))
 
-        copy, with_options = _adopting(base.copy), _adopting(base.with_options)
+        copy, with_options = _adopting(base, "copy"), _adopting(base, "with_options")
 
         if beta_responses is not None:
 

@@ -132,9 +132,9 @@ class Tracker:
         """
         The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``).
 
-        Its base URL, organization and project, this tracker's namespace and,
-        with ``scope_by_api_key``, a keyed digest of its API key (not of a key
-        from a provider, which rotates: separate such tenants with a namespace).
+        Its base URL, organization and project, this tracker's namespace and, with ``scope_by_api_key``, a
+        keyed digest of its API key (not of a key from a provider, which rotates: separate such tenants
+        with a namespace).
         """
         api_key = getattr(client, "api_key", None)
         provided = getattr(client, "_api_key_provider", None) is not None
