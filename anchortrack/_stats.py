@@ -221,8 +221,7 @@ class Stats:
         requests apart, by what they would have done.
         """
         snap = self.snapshot()
-        live: Counter[str] = Counter()
-        shadow: Counter[str] = Counter()
+        live, shadow = Counter[str](), Counter[str]()
         for row in snap["requests"]:
             (shadow if row["mode"] == "shadow" else live)[row["decision"]] += row["count"]
         sent, stateless, planned = snap["bytes_sent"], snap["bytes_stateless"], snap["bytes_planned"]
