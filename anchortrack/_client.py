@@ -1,14 +1,12 @@
 """
-Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells).
-
-`wrap` returns a copy of the client whose class subclasses the original's (`anchortrack._patches`).
-Two seams of the SDK are used: ``client.responses`` (and ``client.beta.responses``) plans
-``create`` / ``parse`` before the SDK serializes anything, and ``client.post`` attaches the recorder to
-the one ``POST /responses`` a planned call makes (through the SDK's private names `anchortrack._seams`
-checks on each call). ``responses.connect()`` is tracked where the SDK has it (WebSocket mode,
-`anchortrack._websocket`, imported on first use). Overrides carry the SDK's signatures and docstrings;
-an error the SDK raises is re-raised as it is, without anchortrack's frames in its traceback. The
-decision itself is `anchortrack._flow.call_flow` (docs/code.md).
+Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells): `wrap` returns a copy of the client whose
+class subclasses the original's (`anchortrack._patches`). Two seams of the SDK are used:
+``client.responses`` (and ``client.beta.responses``) plans ``create`` / ``parse`` before the SDK serializes
+anything, and ``client.post`` attaches the recorder to the one ``POST /responses`` a planned call makes
+(through the SDK's private names `anchortrack._seams` checks on each call). ``responses.connect()`` is
+tracked where the SDK has it (WebSocket mode, `anchortrack._websocket`, imported on first use). Overrides
+carry the SDK's signatures and docstrings; an error the SDK raises is re-raised as it is, without
+anchortrack's frames in its traceback. The decision is `anchortrack._flow.call_flow` (docs/code.md).
 """
 
 from __future__ import annotations
@@ -41,7 +39,6 @@ from .stores._open import coerce_store
 
 
 ClientT = TypeVar("ClientT", openai.OpenAI, openai.AsyncOpenAI)
-FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
 
 def wrap(
@@ -57,45 +54,38 @@ def wrap(
     """
     Return a tracked copy of *client*.
 
+    A setting left out (None) is its environment variable's value, if it has one, else its default; it
+    asks for nothing when *client* is already wrapped.
+
     Args:
-        client: An ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or subclass,
-            e.g. ``AzureOpenAI``).
-        store: Where anchors live: an `AnchorStore` (`MemoryStore`,
-            `SQLiteStore`, `RedisStore`, or your own), or a store spec
-            string opened with `anchortrack.stores.open_store` (``"memory"``:
-            a new private memory store; ``"sqlite:PATH"``; ``"redis://…"``).
-            Default: one bounded in-process `MemoryStore` shared by every
-            client wrapped without ``store=`` in this process, so a sync and
-            an async client continue each other's conversations. Share a
-            `SQLiteStore` or `RedisStore` to continue them across processes.
-        mode: ``"chained"`` (default), ``"shadow"`` or ``"off"``. The
-            ``ANCHORTRACK_MODE`` environment variable wins over this.
+        client: An ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or subclass, e.g. ``AzureOpenAI``).
+        store: Where anchors live: an `AnchorStore` (`MemoryStore`, `SQLiteStore`, `RedisStore`, or your
+            own), or a store spec string opened with `anchortrack.stores.open_store` (``"memory"``: a new
+            private memory store; ``"sqlite:PATH"``; ``"redis://…"``). Default: one bounded in-process
+            `MemoryStore` shared by every client wrapped without ``store=`` in this process, so a sync and
+            an async client continue each other's conversations. Share a `SQLiteStore` or `RedisStore` to
+            continue them across processes.
+        mode: ``"chained"`` (default), ``"shadow"`` or ``"off"``. The ``ANCHORTRACK_MODE`` environment
+            variable wins over this.
         namespace: Keep these anchors apart from other clients' anchors.
         record_incomplete: Anchor on ``incomplete`` responses too (default False).
-        store_timeout: Seconds a store call may take before anchortrack gives
-            up on it and sends the request in full; also the most the anchor
-            write after a response may delay handing it back (a write that
-            misses it waits in a bounded backlog). Default 1 second.
-        scope_by_api_key: Keep anchors apart per API key (a keyed digest of
-            the key, never the key itself, is part of the scope; the default).
-            Pass False to keep using anchors across a key rotation (then
-            separate tenants with *namespace*).
-            A setting left out (None) is its environment variable's value,
-            if it has one, else its default; it asks for nothing when
-            *client* is already wrapped.
+        store_timeout: Seconds a store call may take before anchortrack gives up on it and sends the
+            request in full; also the most the anchor write after a response may delay handing it back
+            (a write that misses it waits in a bounded backlog). Default 1 second.
+        scope_by_api_key: Keep anchors apart per API key (a keyed digest of the key, never the key
+            itself, is part of the scope; the default). Pass False to keep using anchors across a key
+            rotation (then separate tenants with *namespace*).
 
     Returns:
-        A client of the same class as *client*, with every option of it and
-        sharing its connection pool. ``with_options()`` and ``copy()`` on it
-        keep tracking with the same tracker. Wrapping a client that `wrap`
-        made returns it unchanged.
+        A client of the same class as *client*, with every option of it and sharing its connection pool.
+        ``with_options()`` and ``copy()`` on it keep tracking with the same tracker. Wrapping a client
+        that `wrap` made returns it unchanged.
 
     Raises:
-        TypeError: *client* is not an openai client; *store* is neither a
-            store nor a store spec; *namespace* is not a string;
-            *store_timeout* is not a number.
-        ValueError: *mode* names no mode; *store_timeout* is not a finite number above 0;
-            *client* is already wrapped and other settings were asked for.
+        TypeError: *client* is not an openai client; *store* is neither a store nor a store spec;
+            *namespace* is not a string; *store_timeout* is not a number.
+        ValueError: *mode* names no mode; *store_timeout* is not a finite number above 0; *client* is
+            already wrapped and other settings were asked for.
         ImportError: a ``redis://`` spec without the ``redis`` extra.
     """
     if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
@@ -149,58 +139,20 @@ def tracker(client: object) -> Tracker:
 # -- the tracked call: the tracker plans it, then sends it through the SDK ---------------------
 
 
-def _untracked(resource: Any) -> bool:
-    """Whether calls through *resource* go out untracked: its client is not tracked, or a seam is missing."""
-    client = resource._anchortrack_client
-    if not isinstance(client.__dict__.get(TRACKER_ATTR), Tracker):
-        return True
-    missing = missing_http(resource, client)
-    if missing is not None:
-        unattached(missing, "responses.create() and parse() calls go out", stacklevel=5)
-    return missing is not None
-
-
-def _calls(resource: Any) -> tuple[Calls, Callable[[], Scope]]:
-    """The calls of a tracked *resource*'s tracker, and its client's scope."""
-    client = resource._anchortrack_client
-    tracker: Tracker = client.__dict__[TRACKER_ATTR]
-    return tracker._calls, lambda: tracker.scope_for(client)
-
-
-def _create(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
-    """The tracked ``Responses.create`` / ``parse``."""
-    if _untracked(resource):
-        return method(**params)
-    calls, scope = _calls(resource)
-    try:
-        return calls.call(params, scope, lambda body: method(**body))
-    except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
-        raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
-
-
-async def _acreate(resource: Any, method: Callable[..., Any], params: dict[str, Any]) -> Any:
-    """The tracked ``AsyncResponses.create`` / ``parse``."""
-    if _untracked(resource):
-        return await method(**params)
-    calls, scope = _calls(resource)
-    try:
-        return await calls.acall(params, scope, lambda body: method(**body))
-    except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
-        raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
-
-
-def _connect(resource: Any, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The tracked ``responses.connect()`` (WebSocket mode; see `anchortrack._websocket`)."""
+def _working(resource: Any) -> tuple[Calls, Callable[[], Scope]] | None:
+    """
+    The calls of *resource*'s tracker and its client's scope; None when calls through it go out untracked:
+    its client is not tracked, or a seam is missing.
+    """
     client = resource._anchortrack_client
     tracker = client.__dict__.get(TRACKER_ATTR)
     if not isinstance(tracker, Tracker):
-        return method(*args, **kwargs)
-    try:
-        from ._websocket import connect_tracked
-    except ImportError as error:  # an SDK with connect() but without a name its tracking needs
-        unattached(f"{error}".split(" (")[0], "responses.connect() sockets go out")
-        return method(*args, **kwargs)
-    return connect_tracked(tracker, lambda: tracker.scope_for(client), method, args, kwargs)
+        return None
+    missing = missing_http(resource, client)
+    if missing is not None:
+        unattached(missing, "responses.create() and parse() calls go out")
+        return None
+    return tracker._calls, lambda: tracker.scope_for(client)
 
 
 def _observed(path: str, kwargs: dict[str, Any], *, is_async: bool) -> dict[str, Any]:
@@ -249,12 +201,64 @@ def _trimmed(error: BaseException) -> BaseException:
     return error.with_traceback(kept)
 
 
-# -- the tracked classes ----------------------------------------------------------------------
+# -- the tracked classes: each override wraps the SDK method *base.name* (`functools.wraps`, so
+# `inspect.signature` and ``typing.get_overloads`` report it) and calls it as ``super()`` would: looked
+# up on each call, so a method patched later (by a tracer, say) is the one called.
 
 
-def _mirror(source: Callable[..., Any]) -> Callable[[FuncT], FuncT]:
-    """`functools.wraps`, so `inspect.signature` and ``typing.get_overloads`` report the SDK method's."""
-    return functools.wraps(source)  # type: ignore[return-value]
+def _tracked(base: type[Any], name: str) -> Callable[..., Any]:
+    """The tracked sync ``create`` / ``parse``."""
+
+    @functools.wraps(getattr(base, name))
+    def tracked(self: Any, **params: Any) -> Any:
+        sdk = types.MethodType(getattr(base, name), self)
+        working = _working(self)
+        if working is None:
+            return sdk(**params)
+        calls, scope = working
+        try:
+            return calls.call(params, scope, lambda body: sdk(**body))
+        except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
+            raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
+
+    return tracked
+
+
+def _atracked(base: type[Any], name: str) -> Callable[..., Any]:
+    """The tracked async ``create`` / ``parse``."""
+
+    @functools.wraps(getattr(base, name))
+    async def tracked(self: Any, **params: Any) -> Any:
+        sdk = types.MethodType(getattr(base, name), self)
+        working = _working(self)
+        if working is None:
+            return await sdk(**params)
+        calls, scope = working
+        try:
+            return await calls.acall(params, scope, lambda body: sdk(**body))
+        except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
+            raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
+
+    return tracked
+
+
+def _connecting(base: type[Any]) -> Callable[..., Any]:
+    """The tracked ``responses.connect()`` (WebSocket mode; see `anchortrack._websocket`), sync and async."""
+
+    @functools.wraps(base.connect)
+    def connect(self: Any, *args: Any, **kwargs: Any) -> Any:
+        sdk, client = types.MethodType(base.connect, self), self._anchortrack_client
+        tracker = client.__dict__.get(TRACKER_ATTR)
+        if not isinstance(tracker, Tracker):
+            return sdk(*args, **kwargs)
+        try:
+            from ._websocket import connect_tracked
+        except ImportError as error:  # an SDK with connect() but without a name its tracking needs
+            unattached(f"{error}".split(" (")[0], "responses.connect() sockets go out")
+            return sdk(*args, **kwargs)
+        return connect_tracked(tracker, lambda: tracker.scope_for(client), sdk, args, kwargs)
+
+    return connect
 
 
 #: Whether the SDK has WebSocket mode (``responses.connect()``, openai >= 2.22).
@@ -264,43 +268,34 @@ _WEBSOCKET = hasattr(Responses, "connect")
 class _TrackedResponses(Responses):
     """``client.responses`` of a tracked sync client."""
 
-    @_mirror(Responses.create)
-    def create(self, **params: Any) -> Any:
-        return _create(self, super().create, params)
-
-    @_mirror(Responses.parse)
-    def parse(self, **params: Any) -> Any:
-        return _create(self, super().parse, params)
-
+    create, parse = _tracked(Responses, "create"), _tracked(Responses, "parse")
     if _WEBSOCKET:
-
-        @_mirror(Responses.connect)
-        def connect(self, *args: Any, **kwargs: Any) -> Any:
-            return _connect(self, super().connect, args, kwargs)
+        connect = _connecting(Responses)
 
 
 class _AsyncTrackedResponses(AsyncResponses):
     """``client.responses`` of a tracked async client."""
 
-    @_mirror(AsyncResponses.create)
-    async def create(self, **params: Any) -> Any:
-        return await _acreate(self, super().create, params)
-
-    @_mirror(AsyncResponses.parse)
-    async def parse(self, **params: Any) -> Any:
-        return await _acreate(self, super().parse, params)
-
+    create, parse = _atracked(AsyncResponses, "create"), _atracked(AsyncResponses, "parse")
     if _WEBSOCKET:
-
-        @_mirror(AsyncResponses.connect)
-        def connect(self, *args: Any, **kwargs: Any) -> Any:
-            return _connect(self, super().connect, args, kwargs)
+        connect = _connecting(AsyncResponses)
 
 
 def _owned(resource: Any, client: Any) -> Any:
     """*resource*, a tracked resource of *client*, keeping *client* (the SDK's own reference is private)."""
     resource._anchortrack_client = client
     return resource
+
+
+def _adopting(base: type[Any], name: str) -> Callable[..., Any]:
+    """``copy`` / ``with_options`` of a tracked client: the SDK's, whose copy keeps the tracker."""
+
+    @functools.wraps(getattr(base, name))
+    def adopting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        copied = getattr(base, name)(self, *args, **kwargs)
+        return adopt(self, copied, self.__dict__.get(TRACKER_ATTR))
+
+    return adopting
 
 
 def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], Any]], Any]:
@@ -327,16 +322,12 @@ def _beta_classes() -> tuple[type[Any], type[Any]] | None:
     class _TrackedBetaResponses(BetaResponses):
         """``client.beta.responses`` of a tracked sync client."""
 
-        @_mirror(BetaResponses.create)
-        def create(self, **params: Any) -> Any:
-            return _create(self, super().create, params)
+        create = _tracked(BetaResponses, "create")
 
     class _AsyncTrackedBetaResponses(AsyncBetaResponses):
         """``client.beta.responses`` of a tracked async client."""
 
-        @_mirror(AsyncBetaResponses.create)
-        async def create(self, **params: Any) -> Any:
-            return await _acreate(self, super().create, params)
+        create = _atracked(AsyncBetaResponses, "create")
 
     return _TrackedBetaResponses, _AsyncTrackedBetaResponses
 
@@ -385,13 +376,7 @@ def _make_class(base: type[Any]) -> type[Any]:
             def post(self, path: str, **kwargs: Any) -> Any:  # type: ignore[misc]
                 return super().post(path, **_observed(path, kwargs, is_async=False))
 
-        @_mirror(base.copy)
-        def copy(self, *args: Any, **kwargs: Any) -> Any:
-            return adopt(self, super().copy(*args, **kwargs), self.__dict__.get(TRACKER_ATTR))
-
-        @_mirror(base.with_options)
-        def with_options(self, *args: Any, **kwargs: Any) -> Any:
-            return adopt(self, super().with_options(*args, **kwargs), self.__dict__.get(TRACKER_ATTR))
+        copy, with_options = _adopting(base, "copy"), _adopting(base, "with_options")
 
         if beta_responses is not None:
 

@@ -1,9 +1,9 @@
 """
-A call's `Outcome` as ``anchortrack.*`` attributes (docs/guide/observability.md), named as its fields, on
-the active OpenTelemetry span, if ``opentelemetry-api`` is installed and the span records (none is ever
-started). They are set on the span current when the plan is made (a tracer above anchortrack, or the
-caller's own), when the SDK hands back the response (a tracer below, whose span starts with the request),
-and once the decision is final; until then from the outcome as it stands (planned, or refused and resent).
+A call's `Outcome` as ``anchortrack.<field>`` attributes (docs/guide/observability.md) on the current
+OpenTelemetry span, if ``opentelemetry-api`` is installed and the span records (none is ever started): when
+the plan is made (a tracer above anchortrack, or the caller's span), when the SDK hands back the response
+(a tracer below, whose span starts with the request), and once the decision is final; until then from the
+outcome as it stands (planned, or refused and resent).
 """
 
 from __future__ import annotations

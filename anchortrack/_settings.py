@@ -66,7 +66,7 @@ class Setting(Generic[T]):
 def _parsed(setting: Setting[T], text: str) -> T:
     try:
         return setting.check(setting.parse(text), setting.env or "", "")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, KeyError):  # KeyError: a flag's text names no flag
         from ._log import get_logger  # late: the command line's --help imports stores, not structlog
 
         log = get_logger()
@@ -93,10 +93,7 @@ _FLAGS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "
 
 
 def _flag_text(text: str) -> bool:
-    try:
-        return _FLAGS[text.strip().lower()]
-    except KeyError:
-        raise ValueError(text) from None
+    return _FLAGS[text.strip().lower()]
 
 
 def _seconds(value: object, caller: str, name: str, *, zero: bool = False) -> float:
@@ -148,9 +145,7 @@ PER_REQUEST_PROPERTIES: Setting[tuple[str, ...]] = Setting(
 # fmt: on
 
 #: Every setting: the rows above, in order (docs/operations.md lists them so).
-SETTINGS: tuple[Setting[Any], ...] = tuple(
-    row for row in list(globals().values()) if isinstance(row, Setting)
-)
+SETTINGS: tuple[Setting[Any], ...] = tuple(v for v in list(globals().values()) if isinstance(v, Setting))
 #: The settings `anchortrack.wrap` and `Tracker` take, by keyword.
 TRACKER_SETTINGS = {row.name: row for row in SETTINGS if row.taken_by == "tracker"}
 

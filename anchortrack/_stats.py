@@ -16,16 +16,14 @@ from ._outcome import Decision, Outcome, stateless_share
 
 #: Transports a request is counted under.
 HTTP, WEBSOCKET = "http", "websocket"
+#: What a `Stats.requests` key holds, in order.
+_REQUEST_KEY = ("mode", "decision", "reason", "transport")
 
 
 @attrs.frozen
 class Metric:
-    """
-    One counter or histogram besides ``requests``: a `Stats` attribute, its `Stats.snapshot` key, its
-    Prometheus series and its row in docs/operations.md. Counted from each call's `Outcome` (its *field*,
-    for the outcomes of its *decision* and *mode*) or, without a field, by `Stats.add`; a histogram has
-    *bounds*.
-    """
+    """One counter or histogram besides ``requests``: a `Stats` attribute, its `Stats.snapshot` key, its
+    Prometheus series and its row in docs/operations.md."""
 
     key: str  # the attribute, and the snapshot key (under *group*, without its prefix)
     doc: str  # what it counts (docs/operations.md)
@@ -132,10 +130,8 @@ Counted = Literal["recorded", "recorded_local", "not_recorded", "store_errors", 
 
 
 def _observer(metrics: tuple[Metric, ...]) -> Callable[[Stats, Outcome], None]:
-    """
-    `Stats.observe` for the rows counted from an `Outcome`, written out as plain statements
-    (``self.items_sent += o.items_sent``, ...) as the hot path was by hand: it runs once per request.
-    """
+    """`Stats.observe` for the rows with a field, as plain statements (``self.items_sent += o.items_sent``):
+    it runs once per request."""
     lines = ["def observe(self, o):"]
     for m in metrics:
         if m.field is None:
@@ -225,8 +221,7 @@ class Stats:
         requests apart, by what they would have done.
         """
         snap = self.snapshot()
-        live: Counter[str] = Counter()
-        shadow: Counter[str] = Counter()
+        live, shadow = Counter[str](), Counter[str]()
         for row in snap["requests"]:
             (shadow if row["mode"] == "shadow" else live)[row["decision"]] += row["count"]
         sent, stateless, planned = snap["bytes_sent"], snap["bytes_stateless"], snap["bytes_planned"]
@@ -274,12 +269,7 @@ class Stats:
         bytes_sent``) and ``bytes_would_save`` (``bytes_stateless - bytes_planned``: shadow mode included).
         """
         with self._lock:
-            snap: dict[str, Any] = {
-                "requests": [
-                    {"mode": m, "decision": d, "reason": r, "transport": t, "count": n}
-                    for (m, d, r, t), n in sorted(self.requests.items())
-                ]
-            }
+            snap: dict[str, Any] = {"requests": _rows(self.requests)}
             for m in METRICS:
                 if m.difference is not None:
                     value = snap[m.difference[0]] - snap[m.difference[1]]
@@ -322,11 +312,13 @@ def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         for key, value in snap.items():
             if key != "requests":
                 merged[key] = _add(merged[key], value)
-    merged["requests"] = [
-        {"mode": m, "decision": d, "reason": r, "transport": t, "count": n}
-        for (m, d, r, t), n in sorted(requests.items())
-    ]
+    merged["requests"] = _rows(requests)
     return merged
+
+
+def _rows(requests: Mapping[tuple[str, str, str, str], int]) -> list[dict[str, Any]]:
+    """The ``requests`` of a snapshot: one row per ``(mode, decision, reason, transport)``, sorted."""
+    return [dict(zip(_REQUEST_KEY, key, strict=True), count=n) for key, n in sorted(requests.items())]
 
 
 def _add(a: Any, b: Any) -> Any:

@@ -1,8 +1,4 @@
-"""
-The tracker: one wrapped client's settings and state (shared by its copies). Its public face is its
-settings, `Tracker.stats`, `Tracker.subscribe` and `Tracker.flush`; the work of a call is done by its
-`anchortrack._calls.Calls`, the internal interface the transports use.
-"""
+"""The tracker: one wrapped client's settings and state (shared by its copies); see `Tracker`."""
 
 from __future__ import annotations
 
@@ -32,26 +28,22 @@ class Tracker:
     (its row in ``anchortrack._settings``; docs/operations.md, "Environment variables").
 
     Args:
-        store: Where anchors live: an `AnchorStore`, or a spec string
-            (``"memory"``, ``"sqlite:PATH"``, ``"redis://…"``) opened with
-            `anchortrack.stores.open_store`; by default the process-wide
+        store: Where anchors live: an `AnchorStore`, or a spec string (``"memory"``, ``"sqlite:PATH"``,
+            ``"redis://…"``) opened with `anchortrack.stores.open_store`; by default the process-wide
             default store (`default_store`).
-        mode: ``chained`` (default), ``shadow`` or ``off``; the
-            ``ANCHORTRACK_MODE`` environment variable wins.
-        namespace: An extra scope partition: anchors recorded under one
-            namespace are never used under another.
-        record_incomplete: Also anchor on ``incomplete`` responses (OpenAI
-            stores them and accepts them as ``previous_response_id``).
-        store_timeout: Seconds a store operation may take before the call goes
-            out stateless; also the most the write after a response may delay it
-            (None: 1 second).
-        store_cooldown: Seconds between two probes of a store that is down
-            (one call tries it, the others go without it; None: 1 second);
-            settable on a live tracker.
-        scope_by_api_key: Put a keyed digest of the client's API key in the
-            scope (the default), so clients with different keys sharing a
-            store never share anchors. False keeps anchors usable across a
-            key rotation (then separate tenants with *namespace*).
+        mode: ``chained`` (default), ``shadow`` or ``off``; the ``ANCHORTRACK_MODE`` environment variable
+            wins.
+        namespace: An extra scope partition: anchors recorded under one namespace are never used under
+            another.
+        record_incomplete: Also anchor on ``incomplete`` responses (OpenAI stores them and accepts them
+            as ``previous_response_id``).
+        store_timeout: Seconds a store operation may take before the call goes out stateless; also the
+            most the write after a response may delay it (None: 1 second).
+        store_cooldown: Seconds between two probes of a store that is down (one call tries it, the
+            others go without it; None: 1 second); settable on a live tracker.
+        scope_by_api_key: Put a keyed digest of the client's API key in the scope (the default), so
+            clients with different keys sharing a store never share anchors. False keeps anchors usable
+            across a key rotation (then separate tenants with *namespace*).
         clock: Unix time source (tests).
 
     Raises:
@@ -59,21 +51,18 @@ class Tracker:
         ValueError: *store_timeout* is not a finite number above 0, or *store_cooldown* of 0 or more
             (also when set on a live tracker).
 
-    Its public face: the settings above, `stats`, `subscribe`, `flush` and
-    `scope_for`; the transports work through an internal interface
-    (`anchortrack._calls.Calls`).
+    Its public face: the settings above, `stats`, `subscribe`, `flush` and `scope_for`; the transports
+    work through an internal interface (`anchortrack._calls.Calls`).
 
     Attributes:
         shared_default: Whether *store* is the process-wide default store.
         stats: What this tracker did (`Stats`).
-        recent: The views this tracker recorded lately; hand them to
-            ``anchortrack.explain(..., recent=...)`` to locate where a
-            diverged history first differs.
-        backlog: Anchor writes the store did not take in time, written when
-            it answers again; with a store that may block it also holds the
-            anchors this tracker wrote last, and planning looks there too, so
-            a conversation keeps chaining while the store is down, slow or
-            came back empty. Its ``limit`` is the bound (10,000 by default).
+        recent: The views this tracker recorded lately; hand them to ``anchortrack.explain(...,
+            recent=...)`` to locate where a diverged history first differs.
+        backlog: Anchor writes the store did not take in time, written when it answers again; with a
+            store that may block it also holds the anchors this tracker wrote last, and planning looks
+            there too, so a conversation keeps chaining while the store is down, slow or came back
+            empty. Its ``limit`` is the bound (10,000 by default).
     """
 
     def __init__(
@@ -143,9 +132,9 @@ class Tracker:
         """
         The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``).
 
-        Its base URL, organization and project, this tracker's namespace and,
-        with ``scope_by_api_key``, a keyed digest of its API key (not of a key
-        from a provider, which rotates: separate such tenants with a namespace).
+        Its base URL, organization and project, this tracker's namespace and, with ``scope_by_api_key``, a
+        keyed digest of its API key (not of a key from a provider, which rotates: separate such tenants
+        with a namespace).
         """
         api_key = getattr(client, "api_key", None)
         provided = getattr(client, "_api_key_provider", None) is not None
