@@ -27,7 +27,8 @@ class Metric:
 
     key: str  # the attribute, and the snapshot key (under *group*, without its prefix)
     doc: str  # what it counts (docs/operations.md)
-    field: str | None = None  # the `Outcome` field added up (a label: its value); None: `Stats.add`
+    field: str | None = None  # the `Outcome` field added up or observed ("a - b": field a less field b;
+    # a label: its value); None: `Stats.add`
     decision: Decision | None = None  # count only the outcomes of this decision
     mode: str | None = None  # and of this mode (a histogram skips a field that is None)
     label: str | None = None  # counted by this label (a `Counter` of its values); None: one number
@@ -138,10 +139,11 @@ def _observer(metrics: tuple[Metric, ...]) -> Callable[[Stats, Outcome], None]:
             continue
         tests = [f"o.decision is Decision.{m.decision.name}"] if m.decision else []
         tests += [f"o.mode == {m.mode!r}"] if m.mode else []
-        tests += [f"o.{m.field} is not None"] if m.bounds else []
+        names = m.field.split(" - ")
+        tests += [f"o.{name} is not None" for name in names] if m.bounds else []
         test = f"if {' and '.join(tests)}: " if tests else ""
         if m.bounds:
-            lines.append(f"    {test}self.{m.key}.observe(o.{m.field})")
+            lines.append(f"    {test}self.{m.key}.observe({' - '.join(f'o.{name}' for name in names)})")
         elif m.label:
             lines.append(f"    {test}self.{m.key}[o.{m.field}.value] += 1")
         else:

@@ -104,13 +104,12 @@ def test_filling_in_a_variable_is_all_a_new_one_needs(
     monkeypatch: pytest.MonkeyPatch, raw_client: openai.OpenAI
 ) -> None:
     """
-    The newcomer's change: ``env="ANCHORTRACK_STORE_TIMEOUT"`` on the store timeout's row. Then the
-    tracker reads it, ``store_timeout=`` in code wins, and docs/operations.md lists it.
+    A variable filled in on a row that had none (the store timeout's, as a newcomer's change would):
+    the tracker reads it, ``store_timeout=`` in code wins, and docs/operations.md lists it.
     """
-    monkeypatch.setenv("ANCHORTRACK_STORE_TIMEOUT", "2.5")
-    assert 1.0 == Tracker(DictStore()).store_timeout  # no variable yet: the default
-
-    with _variable(STORE_TIMEOUT, "ANCHORTRACK_STORE_TIMEOUT"):
+    variable = "ANCHORTRACK_TEST_STORE_TIMEOUT"
+    monkeypatch.setenv(variable, "2.5")
+    with _variable(STORE_TIMEOUT, variable):
         assert 2.5 == Tracker(DictStore()).store_timeout
         assert 2.5 == anchortrack.tracker(anchortrack.wrap(raw_client)).store_timeout
         assert 3.0 == anchortrack.tracker(anchortrack.wrap(raw_client, store_timeout=3)).store_timeout
@@ -120,7 +119,7 @@ def test_filling_in_a_variable_is_all_a_new_one_needs(
         tables = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(tables)
         page = tables.render((ROOT / "docs" / "operations.md").read_text(encoding="utf-8"))
-        assert "| `ANCHORTRACK_STORE_TIMEOUT` | seconds a store call may take" in page
+        assert f"| `{variable}` | seconds a store call may take" in page
 
 
 @pytest.mark.parametrize("function", [anchortrack.wrap, Tracker])

@@ -330,10 +330,13 @@ def test_the_snapshot_keys_and_families_are_kept() -> None:
 
 @pytest.mark.parametrize("metric", [m for m in METRICS if m.field], ids=lambda m: m.key)
 def test_a_row_counted_from_outcomes_names_an_outcome_field(metric: Metric) -> None:
-    """A row's field is an `Outcome` field (so `observe` has data for it): a numeric one, or a label's."""
+    """A row's field is an `Outcome` field (so `observe` has data for it): a numeric one, or a label's; or
+    a histogram's ``"a - b"`` of two numeric ones."""
     fields = attrs.fields_dict(Outcome)
 
-    assert metric.field in fields, f"{metric.key}: Outcome has no field {metric.field!r}"
+    names = metric.field.split(" - ")
+    assert set(names) <= set(fields), f"{metric.key}: Outcome has no field {metric.field!r}"
+    assert len(names) == 1 or (metric.bounds and all(fields[name].type == "int" for name in names))
     assert metric.gauge is False
     assert metric.difference is None
 
