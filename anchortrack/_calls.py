@@ -9,11 +9,11 @@ import functools
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import closing
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import _otel
 from ._chaindrop import ChainDropped, ChainWatch
-from ._failopen import is_store_effect
+from ._failopen import FailOpen, is_store_effect
 from ._flow import (
     FLUSH,
     HINTS,
@@ -30,21 +30,32 @@ from ._flow import (
     relay,
 )
 from ._fork import ForkSafeLock
-from ._hashing import Scope
+from ._hashing import Memo, Scope
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode
 from ._outcome import Outcome, event, outcome_of, passed_through
-from ._plan import Reason, anchor_of, unrecordable
+from ._plan import Reason, RecentViews, anchor_of, unrecordable
 from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
 from ._settings import resolve
-from ._stats import HTTP, WEBSOCKET
-from .stores._base import Anchor
+from ._stats import HTTP, WEBSOCKET, Stats
+from .stores._base import Anchor, AnchorStore
 
 
-if TYPE_CHECKING:
-    from ._tracker import Tracker
+class Tracker(Protocol):
+    """What `Calls` reads of its tracker (`anchortrack.Tracker`, which holds the `Calls`)."""
+
+    mode: Mode | None
+    record_incomplete: bool
+    store: AnchorStore
+    stats: Stats
+    recent: RecentViews
+    clock: Callable[[], float]
+    failopen: FailOpen
+    _memo: Memo
+    _subscribers: tuple[Callable[[Outcome], object], ...]
+
 
 #: The call whose ``POST /responses`` is being sent: its `Calls`, its ticket and the tracked streams the
 #: SDK built for it (the client's post_parser takes the first two, once, and adds the streams; the one

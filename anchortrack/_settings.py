@@ -8,6 +8,7 @@ and the valid values, then the fallback. docs/operations.md's environment table 
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -96,10 +97,17 @@ def _flag_text(text: str) -> bool:
     return _FLAGS[text.strip().lower()]
 
 
-def _seconds(value: object, caller: str, name: str, *, zero: bool = False) -> float:
-    from .stores._checks import checked_seconds  # the stores' check, imported late (stores import this)
-
-    return checked_seconds(value, caller, name, zero=zero)
+def checked_seconds(value: object, caller: str, name: str, *, zero: bool = False) -> float:
+    """*value*, the seconds *caller* takes as *name*: a finite number above 0 (or 0, with *zero*); else
+    `TypeError` or `ValueError` naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{caller}({name}=...) takes seconds (a number), not {type(value).__name__}")
+    if not (value >= 0 if zero else value > 0):
+        least = "0 seconds or more" if zero else "more than 0 seconds"
+        raise ValueError(f"{caller}({name}={value!r}): must be {least}")
+    if not math.isfinite(value):
+        raise ValueError(f"{caller}({name}={value!r}): must be a finite number of seconds")
+    return float(value)
 
 
 def _key(value: bytes | str, _caller: str, _name: str) -> bytes | None:
@@ -124,11 +132,11 @@ NAMESPACE: Setting[str | None] = Setting(
 RECORD_INCOMPLETE: Setting[bool] = Setting(
     "record_incomplete", False, _flag, FLAG, parse=_flag_text, sets="anchor on `incomplete` responses too")
 STORE_TIMEOUT: Setting[float] = Setting(
-    "store_timeout", 1.0, _seconds, "a number of seconds above 0", parse=float,
+    "store_timeout", 1.0, checked_seconds, "a number of seconds above 0", parse=float,
     sets="seconds a store call may take before the call goes without it "
     "([when the store fails](#when-the-store-fails))")
 STORE_COOLDOWN: Setting[float] = Setting(
-    "store_cooldown", 1.0, functools.partial(_seconds, zero=True), "a number of seconds, 0 or more",
+    "store_cooldown", 1.0, functools.partial(checked_seconds, zero=True), "a number of seconds, 0 or more",
     parse=float, sets="seconds between two probes of a store that is down")
 SCOPE_BY_API_KEY: Setting[bool] = Setting(
     "scope_by_api_key", True, _flag, FLAG, parse=_flag_text,

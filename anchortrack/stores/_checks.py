@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from .._settings import checked_seconds as checked_seconds  # the stores' ttl: a seconds setting's check
 from ._base import Anchor
 
 
@@ -60,16 +61,3 @@ def check_response_id(response_id: str) -> str:
     if not _filled(response_id, str):
         raise ValueError(f"response_id must be a non-empty str, got {response_id!r}")
     return response_id
-
-
-def checked_seconds(value: object, caller: str, name: str, *, zero: bool = False) -> float:
-    """*value*, the seconds *caller* takes as *name*: a finite number above 0 (or 0, with *zero*); else
-    `TypeError` or `ValueError` naming the setting."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{caller}({name}=...) takes seconds (a number), not {type(value).__name__}")
-    if not (value >= 0 if zero else value > 0):
-        least = "0 seconds or more" if zero else "more than 0 seconds"
-        raise ValueError(f"{caller}({name}={value!r}): must be {least}")
-    if not math.isfinite(value):
-        raise ValueError(f"{caller}({name}={value!r}): must be a finite number of seconds")
-    return float(value)
