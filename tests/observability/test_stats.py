@@ -302,7 +302,8 @@ def test_a_stream_read_to_the_end_is_not_abandoned(client: openai.OpenAI) -> Non
 
 # -- the table of counters and histograms (`METRICS`) ----------------------------------------------
 
-#: Today's snapshot keys and Prometheus families: kept exactly, whatever the table's shape.
+#: The snapshot keys and Prometheus families users read: none goes or moves, whatever the table's shape
+#: (a new row adds its own).
 SNAPSHOT_KEYS = [
     "requests", "resends", "stateless", "recorded", "recorded_local", "not_recorded", "store_errors",
     "anchors_rejected", "chains_dropped", "store_stalls", "backlog", "items_sent", "items_total",
@@ -320,12 +321,13 @@ FAMILIES = {
 
 
 def test_the_snapshot_keys_and_families_are_kept() -> None:
-    """The table makes the same snapshot (keys, in order; the backlog's) and Prometheus families as before."""
+    """The table makes the snapshot keys (in their order; the backlog's) and Prometheus families users
+    read, and more only as rows are added."""
     snap = Stats().snapshot()
 
-    assert SNAPSHOT_KEYS == list(snap)
+    assert SNAPSHOT_KEYS == [key for key in snap if key in SNAPSHOT_KEYS]
     assert {"queued": 0, "written": 0, "dropped": {"overflow": 0, "expired": 0}, "size": 0} == snap["backlog"]
-    assert {m.metric for m in METRICS if m.metric} | {"anchortrack_requests"} == FAMILIES
+    assert FAMILIES <= {m.metric for m in METRICS if m.metric} | {"anchortrack_requests"}
 
 
 @pytest.mark.parametrize("metric", [m for m in METRICS if m.field], ids=lambda m: m.key)
