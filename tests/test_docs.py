@@ -388,24 +388,26 @@ def test_the_operations_page_lists_every_environment_variable() -> None:
     assert listed == read
 
 
-def test_the_item_table_is_generated_from_every_row_of_the_library() -> None:
-    """docs/guide/anchors.md's item table comes from ``ITEM_TYPES`` when the site is built (the mkdocs
-    hook the site config names): one line per row, so a new type needs no docs edit."""
-    import runpy
-
+def test_the_item_tables_are_made_from_the_rows_of_both_sides() -> None:
+    """The guide's item table has one line per row of the library's ``ITEM_TYPES``, and docs/server.md's
+    bridge and error tables one per bridged and paired call of the server's: a new type needs no docs edit."""
     from anchortrack._canonical import ITEM_TYPES
+    from anchortrack.server._items import CALLS, bridged_call
 
-    assert "scripts/docs_hooks/item_types.py" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    hook = runpy.run_path(str(ROOT / "scripts" / "docs_hooks" / "item_types.py"))
-    page = type("Page", (), {"file": type("File", (), {"src_path": hook["PAGE"]})()})()
-    source = (DOCS / hook["PAGE"]).read_text(encoding="utf-8")
+    tables = _tables()
+    guide = tables.render((DOCS / "guide" / "anchors.md").read_text(encoding="utf-8"))
+    server = tables.render((DOCS / "server.md").read_text(encoding="utf-8"))
 
-    built = hook["on_page_markdown"](source, page)
-    rows = re.findall(r"^\| `(\w+)` \|", built, flags=re.MULTILINE)
-    assert rows == list(ITEM_TYPES)
-    assert "| `function_call_output` | `id`, `status` |  | `function_call` by `call_id` |" in built
-    assert "| `mcp_list_tools` |  | yes |  | `tools[].input_schema`, `tools[].annotations` |" in built
-    assert hook["MARKER"] not in built
+    assert list(ITEM_TYPES) == re.findall(r"^\| `(\w+)` \|", guide, flags=re.MULTILINE)
+    assert "| `function_call_output` | `id`, `status` |  | `function_call` by `call_id` |" in guide
+    assert "| `mcp_list_tools` |  | yes |  | `tools[].input_schema`, `tools[].annotations` |" in guide
+    for kind, row in CALLS.items():
+        if bridged_call(kind) is not None:
+            assert f"| `{row.tool}` | `{kind}` " in server, kind
+        if row.paired and kind != "function_call":
+            assert f"Same two checks for `{kind}` / `{row.output}` |" in server, kind
+    custom = "`custom_tool_call` with `input` restored verbatim | `function_call` named as requested |"
+    assert f"| `custom` | {custom}" in server
 
 
 def test_every_rows_marker_names_a_table_made_once() -> None:

@@ -44,6 +44,7 @@ class ItemType:
         schema: For a call: the parameters of the function standing in for its tool (none: the tool's own);
             *description*: that function's description (none: the tool's).
         bridged: ``False`` for a call the bridge has no form for (neither it nor its output is sent).
+        restores: For a call with *restore*: what its restored item carries (docs/server.md's table).
         content: For an output: the text of its ``tool`` message.
         call_keys: For an output: its fields naming the call it answers (the first string wins).
     """
@@ -58,6 +59,7 @@ class ItemType:
     schema: Schema | None = None
     description: str = ""
     bridged: bool = True
+    restores: str = ""
     content: Callable[[Item], str] | None = None
     call_keys: tuple[str, ...] = ("call_id",)
 
@@ -193,6 +195,7 @@ ITEM_TYPES: dict[str, ItemType] = {
         "custom tool call",
         arguments=lambda item: to_json({"input": item.get("input", "")}),
         restore=_custom,
+        restores="`input` restored verbatim",
         schema=_object(
             {"input": {**_STRING, "description": "The tool's input, verbatim."}},
             "input",
@@ -206,6 +209,7 @@ ITEM_TYPES: dict[str, ItemType] = {
         tool="shell",
         arguments=lambda item: _action(item, _SHELL),
         restore=_shell,
+        restores="`action.commands`",
         schema=_SHELL,
         description="Run shell commands.",
     ),
@@ -216,6 +220,7 @@ ITEM_TYPES: dict[str, ItemType] = {
         tool="local_shell",
         arguments=lambda item: _action(item, _LOCAL_SHELL),
         restore=_local_shell,
+        restores="`action.command`, `env`",
         schema=_LOCAL_SHELL,
         description="Run a command on the local machine.",
     ),
@@ -226,6 +231,7 @@ ITEM_TYPES: dict[str, ItemType] = {
         tool="apply_patch",
         arguments=lambda item: to_json({"operation": item.get("operation")}),
         restore=_apply_patch,
+        restores="`operation`",
         schema=_object({"operation": _OPERATION}, "operation"),
         description="Create, update or delete a file with a diff.",
     ),

@@ -1,19 +1,15 @@
-"""The server's item rows: every call has its Chat Completions form, and the docs' tables list the rows."""
+"""The server's item rows: every call has its Chat Completions form (docs/server.md's tables follow)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from anchortrack.server._items import CALLS, ITEM_TYPES, bridged_call
+from anchortrack.server._items import CALLS, bridged_call
 from anchortrack.server._reconstruct import restore_tool_call
 from anchortrack.server._translate import ChatPlan, build_messages, build_tools
 
-
-SERVER_MD = (Path(__file__).parents[2] / "docs" / "server.md").read_text()
 
 #: One call of each bridged type, as the model makes it: a new call type needs its row here.
 SAMPLES: dict[str, dict[str, Any]] = {
@@ -45,6 +41,9 @@ def test_every_call_row_has_its_chat_completions_form_or_says_it_is_not_bridged(
             continue
         assert spec.arguments is not None, f"{kind}: no Chat Completions form (or bridged=False)"
         assert (spec.restore is None) == (spec.schema is None), f"{kind}: restore and schema go together"
+        assert spec.restore is None or spec.restores, (
+            f"{kind}: say what its restored call carries (restores=)"
+        )
         assert kind in SAMPLES, f"{kind}: add a sample call to SAMPLES"
 
 
@@ -68,32 +67,3 @@ def test_a_bridged_call_goes_to_the_provider_and_comes_back_as_itself(kind: str)
     assert [sent["function"]["name"]] == [t["function"]["name"] for t in chat_tools]
     assert {"role": "tool", "tool_call_id": "c1", "content": "done"} == answer
     assert call == {key: value for key, value in restored.items() if key != "status"}
-
-
-def _table_after(heading: str, first_column: str) -> str:
-    """The markdown table under *heading* whose header starts with *first_column*."""
-    section = SERVER_MD.split(heading, 1)[1]
-    match = re.search(rf"^\| {re.escape(first_column)} \|.*?(?=\n\n)", section, re.M | re.S)
-    assert match is not None, (heading, first_column)
-    return match.group(0)
-
-
-def test_the_docs_bridge_tables_list_every_bridged_call() -> None:
-    """docs/server.md's request-building and reconstruction tables name every bridged call and tool."""
-    building = _table_after("### Request building", "Responses")
-    restoring = _table_after("### Response reconstruction", "Requested tool")
-    for kind, spec in CALLS.items():
-        if bridged_call(kind) is None:
-            continue
-        assert f"`{kind}`" in building, kind
-        assert f"| `{spec.tool}` | `{kind}`" in restoring, kind
-
-
-def test_the_docs_error_table_names_every_paired_call() -> None:
-    """docs/server.md's error table names every call the context checks pair with its output."""
-    errors = _table_after("## Errors", "Condition")
-    for kind, spec in ITEM_TYPES.items():
-        if spec.paired:
-            assert f"`{kind}`" in errors, kind
-            assert f"`{spec.output}`" in errors, kind
-            assert spec.paired in errors, kind
