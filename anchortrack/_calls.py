@@ -43,7 +43,7 @@ from ._stats import HTTP, WEBSOCKET, Stats
 from .stores._base import Anchor, AnchorStore
 
 
-class Tracker(Protocol):
+class TrackerState(Protocol):
     """What `Calls` reads of its tracker (`anchortrack.Tracker`, which holds the `Calls`)."""
 
     mode: Mode | None
@@ -81,7 +81,7 @@ class Calls:
     """One tracker's calls: `call` (HTTP); `begin`, `relay`, `run`, `settle`, `fault`, `chaining_disabled`
     (a socket's creates); `observe`, `abandoned`, `flush` (recording)."""
 
-    def __init__(self, tracker: Tracker) -> None:
+    def __init__(self, tracker: TrackerState) -> None:
         self.tracker = tracker
         self.store = tracker.store
         self.stats = tracker.stats

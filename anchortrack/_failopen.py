@@ -24,6 +24,7 @@ import attrs
 from ._flow import FLUSH, UNAVAILABLE, Evict, Find, Get, Unavailable, adrive, drive
 from ._fork import ForkSafeLock
 from ._log import get_logger
+from ._settings import STORE_COOLDOWN, STORE_TIMEOUT
 from ._stats import Stats
 from .stores._base import Anchor, runs_inline
 from .stores._open import store_label
@@ -33,9 +34,6 @@ T = TypeVar("T")
 #: A sync store call for a worker thread, and where its answer goes.
 _Job = tuple[Callable[[], Any], Future[Any]]
 
-#: Seconds a store call may take (`FailOpen.timeout`) and between two probes of a store that is down
-#: (`FailOpen.cooldown`), by default.
-DEFAULT_TIMEOUT = DEFAULT_COOLDOWN = 1.0
 #: How many anchors the backlog holds by default.
 DEFAULT_BACKLOG_LIMIT = 10_000
 #: Most backlog entries one flush writes (the rest wait for the next call).
@@ -88,8 +86,8 @@ class FailOpen:
         store: Any,
         stats: Stats,
         *,
-        timeout: float = DEFAULT_TIMEOUT,
-        cooldown: float = DEFAULT_COOLDOWN,
+        timeout: float = STORE_TIMEOUT.default,
+        cooldown: float = STORE_COOLDOWN.default,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
