@@ -1,5 +1,5 @@
 """
-`Pool`: the upstream's HTTP/1.1 client, keep-alive connections to one provider on asyncio streams.
+`Pool`: the upstream's HTTP client, keep-alive connections to one provider on asyncio streams.
 
 A request takes the most recently released idle connection (or opens one) and gives it back once its
 answer was read to the end, so a request costs its own bytes whatever the number of connections.
@@ -9,20 +9,29 @@ by ``content-length``, ``transfer-encoding: chunked``, or the end of the connect
 idle for `KEEPALIVE` seconds is closed rather than reused, and one the provider closed is never reused.
 A proxy the environment names for the provider (``HTTPS_PROXY``/``HTTP_PROXY``, ``NO_PROXY``; an
 ``http://`` proxy, with credentials if its URL has them) is used as an HTTP client uses it: a ``CONNECT``
-tunnel for https, the absolute URL for http.
+tunnel for https, the absolute URL for http.  Over TLS the pool offers HTTP/2 (ALPN ``h2``, with the
+sans-IO ``h2`` package): a provider that picks it gets every request as a stream of one connection (another
+one opens once its ``SETTINGS_MAX_CONCURRENT_STREAMS`` are all busy, or after a ``GOAWAY``), its answers
+flow-controlled as they are read; one that does not stays on HTTP/1.1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import socket
 import ssl
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TypeVar
 from urllib.parse import unquote, urlsplit
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
 
 
 _T = TypeVar("_T")
@@ -31,6 +40,10 @@ _T = TypeVar("_T")
 KEEPALIVE, MAX_IDLE, MAX_OPEN = 60.0, 100, 1000
 _READ = 65536
 _BROKEN = (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
+_HOP = frozenset({"host", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
+#: What a stream's queue carries: its status and headers, a piece of its body with its flow-controlled
+#: size, its end (None), or the `TransportError` kind that broke it.
+_Item = dict[str, str] | tuple[bytes, int] | str | None
 
 
 class TransportError(Exception):
@@ -90,29 +103,11 @@ class _Connection:
     def close(self) -> None:
         self.writer.close()
 
-
-class Response:
-    """An answer whose body is still to be read (`read` or `lines`); `aclose` it in any case."""
-
-    def __init__(self, pool: Pool, connection: _Connection, status: int, headers: dict[str, str]) -> None:
-        self.status_code = status
-        self.headers = headers
-        self._pool: Pool | None = pool
-        self._connection = connection
-        self._done = False
-        length = headers.get("content-length")
-        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        self._left = None if length is None or self._chunked else int(length)
-        if status in (204, 304) or 100 <= status < 200:
-            self._left = 0
-        self._keep = "close" not in headers.get("connection", "").lower() and (
-            self._chunked or self._left is not None
-        )
-
-    async def _pieces(self) -> AsyncIterator[bytes]:
-        reader, timed = self._connection.reader, self._connection.timed
+    async def body(self, chunked: bool, left: int | None) -> AsyncIterator[bytes]:
+        """An answer's body, framed by chunks, by its length (*left*), or by the end of the connection."""
+        reader, timed = self.reader, self.timed
         while True:
-            if self._chunked:
+            if chunked:
                 line = await timed(reader.readuntil(b"\r\n"))
                 try:
                     size = int(line.split(b";")[0], 16)
@@ -123,17 +118,166 @@ class Response:
                     while await timed(reader.readuntil(b"\r\n")) != b"\r\n":
                         pass  # trailers
                 piece = piece[:-2]
-            elif self._left is not None:
-                piece = await timed(reader.read(min(self._left, _READ))) if self._left else b""
-                if self._left and not piece:
+            elif left is not None:
+                piece = await timed(reader.read(min(left, _READ))) if left else b""
+                if left and not piece:
                     raise TransportError("RemoteProtocolError")
-                self._left -= len(piece)
+                left -= len(piece)
             else:
                 piece = await timed(reader.read(_READ))
             if not piece:
-                self._done = True
                 return
             yield piece
+
+
+class _H2:
+    """An HTTP/2 connection: each request a stream of it, all the answers read by one task."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: float) -> None:
+        self.writer, self.timeout = writer, timeout
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(header_encoding=None))
+        self.h2.initiate_connection()
+        self.streams: dict[int, asyncio.Queue[_Item]] = {}
+        self.window, self.ready = asyncio.Event(), asyncio.Event()  # a send window grew; SETTINGS came
+        self.gone: str | None = None  # why no new stream may start (GOAWAY, the connection ended)
+        self.idle_since = time.monotonic()
+        self.flush()
+        self._reading = asyncio.create_task(self._read(reader))
+
+    def flush(self) -> None:
+        if data := self.h2.data_to_send():
+            self.writer.write(data)
+
+    def available(self, now: float) -> bool:
+        if not self.streams and now - self.idle_since > KEEPALIVE:
+            self.close()
+        return self.gone is None and len(self.streams) < self.h2.remote_settings.max_concurrent_streams
+
+    def close(self) -> None:
+        self.gone = self.gone or "ReadError"
+        if not self.writer.is_closing():
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self.h2.close_connection()
+                self.flush()
+            self.writer.close()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        kind = "ReadError"
+        try:
+            while data := await reader.read(_READ):
+                for event in self.h2.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        headers: dict[str, str] = {}
+                        for name, value in event.headers:
+                            key, text = _text(name).lower(), _text(value)
+                            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+                        self._put(event.stream_id, headers)
+                    elif isinstance(event, h2.events.DataReceived):
+                        self._put(event.stream_id, (event.data, event.flow_controlled_length))
+                    elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                        ended = isinstance(event, h2.events.StreamEnded)
+                        self._put(event.stream_id, None if ended else "RemoteProtocolError")
+                    elif isinstance(event, h2.events.RemoteSettingsChanged):
+                        self.ready.set()
+                    elif isinstance(event, h2.events.ConnectionTerminated):
+                        self.gone = "RemoteProtocolError"  # streams past its last one were not taken
+                        for stream in [s for s in self.streams if s > (event.last_stream_id or 0)]:
+                            self._put(stream, self.gone)
+                        # The others go on (RFC 9113 6.8), though h2 would refuse their frames now.
+                        self.h2.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+                self.window.set()
+                self.flush()
+        except (OSError, h2.exceptions.H2Error) as error:
+            kind = "ReadError" if isinstance(error, OSError) else "RemoteProtocolError"
+            self.flush()
+        finally:
+            self.gone = self.gone or kind
+            for queue in self.streams.values():
+                queue.put_nowait(kind)
+            self.window.set()
+            self.ready.set()
+            self.writer.close()
+
+    def _put(self, stream: int, item: _Item) -> None:
+        if stream in self.streams:
+            self.streams[stream].put_nowait(item)
+
+    async def request(
+        self, headers: list[tuple[str, str]], body: bytes, release: Callable[[], None]
+    ) -> Response:
+        """Send the request as a new stream; its answer once the headers arrived (`TransportError` else)."""
+        stream = self.h2.get_next_available_stream_id()
+        queue = self.streams[stream] = asyncio.Queue()
+
+        def end(done: bool) -> None:
+            release()
+            del self.streams[stream]
+            if not self.writer.is_closing():
+                with contextlib.suppress(h2.exceptions.H2Error):
+                    if not done:
+                        self.h2.reset_stream(stream, 8)  # CANCEL: the rest of the answer is not wanted
+                    while not queue.empty():  # what came but was not read frees the connection's window
+                        item = queue.get_nowait()
+                        if isinstance(item, tuple):
+                            self.h2.acknowledge_received_data(item[1], stream)
+                self.flush()
+            if not self.streams:
+                self.idle_since = time.monotonic()
+                if self.gone:
+                    self.close()
+
+        try:
+            self.h2.send_headers(stream, headers, end_stream=not body)
+            while body:  # as much as the provider's windows take, then wait for them to grow
+                if self.gone:
+                    raise TransportError(self.gone)
+                window = min(self.h2.local_flow_control_window(stream), self.h2.max_outbound_frame_size)
+                if window > 0:
+                    self.h2.send_data(stream, body[:window], end_stream=window >= len(body))
+                    body = body[window:]
+                else:
+                    self.flush()
+                    self.window.clear()
+                    await _timed(self.window.wait(), self.timeout, "Write")
+            self.flush()
+            item = await _timed(queue.get(), self.timeout, "Read")
+            if not isinstance(item, dict):
+                raise TransportError(item if isinstance(item, str) else "RemoteProtocolError")
+        except BaseException as error:
+            end(False)
+            if isinstance(error, h2.exceptions.H2Error):
+                raise TransportError("RemoteProtocolError") from None
+            raise
+        return Response(int(item.pop(":status")), item, self._body(stream, queue), end)
+
+    async def _body(self, stream: int, queue: asyncio.Queue[_Item]) -> AsyncIterator[bytes]:
+        while isinstance(item := await _timed(queue.get(), self.timeout, "Read"), tuple):
+            if not self.writer.is_closing():
+                self.h2.acknowledge_received_data(item[1], stream)  # the provider may send as much again
+                self.flush()
+            yield item[0]
+        if item is not None:
+            raise TransportError(item if isinstance(item, str) else "RemoteProtocolError")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+class Response:
+    """An answer whose body is still to be read (`read` or `lines`); `aclose` it in any case."""
+
+    def __init__(
+        self, status: int, headers: dict[str, str], body: AsyncIterator[bytes], end: Callable[[bool], None]
+    ) -> None:
+        self.status_code, self.headers = status, headers
+        self._body, self._done = body, False
+        self._end: Callable[[bool], None] | None = end
+
+    async def _pieces(self) -> AsyncIterator[bytes]:
+        async for piece in self._body:
+            yield piece
+        self._done = True
 
     async def read(self) -> bytes:
         """The whole body."""
@@ -153,16 +297,17 @@ class Response:
             yield rest.rstrip(b"\r").decode("utf-8", "replace")
 
     async def aclose(self) -> None:
-        """Give the connection back if the body was read to its end; close it otherwise."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.release(self._connection, self._done and self._keep)
+        """Give the connection back if the body was read to its end; close it (or the stream) otherwise."""
+        end, self._end = self._end, None
+        if end is not None:
+            end(self._done)
 
 
 class Pool:
     """
     Keep-alive connections to the origin of *base_url*, each request waiting *timeout* seconds at most
-    to connect and for each read (`TransportError` ``ConnectTimeout`` / ``ReadTimeout``).
+    to connect and for each read (`TransportError` ``ConnectTimeout`` / ``ReadTimeout``).  Over TLS
+    *ssl_context* is made to offer HTTP/2 (ALPN).
     """
 
     def __init__(
@@ -170,6 +315,8 @@ class Pool:
     ) -> None:
         parts = urlsplit(base_url)
         self._tls = ssl_context if parts.scheme == "https" else None
+        if self._tls is not None:
+            self._tls.set_alpn_protocols(["h2", "http/1.1"])
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._tls else 80)
         self._path = parts.path.rstrip("/")
@@ -186,17 +333,44 @@ class Pool:
         if any(c in f"{name}{value}" for name, value in fields.items() for c in "\r\n\0"):
             raise ValueError("upstream headers must not contain line breaks")
         self._head = "".join(f"{name}: {value}\r\n" for name, value in fields.items()).encode("latin-1")
+        self._h2_head = [(":method", "POST"), (":scheme", "https"), (":authority", fields["host"])]
+        self._h2_fields = [(name, value) for name, value in fields.items() if name not in _HOP]
         self._idle: list[_Connection] = []
+        self._h2: list[_H2] = []  # HTTP/2 connections taking new streams, the newest last
+        self._opening: asyncio.Future[_Connection | _H2] | None = None  # a connection that may be h2
+        self._h1 = False  # the last connection opened chose HTTP/1.1
         self._slots = asyncio.Semaphore(MAX_OPEN)
         self.closed = False
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> _Connection | _H2:
         now = time.monotonic()
-        while self._idle:
-            connection = self._idle.pop()
-            if connection.reusable(now):
-                return connection
-            connection.close()
+        while True:
+            self._h2 = [connection for connection in self._h2 if connection.available(now)]
+            if self._h2:
+                return self._h2[-1]
+            while self._idle:
+                connection = self._idle.pop()
+                if connection.reusable(now):
+                    return connection
+                connection.close()
+            if self._opening is None:
+                break
+            await asyncio.wait([self._opening])  # it may well carry this request too
+            now = time.monotonic()
+        opening = asyncio.ensure_future(_timed(self._open(), self.timeout, "Connect"))
+        if self._tls and not self._h1:
+            self._opening = opening
+        try:
+            opened = await opening
+        finally:
+            if self._opening is opening:
+                self._opening = None
+        if isinstance(opened, _H2):
+            self._h2.append(opened)
+        self._h1 = isinstance(opened, _Connection)  # then those opened meanwhile need not wait
+        return opened
+
+    async def _open(self) -> _Connection | _H2:
         if self._proxy is None:
             server_hostname = self._host if self._tls else None
             opening = asyncio.open_connection(
@@ -204,7 +378,15 @@ class Pool:
             )
         else:
             opening = self._tunnel() if self._tls else asyncio.open_connection(*self._proxy[:2])
-        return _Connection(*await _timed(opening, self.timeout, "Connect"), self.timeout)
+        reader, writer = await opening
+        tls = writer.get_extra_info("ssl_object")
+        if tls is None or tls.selected_alpn_protocol() != "h2":
+            return _Connection(reader, writer, self.timeout)
+        connection = _H2(reader, writer, self.timeout)
+        await connection.ready.wait()  # the provider's SETTINGS (how many streams it takes)
+        if connection.gone:
+            raise ConnectionError("the provider closed the connection")
+        return connection
 
     async def _tunnel(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A TLS connection to the provider through the proxy's ``CONNECT`` tunnel."""
@@ -240,6 +422,10 @@ class Pool:
         except BaseException:
             self._slots.release()
             raise
+        if isinstance(connection, _H2):
+            sized = [("content-type", "application/json"), ("content-length", str(len(body)))]
+            fields = [*self._h2_head, (":path", f"{self._path}{path}"), *sized, *self._h2_fields]
+            return await connection.request(fields, body, self._slots.release)
         head = f"POST {self._path}{path} HTTP/1.1\r\ncontent-type: application/json\r\n"
         head += f"content-length: {len(body)}\r\n"
         try:
@@ -255,14 +441,19 @@ class Pool:
                 name, _, value = line.partition(":")
                 name, value = name.strip().lower(), value.strip()
                 headers[name] = f"{headers[name]}, {value}" if name in headers else value
-            if version == "HTTP/1.0":
-                headers["connection"] = "close"
-            return Response(self, connection, status, headers)
+            length = headers.get("content-length")
+            chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+            left = None if length is None or chunked else int(length)
         except BaseException as error:
             self.release(connection, reuse=False)
             if isinstance(error, ValueError):  # not HTTP
                 raise TransportError("RemoteProtocolError") from None
             raise
+        left = 0 if status in (204, 304) or 100 <= status < 200 else left
+        close = version == "HTTP/1.0" or "close" in headers.get("connection", "").lower()
+        keep = not close and (chunked or left is not None)
+        h1 = connection
+        return Response(status, headers, h1.body(chunked, left), lambda done: self.release(h1, done and keep))
 
     def release(self, connection: _Connection, reuse: bool) -> None:
         """Keep *connection* for the next request if *reuse*, else close it; either way its slot is free."""
@@ -278,6 +469,10 @@ class Pool:
     async def aclose(self) -> None:
         """Close the idle connections; those in use close when their answers are closed."""
         self.closed = True
-        idle, self._idle = self._idle, []
+        idle, self._idle, h2s, self._h2 = self._idle, [], self._h2, []
         for connection in idle:
             connection.close()
+        for h2c in h2s:  # no new stream; each closes once its last one ended
+            h2c.gone = h2c.gone or "ReadError"
+            if not h2c.streams:
+                h2c.close()
