@@ -137,6 +137,9 @@ class _H2:
         self.writer, self.timeout = writer, timeout
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(header_encoding=None))
         self.h2.initiate_connection()
+        machine, state = self.h2.state_machine, h2.connection.ConnectionState.CLIENT_OPEN
+        goaway = {(state, h2.connection.ConnectionInputs.RECV_GOAWAY): (None, state)}
+        machine._transitions = {**machine._transitions, **goaway}  # the streams it covers go on (RFC 9113)
         self.streams: dict[int, asyncio.Queue[_Item]] = {}
         self.window, self.ready = asyncio.Event(), asyncio.Event()  # a send window grew; SETTINGS came
         self.gone: str | None = None  # why no new stream may start (GOAWAY, the connection ended)
@@ -183,10 +186,10 @@ class _H2:
                         self.gone = "RemoteProtocolError"  # streams past its last one were not taken
                         for stream in [s for s in self.streams if s > (event.last_stream_id or 0)]:
                             self._put(stream, self.gone)
-                        # The others go on (RFC 9113 6.8), though h2 would refuse their frames now.
-                        self.h2.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
                 self.window.set()
                 self.flush()
+                if self.gone and not self.streams:
+                    break
         except (OSError, h2.exceptions.H2Error) as error:
             kind = "ReadError" if isinstance(error, OSError) else "RemoteProtocolError"
             self.flush()
