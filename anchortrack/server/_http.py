@@ -9,10 +9,9 @@ by ``content-length``, ``transfer-encoding: chunked``, or the end of the connect
 idle for `KEEPALIVE` seconds is closed rather than reused, and one the provider closed is never reused.
 A proxy the environment names for the provider (``HTTPS_PROXY``/``HTTP_PROXY``, ``NO_PROXY``; an
 ``http://`` proxy, with credentials if its URL has them) is used as an HTTP client uses it: a ``CONNECT``
-tunnel for https, the absolute URL for http.  Over TLS the pool offers HTTP/2 (ALPN ``h2``, with the
-sans-IO ``h2`` package): a provider that picks it gets every request as a stream of one connection (another
-one opens once its ``SETTINGS_MAX_CONCURRENT_STREAMS`` are all busy, or after a ``GOAWAY``), its answers
-flow-controlled as they are read; one that does not stays on HTTP/1.1.
+tunnel for https, the absolute URL for http.  Over TLS the pool offers HTTP/2 (ALPN, the ``h2`` package):
+a provider that picks it gets the requests as streams of one connection (another opens once its
+``SETTINGS_MAX_CONCURRENT_STREAMS`` are busy, or after its ``GOAWAY``); one that does not gets HTTP/1.1.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import socket
 import ssl
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -41,9 +40,8 @@ KEEPALIVE, MAX_IDLE, MAX_OPEN = 60.0, 100, 1000
 _READ = 65536
 _BROKEN = (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
 _HOP = frozenset({"host", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
-#: What a stream's queue carries: its status and headers, a piece of its body with its flow-controlled
-#: size, its end (None), or the `TransportError` kind that broke it.
-_Item = dict[str, str] | tuple[bytes, int] | str | None
+#: What a stream's queue carries: its headers, a piece of its body, its end (None) or why it broke.
+_Item = dict[str, str] | bytes | str | None
 
 
 class TransportError(Exception):
@@ -134,8 +132,8 @@ class _H2:
     """An HTTP/2 connection: each request a stream of it, all the answers read by one task."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: float) -> None:
-        self.writer, self.timeout = writer, timeout
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(header_encoding=None))
+        self.writer, self.timeout, self.idle_since = writer, timeout, time.monotonic()
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(header_encoding="latin-1"))
         self.h2.initiate_connection()
         machine, state = self.h2.state_machine, h2.connection.ConnectionState.CLIENT_OPEN
         goaway = {(state, h2.connection.ConnectionInputs.RECV_GOAWAY): (None, state)}
@@ -143,12 +141,11 @@ class _H2:
         self.streams: dict[int, asyncio.Queue[_Item]] = {}
         self.window, self.ready = asyncio.Event(), asyncio.Event()  # a send window grew; SETTINGS came
         self.gone: str | None = None  # why no new stream may start (GOAWAY, the connection ended)
-        self.idle_since = time.monotonic()
         self.flush()
         self._reading = asyncio.create_task(self._read(reader))
 
     def flush(self) -> None:
-        if data := self.h2.data_to_send():
+        if (data := self.h2.data_to_send()) and not self.writer.is_closing():
             self.writer.write(data)
 
     def available(self, now: float) -> bool:
@@ -157,11 +154,9 @@ class _H2:
         return self.gone is None and len(self.streams) < self.h2.remote_settings.max_concurrent_streams
 
     def close(self) -> None:
+        """No new stream; the connection closes once its last stream ended."""
         self.gone = self.gone or "ReadError"
-        if not self.writer.is_closing():
-            with contextlib.suppress(h2.exceptions.H2Error):
-                self.h2.close_connection()
-                self.flush()
+        if not self.streams:
             self.writer.close()
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
@@ -169,30 +164,27 @@ class _H2:
         try:
             while data := await reader.read(_READ):
                 for event in self.h2.receive_data(data):
+                    queue = self.streams.get(getattr(event, "stream_id", 0))
+                    put = queue.put_nowait if queue is not None else lambda item: None
                     if isinstance(event, h2.events.ResponseReceived):
-                        headers: dict[str, str] = {}
-                        for name, value in event.headers:
-                            key, text = _text(name).lower(), _text(value)
-                            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-                        self._put(event.stream_id, headers)
-                    elif isinstance(event, h2.events.DataReceived):
-                        self._put(event.stream_id, (event.data, event.flow_controlled_length))
+                        put(_headers((str(name), str(value)) for name, value in event.headers))
+                    elif isinstance(event, h2.events.DataReceived):  # the provider may send as much again
+                        self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                        put(event.data)
                     elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
-                        ended = isinstance(event, h2.events.StreamEnded)
-                        self._put(event.stream_id, None if ended else "RemoteProtocolError")
+                        put(None if isinstance(event, h2.events.StreamEnded) else "RemoteProtocolError")
                     elif isinstance(event, h2.events.RemoteSettingsChanged):
                         self.ready.set()
                     elif isinstance(event, h2.events.ConnectionTerminated):
                         self.gone = "RemoteProtocolError"  # streams past its last one were not taken
                         for stream in [s for s in self.streams if s > (event.last_stream_id or 0)]:
-                            self._put(stream, self.gone)
+                            self.streams[stream].put_nowait(self.gone)
                 self.window.set()
                 self.flush()
                 if self.gone and not self.streams:
                     break
         except (OSError, h2.exceptions.H2Error) as error:
             kind = "ReadError" if isinstance(error, OSError) else "RemoteProtocolError"
-            self.flush()
         finally:
             self.gone = self.gone or kind
             for queue in self.streams.values():
@@ -200,10 +192,6 @@ class _H2:
             self.window.set()
             self.ready.set()
             self.writer.close()
-
-    def _put(self, stream: int, item: _Item) -> None:
-        if stream in self.streams:
-            self.streams[stream].put_nowait(item)
 
     async def request(
         self, headers: list[tuple[str, str]], body: bytes, release: Callable[[], None]
@@ -215,15 +203,10 @@ class _H2:
         def end(done: bool) -> None:
             release()
             del self.streams[stream]
-            if not self.writer.is_closing():
-                with contextlib.suppress(h2.exceptions.H2Error):
-                    if not done:
-                        self.h2.reset_stream(stream, 8)  # CANCEL: the rest of the answer is not wanted
-                    while not queue.empty():  # what came but was not read frees the connection's window
-                        item = queue.get_nowait()
-                        if isinstance(item, tuple):
-                            self.h2.acknowledge_received_data(item[1], stream)
-                self.flush()
+            with contextlib.suppress(h2.exceptions.H2Error):
+                if not done and not self.writer.is_closing():
+                    self.h2.reset_stream(stream, 8)  # CANCEL: the rest of the answer is not wanted
+                    self.flush()
             if not self.streams:
                 self.idle_since = time.monotonic()
                 if self.gone:
@@ -243,28 +226,29 @@ class _H2:
                     self.window.clear()
                     await _timed(self.window.wait(), self.timeout, "Write")
             self.flush()
-            item = await _timed(queue.get(), self.timeout, "Read")
-            if not isinstance(item, dict):
-                raise TransportError(item if isinstance(item, str) else "RemoteProtocolError")
+            head = await _timed(queue.get(), self.timeout, "Read")
+            if not isinstance(head, dict):
+                raise TransportError(head if isinstance(head, str) else "RemoteProtocolError")
         except BaseException as error:
             end(False)
             if isinstance(error, h2.exceptions.H2Error):
                 raise TransportError("RemoteProtocolError") from None
             raise
-        return Response(int(item.pop(":status")), item, self._body(stream, queue), end)
+        return Response(int(head.pop(":status")), head, self._body(queue), end)
 
-    async def _body(self, stream: int, queue: asyncio.Queue[_Item]) -> AsyncIterator[bytes]:
-        while isinstance(item := await _timed(queue.get(), self.timeout, "Read"), tuple):
-            if not self.writer.is_closing():
-                self.h2.acknowledge_received_data(item[1], stream)  # the provider may send as much again
-                self.flush()
-            yield item[0]
+    async def _body(self, queue: asyncio.Queue[_Item]) -> AsyncIterator[bytes]:
+        while isinstance(item := await _timed(queue.get(), self.timeout, "Read"), bytes):
+            yield item
         if item is not None:
             raise TransportError(item if isinstance(item, str) else "RemoteProtocolError")
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("latin-1") if isinstance(value, bytes) else value
+def _headers(fields: Iterable[tuple[str, str]]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in fields:
+        key, value = name.strip().lower(), value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return headers
 
 
 class Response:
@@ -336,8 +320,9 @@ class Pool:
         if any(c in f"{name}{value}" for name, value in fields.items() for c in "\r\n\0"):
             raise ValueError("upstream headers must not contain line breaks")
         self._head = "".join(f"{name}: {value}\r\n" for name, value in fields.items()).encode("latin-1")
-        self._h2_head = [(":method", "POST"), (":scheme", "https"), (":authority", fields["host"])]
-        self._h2_fields = [(name, value) for name, value in fields.items() if name not in _HOP]
+        pseudo = {":method": "POST", ":scheme": "https", ":authority": fields["host"]}
+        self._h2_head = [*pseudo.items(), ("content-type", "application/json"), *fields.items()]
+        self._h2_head = [(name, value) for name, value in self._h2_head if name not in _HOP]
         self._idle: list[_Connection] = []
         self._h2: list[_H2] = []  # HTTP/2 connections taking new streams, the newest last
         self._opening: asyncio.Future[_Connection | _H2] | None = None  # a connection that may be h2
@@ -346,20 +331,17 @@ class Pool:
         self.closed = False
 
     async def _connection(self) -> _Connection | _H2:
+        while self._opening is not None:  # a connection being opened may well carry this request too
+            await asyncio.wait([self._opening])
         now = time.monotonic()
-        while True:
-            self._h2 = [connection for connection in self._h2 if connection.available(now)]
-            if self._h2:
-                return self._h2[-1]
-            while self._idle:
-                connection = self._idle.pop()
-                if connection.reusable(now):
-                    return connection
-                connection.close()
-            if self._opening is None:
-                break
-            await asyncio.wait([self._opening])  # it may well carry this request too
-            now = time.monotonic()
+        self._h2 = [connection for connection in self._h2 if connection.available(now)]
+        if self._h2:
+            return self._h2[-1]
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.reusable(now):
+                return connection
+            connection.close()
         opening = asyncio.ensure_future(_timed(self._open(), self.timeout, "Connect"))
         if self._tls and not self._h1:
             self._opening = opening
@@ -426,8 +408,7 @@ class Pool:
             self._slots.release()
             raise
         if isinstance(connection, _H2):
-            sized = [("content-type", "application/json"), ("content-length", str(len(body)))]
-            fields = [*self._h2_head, (":path", f"{self._path}{path}"), *sized, *self._h2_fields]
+            fields = [(":path", f"{self._path}{path}"), *self._h2_head, ("content-length", str(len(body)))]
             return await connection.request(fields, body, self._slots.release)
         head = f"POST {self._path}{path} HTTP/1.1\r\ncontent-type: application/json\r\n"
         head += f"content-length: {len(body)}\r\n"
@@ -439,11 +420,7 @@ class Pool:
             status_line, *lines = raw[:-4].decode("latin-1").split("\r\n")
             version, _, rest = status_line.partition(" ")
             status = int(rest[:3])
-            headers: dict[str, str] = {}
-            for line in lines:
-                name, _, value = line.partition(":")
-                name, value = name.strip().lower(), value.strip()
-                headers[name] = f"{headers[name]}, {value}" if name in headers else value
+            headers = _headers((name, value) for name, _, value in (line.partition(":") for line in lines))
             length = headers.get("content-length")
             chunked = "chunked" in headers.get("transfer-encoding", "").lower()
             left = None if length is None or chunked else int(length)
@@ -475,7 +452,5 @@ class Pool:
         idle, self._idle, h2s, self._h2 = self._idle, [], self._h2, []
         for connection in idle:
             connection.close()
-        for h2c in h2s:  # no new stream; each closes once its last one ended
-            h2c.gone = h2c.gone or "ReadError"
-            if not h2c.streams:
-                h2c.close()
+        for h2c in h2s:
+            h2c.close()

@@ -4,8 +4,9 @@
 Each request's resolved context goes to ``{base_url}/chat/completions`` as
 chat ``messages`` (`anchortrack.server._translate`) and the reply comes back
 as Responses output (`anchortrack.server._reconstruct`), with any server
-speaking Chat Completions.  HTTP/1.1 goes through one pool of keep-alive
-connections per server (`anchortrack.server._http`), closed at shutdown.  A
+speaking Chat Completions.  HTTP/1.1 (or HTTP/2 where the provider's TLS
+offers it) goes through one pool of keep-alive connections per server
+(`anchortrack.server._http`), closed at shutdown.  A
 connection error, a 408, 409, 429 or 5xx is retried as the openai SDK
 retries it (`RETRIES` times, exponential backoff from 0.5 s to 8 s less up
 to 25 % jitter, or the provider's ``Retry-After`` up to two minutes), always
