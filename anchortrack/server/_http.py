@@ -331,8 +331,10 @@ class Pool:
         self.closed = False
 
     async def _connection(self) -> _Connection | _H2:
-        while self._opening is not None:  # a connection being opened may well carry this request too
-            await asyncio.wait([self._opening])
+        while (opening := self._opening) is not None:  # a connection being opened may carry this one too
+            await asyncio.wait([opening])
+            if not opening.cancelled() and isinstance(error := opening.exception(), TransportError):
+                raise TransportError(error.kind)  # and its failure is this request's too
         now = time.monotonic()
         self._h2 = [connection for connection in self._h2 if connection.available(now)]
         if self._h2:

@@ -260,6 +260,28 @@ async def test_a_goaway_ends_the_streams_past_its_last_one(
     assert 2 == server.connections
 
 
+async def test_requests_waiting_for_a_connection_share_its_failure(trusted: ssl.SSLContext) -> None:
+    """While the first connection to an https provider opens (it may turn out h2), the other requests
+    wait for it; when it times out they fail with it, after one connect timeout, not one each in turn."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accepts the connection, never answers the TLS handshake
+
+    listening = await asyncio.start_server(silent, "127.0.0.1", 0)
+    pool = Pool(f"https://127.0.0.1:{listening.sockets[0].getsockname()[1]}/v1", 0.5, trusted, {})
+    started = asyncio.get_running_loop().time()
+    try:
+        failures = await asyncio.gather(*(pool.post("/c", b"{}") for _ in range(5)), return_exceptions=True)
+    finally:
+        listening.close()
+        for writer in held:
+            writer.close()
+    assert ["ConnectTimeout"] * 5 == [getattr(error, "kind", error) for error in failures]
+    assert asyncio.get_running_loop().time() - started < 1.5
+    assert 1 == len(held)
+
+
 async def test_the_gateway_answers_through_an_h2_provider(
     ca: trustme.CA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
