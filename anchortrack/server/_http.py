@@ -148,10 +148,11 @@ class _H2:
         if (data := self.h2.data_to_send()) and not self.writer.is_closing():
             self.writer.write(data)
 
-    def available(self, now: float) -> bool:
+    def room(self, now: float) -> int:
+        """How many more streams it takes (none once it closed, as it does when idle past `KEEPALIVE`)."""
         if not self.streams and now - self.idle_since > KEEPALIVE:
             self.close()
-        return self.gone is None and len(self.streams) < self.h2.remote_settings.max_concurrent_streams
+        return 0 if self.gone else self.h2.remote_settings.max_concurrent_streams - len(self.streams)
 
     def close(self) -> None:
         """No new stream; the connection closes once its last stream ended."""
@@ -324,7 +325,7 @@ class Pool:
         self._h2_head = [*pseudo.items(), ("content-type", "application/json"), *fields.items()]
         self._h2_head = [(name, value) for name, value in self._h2_head if name not in _HOP]
         self._idle: list[_Connection] = []
-        self._h2: list[_H2] = []  # HTTP/2 connections taking new streams, the newest last
+        self._h2: list[_H2] = []  # HTTP/2 connections, the oldest (first to be filled) first
         self._opening: asyncio.Future[_Connection | _H2] | None = None  # a connection that may be h2
         self._h1 = False  # the last connection opened chose HTTP/1.1
         self._slots = asyncio.Semaphore(MAX_OPEN)
@@ -336,9 +337,10 @@ class Pool:
             if not opening.cancelled() and isinstance(error := opening.exception(), TransportError):
                 raise TransportError(error.kind)  # and its failure is this request's too
         now = time.monotonic()
-        self._h2 = [connection for connection in self._h2 if connection.available(now)]
-        if self._h2:
-            return self._h2[-1]
+        self._h2 = [connection for connection in self._h2 if connection.gone is None]
+        for h2c in self._h2:
+            if h2c.room(now) > 0:
+                return h2c
         while self._idle:
             connection = self._idle.pop()
             if connection.reusable(now):
