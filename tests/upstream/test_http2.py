@@ -37,6 +37,7 @@ class App:
     def __init__(self) -> None:
         self.versions: list[str] = []
         self.ports: set[int] = set()
+        self.heads: list[tuple[str, dict[bytes, bytes]]] = []  # each request's path and headers
         self.gate = asyncio.Event()  # the streamed answer's second half waits for it
         self.busy = self.most = 0
 
@@ -45,6 +46,7 @@ class App:
             return
         self.versions.append(scope["http_version"])
         self.ports.add(scope["client"][1])
+        self.heads.append((scope["path"], dict(scope["headers"])))
         body = b""
         while True:
             message = await receive()
@@ -134,6 +136,12 @@ async def test_concurrent_requests_are_streams_of_one_h2_connection(
         assert b"1048576" == await post(pool, "echo", b"x" * 1048576)
         await pool.aclose()
     assert [b"slow"] * 20 == answers
+    path, head = app.heads[-1]
+    assert ("/v1/echo", b"Bearer k", b"application/json") == (
+        path,
+        head[b"authorization"],
+        head[b"content-type"],
+    )
     assert {"2"} == set(app.versions)
     assert 1 == len(app.ports)
     assert 20 == app.most
