@@ -24,6 +24,7 @@ from anchortrack.server import ResponsesServer, Upstream
 from anchortrack.server._http import Pool, TransportError
 
 from .provider import Reply
+from .test_http import Proxy
 
 
 Scope = dict[str, Any]
@@ -185,6 +186,25 @@ async def test_a_large_answer_is_read_whole(ca: trustme.CA, trusted: ssl.SSLCont
         await pool.aclose()
     assert [bytes(range(256)) * (5 * 4096)] * 2 == bodies
     assert (["2", "2"], 1) == (app.versions, len(app.ports))
+
+
+async def test_h2_goes_through_the_proxy_tunnel(
+    ca: trustme.CA, trusted: ssl.SSLContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the ``CONNECT`` tunnel of the proxy ``HTTPS_PROXY`` names, the provider's TLS picks h2 too."""
+    proxy = Proxy()
+    relay = await asyncio.start_server(proxy.serve, "127.0.0.1", 0)
+    monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{relay.sockets[0].getsockname()[1]}")
+    monkeypatch.setenv("no_proxy", "")
+    try:
+        async with h2_server(ca, tmp_path) as (app, url):
+            pool = Pool(url, 5.0, trusted, {})
+            assert [b"2", b"2"] == await asyncio.gather(post(pool, "echo", b"ab"), post(pool, "echo", b"cd"))
+            await pool.aclose()
+    finally:
+        relay.close()
+    assert (["2", "2"], 1) == (app.versions, len(proxy.asked))
+    assert proxy.asked[0].startswith(b"CONNECT 127.0.0.1:")
 
 
 async def test_a_provider_offering_only_http1_gets_http1(
