@@ -137,7 +137,9 @@ class _H2:
         self.h2.initiate_connection()
         machine, state = self.h2.state_machine, h2.connection.ConnectionState.CLIENT_OPEN
         goaway = {(state, h2.connection.ConnectionInputs.RECV_GOAWAY): (None, state)}
-        machine._transitions = {**machine._transitions, **goaway}  # the streams it covers go on (RFC 9113)
+        # The streams a GOAWAY covers go on (RFC 9113): h2's own table says so; without it, they all end.
+        with contextlib.suppress(AttributeError, TypeError):
+            machine._transitions = {**machine._transitions, **goaway}
         self.streams: dict[int, asyncio.Queue[_Item]] = {}
         self.window, self.ready = asyncio.Event(), asyncio.Event()  # a send window grew; SETTINGS came
         self.gone: str | None = None  # why no new stream may start (GOAWAY, the connection ended)
