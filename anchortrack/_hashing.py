@@ -392,12 +392,14 @@ def _strings(value: object, depth: int = 0) -> bool:
         return False
     if kind is dict:
         for key, item in value.items():  # type: ignore[attr-defined]
-            if type(key) is not str or (type(item) is not str and not _strings(item, depth + 1)):
+            if type(key) is not str or (
+                type(item) is not str and item is not None and not _strings(item, depth + 1)
+            ):
                 return False
         return True
     if kind is list:
-        for item in value:  # type: ignore[attr-defined]  # noqa: SIM110 - a loop: no generator per node
-            if type(item) is not str and not _strings(item, depth + 1):
+        for item in value:  # type: ignore[attr-defined]
+            if type(item) is not str and item is not None and not _strings(item, depth + 1):
                 return False
         return True
     return False
