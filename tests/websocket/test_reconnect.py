@@ -45,6 +45,12 @@ def _open_ids(hooks: Hooks) -> set[str]:
     return {conn["id"] for conn in hooks.connections()}
 
 
+def _client_saw_close(conn: Any) -> bool:
+    """Whether the SDK's websockets connection under *conn* has left the OPEN state."""
+    protocol = conn._connection.protocol
+    return protocol.state is not websockets.protocol.State.OPEN
+
+
 @pytest.mark.parametrize("code", [pytest.param(1001, marks=needs_reconnect_after_going_away), 1011, 1012])
 def test_a_drop_mid_response_reconnects_and_a_full_resend_recovers(
     ws_client: openai.OpenAI, ws_server: ResponsesServer, ws_hooks: Hooks, code: int
@@ -128,6 +134,8 @@ def test_an_idle_drop_surfaces_at_the_next_send_and_iterating_reconnects(
         old = the_only_connection(ws_hooks, known=sorted(before))
         ws_hooks.drop(old, code=1001)
         wait_until(lambda: old not in _open_ids(ws_hooks), "the client answered the close")
+        # The server can let go of the socket before the client's reader thread has read the close.
+        wait_until(lambda: _client_saw_close(conn), "the client's reader saw the close")
         # send() never reconnects: the closed socket raises websockets' own exception.
         with pytest.raises(websockets.exceptions.ConnectionClosed):
             conn.response.create(model="scripted", input=[user("two")], previous_response_id=first.id)
