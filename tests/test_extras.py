@@ -64,6 +64,21 @@ def test_server_without_the_web_stack(tmp_path: Path, module: str, failing: int)
     assert all(f"({module} is missing): pip install 'anchortrack[server]'" in line for line in lines)
 
 
+def test_the_upstream_without_h2(tmp_path: Path) -> None:
+    """The upstream client (HTTP/2 to a provider) names the server extra when h2 is missing."""
+    code = (
+        "import anchortrack.server\n"
+        "try:\n"
+        "    anchortrack.server.Upstream\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    proc = _run(tmp_path, ["h2"], "-c", code)
+
+    assert 0 == proc.returncode, proc.stderr
+    assert "(h2 is missing): pip install 'anchortrack[server]'" in proc.stdout
+
+
 def test_examples_without_the_web_stack(tmp_path: Path) -> None:
     """An example run on a base install says which extra it needs, not "No module named 'uvicorn'"."""
     proc = _run(tmp_path, ["uvicorn"], "examples/tool_loop.py")

@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 #: The web stack the server extra installs.
-_SERVER_EXTRA_MODULES = frozenset({"starlette", "uvicorn", "websockets"})
+_SERVER_EXTRA_MODULES = frozenset({"starlette", "uvicorn", "websockets", "h2"})
 
 _LAZY = {
     "create_app": "anchortrack.server._app",
