@@ -222,8 +222,8 @@ def anchor_of(
     **rest: Any,
 ) -> tuple[Anchor, list[bytes]]:
     """The anchor *response* becomes (`new_anchor`, with *rest*) and its output's prefix hashes: its *output*
-    in the server's own form (which a chain replays) continues *base*, the request's view; a response that
-    announces its properties chains whatever a request carries (`ANY`)."""
+    in the server's own form (which a chain replays) continues *base*; a response that announces its
+    properties chains whatever a request carries (`ANY`)."""
     hashes = prefix_hashes(base, fingerprint_items([as_received(item) for item in output], memo)[0])
     properties = ANY if announced(response) else properties
     return new_anchor(response.id, base=base, hashes=hashes, properties=properties, **rest), hashes
@@ -346,9 +346,8 @@ class RecentViews:
                 self._size -= len(first) + len(rest)
 
     def diverged_at(self, hashes: Sequence[bytes]) -> int | None:
-        """The index of the first item of *hashes* that leaves the closest view. None: not even the first item
-        is in a view, or no item left it: the closest view is a whole prefix of the history (its anchor is
-        gone), or the history a prefix of it."""
+        """The index of the first item of *hashes* that leaves the closest view; None: not even the first
+        item is in a view, or the closest view is a whole prefix of the history (its anchor is gone)."""
         best, whole = self.closest(hashes)
         return best if 0 < best < len(hashes) and not whole else None
 
