@@ -1,7 +1,5 @@
-"""A tracker's working side (`Calls`), the internal interface of both transports (HTTP: `_client`, `_stream`;
-WebSocket: `_websocket`): a call is begun, its flow relayed (bookkeeping noted here), its effects performed
-through `FailOpen`, its response observed and its outcome settled. A fault inside anchortrack sends the call
-through unchanged."""
+"""`Calls`: a tracker's working side, the internal interface of both transports: a call is begun, its flow
+relayed, its effects performed through `FailOpen`, its response observed, its outcome settled."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""
-Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells): `wrap` returns a copy of the client whose
-class subclasses the original's (`anchortrack._patches`). Two seams of the SDK are used:
-``client.responses`` (and ``client.beta.responses``) plans ``create`` / ``parse`` before the SDK serializes
-anything, and ``client.post`` attaches the recorder to the one ``POST /responses`` a planned call makes
-(through the SDK's private names `anchortrack._seams` checks on each call). ``responses.connect()`` is
-tracked where the SDK has it (WebSocket mode, `anchortrack._websocket`, imported on first use). Overrides
-carry the SDK's signatures and docstrings; an error the SDK raises is re-raised as it is, without
-anchortrack's frames in its traceback. The decision is `anchortrack._flow.call_flow` (docs/code.md).
-"""
+"""Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells): `wrap` returns a copy whose class
+subclasses the original's (`anchortrack._patches`). ``client.responses`` plans ``create`` / ``parse`` before
+the SDK serializes anything; ``client.post`` attaches the recorder to the one ``POST /responses`` a planned
+call makes (through the private names `anchortrack._seams` checks). An error the SDK raises is re-raised as it
+is, without anchortrack's frames in its traceback."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Fail open around the anchor store, for every backend: a store that fails, hangs (sync or async) or lies
-costs a larger request, never the call. One deadline (a daemon worker thread for sync stores,
-``asyncio.wait_for`` for async ones, a retry when the caller's own loop stalled); one cooldown with a single
-probe per kind of call (read, write); one bounded write-behind `Backlog`, which planning reads, so a
-conversation keeps chaining through an outage and right after it."""
+"""Fail open around any store: one that fails, hangs or lies costs a larger request, never the call. One
+deadline, one cooldown with a single probe per kind of call (read, write), one bounded write-behind `Backlog`
+that planning reads, so a conversation keeps chaining through an outage."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""One ``responses.create`` call as a generator of effects (pure): every decision, written once.
-
-`call_flow` plans from the longest provably valid recorded prefix, sends the delta or the full request,
-and recovers from a refused anchor (`refused_flow`). It yields store I/O, the `Send` and bookkeeping;
-answers, or what a send raised, come back in. `drive` and `adrive` perform the effects."""
+"""One ``responses.create`` call as a generator of effects (pure): every decision, written once; `drive` and
+`adrive` perform the effects, and what a send raised comes back in."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""
-The request properties a Responses server could carry over a chain (pure).
-
-OpenAI applies them per request; other servers (vLLM's agentic-api) give a chained request the
-previous response's ``tools`` and ``tool_choice``. So an anchor records a digest of the properties its
-request set, and a request chains only from an anchor with its own digest (else ``properties_changed``).
-docs/compatibility.md lists which properties count, which do not, and why.
-"""
+"""The request properties a Responses server could carry over a chain (pure): vLLM's agentic-api gives a
+chained request the previous response's ``tools``, so an anchor records a digest of its request's properties
+and a request chains only from an anchor with its own (else ``properties_changed``). docs/compatibility.md
+says why."""
 
 from __future__ import annotations
 
@@ -65,9 +61,13 @@ def announced(response: object) -> bool:
 
 #: The variable of base URLs of servers the user declares apply properties per request.
 PER_REQUEST_ENV = str(PER_REQUEST_PROPERTIES.env)
-#: Hosts known to apply every request property to that request only.
-_PER_REQUEST_HOSTS = frozenset({"api.openai.com"})
-_PER_REQUEST_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+_AZURE_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+
+
+def openai_host(url: str) -> bool:
+    """Whether *url* is OpenAI's or Azure OpenAI's: properties apply per request, chains as documented."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith(_AZURE_SUFFIXES)
 
 
 def applies_per_request(base_url: str | None) -> bool:
@@ -81,11 +81,10 @@ def applies_per_request(base_url: str | None) -> bool:
 @functools.lru_cache(maxsize=64)
 def _applies(url: str, declared: tuple[str, ...]) -> bool:
     try:
-        host = (urlsplit(url).hostname or "").lower()
+        if openai_host(url):
+            return True
     except ValueError:
-        host = ""
-    if host in _PER_REQUEST_HOSTS or host.endswith(_PER_REQUEST_HOST_SUFFIXES):
-        return True
+        pass
     return any(url == d or url.startswith(d + "/") for d in declared)
 
 

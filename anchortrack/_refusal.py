@@ -1,7 +1,6 @@
-"""What a refused chained request means (pure): the server forgot the anchor, the organization refuses
-``previous_response_id`` (zero data retention), or the delta names by id an item the anchor's context already
-holds (``Duplicate item``). Every other error is the caller's. docs/compatibility.md has each server's exact
-bodies."""
+"""What a refused chained request means (pure): the anchor is gone, the organization refuses
+``previous_response_id`` (ZDR), or a duplicate item; any other error is the caller's (docs/compatibility.md).
+"""
 
 from __future__ import annotations
 

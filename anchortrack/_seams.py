@@ -1,7 +1,5 @@
-"""The openai SDK's private names anchortrack attaches through, each looked up when a call is made: where one
-is missing (an SDK older or newer than anchortrack knows), that call goes out untracked, exactly as the
-unwrapped client sends it, and one ``RuntimeWarning`` per process names what could not attach.
-docs/compatibility.md lists them and the SDK versions that have them."""
+"""The openai SDK's private names anchortrack attaches through, looked up per call: where one is missing the
+call goes out untracked, with one ``RuntimeWarning`` per process (docs/compatibility.md lists them)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""
-Every setting of a tracked client, one row each (`SETTINGS`): its keyword in `anchortrack.wrap` and
-`Tracker` (None there means "use the setting"), its environment variable, how a value is checked,
-its default, and what a bad value in the environment does: one warning naming the variable, the value
-and the valid values, then the fallback. docs/operations.md's environment table is made from the rows.
-"""
+"""Every setting of a tracked client, one row each (`SETTINGS`): keyword (None there: use the setting),
+variable, check, default, and the fallback a bad variable gets (with one warning). docs/operations.md is made
+from them."""
 
 from __future__ import annotations
 
