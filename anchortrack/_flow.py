@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -193,20 +194,13 @@ def plan_history(
         reason = Reason.ZDR if ctx.zdr_disabled else Reason.CHAIN_DROPPED
         return with_sizes(Plan(reason, total=n), history.sizes)
     authentic = ctx.authentic if ctx.mac_key is not None else None
+    pick = functools.partial(choose, hashes, now=ctx.now, properties=properties, authentic=authentic)
     start = history.proven if ctx.local_store else 0
     if 1 < start < n:
         # h(n-1) down to h(start), longest first (hashes[i - 1] is h(i), the view of items[:i])
         found = yield Find(ctx.scope_key, hashes[n - 2 : start - 2 : -1])
         if not isinstance(found, Unavailable):
-            plan = choose(
-                hashes,
-                found,
-                ctx.now,
-                has_model_items=True,  # only a plan with an anchor is taken from this step
-                properties=properties,
-                authentic=authentic,
-                shortest=start,
-            )
+            plan = pick(found, has_model_items=True, shortest=start)  # taken only if it has an anchor
             if plan.anchor is not None:
                 return with_sizes(plan, history.sizes)
     # Every view that could be an anchor (h(1) to h(n-1)), longest first, and the whole history's (h(n)),
@@ -215,15 +209,7 @@ def plan_history(
     if isinstance(found, Unavailable):
         plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
     else:
-        plan = choose(
-            hashes,
-            found,
-            ctx.now,
-            has_model_items=history.has_model,
-            recent=ctx.recent,
-            properties=properties,
-            authentic=authentic,
-        )
+        plan = pick(found, has_model_items=history.has_model, recent=ctx.recent)
     return with_sizes(plan, history.sizes)
 
 
@@ -326,15 +312,8 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
             # A server may have carried the parent's properties over to
             # this response: what it was made with is not what was sent.
             skip = Reason.PROPERTIES_CHANGED
-        ticket = Ticket(
-            scope=ctx.scope_key,
-            base=extend(parent.view, fps),
-            count=parent.count + len(fps),
-            skip_reason=skip,
-            expires_at=parent.expires_at,
-            properties=request.properties,
-            parent=parent_id,
-        )
+        base, n = extend(parent.view, fps), parent.count + len(fps)
+        ticket = Ticket(ctx.scope_key, base, n, None, skip, parent.expires_at, request.properties, parent_id)
     yield from _planned(ctx, Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected))
     if parent_id is not None:
         event = "anchortrack.hint_caller_managed"

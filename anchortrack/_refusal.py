@@ -100,15 +100,10 @@ def _status(error: BaseException) -> int | None:
 
 
 def _strings(value: object, depth: int) -> Iterator[str]:
-    if depth > _MAX_DEPTH:
-        return
-    if isinstance(value, str):
+    if isinstance(value, str) and depth <= _MAX_DEPTH:
         yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
+    elif isinstance(value, (Mapping, list, tuple)) and depth < _MAX_DEPTH:
+        for item in value.values() if isinstance(value, Mapping) else value:
             yield from _strings(item, depth + 1)
 
 

@@ -320,17 +320,14 @@ def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
 
 # -- the Lua scripts: one atomic round trip per find, put, get and evict; "scope base" is `KeySchema.base`
 
+#: ``rid_of(value)``: the response id of a value, and its parent's id (nil without one).
 _RID_OF = """
 local function rid_of(v)
   if not v then return nil end
   local rid = string.match(v, '^2|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(.*)$')
   if rid then return rid end
   local n, rest = string.match(v, '^3|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
-  if n then return string.sub(rest, tonumber(n) + 1) end
-end
-local function parent_of(v)
-  local n, rest = string.match(v or '', '^3|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
-  if n then return string.sub(rest, 1, tonumber(n)) end
+  if n then return string.sub(rest, tonumber(n) + 1), string.sub(rest, 1, tonumber(n)) end
 end
 """
 
@@ -379,7 +376,7 @@ local found, skip = {}, #ARGV[1] + 3
 for i, key in ipairs(KEYS) do
   local v = redis.call('GET', key)
   found[i] = v
-  local rid, parent = rid_of(v), parent_of(v)
+  local rid, parent = rid_of(v)
   if rid then
     local rkey, ckey = ARGV[1] .. 'r:' .. rid, parent and ARGV[1] .. 'c:' .. parent
     local lost_r = redis.call('EXISTS', rkey) == 0
