@@ -55,14 +55,11 @@ class TrackerState(Protocol):
     _subscribers: tuple[Callable[[Outcome], object], ...]
 
 
-#: The call whose ``POST /responses`` is being sent: its `Calls`, its ticket and the tracked streams the
-#: SDK built for it (the client's post_parser takes the first two, once, and adds the streams; the one
-#: peeked for an in-stream refusal, whatever object a tracer hands back around it).
+#: The call whose ``POST /responses`` is being sent: its `Calls`, its ticket and the tracked streams the SDK
+#: built for it (the client's post_parser takes the first two once, and adds the streams; one is peeked).
 sending: ContextVar[tuple[Calls, Ticket, list[Any]] | None] = ContextVar("anchortrack_sending", default=None)
-
 SendFn = Callable[[Mapping[str, Any]], Any]
 AsyncSendFn = Callable[[Mapping[str, Any]], Awaitable[Any]]
-
 #: How many entries each of a tracker's small caches holds before it starts over.
 CACHE_SIZE = 64
 
@@ -86,7 +83,6 @@ class Calls:
         self.recent = tracker.recent
         self.clock = tracker.clock
         self.failopen = tracker.failopen
-        #: Write what was recorded (`FailOpen.flush`; ``aflush``: async).
         self.flush, self.aflush = tracker.failopen.flush, tracker.failopen.aflush
         self._memo = tracker._memo
         #: The servers that dropped a chain, and what finding them needs (`anchortrack._chaindrop`).
@@ -258,8 +254,6 @@ class Calls:
             if effect.reason is Reason.ZDR:
                 self._zdr.add(state.context.scope_key)
 
-    # -- outcomes -------------------------------------------------------------
-
     def publish(self, outcome: Outcome) -> None:
         """Hand one call's outcome to `stats`, the current span, its event and every subscriber; what a
         subscriber raises is logged."""
@@ -302,8 +296,6 @@ class Calls:
             "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", **_via(transport)
         )
 
-    # -- hints: logged once per tracker ---------------------------------------
-
     def _hint_once(self, event: str) -> bool:
         """Whether the hint *event* is due: the first time on this tracker."""
         with self._lock:
@@ -320,8 +312,6 @@ class Calls:
         event = "anchortrack.hint_output_missing"
         if streak >= 2 and self._hint_once(event):
             get_logger().warning(event, items=len(hashes), calls=streak + 1, hint=HINTS[event])
-
-    # -- recording ----------------------------------------------------------
 
     def observe(
         self, ticket: Ticket, response: object, output: Sequence[Any] | None = None, *, local: bool = False

@@ -131,9 +131,6 @@ def tracker(client: object) -> Tracker:
     return found
 
 
-# -- the tracked call: the tracker plans it, then sends it through the SDK ---------------------
-
-
 def _working(resource: Any) -> tuple[Calls, Callable[[], Scope]] | None:
     """
     The calls of *resource*'s tracker and its client's scope; None when calls through it go out untracked:

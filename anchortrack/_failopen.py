@@ -115,8 +115,6 @@ class FailOpen:
         """Whether the store is neither suspect nor down."""
         return self._first is None
 
-    # -- one store call: admitted, given a deadline, judged --------------------
-
     def call(self, operation: str, fn: Callable[[], T], *, budget: float | None = None) -> T | Unavailable:
         """Run a sync store operation, failing open (`UNAVAILABLE`); *budget* may shorten its deadline."""
         probe = self._admit(operation, budget)
@@ -236,8 +234,6 @@ class FailOpen:
             get_logger().warning("anchortrack.store_recovered", outage_seconds=round(lasted, 3))
         return result
 
-    # -- the flow's store effects ---------------------------------------------
-
     def perform(self, effect: Any) -> Any:
         """Perform one effect of a call: `FLUSH`, a callable (called), or a store effect, failing open (this
         tracker's own anchors fill the gaps in an answer)."""
@@ -289,8 +285,6 @@ class FailOpen:
             return hits if isinstance(answer, Unavailable) else ChainMap(answer, hits)
         hit = None if isinstance(answer, Anchor) else backlog.get(effect.scope, effect.response_id, now)
         return hit if hit is not None else answer
-
-    # -- the write-behind ------------------------------------------------------
 
     def record(self, scope: str, anchor: Anchor) -> None:
         """Queue *anchor* for the next `flush`."""

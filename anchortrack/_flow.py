@@ -37,9 +37,6 @@ UNAVAILABLE = Unavailable()
 FLUSH = object()
 
 
-# -- effects: store I/O, the send, and bookkeeping (answered with None) --------
-
-
 @attrs.frozen
 class Find:
     """Look up which of *views* are recorded anchors."""
@@ -157,9 +154,6 @@ class CallState:
     sdk_error: BaseException | None = None
 
 
-# -- the planning pipeline ----------------------------------------------------
-
-
 @attrs.frozen
 class History:
     """A history fingerprinted (with each item's JSON size) and hashed from the context's root; *proven*:
@@ -211,9 +205,6 @@ def plan_history(
     else:
         plan = pick(found, has_model_items=history.has_model, recent=ctx.recent)
     return with_sizes(plan, history.sizes)
-
-
-# -- one call -----------------------------------------------------------------
 
 
 def call_flow(ctx: CallContext, request: Request) -> Flow:

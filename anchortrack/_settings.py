@@ -74,9 +74,6 @@ def _parsed(setting: Setting[T], text: str) -> T:
         return setting.fallback
 
 
-# -- checks and parsers: a value given in code, the text of a variable ------------------------
-
-
 def _string(value: object, caller: str, name: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{caller}({name}=...) takes a string or None, not {type(value).__name__}")

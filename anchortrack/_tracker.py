@@ -28,22 +28,18 @@ class Tracker:
     (its row in ``anchortrack._settings``; docs/operations.md, "Environment variables").
 
     Args:
-        store: Where anchors live: an `AnchorStore`, or a spec string (``"memory"``, ``"sqlite:PATH"``,
-            ``"redis://…"``) opened with `anchortrack.stores.open_store`; by default the process-wide
-            default store (`default_store`).
-        mode: ``chained`` (default), ``shadow`` or ``off``; the ``ANCHORTRACK_MODE`` environment variable
-            wins.
-        namespace: An extra scope partition: anchors recorded under one namespace are never used under
-            another.
-        record_incomplete: Also anchor on ``incomplete`` responses (OpenAI stores them and accepts them
-            as ``previous_response_id``).
+        store: An `AnchorStore` or a store spec, as `anchortrack.wrap` takes; by default the process-wide
+            default store.
+        mode: ``chained`` (default), ``shadow`` or ``off``; ``ANCHORTRACK_MODE`` wins.
+        namespace: Anchors recorded under one namespace are never used under another.
+        record_incomplete: Also anchor on ``incomplete`` responses (OpenAI accepts them as
+            ``previous_response_id``).
         store_timeout: Seconds a store operation may take before the call goes out stateless; also the
             most the write after a response may delay it (None: 1 second).
         store_cooldown: Seconds between two probes of a store that is down (one call tries it, the
             others go without it; None: 1 second); settable on a live tracker.
-        scope_by_api_key: Put a keyed digest of the client's API key in the scope (the default), so
-            clients with different keys sharing a store never share anchors. False keeps anchors usable
-            across a key rotation (then separate tenants with *namespace*).
+        scope_by_api_key: Keep anchors apart per API key (the default); False keeps them usable across a
+            key rotation (then separate tenants with *namespace*).
         clock: Unix time source (tests).
 
     Raises:
@@ -59,10 +55,9 @@ class Tracker:
         stats: What this tracker did (`Stats`).
         recent: The views this tracker recorded lately; hand them to ``anchortrack.explain(...,
             recent=...)`` to locate where a diverged history first differs.
-        backlog: Anchor writes the store did not take in time, written when it answers again; with a
-            store that may block it also holds the anchors this tracker wrote last, and planning looks
-            there too, so a conversation keeps chaining while the store is down, slow or came back
-            empty. Its ``limit`` is the bound (10,000 by default).
+        backlog: Anchor writes the store did not take in time, written when it answers again (with a
+            store that may block, also the anchors written last, which planning reads too); ``limit``
+            bounds it (10,000 by default).
     """
 
     def __init__(
@@ -107,8 +102,6 @@ class Tracker:
         store = type(self.store).__name__ + (" (shared default)" if self.shared_default else "")
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
         return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
-
-    # -- scope and store settings ---------------------------------------------
 
     @property
     def store_cooldown(self) -> float:
@@ -161,8 +154,6 @@ class Tracker:
         )
         remember(self._lock, self._scopes, id(client), (settings, scope))
         return scope
-
-    # -- outcomes -------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[Outcome], object]) -> Callable[[], None]:
         """

@@ -276,8 +276,6 @@ class KeySchema:
         return self.base(scope) + "r:" + response_id
 
 
-# -- values ---------------------------------------------------------------------------------
-
 #: Version tag at the start of every encoded value; version 1 values (without the properties digest
 #: and the MAC) are treated as absent.
 VALUE_VERSION = "2"
