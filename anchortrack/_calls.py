@@ -239,18 +239,14 @@ class Calls:
             if effect.plan.reason is Reason.NO_HISTORY and effect.hashes:
                 self._grown(state.context.scope_key, effect.hashes)
             if _otel.enabled():
-                _otel.annotate(
-                    outcome_of(state.context.mode, state.transport, effect.plan, seconds=state.seconds)
-                )
+                _otel.annotate(_outcome(state, seconds=state.seconds))
         elif isinstance(effect, Log):
             if effect.event not in HINTS or self._hint_once(effect.event):
                 getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
         else:  # FellBack: the flows yield no other bookkeeping
             state.refused = effect.reason
             if _otel.enabled() and state.plan is not None:
-                _otel.annotate(
-                    outcome_of(state.context.mode, state.transport, state.plan, refused=effect.reason)
-                )
+                _otel.annotate(_outcome(state, refused=effect.reason))
             if effect.reason is Reason.ZDR:
                 self._zdr.add(state.context.scope_key)
 
@@ -273,16 +269,12 @@ class Calls:
         gone; *lost*: a create whose socket closed before its response, which is not recorded)."""
         if state is not None and state.plan is not None and not state.published:
             state.published = True
-            response_id = getattr(state.response, "id", None) if state.answered else None
+            rid = getattr(state.response, "id", None) if state.answered else None
+            refused = Reason.WEBSOCKET_DROPPED if dropped else state.refused
+            rid = rid if isinstance(rid, str) else None
             self.publish(
-                outcome_of(
-                    state.context.mode,
-                    state.transport,
-                    state.plan,
-                    refused=Reason.WEBSOCKET_DROPPED if dropped else state.refused,
-                    attempted=not dropped,
-                    seconds=state.seconds,
-                    response_id=response_id if isinstance(response_id, str) else None,
+                _outcome(
+                    state, refused=refused, attempted=not dropped, seconds=state.seconds, response_id=rid
                 )
             )
         if lost:
@@ -297,7 +289,6 @@ class Calls:
         )
 
     def _hint_once(self, event: str) -> bool:
-        """Whether the hint *event* is due: the first time on this tracker."""
         with self._lock:
             due = event not in self._hinted
             self._hinted.add(event)
@@ -379,8 +370,13 @@ class Calls:
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _keys(scope: Scope, secret_key: bytes | None) -> tuple[str, bytes]:
-    """The store key and the root ``h(0)`` of *scope* under *secret_key*."""
     return scope.store_key(secret_key), scope.root(secret_key)
+
+
+def _outcome(state: CallState, **details: Any) -> Outcome:
+    """The outcome of *state*'s call as it stands (its plan made), with *details* (`outcome_of`'s)."""
+    assert state.plan is not None
+    return outcome_of(state.context.mode, state.transport, state.plan, **details)
 
 
 def _via(transport: str) -> dict[str, str]:

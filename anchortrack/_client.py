@@ -202,12 +202,9 @@ def _tracked(base: type[Any], name: str) -> Callable[..., Any]:
     """The tracked ``create`` / ``parse``, sync or async as the SDK's."""
     wraps = functools.wraps(getattr(base, name))
 
-    def prepared(self: Any) -> tuple[Any, tuple[Calls, Callable[[], Scope]] | None]:
-        return types.MethodType(getattr(base, name), self), _working(self)
-
     @wraps
     def tracked(self: Any, **params: Any) -> Any:
-        sdk, working = prepared(self)
+        sdk, working = types.MethodType(getattr(base, name), self), _working(self)  # `unattached` stacklevel
         if working is None:
             return sdk(**params)
         try:
@@ -217,7 +214,7 @@ def _tracked(base: type[Any], name: str) -> Callable[..., Any]:
 
     @wraps
     async def atracked(self: Any, **params: Any) -> Any:
-        sdk, working = prepared(self)
+        sdk, working = types.MethodType(getattr(base, name), self), _working(self)  # `unattached` stacklevel
         if working is None:
             return await sdk(**params)
         try:
@@ -300,7 +297,6 @@ _classes_lock = ForkSafeLock()
 
 
 def _untracked_class(cls: type[Any]) -> type[Any]:
-    """The openai class a (possibly already tracked) client class derives from."""
     base: type[Any] = cls.__dict__.get("_anchortrack_base", cls)
     return base
 

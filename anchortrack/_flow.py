@@ -316,21 +316,20 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
 
 
 #: What to do about each hint (`anchortrack.hint_*` events, logged once per tracker).
+# fmt: off
 HINTS = {
-    "anchortrack.hint_duplicate_items": (
-        "previous_response_id already holds these items: pass only the items after that response "
-        "(or leave previous_response_id out and let anchortrack chain)"
-    ),
-    "anchortrack.hint_caller_managed": (
-        "the caller set previous_response_id (a framework's own chaining does), so anchortrack sends "
-        "such calls as given and stands aside: to let anchortrack chain, pass the whole history as "
-        "input and leave previous_response_id out"
-    ),
-    "anchortrack.hint_output_missing": (
-        "the history grows but never holds a response's output: append it "
-        "(history += response.output) so the next call can chain"
-    ),
+    "anchortrack.hint_duplicate_items":
+        "previous_response_id already holds these items: pass only the items after that response (or leave "
+        "previous_response_id out and let anchortrack chain)",
+    "anchortrack.hint_caller_managed":
+        "the caller set previous_response_id (a framework's own chaining does), so anchortrack sends such "
+        "calls as given and stands aside: to let anchortrack chain, pass the whole history as input and "
+        "leave previous_response_id out",
+    "anchortrack.hint_output_missing":
+        "the history grows but never holds a response's output: append it (history += response.output) so "
+        "the next call can chain",
 }
+# fmt: on
 
 
 def _planned(

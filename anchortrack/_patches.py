@@ -129,7 +129,6 @@ def _rebind(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
 
 
 def _rebound(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
-    """`_rebind`, uncached."""
     kind = type(value)
     if kind is types.MethodType:  # not isinstance: wrapt's proxies pass for what they wrap
         return _rebind_method(value, pairs, depth, memo)
@@ -242,7 +241,6 @@ def _rebind_object(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) 
 
 
 def _slots(cls: type[Any]) -> list[str]:
-    """The slot names *cls* and its bases declare (``__dict__`` and ``__weakref__`` aside)."""
     names: list[str] = []
     for klass in cls.__mro__:
         slots = vars(klass).get("__slots__", ())

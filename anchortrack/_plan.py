@@ -47,61 +47,45 @@ class Reason(str, enum.Enum):
     CHAIN_DROPPED = "chain_dropped"
 
 
+# fmt: off
 #: What each `Reason` means, in one line.
 REASON_TEXT: Mapping[Reason, str] = {
     Reason.CHAINED: "a recorded response's view is a prefix of the history",
     Reason.NO_HISTORY: "the history holds no model output yet, so no recorded response can be its prefix",
-    Reason.PREFIX_DIVERGED: (
-        "no recorded response's view is a prefix of the history: an earlier item was edited, "
-        "removed or inserted (or the anchor of a recorded prefix is gone)"
-    ),
-    Reason.UNKNOWN_HISTORY: (
-        "no response this process recorded or the store holds shares even the first item of the "
-        "history: the process restarted with a memory store, the anchors are in another store or "
-        "scope, or the first item changed"
-    ),
-    Reason.NOTHING_NEW: (
-        "the history ends exactly where a recorded response's view ends: a chained request carries "
-        "at least one new item, and no shorter view is a prefix"
-    ),
+    Reason.PREFIX_DIVERGED: "no recorded response's view is a prefix of the history: an earlier item was "
+                            "edited, removed or inserted (or the anchor of a recorded prefix is gone)",
+    Reason.UNKNOWN_HISTORY: "no response this process recorded or the store holds shares even the first "
+                            "item of the history: the process restarted with a memory store, the anchors "
+                            "are in another store or scope, or the first item changed",
+    Reason.NOTHING_NEW: "the history ends exactly where a recorded response's view ends: a chained request "
+                        "carries at least one new item, and no shorter view is a prefix",
     Reason.MODE_OFF: "ANCHORTRACK_MODE=off: requests pass through untouched",
-    Reason.CALLER_MANAGED: (
-        "the caller set previous_response_id or conversation, so the request is sent as given"
-    ),
-    Reason.STALE_ANCHOR: (
-        "the server no longer had the anchor: it was evicted and the call resent in full, once"
-    ),
-    Reason.DUPLICATE_ITEM: (
-        "the delta named an item (by id) that the anchor's context already holds, which the server "
-        "refuses as a duplicate: the call was resent in full, once, and the anchor kept"
-    ),
-    Reason.ZDR: (
-        "the organization refuses previous_response_id (zero data retention): chaining stopped in this scope"
-    ),
+    Reason.CALLER_MANAGED: "the caller set previous_response_id or conversation, so the request is sent as "
+                           "given",
+    Reason.STALE_ANCHOR: "the server no longer had the anchor: it was evicted and the call resent in full, "
+                         "once",
+    Reason.DUPLICATE_ITEM: "the delta named an item (by id) that the anchor's context already holds, which "
+                           "the server refuses as a duplicate: the call was resent in full, once, and the "
+                           "anchor kept",
+    Reason.ZDR: "the organization refuses previous_response_id (zero data retention): chaining stopped in "
+                "this scope",
     Reason.STORE_UNAVAILABLE: "the anchor store did not answer, so the request went out in full",
     Reason.INTERNAL_ERROR: "an item anchortrack cannot fingerprint, so the request went out as given",
     Reason.STORE_FALSE: "the request said store=false, so its response cannot be an anchor",
-    Reason.NOT_COMPLETED: (
-        "the response did not complete (failed, cancelled, queued, in progress, or incomplete "
-        "without record_incomplete), so it cannot be an anchor"
-    ),
+    Reason.NOT_COMPLETED: "the response did not complete (failed, cancelled, queued, in progress, or "
+                          "incomplete without record_incomplete), so it cannot be an anchor",
     Reason.STREAM_ABANDONED: "the stream ended before its terminal event, so the response was not recorded",
-    Reason.PROPERTIES_CHANGED: (
-        "the recorded responses that hold a prefix of the history were made with other tools, "
-        "tool_choice, text, reasoning or truncation settings, which some servers carry over a chain"
-    ),
-    Reason.WEBSOCKET_DROPPED: (
-        "the WebSocket closed or reconnected before the response's terminal event, so it was not recorded"
-    ),
-    Reason.CHAIN_REFUSED: (
-        "the server refused the chained request with an error anchortrack does not recognise, and the "
-        "same call in full succeeded: the anchor was evicted"
-    ),
-    Reason.CHAIN_DROPPED: (
-        "the server answered a chained request without the anchor's context (it ignored "
-        "previous_response_id): chaining stopped for that server in this scope"
-    ),
+    Reason.PROPERTIES_CHANGED: "the recorded responses that hold a prefix of the history were made with "
+                               "other tools, tool_choice, text, reasoning or truncation settings, which "
+                               "some servers carry over a chain",
+    Reason.WEBSOCKET_DROPPED: "the WebSocket closed or reconnected before the response's terminal event, so "
+                              "it was not recorded",
+    Reason.CHAIN_REFUSED: "the server refused the chained request with an error anchortrack does not "
+                          "recognise, and the same call in full succeeded: the anchor was evicted",
+    Reason.CHAIN_DROPPED: "the server answered a chained request without the anchor's context (it ignored "
+                          "previous_response_id): chaining stopped for that server in this scope",
 }
+# fmt: on
 
 
 @attrs.frozen

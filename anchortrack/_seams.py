@@ -47,19 +47,16 @@ def missing_websocket() -> str | None:
     return None
 
 
-def _version() -> str:
-    return str(sdk("openai", "__version__"))
-
-
 def unattached(seam: str, what: str, *, stacklevel: int = 4) -> None:
     """Warn, once per *seam* in this process, that *what* go out untracked because *seam* is missing."""
     if seam in _warned:
         return
     _warned.add(seam)
+    version = sdk("openai", "__version__")
     warnings.warn(
-        f"anchortrack could not attach to the installed openai {_version()} ({seam}): {what} untracked, "
-        "exactly as the unwrapped client sends them. anchortrack's compatibility notes list the openai "
-        "versions it tracks.",
+        f"anchortrack could not attach to the installed openai {version} ({seam}): {what} "
+        "untracked, exactly as the unwrapped client sends them. anchortrack's compatibility notes list the "
+        "openai versions it tracks.",
         RuntimeWarning,
         stacklevel=stacklevel,
     )

@@ -246,8 +246,6 @@ class Stats:
         parts.extend(f"{key.replace('_', ' ')} {n}" for key, n in failed.items() if n)
         return "; ".join(parts)
 
-    _summary = __str__
-
     def observe(self, outcome: Outcome) -> None:
         """Count one call's `Outcome`: its decision and reason, and each row of `METRICS` with a field."""
         o = outcome
@@ -319,12 +317,10 @@ def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _rows(requests: Mapping[tuple[str, str, str, str], int]) -> list[dict[str, Any]]:
-    """The ``requests`` of a snapshot: one row per ``(mode, decision, reason, transport)``, sorted."""
     return [dict(zip(_REQUEST_KEY, key, strict=True), count=n) for key, n in sorted(requests.items())]
 
 
 def _add(a: Any, b: Any) -> Any:
-    """Add two snapshot values of the same shape (numbers, or mappings of them)."""
     if isinstance(a, Mapping):
         keys = sorted({*a, *b}, key=str) if "+Inf" not in a else list(a)
         return {k: _add(a.get(k, 0), b.get(k, 0)) for k in keys}

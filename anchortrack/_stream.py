@@ -125,7 +125,6 @@ class StreamCall(_Call):
         return self.refusal(first)
 
     def _discard(self) -> None:
-        """Close a refused stream without counting it anywhere."""
         self.target = None
         self.stream.close()
 
@@ -228,7 +227,6 @@ def _replay(first: object, rest: Iterator[Any]) -> Iterator[Any]:
 
 
 async def _areplay(first: object, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """Async twin of `_replay`."""
     if isinstance(first, BaseException):
         raise first
     if first is not None:

@@ -47,9 +47,6 @@ class Tracker:
         ValueError: *store_timeout* is not a finite number above 0, or *store_cooldown* of 0 or more
             (also when set on a live tracker).
 
-    Its public face: the settings above, `stats`, `subscribe`, `flush` and `scope_for`; the transports
-    work through an internal interface (`anchortrack._calls.Calls`).
-
     Attributes:
         shared_default: Whether *store* is the process-wide default store.
         stats: What this tracker did (`Stats`).
@@ -94,14 +91,13 @@ class Tracker:
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
         self._lock = ForkSafeLock()
         self._subscribers: tuple[Callable[[Outcome], object], ...] = ()
-        #: The working side the transports use (`anchortrack._calls`).
         self._calls = Calls(self)
 
     def __repr__(self) -> str:
         mode = describe(self.mode)
         store = type(self.store).__name__ + (" (shared default)" if self.shared_default else "")
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
-        return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
+        return f"<Tracker mode={mode} store={store}{namespace} {self.stats}>"
 
     @property
     def store_cooldown(self) -> float:
@@ -123,11 +119,9 @@ class Tracker:
 
     def scope_for(self, client: Any) -> Scope:
         """
-        The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``).
-
-        Its base URL, organization and project, this tracker's namespace and, with ``scope_by_api_key``, a
-        keyed digest of its API key (not of a key from a provider, which rotates: separate such tenants
-        with a namespace).
+        The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``): its
+        base URL, organization and project, this tracker's namespace and, with ``scope_by_api_key``, a keyed
+        digest of its API key (not of a key from a provider, which rotates: use a namespace).
         """
         api_key = getattr(client, "api_key", None)
         provided = getattr(client, "_api_key_provider", None) is not None
@@ -145,13 +139,8 @@ class Tracker:
         cached = self._scopes.get(id(client))
         if cached is not None and cached[0] == settings:
             return cached[1]
-        scope = Scope(
-            base_url=str(settings[0]),
-            organization=settings[1],
-            project=settings[2],
-            namespace=self.namespace,
-            api_key_digest=api_key_digest(api_key, secret) if by_key else None,  # type: ignore[arg-type]
-        )
+        digest = api_key_digest(api_key, secret) if by_key else None  # type: ignore[arg-type]
+        scope = Scope(str(settings[0]), settings[1], settings[2], self.namespace, digest)
         remember(self._lock, self._scopes, id(client), (settings, scope))
         return scope
 

@@ -150,7 +150,6 @@ class MemoryStore:
     # -- internals (the lock is held) ----------------------------------------
 
     def _view_of(self, scope: str, response_id: str) -> bytes | None:
-        """The view *response_id* is recorded under in *scope*, if any."""
         sc = self._scopes.get(scope)
         return sc.views.get(response_id) if sc is not None else None
 
@@ -166,7 +165,6 @@ class MemoryStore:
         return anchor
 
     def _drop(self, scope: str, view: bytes | None) -> None:
-        """Forget the anchor at *view*, if any, from both structures."""
         anchor = self._anchors.pop((scope, view), None) if view is not None else None
         if anchor is not None:
             sc = self._scopes[scope]

@@ -214,7 +214,6 @@ class RedisStore:
         return self.key_schema.view_keys(scope, views), [self.key_schema.base(scope)]
 
     def _id_call(self, scope: str, response_id: str) -> _Call:
-        """The keys and arguments of `GET` and `EVICT`."""
         key = self.key_schema.response_key(scope, check_response_id(response_id))
         return [key], [self.key_schema.base(scope), response_id]
 
@@ -237,7 +236,6 @@ class _Scripts:
 
 
 def _no_client(method: str, needed: str, held: str, instead: str) -> TypeError:
-    """The error for calling *method* on a store without a client of its kind."""
     return TypeError(
         f"RedisStore.{method}() needs {needed} client, but this store has only {held} one: {instead},"
         " or build the store with RedisStore.from_url() or RedisStore(sync_client, async_client=...)"
@@ -245,7 +243,6 @@ def _no_client(method: str, needed: str, held: str, instead: str) -> TypeError:
 
 
 def _is_async(client: object) -> bool:
-    """Whether *client* is an asyncio Redis client (its commands are coroutines)."""
     return inspect.iscoroutinefunction(getattr(client, "execute_command", None))
 
 

@@ -96,7 +96,6 @@ def _known_version(conn: sqlite3.Connection, known: int) -> int:
 
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One ``BEGIN IMMEDIATE`` transaction, committed, or rolled back on any exception."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
@@ -122,7 +121,6 @@ _UPSERT = f"INSERT OR REPLACE INTO anchors (scope, {_COLUMNS}) VALUES (?, ?, ?, 
 
 
 def _row(scope: str, a: Anchor) -> tuple[object, ...]:
-    """The `_UPSERT` parameters for *a* in *scope*."""
     return (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac, a.parent)
 
 
