@@ -60,9 +60,15 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
-def schema_version(conn: sqlite3.Connection) -> int:
-    """Return the schema version recorded in the database."""
-    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+def schema_version(conn: sqlite3.Connection, known: int | None = None) -> int:
+    """Return the schema version recorded in the database; one above *known* raises `SchemaVersionError`."""
+    found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if known is not None and found > known:
+        raise SchemaVersionError(
+            f"anchor database schema version {found} is newer than this anchortrack "
+            f"supports ({known}); upgrade anchortrack or use another file"
+        )
+    return found
 
 
 def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -> int:
@@ -71,26 +77,15 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -
     migrate it once; *conn* must be in autocommit mode. A newer version than this code's raises
     `SchemaVersionError`."""
     migrations = MIGRATIONS if migrations is None else migrations
-    found = _known_version(conn, len(migrations))
+    found = schema_version(conn, len(migrations))
     if found != len(migrations):
         with _transaction(conn):
-            found = _known_version(conn, len(migrations))
+            found = schema_version(conn, len(migrations))
             for version in range(found, len(migrations)):
                 for statement in migrations[version].split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {version + 1:d}")
-    return found
-
-
-def _known_version(conn: sqlite3.Connection, known: int) -> int:
-    """The database's schema version, if this code knows it (*known* versions); else `SchemaVersionError`."""
-    found = schema_version(conn)
-    if found > known:
-        raise SchemaVersionError(
-            f"anchor database schema version {found} is newer than this anchortrack "
-            f"supports ({known}); upgrade anchortrack or use another file"
-        )
     return found
 
 
