@@ -132,10 +132,8 @@ def tracker(client: object) -> Tracker:
 
 
 def _working(resource: Any) -> tuple[Calls, Callable[[], Scope]] | None:
-    """
-    The calls of *resource*'s tracker and its client's scope; None when calls through it go out untracked:
-    its client is not tracked, or a seam is missing.
-    """
+    """The calls of *resource*'s tracker and its client's scope; None when calls through it go out untracked:
+    its client is not tracked, or a seam is missing."""
     client = resource._anchortrack_client
     tracker = client.__dict__.get(TRACKER_ATTR)
     if not isinstance(tracker, Tracker):

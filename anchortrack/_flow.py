@@ -201,10 +201,8 @@ def plan_history(
     # which tells a history with nothing new from a diverged one.
     found = (yield Find(ctx.scope_key, hashes[::-1])) if n >= 2 else {}
     if isinstance(found, Unavailable):
-        plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
-    else:
-        plan = pick(found, has_model_items=history.has_model, recent=ctx.recent)
-    return with_sizes(plan, history.sizes)
+        return with_sizes(Plan(Reason.STORE_UNAVAILABLE, total=n), history.sizes)
+    return with_sizes(pick(found, has_model_items=history.has_model, recent=ctx.recent), history.sizes)
 
 
 def call_flow(ctx: CallContext, request: Request) -> Flow:
@@ -241,10 +239,9 @@ def refused_flow(
     ctx: CallContext, request: Request, anchor: Anchor, ticket: Ticket, error: Exception
 ) -> Flow:
     """A request chained to *anchor* was refused with *error*: evict a stale anchor, stop chaining in the
-    scope (ZDR), keep the anchor (a duplicate item; a server that dropped the chain), and resend in full once
-    with *ticket*. Another client error is resent in full once too, and the caller gets what that request gets
-    (an error unchanged, the anchor kept; a response, the anchor evicted); any other error is raised again,
-    unchanged."""
+    scope (ZDR) or keep the anchor (a duplicate item, a dropped chain), and resend in full once with *ticket*.
+    Another client error is resent in full once too: the caller gets what that request gets (an error, the
+    anchor kept; a response, the anchor evicted); any other error is raised again, unchanged."""
     refusal = classify(error, anchor.response_id)
     if refusal is None:
         if not resendable(error):

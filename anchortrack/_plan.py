@@ -258,14 +258,13 @@ def choose(
     authentic: Callable[[Anchor], bool] | None = None,
     shortest: int = 1,
 ) -> Plan:
-    """Pick the longest usable anchor among *found* for a history whose prefix hashes are *hashes*. Usable:
-    its view is that prefix (same digest, same count), it is live at *now*, made with the same carried-over
-    *properties*, passes *authentic* (its MAC), and leaves at least one item to send (one whose view is the
-    whole history only makes the reason `Reason.NOTHING_NEW`). One returned under a view not its own or
-    failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items* tells a first turn from a
-    diverged history; *recent* (a tracker's memory) locates a divergence, and tells it from a history that no
-    recent view and no found anchor shares even a first item with (`Reason.UNKNOWN_HISTORY`); *shortest*: the
-    fewest items looked at."""
+    """Pick the longest usable anchor among *found* for a history of prefix hashes *hashes*: its view is that
+    prefix (same digest and count), live at *now*, made with the same carried-over *properties*, *authentic*
+    (its MAC), and leaving at least one item to send (else `Reason.NOTHING_NEW`). One found under a view not
+    its own, or not authentic, is absent and listed in ``Plan.rejected``. *has_model_items* tells a first turn
+    from a diverged history; *recent* (a tracker's memory) locates a divergence, and tells it from a history
+    nothing known shares a first item with (`Reason.UNKNOWN_HISTORY`); *shortest*: the fewest items looked at.
+    """
     n = len(hashes)
     rejected: list[str] = []
     changed = exact = False

@@ -52,10 +52,8 @@ def matches(recorded: bytes, requested: bytes) -> bool:
 
 def announced(response: object) -> bool:
     """Whether *response* (an SDK model or its JSON) says its server applies the properties per request."""
-    if isinstance(response, Mapping):
-        said = response.get(ANNOUNCEMENT_FIELD)
-    else:  # the SDK's models keep fields they do not know as attributes
-        said = getattr(response, ANNOUNCEMENT_FIELD, None)
+    field = ANNOUNCEMENT_FIELD  # the SDK's models keep fields they do not know as attributes
+    said = response.get(field) if isinstance(response, Mapping) else getattr(response, field, None)
     return bool(said == ANNOUNCEMENT)
 
 
@@ -71,10 +69,8 @@ def openai_host(url: str) -> bool:
 
 
 def applies_per_request(base_url: str | None) -> bool:
-    """
-    Whether the server at *base_url* applies the carried properties per request (never over a chain):
-    OpenAI's and Azure OpenAI's hosts, and base URLs declared (with the URLs under them) in the variable.
-    """
+    """Whether the server at *base_url* applies the carried properties per request (never over a chain):
+    OpenAI's and Azure OpenAI's hosts, and base URLs declared (with the URLs under them) in the variable."""
     return bool(base_url) and _applies(str(base_url).rstrip("/"), PER_REQUEST_PROPERTIES.from_env() or ())
 
 
@@ -89,13 +85,10 @@ def _applies(url: str, declared: tuple[str, ...]) -> bool:
 
 
 def properties_digest(params: Mapping[str, Any], base_url: str | None = None) -> bytes:
-    """
-    Digest the carried-over properties among *params* (``create`` arguments) sent to *base_url*:
-    ``b""`` when that server applies them per request or none is set (None and the SDK's sentinels are
-    absent). Values compare as the JSON the SDK sends; absent and an explicit default
-    (``tool_choice="auto"``) differ, since a server could carry a value over in place of one.
-    A value with no JSON form raises `TypeError`.
-    """
+    """Digest the carried-over properties among *params* (``create`` arguments) sent to *base_url*: ``b""``
+    when that server applies them per request or none is set (None and the SDK's sentinels are absent). Values
+    compare as the JSON the SDK sends; absent and an explicit default (``tool_choice="auto"``) differ, since a
+    server could carry a value over in place of one. A value with no JSON form raises `TypeError`."""
     if params.keys().isdisjoint(_NAMES) or applies_per_request(base_url):  # the common call sets none
         return b""
     present = {name: params[name] for name in CARRIED_PROPERTIES if given(params.get(name))}

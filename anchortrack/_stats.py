@@ -271,10 +271,8 @@ class Stats:
         with self._lock:
             snap: dict[str, Any] = {"requests": _rows(self.requests)}
             for m in METRICS:
-                if m.difference is not None:
-                    value = snap[m.difference[0]] - snap[m.difference[1]]
-                else:
-                    value = getattr(self, m.key)
+                diff = m.difference
+                value = snap[diff[0]] - snap[diff[1]] if diff is not None else getattr(self, m.key)
                 if isinstance(value, Histogram):
                     value = value.snapshot()
                 elif m.label is not None:
