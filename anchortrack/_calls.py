@@ -77,14 +77,10 @@ class Calls:
     (a socket's creates); `observe`, `abandoned`, `flush` (recording)."""
 
     def __init__(self, tracker: TrackerState) -> None:
-        self.tracker = tracker
-        self.store = tracker.store
-        self.stats = tracker.stats
-        self.recent = tracker.recent
-        self.clock = tracker.clock
-        self.failopen = tracker.failopen
+        self.tracker, self.store, self.stats = tracker, tracker.store, tracker.stats
+        self.recent, self.clock = tracker.recent, tracker.clock
+        self.failopen, self._memo = tracker.failopen, tracker._memo
         self.flush, self.aflush = tracker.failopen.flush, tracker.failopen.aflush
-        self._memo = tracker._memo
         #: The servers that dropped a chain, and what finding them needs (`anchortrack._chaindrop`).
         self.chains = ChainWatch()
         self._zdr: set[str] = set()

@@ -22,8 +22,7 @@ class ChainDropped(Exception):
 
     def __init__(self, base_url: str, seen: str) -> None:
         super().__init__(f"{base_url} ignored previous_response_id: {seen}")
-        self.base_url = base_url
-        self.seen = seen
+        self.base_url, self.seen = base_url, seen
 
 
 def known_to_chain(base_url: str) -> bool:

@@ -89,17 +89,12 @@ class FailOpen:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store = store
-        #: How warnings name the store (its spelling, a Redis URL without its password).
-        self.label = store_label(store)
-        self.stats = stats
-        self.timeout = timeout
-        self.cooldown = cooldown
+        self.store, self.stats, self.timeout, self.cooldown = store, stats, timeout, cooldown
+        self.label = store_label(store)  # how warnings name it: a Redis URL without its password
         self.inline = runs_inline(store)
         # Beside a store that may block, planning also reads this tracker's latest written anchors.
         self.backlog = Backlog(keep_written=not self.inline)
-        self._clock = clock
-        self._monotonic = monotonic
+        self._clock, self._monotonic = clock, monotonic
         self._recorded: deque[tuple[str, Anchor]] = deque()
         self._workers = _Workers()
         self._lock = ForkSafeLock()
@@ -360,8 +355,7 @@ class Backlog:
     waiting one (lost: ``overflow``); expired ones are dropped when met. Thread-safe."""
 
     def __init__(self, limit: int = DEFAULT_BACKLOG_LIMIT, *, keep_written: bool = False) -> None:
-        self.limit = limit
-        self.keep_written = keep_written
+        self.limit, self.keep_written = limit, keep_written
         self._lock = ForkSafeLock()
         # By (scope, view), oldest first: the anchors waiting to be written, and those written (keep_written).
         self._waiting: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()
@@ -458,16 +452,14 @@ class _Workers:
     sync store's calls, so a caller waits at most its deadline; each exits after *idle_seconds* idle."""
 
     def __init__(self, most: int = 4, idle_seconds: float = 10.0) -> None:
-        self.most = most
-        self.idle_seconds = idle_seconds
+        self.most, self.idle_seconds = most, idle_seconds
         self._lock = ForkSafeLock()
         self._reset()
 
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self.threads = 0
-        self._idle = 0
+        self.threads, self._idle = 0, 0
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         """Run *fn* on a worker thread; its future."""

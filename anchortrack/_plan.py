@@ -307,9 +307,7 @@ class RecentViews:
     def __init__(self, max_views: int = 128, max_hashes: int = 262_144) -> None:
         # A view is the two sequences it was given (never changed after), not copied.
         self._views: OrderedDict[bytes, tuple[Sequence[bytes], Sequence[bytes]]] = OrderedDict()
-        self._max_views = max_views
-        self._max_hashes = max_hashes
-        self._size = 0
+        self._max_views, self._max_hashes, self._size = max_views, max_hashes, 0
         self._lock = ForkSafeLock()
 
     def add(self, hashes: Sequence[bytes], more: Sequence[bytes] = ()) -> None:
