@@ -78,8 +78,7 @@ class ChainWatch:
     def check(self, scope_key: str, parent: str | None, response: object) -> str | None:
         """For a response in *scope_key* to a request chained to *parent* (None: not chained), what shows the
         chain was dropped; None otherwise. Keeps its input tokens for the requests chained from it."""
-        base_url = self.base_url(scope_key)
-        if known_to_chain(base_url):
+        if known_to_chain(self.base_url(scope_key)):
             return None
         seen = None
         if parent is not None:

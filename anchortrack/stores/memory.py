@@ -85,10 +85,9 @@ class MemoryStore:
     ) -> None:
         if max_anchors < 1:
             raise ValueError(f"max_anchors must be at least 1, got {max_anchors}")
-        self.max_anchors = max_anchors
+        self.max_anchors, self._clock = max_anchors, clock
         self.ttl = checked_seconds(ttl, type(self).__name__, "ttl")
         self.secret_key = resolve_secret_key(secret_key)
-        self._clock = clock
         self._lock = ForkSafeLock()
         #: (scope, view) -> the anchor recorded there, least recently used first.
         self._anchors: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()

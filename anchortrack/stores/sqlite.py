@@ -165,9 +165,7 @@ class SQLiteStore:
         self.path = os.fspath(path)
         self.ttl = checked_seconds(ttl, type(self).__name__, "ttl")
         self.secret_key = resolve_secret_key(secret_key)
-        self.timeout = timeout
-        self.sweep_every = sweep_every
-        self._clock = clock
+        self.timeout, self.sweep_every, self._clock = timeout, sweep_every, clock
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
