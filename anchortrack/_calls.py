@@ -1,7 +1,5 @@
-"""A tracker's working side (`Calls`), the internal interface of both transports (HTTP: `_client`, `_stream`;
-WebSocket: `_websocket`): a call is begun, its flow relayed (bookkeeping noted here), its effects performed
-through `FailOpen`, its response observed and its outcome settled. A fault inside anchortrack sends the call
-through unchanged."""
+"""`Calls`: a tracker's working side, the internal interface of both transports: a call is begun, its flow
+relayed, its effects performed through `FailOpen`, its response observed, its outcome settled."""
 
 from __future__ import annotations
 
@@ -57,14 +55,11 @@ class TrackerState(Protocol):
     _subscribers: tuple[Callable[[Outcome], object], ...]
 
 
-#: The call whose ``POST /responses`` is being sent: its `Calls`, its ticket and the tracked streams the
-#: SDK built for it (the client's post_parser takes the first two, once, and adds the streams; the one
-#: peeked for an in-stream refusal, whatever object a tracer hands back around it).
+#: The call whose ``POST /responses`` is being sent: its `Calls`, its ticket and the tracked streams the SDK
+#: built for it (the client's post_parser takes the first two once, and adds the streams; one is peeked).
 sending: ContextVar[tuple[Calls, Ticket, list[Any]] | None] = ContextVar("anchortrack_sending", default=None)
-
 SendFn = Callable[[Mapping[str, Any]], Any]
 AsyncSendFn = Callable[[Mapping[str, Any]], Awaitable[Any]]
-
 #: How many entries each of a tracker's small caches holds before it starts over.
 CACHE_SIZE = 64
 
@@ -82,15 +77,10 @@ class Calls:
     (a socket's creates); `observe`, `abandoned`, `flush` (recording)."""
 
     def __init__(self, tracker: TrackerState) -> None:
-        self.tracker = tracker
-        self.store = tracker.store
-        self.stats = tracker.stats
-        self.recent = tracker.recent
-        self.clock = tracker.clock
-        self.failopen = tracker.failopen
-        #: Write what was recorded (`FailOpen.flush`; ``aflush``: async).
+        self.tracker, self.store, self.stats = tracker, tracker.store, tracker.stats
+        self.recent, self.clock = tracker.recent, tracker.clock
+        self.failopen, self._memo = tracker.failopen, tracker._memo
         self.flush, self.aflush = tracker.failopen.flush, tracker.failopen.aflush
-        self._memo = tracker._memo
         #: The servers that dropped a chain, and what finding them needs (`anchortrack._chaindrop`).
         self.chains = ChainWatch()
         self._zdr: set[str] = set()
@@ -245,22 +235,16 @@ class Calls:
             if effect.plan.reason is Reason.NO_HISTORY and effect.hashes:
                 self._grown(state.context.scope_key, effect.hashes)
             if _otel.enabled():
-                _otel.annotate(
-                    outcome_of(state.context.mode, state.transport, effect.plan, seconds=state.seconds)
-                )
+                _otel.annotate(_outcome(state, seconds=state.seconds))
         elif isinstance(effect, Log):
             if effect.event not in HINTS or self._hint_once(effect.event):
                 getattr(get_logger(), effect.level)(effect.event, **effect.fields, **_via(state.transport))
         else:  # FellBack: the flows yield no other bookkeeping
             state.refused = effect.reason
             if _otel.enabled() and state.plan is not None:
-                _otel.annotate(
-                    outcome_of(state.context.mode, state.transport, state.plan, refused=effect.reason)
-                )
+                _otel.annotate(_outcome(state, refused=effect.reason))
             if effect.reason is Reason.ZDR:
                 self._zdr.add(state.context.scope_key)
-
-    # -- outcomes -------------------------------------------------------------
 
     def publish(self, outcome: Outcome) -> None:
         """Hand one call's outcome to `stats`, the current span, its event and every subscriber; what a
@@ -281,16 +265,12 @@ class Calls:
         gone; *lost*: a create whose socket closed before its response, which is not recorded)."""
         if state is not None and state.plan is not None and not state.published:
             state.published = True
-            response_id = getattr(state.response, "id", None) if state.answered else None
+            rid = getattr(state.response, "id", None) if state.answered else None
+            refused = Reason.WEBSOCKET_DROPPED if dropped else state.refused
+            rid = rid if isinstance(rid, str) else None
             self.publish(
-                outcome_of(
-                    state.context.mode,
-                    state.transport,
-                    state.plan,
-                    refused=Reason.WEBSOCKET_DROPPED if dropped else state.refused,
-                    attempted=not dropped,
-                    seconds=state.seconds,
-                    response_id=response_id if isinstance(response_id, str) else None,
+                _outcome(
+                    state, refused=refused, attempted=not dropped, seconds=state.seconds, response_id=rid
                 )
             )
         if lost:
@@ -304,10 +284,7 @@ class Calls:
             "anchortrack.tracker_fault", error=type(error).__name__, fallback="stateless", **_via(transport)
         )
 
-    # -- hints: logged once per tracker ---------------------------------------
-
     def _hint_once(self, event: str) -> bool:
-        """Whether the hint *event* is due: the first time on this tracker."""
         with self._lock:
             due = event not in self._hinted
             self._hinted.add(event)
@@ -322,8 +299,6 @@ class Calls:
         event = "anchortrack.hint_output_missing"
         if streak >= 2 and self._hint_once(event):
             get_logger().warning(event, items=len(hashes), calls=streak + 1, hint=HINTS[event])
-
-    # -- recording ----------------------------------------------------------
 
     def observe(
         self, ticket: Ticket, response: object, output: Sequence[Any] | None = None, *, local: bool = False
@@ -391,8 +366,13 @@ class Calls:
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _keys(scope: Scope, secret_key: bytes | None) -> tuple[str, bytes]:
-    """The store key and the root ``h(0)`` of *scope* under *secret_key*."""
     return scope.store_key(secret_key), scope.root(secret_key)
+
+
+def _outcome(state: CallState, **details: Any) -> Outcome:
+    """The outcome of *state*'s call as it stands (its plan made), with *details* (`outcome_of`'s)."""
+    assert state.plan is not None
+    return outcome_of(state.context.mode, state.transport, state.plan, **details)
 
 
 def _via(transport: str) -> dict[str, str]:

@@ -1,27 +1,17 @@
-"""Whether a server applied a chain (pure): a server that accepts ``previous_response_id`` and ignores it
-answers the delta alone, with no error, and the model loses the conversation.
-
-OpenAI and Azure OpenAI hosts are known to chain, and ``anchortrack serve`` says so on every response;
-every other server's chained responses are checked here. A response to a request chained to an anchor
-shows the chain was dropped when it names no ``previous_response_id`` (OpenAI, Azure, agentic-api,
-LiteLLM and the local server echo it, on the stream's first event too), or when its
-``usage.input_tokens`` is no more than the anchor's (a context that holds the anchor's cannot be
-smaller, unless ``truncation`` is ``auto``). Without either, the chain is taken as applied.
-`ChainWatch` keeps, per tracker, what this needs and which scopes stopped chaining."""
+"""Whether a server applied a chain (pure): one that accepts ``previous_response_id`` and ignores it answers
+the delta alone, and the model loses the conversation. Outside OpenAI's and Azure's hosts, a chained response
+shows the chain was dropped when it names no ``previous_response_id``, or when its ``usage.input_tokens`` is
+no more than the anchor's (unless ``truncation`` is ``auto``). `ChainWatch` keeps what this needs, per
+tracker."""
 
 from __future__ import annotations
 
 import collections
 import threading
 from typing import Any
-from urllib.parse import urlsplit
 
-from ._properties import announced
+from ._properties import announced, openai_host
 
-
-#: Hosts (and host suffixes) whose servers apply ``previous_response_id`` as OpenAI documents it.
-KNOWN_HOSTS = ("api.openai.com",)
-KNOWN_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
 
 #: How many responses' input tokens a tracker keeps for the check (the anchors chained from next).
 TOKENS_KEPT = 4096
@@ -32,14 +22,12 @@ class ChainDropped(Exception):
 
     def __init__(self, base_url: str, seen: str) -> None:
         super().__init__(f"{base_url} ignored previous_response_id: {seen}")
-        self.base_url = base_url
-        self.seen = seen
+        self.base_url, self.seen = base_url, seen
 
 
 def known_to_chain(base_url: str) -> bool:
-    """Whether the server at *base_url* is one known to apply ``previous_response_id``."""
-    host = (urlsplit(base_url).hostname or "").lower()
-    return host in KNOWN_HOSTS or host.endswith(KNOWN_SUFFIXES)
+    """Whether the server at *base_url* is known to apply ``previous_response_id``: OpenAI's or Azure's."""
+    return openai_host(base_url)
 
 
 def input_tokens(response: object) -> int | None:
@@ -90,8 +78,7 @@ class ChainWatch:
     def check(self, scope_key: str, parent: str | None, response: object) -> str | None:
         """For a response in *scope_key* to a request chained to *parent* (None: not chained), what shows the
         chain was dropped; None otherwise. Keeps its input tokens for the requests chained from it."""
-        base_url = self.base_url(scope_key)
-        if known_to_chain(base_url):
+        if known_to_chain(self.base_url(scope_key)):
             return None
         seen = None
         if parent is not None:

@@ -1,13 +1,8 @@
-"""
-Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells): `wrap` returns a copy of the client whose
-class subclasses the original's (`anchortrack._patches`). Two seams of the SDK are used:
-``client.responses`` (and ``client.beta.responses``) plans ``create`` / ``parse`` before the SDK serializes
-anything, and ``client.post`` attaches the recorder to the one ``POST /responses`` a planned call makes
-(through the SDK's private names `anchortrack._seams` checks on each call). ``responses.connect()`` is
-tracked where the SDK has it (WebSocket mode, `anchortrack._websocket`, imported on first use). Overrides
-carry the SDK's signatures and docstrings; an error the SDK raises is re-raised as it is, without
-anchortrack's frames in its traceback. The decision is `anchortrack._flow.call_flow` (docs/code.md).
-"""
+"""Wrapping an ``OpenAI`` / ``AsyncOpenAI`` client (the I/O shells): `wrap` returns a copy whose class
+subclasses the original's (`anchortrack._patches`). ``client.responses`` plans ``create`` / ``parse`` before
+the SDK serializes anything; ``client.post`` attaches the recorder to the one ``POST /responses`` a planned
+call makes (through the private names `anchortrack._seams` checks). An error the SDK raises is re-raised as it
+is, without anchortrack's frames in its traceback."""
 
 from __future__ import annotations
 
@@ -136,14 +131,9 @@ def tracker(client: object) -> Tracker:
     return found
 
 
-# -- the tracked call: the tracker plans it, then sends it through the SDK ---------------------
-
-
 def _working(resource: Any) -> tuple[Calls, Callable[[], Scope]] | None:
-    """
-    The calls of *resource*'s tracker and its client's scope; None when calls through it go out untracked:
-    its client is not tracked, or a seam is missing.
-    """
+    """The calls of *resource*'s tracker and its client's scope; None when calls through it go out untracked:
+    its client is not tracked, or a seam is missing."""
     client = resource._anchortrack_client
     tracker = client.__dict__.get(TRACKER_ATTR)
     if not isinstance(tracker, Tracker):
@@ -207,39 +197,30 @@ def _trimmed(error: BaseException) -> BaseException:
 
 
 def _tracked(base: type[Any], name: str) -> Callable[..., Any]:
-    """The tracked sync ``create`` / ``parse``."""
+    """The tracked ``create`` / ``parse``, sync or async as the SDK's."""
+    wraps = functools.wraps(getattr(base, name))
 
-    @functools.wraps(getattr(base, name))
+    @wraps
     def tracked(self: Any, **params: Any) -> Any:
-        sdk = types.MethodType(getattr(base, name), self)
-        working = _working(self)
+        sdk, working = types.MethodType(getattr(base, name), self), _working(self)  # `unattached` stacklevel
         if working is None:
             return sdk(**params)
-        calls, scope = working
         try:
-            return calls.call(params, scope, lambda body: sdk(**body))
+            return working[0].call(params, working[1], lambda body: sdk(**body))
         except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
             raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
 
-    return tracked
-
-
-def _atracked(base: type[Any], name: str) -> Callable[..., Any]:
-    """The tracked async ``create`` / ``parse``."""
-
-    @functools.wraps(getattr(base, name))
-    async def tracked(self: Any, **params: Any) -> Any:
-        sdk = types.MethodType(getattr(base, name), self)
-        working = _working(self)
+    @wraps
+    async def atracked(self: Any, **params: Any) -> Any:
+        sdk, working = types.MethodType(getattr(base, name), self), _working(self)  # `unattached` stacklevel
         if working is None:
             return await sdk(**params)
-        calls, scope = working
         try:
-            return await calls.acall(params, scope, lambda body: sdk(**body))
+            return await working[0].acall(params, working[1], lambda body: sdk(**body))
         except Exception as error:  # noqa: BLE001 - re-raised as it is, with fewer frames
             raise _trimmed(error)  # noqa: B904 - the same exception: cause and context unchanged
 
-    return tracked
+    return atracked if inspect.iscoroutinefunction(getattr(base, name)) else tracked
 
 
 def _connecting(base: type[Any]) -> Callable[..., Any]:
@@ -261,24 +242,26 @@ def _connecting(base: type[Any]) -> Callable[..., Any]:
     return connect
 
 
-#: Whether the SDK has WebSocket mode (``responses.connect()``, openai >= 2.22).
-_WEBSOCKET = hasattr(Responses, "connect")
+def _responses(base: type[Any], doc: str, *names: str) -> type[Any]:
+    """The tracked subclass of the SDK's responses resource *base*: *names*, and ``connect`` if it has one."""
+    tracked = {name: _tracked(base, name) for name in names}
+    if hasattr(base, "connect"):  # WebSocket mode (openai >= 2.22)
+        tracked["connect"] = _connecting(base)
+    return type(f"_{doc.replace(' ', '')}", (base,), {"__doc__": doc, "__module__": __name__, **tracked})
 
 
-class _TrackedResponses(Responses):
-    """``client.responses`` of a tracked sync client."""
+_TrackedResponses = _responses(Responses, "Tracked Responses", "create", "parse")
+_AsyncTrackedResponses = _responses(AsyncResponses, "Async Tracked Responses", "create", "parse")
+try:  # ``client.beta.responses``: ``create`` chains like the stable one, with the same tracker
+    from openai.resources.beta.responses import AsyncResponses as AsyncBetaResponses
+    from openai.resources.beta.responses import Responses as BetaResponses
 
-    create, parse = _tracked(Responses, "create"), _tracked(Responses, "parse")
-    if _WEBSOCKET:
-        connect = _connecting(Responses)
-
-
-class _AsyncTrackedResponses(AsyncResponses):
-    """``client.responses`` of a tracked async client."""
-
-    create, parse = _atracked(AsyncResponses, "create"), _atracked(AsyncResponses, "parse")
-    if _WEBSOCKET:
-        connect = _connecting(AsyncResponses)
+    _BETA: tuple[type[Any], type[Any]] | None = (
+        _responses(BetaResponses, "Tracked Beta Responses", "create"),
+        _responses(AsyncBetaResponses, "Async Tracked Beta Responses", "create"),
+    )
+except ImportError:  # pragma: no cover - depends on the installed SDK
+    _BETA = None
 
 
 def _owned(resource: Any, client: Any) -> Any:
@@ -292,8 +275,7 @@ def _adopting(base: type[Any], name: str) -> Callable[..., Any]:
 
     @functools.wraps(getattr(base, name))
     def adopting(self: Any, *args: Any, **kwargs: Any) -> Any:
-        copied = getattr(base, name)(self, *args, **kwargs)
-        return adopt(self, copied, self.__dict__.get(TRACKER_ATTR))
+        return adopt(self, getattr(base, name)(self, *args, **kwargs), self.__dict__.get(TRACKER_ATTR))
 
     return adopting
 
@@ -308,53 +290,20 @@ def _mirror_property(owner: type[Any], name: str) -> Callable[[Callable[[Any], A
     return apply
 
 
-def _beta_classes() -> tuple[type[Any], type[Any]] | None:
-    """
-    The tracked ``client.beta.responses`` classes (sync, async), if the SDK has them: ``create`` chains
-    like the stable one, with the same tracker; its other methods send no history or are passed through.
-    """
-    try:
-        from openai.resources.beta.responses import AsyncResponses as AsyncBetaResponses
-        from openai.resources.beta.responses import Responses as BetaResponses
-    except ImportError:  # pragma: no cover - depends on the installed SDK
-        return None
-
-    class _TrackedBetaResponses(BetaResponses):
-        """``client.beta.responses`` of a tracked sync client."""
-
-        create = _tracked(BetaResponses, "create")
-
-    class _AsyncTrackedBetaResponses(AsyncBetaResponses):
-        """``client.beta.responses`` of a tracked async client."""
-
-        create = _atracked(AsyncBetaResponses, "create")
-
-    return _TrackedBetaResponses, _AsyncTrackedBetaResponses
-
-
-_BETA = _beta_classes()
-
-
 _classes: dict[type[Any], type[Any]] = {}
 _classes_lock = ForkSafeLock()
 
 
 def _untracked_class(cls: type[Any]) -> type[Any]:
-    """The openai class a (possibly already tracked) client class derives from."""
     base: type[Any] = cls.__dict__.get("_anchortrack_base", cls)
     return base
 
 
 def _tracked_class(base: type[Any]) -> type[Any]:
-    """Return (and cache) the tracked subclass of the client class *base*."""
+    """The tracked subclass of the client class *base* (cached), named and documented as *base*."""
     with _classes_lock:
-        if base not in _classes:
-            _classes[base] = _make_class(base)
-        return _classes[base]
-
-
-def _make_class(base: type[Any]) -> type[Any]:
-    """The tracked subclass of *base*, named and documented as *base* (the SDK class it stands in for)."""
+        if base in _classes:
+            return _classes[base]
     is_async = issubclass(base, openai.AsyncOpenAI)
     responses_cls = _AsyncTrackedResponses if is_async else _TrackedResponses
     beta_responses = _BETA[is_async] if _BETA is not None and is_cached(base, "beta") else None
@@ -388,4 +337,5 @@ def _make_class(base: type[Any]) -> type[Any]:
 
     for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
         setattr(Tracked, attr, getattr(base, attr))
-    return Tracked
+    with _classes_lock:
+        return _classes.setdefault(base, Tracked)

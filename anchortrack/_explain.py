@@ -23,16 +23,10 @@ from .stores._base import Anchor, AnchorStore
 
 
 #: The `Outcome` fields an explanation holds (under the same names).
-_OUTCOME_KEYS = (
-    "anchor_id",
-    "diverged_at",
-    "items_total",
-    "items_sent",
-    "items_planned",
-    "bytes_stateless",
-    "bytes_sent",
-    "bytes_planned",
-)
+# fmt: off
+_OUTCOME_KEYS = ("anchor_id", "diverged_at", "items_total", "items_sent", "items_planned", "bytes_stateless",
+                 "bytes_sent", "bytes_planned")
+# fmt: on
 
 
 @attrs.frozen

@@ -1,8 +1,6 @@
-"""Fail open around the anchor store, for every backend: a store that fails, hangs (sync or async) or lies
-costs a larger request, never the call. One deadline (a daemon worker thread for sync stores,
-``asyncio.wait_for`` for async ones, a retry when the caller's own loop stalled); one cooldown with a single
-probe per kind of call (read, write); one bounded write-behind `Backlog`, which planning reads, so a
-conversation keeps chaining through an outage and right after it."""
+"""Fail open around any store: one that fails, hangs or lies costs a larger request, never the call. One
+deadline, one cooldown with a single probe per kind of call (read, write), one bounded write-behind `Backlog`
+that planning reads, so a conversation keeps chaining through an outage."""
 
 from __future__ import annotations
 
@@ -91,17 +89,12 @@ class FailOpen:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store = store
-        #: How warnings name the store (its spelling, a Redis URL without its password).
-        self.label = store_label(store)
-        self.stats = stats
-        self.timeout = timeout
-        self.cooldown = cooldown
+        self.store, self.stats, self.timeout, self.cooldown = store, stats, timeout, cooldown
+        self.label = store_label(store)  # how warnings name it: a Redis URL without its password
         self.inline = runs_inline(store)
         # Beside a store that may block, planning also reads this tracker's latest written anchors.
         self.backlog = Backlog(keep_written=not self.inline)
-        self._clock = clock
-        self._monotonic = monotonic
+        self._clock, self._monotonic = clock, monotonic
         self._recorded: deque[tuple[str, Anchor]] = deque()
         self._workers = _Workers()
         self._lock = ForkSafeLock()
@@ -116,8 +109,6 @@ class FailOpen:
     def healthy(self) -> bool:
         """Whether the store is neither suspect nor down."""
         return self._first is None
-
-    # -- one store call: admitted, given a deadline, judged --------------------
 
     def call(self, operation: str, fn: Callable[[], T], *, budget: float | None = None) -> T | Unavailable:
         """Run a sync store operation, failing open (`UNAVAILABLE`); *budget* may shorten its deadline."""
@@ -238,8 +229,6 @@ class FailOpen:
             get_logger().warning("anchortrack.store_recovered", outage_seconds=round(lasted, 3))
         return result
 
-    # -- the flow's store effects ---------------------------------------------
-
     def perform(self, effect: Any) -> Any:
         """Perform one effect of a call: `FLUSH`, a callable (called), or a store effect, failing open (this
         tracker's own anchors fill the gaps in an answer)."""
@@ -291,8 +280,6 @@ class FailOpen:
             return hits if isinstance(answer, Unavailable) else ChainMap(answer, hits)
         hit = None if isinstance(answer, Anchor) else backlog.get(effect.scope, effect.response_id, now)
         return hit if hit is not None else answer
-
-    # -- the write-behind ------------------------------------------------------
 
     def record(self, scope: str, anchor: Anchor) -> None:
         """Queue *anchor* for the next `flush`."""
@@ -368,8 +355,7 @@ class Backlog:
     waiting one (lost: ``overflow``); expired ones are dropped when met. Thread-safe."""
 
     def __init__(self, limit: int = DEFAULT_BACKLOG_LIMIT, *, keep_written: bool = False) -> None:
-        self.limit = limit
-        self.keep_written = keep_written
+        self.limit, self.keep_written = limit, keep_written
         self._lock = ForkSafeLock()
         # By (scope, view), oldest first: the anchors waiting to be written, and those written (keep_written).
         self._waiting: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()
@@ -466,16 +452,14 @@ class _Workers:
     sync store's calls, so a caller waits at most its deadline; each exits after *idle_seconds* idle."""
 
     def __init__(self, most: int = 4, idle_seconds: float = 10.0) -> None:
-        self.most = most
-        self.idle_seconds = idle_seconds
+        self.most, self.idle_seconds = most, idle_seconds
         self._lock = ForkSafeLock()
         self._reset()
 
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self.threads = 0
-        self._idle = 0
+        self.threads, self._idle = 0, 0
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         """Run *fn* on a worker thread; its future."""

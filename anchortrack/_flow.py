@@ -1,12 +1,10 @@
-"""One ``responses.create`` call as a generator of effects (pure): every decision, written once.
-
-`call_flow` plans from the longest provably valid recorded prefix, sends the delta or the full request,
-and recovers from a refused anchor (`refused_flow`). It yields store I/O, the `Send` and bookkeeping;
-answers, or what a send raised, come back in. `drive` and `adrive` perform the effects."""
+"""One ``responses.create`` call as a generator of effects (pure): every decision, written once; `drive` and
+`adrive` perform the effects, and what a send raised comes back in."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -37,9 +35,6 @@ class Unavailable:
 UNAVAILABLE = Unavailable()
 #: The effect that writes the anchors recorded (`Tracker.flush`), answered with None.
 FLUSH = object()
-
-
-# -- effects: store I/O, the send, and bookkeeping (answered with None) --------
 
 
 @attrs.frozen
@@ -159,9 +154,6 @@ class CallState:
     sdk_error: BaseException | None = None
 
 
-# -- the planning pipeline ----------------------------------------------------
-
-
 @attrs.frozen
 class History:
     """A history fingerprinted (with each item's JSON size) and hashed from the context's root; *proven*:
@@ -196,41 +188,21 @@ def plan_history(
         reason = Reason.ZDR if ctx.zdr_disabled else Reason.CHAIN_DROPPED
         return with_sizes(Plan(reason, total=n), history.sizes)
     authentic = ctx.authentic if ctx.mac_key is not None else None
+    pick = functools.partial(choose, hashes, now=ctx.now, properties=properties, authentic=authentic)
     start = history.proven if ctx.local_store else 0
     if 1 < start < n:
         # h(n-1) down to h(start), longest first (hashes[i - 1] is h(i), the view of items[:i])
         found = yield Find(ctx.scope_key, hashes[n - 2 : start - 2 : -1])
         if not isinstance(found, Unavailable):
-            plan = choose(
-                hashes,
-                found,
-                ctx.now,
-                has_model_items=True,  # only a plan with an anchor is taken from this step
-                properties=properties,
-                authentic=authentic,
-                shortest=start,
-            )
+            plan = pick(found, has_model_items=True, shortest=start)  # taken only if it has an anchor
             if plan.anchor is not None:
                 return with_sizes(plan, history.sizes)
     # Every view that could be an anchor (h(1) to h(n-1)), longest first, and the whole history's (h(n)),
     # which tells a history with nothing new from a diverged one.
     found = (yield Find(ctx.scope_key, hashes[::-1])) if n >= 2 else {}
     if isinstance(found, Unavailable):
-        plan = Plan(Reason.STORE_UNAVAILABLE, total=n)
-    else:
-        plan = choose(
-            hashes,
-            found,
-            ctx.now,
-            has_model_items=history.has_model,
-            recent=ctx.recent,
-            properties=properties,
-            authentic=authentic,
-        )
-    return with_sizes(plan, history.sizes)
-
-
-# -- one call -----------------------------------------------------------------
+        return with_sizes(Plan(Reason.STORE_UNAVAILABLE, total=n), history.sizes)
+    return with_sizes(pick(found, has_model_items=history.has_model, recent=ctx.recent), history.sizes)
 
 
 def call_flow(ctx: CallContext, request: Request) -> Flow:
@@ -267,10 +239,9 @@ def refused_flow(
     ctx: CallContext, request: Request, anchor: Anchor, ticket: Ticket, error: Exception
 ) -> Flow:
     """A request chained to *anchor* was refused with *error*: evict a stale anchor, stop chaining in the
-    scope (ZDR), keep the anchor (a duplicate item; a server that dropped the chain), and resend in full once
-    with *ticket*. Another client error is resent in full once too, and the caller gets what that request gets
-    (an error unchanged, the anchor kept; a response, the anchor evicted); any other error is raised again,
-    unchanged."""
+    scope (ZDR) or keep the anchor (a duplicate item, a dropped chain), and resend in full once with *ticket*.
+    Another client error is resent in full once too: the caller gets what that request gets (an error, the
+    anchor kept; a response, the anchor evicted); any other error is raised again, unchanged."""
     refusal = classify(error, anchor.response_id)
     if refusal is None:
         if not resendable(error):
@@ -329,15 +300,8 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
             # A server may have carried the parent's properties over to
             # this response: what it was made with is not what was sent.
             skip = Reason.PROPERTIES_CHANGED
-        ticket = Ticket(
-            scope=ctx.scope_key,
-            base=extend(parent.view, fps),
-            count=parent.count + len(fps),
-            skip_reason=skip,
-            expires_at=parent.expires_at,
-            properties=request.properties,
-            parent=parent_id,
-        )
+        base, n = extend(parent.view, fps), parent.count + len(fps)
+        ticket = Ticket(ctx.scope_key, base, n, None, skip, parent.expires_at, request.properties, parent_id)
     yield from _planned(ctx, Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected))
     if parent_id is not None:
         event = "anchortrack.hint_caller_managed"
@@ -349,21 +313,20 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
 
 
 #: What to do about each hint (`anchortrack.hint_*` events, logged once per tracker).
+# fmt: off
 HINTS = {
-    "anchortrack.hint_duplicate_items": (
-        "previous_response_id already holds these items: pass only the items after that response "
-        "(or leave previous_response_id out and let anchortrack chain)"
-    ),
-    "anchortrack.hint_caller_managed": (
-        "the caller set previous_response_id (a framework's own chaining does), so anchortrack sends "
-        "such calls as given and stands aside: to let anchortrack chain, pass the whole history as "
-        "input and leave previous_response_id out"
-    ),
-    "anchortrack.hint_output_missing": (
-        "the history grows but never holds a response's output: append it "
-        "(history += response.output) so the next call can chain"
-    ),
+    "anchortrack.hint_duplicate_items":
+        "previous_response_id already holds these items: pass only the items after that response (or leave "
+        "previous_response_id out and let anchortrack chain)",
+    "anchortrack.hint_caller_managed":
+        "the caller set previous_response_id (a framework's own chaining does), so anchortrack sends such "
+        "calls as given and stands aside: to let anchortrack chain, pass the whole history as input and "
+        "leave previous_response_id out",
+    "anchortrack.hint_output_missing":
+        "the history grows but never holds a response's output: append it (history += response.output) so "
+        "the next call can chain",
 }
+# fmt: on
 
 
 def _planned(

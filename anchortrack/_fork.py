@@ -1,6 +1,5 @@
-"""Locks that a forked child can take: a lock another thread held at the fork stays held forever in the child.
-Prefork servers and ``multiprocessing`` fork while threads use the wrapped client, so every lock on a call's
-path is a `ForkSafeLock`, fresh and unheld in the child."""
+"""Locks a forked child can take (prefork servers fork while threads hold locks): fresh and unheld in the
+child."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Logger acquisition (the library never configures logging): structlog if the application configured it, else
-the standard library logger ``anchortrack``, whose records carry the event name and key/values as the message
-and in ``extra``. Events (docs/events.md) are namespaced, past tense, with flat snake_case keys and never item
-content (at most 12-hex-character digest prefixes)."""
+"""Loggers (never configured here): structlog if the application configured it, else the standard library
+logger ``anchortrack``. Events (docs/events.md) never carry item content (at most 12-hex-digit digest
+prefixes)."""
 
 from __future__ import annotations
 

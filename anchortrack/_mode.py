@@ -1,8 +1,4 @@
-"""
-The feature flag: ``chained``, ``shadow`` or ``off``. Precedence (`anchortrack._settings.resolve`): the
-``ANCHORTRACK_MODE`` environment variable (operators turn the feature off without a deploy), then a
-`using` block, then the mode given to `anchortrack.wrap`, then ``chained``.
-"""
+"""The feature flag: ``chained``, ``shadow`` or ``off``; precedence in `anchortrack._settings.resolve`."""
 
 from __future__ import annotations
 

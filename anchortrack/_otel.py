@@ -1,10 +1,6 @@
-"""
-A call's `Outcome` as ``anchortrack.<field>`` attributes (docs/guide/observability.md) on the current
-OpenTelemetry span, if ``opentelemetry-api`` is installed and the span records (none is ever started): when
-the plan is made (a tracer above anchortrack, or the caller's span), when the SDK hands back the response
-(a tracer below, whose span starts with the request), and once the decision is final; until then from the
-outcome as it stands (planned, or refused and resent).
-"""
+"""A call's `Outcome` as ``anchortrack.<field>`` attributes on the current OpenTelemetry span, if
+``opentelemetry-api`` is installed and the span records: when the plan is made, when the SDK hands back the
+response (a tracer below starts its span with the request), and once the decision is final."""
 
 from __future__ import annotations
 

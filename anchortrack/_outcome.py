@@ -1,7 +1,5 @@
-"""What one call did: the one record (`Outcome`) every observer reads, once the call's decision is final (a
-chained request once the server accepted or refused it). `Stats`, the Prometheus metrics, the events, the span
-attributes, the demo and every `Tracker.subscribe` callback read it, in one vocabulary: its field names
-(`fields`), a `Decision` and a `Reason`."""
+"""`Outcome`: what one call did, the one record `Stats`, the metrics, the events, the span, the demo and every
+`Tracker.subscribe` callback read once the decision is final."""
 
 from __future__ import annotations
 
@@ -140,9 +138,8 @@ def event(outcome: Outcome) -> tuple[str, str, dict[str, Any]]:
 
 
 #: The event of each decision (events are named in the past tense).
-_EVENTS = {
-    Decision.CHAINED: "anchortrack.request_chained",
-    Decision.RESENT: "anchortrack.request_resent",
-    Decision.STATELESS: "anchortrack.request_stateless",
-    Decision.PASSTHROUGH: "anchortrack.request_passed_through",
-}
+# fmt: off
+_EVENTS = {Decision.CHAINED: "anchortrack.request_chained", Decision.RESENT: "anchortrack.request_resent",
+           Decision.STATELESS: "anchortrack.request_stateless",
+           Decision.PASSTHROUGH: "anchortrack.request_passed_through"}
+# fmt: on

@@ -1,15 +1,11 @@
-"""A tracked copy of a client, and a tracer's patches carried onto it: tracers (langsmith's, braintrust's
-``wrap_openai``, logfire's per-client ``instrument_openai``) patch a client or its resources in place,
-holding the original's bound methods. `carry_patches` points those references at the copy's objects, so
-the tracer sees every call made through the wrapped client, before anchortrack plans it.
+"""A tracked copy of a client, and a tracer's patches carried onto it (langsmith's, braintrust's
+``wrap_openai``, logfire's ``instrument_openai`` patch a client in place, holding the original's bound
+methods).
 
-A patch is carried whole or not at all (DESIGN I10): every reference in it that reaches the source
-client or one of its resources (through closures, ``__wrapped__``, defaults, bound methods, wrapt's
-wrappers, ``functools.partial`` arguments, dicts, lists, tuples and objects' attributes) is pointed at
-the copy's, copying what holds it; a patch holding such a reference anywhere else is left out, with one
-`RuntimeWarning` naming it, so no call through the copy reaches the source client's address or key.
-References are followed `_DEPTH` containers deep from the patch (a module's globals are not followed):
-what a patch holds deeper than that is taken as it is."""
+A patch is carried whole or not at all (DESIGN I10): every reference in it that reaches the source client or
+one of its resources (closures, ``__wrapped__``, defaults, bound methods, wrapt's wrappers, ``partial``s,
+containers, attributes; `_DEPTH` deep) is pointed at the copy's; a patch holding one anywhere else is left out
+with one `RuntimeWarning`, so no call through the copy reaches the source client's address or key."""
 
 from __future__ import annotations
 
@@ -133,7 +129,6 @@ def _rebind(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
 
 
 def _rebound(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) -> Any:
-    """`_rebind`, uncached."""
     kind = type(value)
     if kind is types.MethodType:  # not isinstance: wrapt's proxies pass for what they wrap
         return _rebind_method(value, pairs, depth, memo)
@@ -246,7 +241,6 @@ def _rebind_object(value: Any, pairs: _Pairs, depth: int, memo: dict[int, Any]) 
 
 
 def _slots(cls: type[Any]) -> list[str]:
-    """The slot names *cls* and its bases declare (``__dict__`` and ``__weakref__`` aside)."""
     names: list[str] = []
     for klass in cls.__mro__:
         slots = vars(klass).get("__slots__", ())

@@ -47,61 +47,45 @@ class Reason(str, enum.Enum):
     CHAIN_DROPPED = "chain_dropped"
 
 
+# fmt: off
 #: What each `Reason` means, in one line.
 REASON_TEXT: Mapping[Reason, str] = {
     Reason.CHAINED: "a recorded response's view is a prefix of the history",
     Reason.NO_HISTORY: "the history holds no model output yet, so no recorded response can be its prefix",
-    Reason.PREFIX_DIVERGED: (
-        "no recorded response's view is a prefix of the history: an earlier item was edited, "
-        "removed or inserted (or the anchor of a recorded prefix is gone)"
-    ),
-    Reason.UNKNOWN_HISTORY: (
-        "no response this process recorded or the store holds shares even the first item of the "
-        "history: the process restarted with a memory store, the anchors are in another store or "
-        "scope, or the first item changed"
-    ),
-    Reason.NOTHING_NEW: (
-        "the history ends exactly where a recorded response's view ends: a chained request carries "
-        "at least one new item, and no shorter view is a prefix"
-    ),
+    Reason.PREFIX_DIVERGED: "no recorded response's view is a prefix of the history: an earlier item was "
+                            "edited, removed or inserted (or the anchor of a recorded prefix is gone)",
+    Reason.UNKNOWN_HISTORY: "no response this process recorded or the store holds shares even the first "
+                            "item of the history: the process restarted with a memory store, the anchors "
+                            "are in another store or scope, or the first item changed",
+    Reason.NOTHING_NEW: "the history ends exactly where a recorded response's view ends: a chained request "
+                        "carries at least one new item, and no shorter view is a prefix",
     Reason.MODE_OFF: "ANCHORTRACK_MODE=off: requests pass through untouched",
-    Reason.CALLER_MANAGED: (
-        "the caller set previous_response_id or conversation, so the request is sent as given"
-    ),
-    Reason.STALE_ANCHOR: (
-        "the server no longer had the anchor: it was evicted and the call resent in full, once"
-    ),
-    Reason.DUPLICATE_ITEM: (
-        "the delta named an item (by id) that the anchor's context already holds, which the server "
-        "refuses as a duplicate: the call was resent in full, once, and the anchor kept"
-    ),
-    Reason.ZDR: (
-        "the organization refuses previous_response_id (zero data retention): chaining stopped in this scope"
-    ),
+    Reason.CALLER_MANAGED: "the caller set previous_response_id or conversation, so the request is sent as "
+                           "given",
+    Reason.STALE_ANCHOR: "the server no longer had the anchor: it was evicted and the call resent in full, "
+                         "once",
+    Reason.DUPLICATE_ITEM: "the delta named an item (by id) that the anchor's context already holds, which "
+                           "the server refuses as a duplicate: the call was resent in full, once, and the "
+                           "anchor kept",
+    Reason.ZDR: "the organization refuses previous_response_id (zero data retention): chaining stopped in "
+                "this scope",
     Reason.STORE_UNAVAILABLE: "the anchor store did not answer, so the request went out in full",
     Reason.INTERNAL_ERROR: "an item anchortrack cannot fingerprint, so the request went out as given",
     Reason.STORE_FALSE: "the request said store=false, so its response cannot be an anchor",
-    Reason.NOT_COMPLETED: (
-        "the response did not complete (failed, cancelled, queued, in progress, or incomplete "
-        "without record_incomplete), so it cannot be an anchor"
-    ),
+    Reason.NOT_COMPLETED: "the response did not complete (failed, cancelled, queued, in progress, or "
+                          "incomplete without record_incomplete), so it cannot be an anchor",
     Reason.STREAM_ABANDONED: "the stream ended before its terminal event, so the response was not recorded",
-    Reason.PROPERTIES_CHANGED: (
-        "the recorded responses that hold a prefix of the history were made with other tools, "
-        "tool_choice, text, reasoning or truncation settings, which some servers carry over a chain"
-    ),
-    Reason.WEBSOCKET_DROPPED: (
-        "the WebSocket closed or reconnected before the response's terminal event, so it was not recorded"
-    ),
-    Reason.CHAIN_REFUSED: (
-        "the server refused the chained request with an error anchortrack does not recognise, and the "
-        "same call in full succeeded: the anchor was evicted"
-    ),
-    Reason.CHAIN_DROPPED: (
-        "the server answered a chained request without the anchor's context (it ignored "
-        "previous_response_id): chaining stopped for that server in this scope"
-    ),
+    Reason.PROPERTIES_CHANGED: "the recorded responses that hold a prefix of the history were made with "
+                               "other tools, tool_choice, text, reasoning or truncation settings, which "
+                               "some servers carry over a chain",
+    Reason.WEBSOCKET_DROPPED: "the WebSocket closed or reconnected before the response's terminal event, so "
+                              "it was not recorded",
+    Reason.CHAIN_REFUSED: "the server refused the chained request with an error anchortrack does not "
+                          "recognise, and the same call in full succeeded: the anchor was evicted",
+    Reason.CHAIN_DROPPED: "the server answered a chained request without the anchor's context (it ignored "
+                          "previous_response_id): chaining stopped for that server in this scope",
 }
+# fmt: on
 
 
 @attrs.frozen
@@ -222,8 +206,8 @@ def anchor_of(
     **rest: Any,
 ) -> tuple[Anchor, list[bytes]]:
     """The anchor *response* becomes (`new_anchor`, with *rest*) and its output's prefix hashes: its *output*
-    in the server's own form (which a chain replays) continues *base*, the request's view; a response that
-    announces its properties chains whatever a request carries (`ANY`)."""
+    in the server's own form (which a chain replays) continues *base*; a response that announces its
+    properties chains whatever a request carries (`ANY`)."""
     hashes = prefix_hashes(base, fingerprint_items([as_received(item) for item in output], memo)[0])
     properties = ANY if announced(response) else properties
     return new_anchor(response.id, base=base, hashes=hashes, properties=properties, **rest), hashes
@@ -274,14 +258,13 @@ def choose(
     authentic: Callable[[Anchor], bool] | None = None,
     shortest: int = 1,
 ) -> Plan:
-    """Pick the longest usable anchor among *found* for a history whose prefix hashes are *hashes*. Usable:
-    its view is that prefix (same digest, same count), it is live at *now*, made with the same carried-over
-    *properties*, passes *authentic* (its MAC), and leaves at least one item to send (one whose view is the
-    whole history only makes the reason `Reason.NOTHING_NEW`). One returned under a view not its own or
-    failing *authentic* is absent and listed in ``Plan.rejected``. *has_model_items* tells a first turn from a
-    diverged history; *recent* (a tracker's memory) locates a divergence, and tells it from a history that no
-    recent view and no found anchor shares even a first item with (`Reason.UNKNOWN_HISTORY`); *shortest*: the
-    fewest items looked at."""
+    """Pick the longest usable anchor among *found* for a history of prefix hashes *hashes*: its view is that
+    prefix (same digest and count), live at *now*, made with the same carried-over *properties*, *authentic*
+    (its MAC), and leaving at least one item to send (else `Reason.NOTHING_NEW`). One found under a view not
+    its own, or not authentic, is absent and listed in ``Plan.rejected``. *has_model_items* tells a first turn
+    from a diverged history; *recent* (a tracker's memory) locates a divergence, and tells it from a history
+    nothing known shares a first item with (`Reason.UNKNOWN_HISTORY`); *shortest*: the fewest items looked at.
+    """
     n = len(hashes)
     rejected: list[str] = []
     changed = exact = False
@@ -324,9 +307,7 @@ class RecentViews:
     def __init__(self, max_views: int = 128, max_hashes: int = 262_144) -> None:
         # A view is the two sequences it was given (never changed after), not copied.
         self._views: OrderedDict[bytes, tuple[Sequence[bytes], Sequence[bytes]]] = OrderedDict()
-        self._max_views = max_views
-        self._max_hashes = max_hashes
-        self._size = 0
+        self._max_views, self._max_hashes, self._size = max_views, max_hashes, 0
         self._lock = ForkSafeLock()
 
     def add(self, hashes: Sequence[bytes], more: Sequence[bytes] = ()) -> None:
@@ -346,9 +327,8 @@ class RecentViews:
                 self._size -= len(first) + len(rest)
 
     def diverged_at(self, hashes: Sequence[bytes]) -> int | None:
-        """The index of the first item of *hashes* that leaves the closest view. None: not even the first item
-        is in a view, or no item left it: the closest view is a whole prefix of the history (its anchor is
-        gone), or the history a prefix of it."""
+        """The index of the first item of *hashes* that leaves the closest view; None: not even the first
+        item is in a view, or the closest view is a whole prefix of the history (its anchor is gone)."""
         best, whole = self.closest(hashes)
         return best if 0 < best < len(hashes) and not whole else None
 

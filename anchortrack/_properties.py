@@ -1,11 +1,7 @@
-"""
-The request properties a Responses server could carry over a chain (pure).
-
-OpenAI applies them per request; other servers (vLLM's agentic-api) give a chained request the
-previous response's ``tools`` and ``tool_choice``. So an anchor records a digest of the properties its
-request set, and a request chains only from an anchor with its own digest (else ``properties_changed``).
-docs/compatibility.md lists which properties count, which do not, and why.
-"""
+"""The request properties a Responses server could carry over a chain (pure): vLLM's agentic-api gives a
+chained request the previous response's ``tools``, so an anchor records a digest of its request's properties
+and a request chains only from an anchor with its own (else ``properties_changed``). docs/compatibility.md
+says why."""
 
 from __future__ import annotations
 
@@ -56,47 +52,43 @@ def matches(recorded: bytes, requested: bytes) -> bool:
 
 def announced(response: object) -> bool:
     """Whether *response* (an SDK model or its JSON) says its server applies the properties per request."""
-    if isinstance(response, Mapping):
-        said = response.get(ANNOUNCEMENT_FIELD)
-    else:  # the SDK's models keep fields they do not know as attributes
-        said = getattr(response, ANNOUNCEMENT_FIELD, None)
+    field = ANNOUNCEMENT_FIELD  # the SDK's models keep fields they do not know as attributes
+    said = response.get(field) if isinstance(response, Mapping) else getattr(response, field, None)
     return bool(said == ANNOUNCEMENT)
 
 
 #: The variable of base URLs of servers the user declares apply properties per request.
 PER_REQUEST_ENV = str(PER_REQUEST_PROPERTIES.env)
-#: Hosts known to apply every request property to that request only.
-_PER_REQUEST_HOSTS = frozenset({"api.openai.com"})
-_PER_REQUEST_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+_AZURE_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+
+
+def openai_host(url: str) -> bool:
+    """Whether *url* is OpenAI's or Azure OpenAI's: properties apply per request, chains as documented."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith(_AZURE_SUFFIXES)
 
 
 def applies_per_request(base_url: str | None) -> bool:
-    """
-    Whether the server at *base_url* applies the carried properties per request (never over a chain):
-    OpenAI's and Azure OpenAI's hosts, and base URLs declared (with the URLs under them) in the variable.
-    """
+    """Whether the server at *base_url* applies the carried properties per request (never over a chain):
+    OpenAI's and Azure OpenAI's hosts, and base URLs declared (with the URLs under them) in the variable."""
     return bool(base_url) and _applies(str(base_url).rstrip("/"), PER_REQUEST_PROPERTIES.from_env() or ())
 
 
 @functools.lru_cache(maxsize=64)
 def _applies(url: str, declared: tuple[str, ...]) -> bool:
     try:
-        host = (urlsplit(url).hostname or "").lower()
+        if openai_host(url):
+            return True
     except ValueError:
-        host = ""
-    if host in _PER_REQUEST_HOSTS or host.endswith(_PER_REQUEST_HOST_SUFFIXES):
-        return True
+        pass
     return any(url == d or url.startswith(d + "/") for d in declared)
 
 
 def properties_digest(params: Mapping[str, Any], base_url: str | None = None) -> bytes:
-    """
-    Digest the carried-over properties among *params* (``create`` arguments) sent to *base_url*:
-    ``b""`` when that server applies them per request or none is set (None and the SDK's sentinels are
-    absent). Values compare as the JSON the SDK sends; absent and an explicit default
-    (``tool_choice="auto"``) differ, since a server could carry a value over in place of one.
-    A value with no JSON form raises `TypeError`.
-    """
+    """Digest the carried-over properties among *params* (``create`` arguments) sent to *base_url*: ``b""``
+    when that server applies them per request or none is set (None and the SDK's sentinels are absent). Values
+    compare as the JSON the SDK sends; absent and an explicit default (``tool_choice="auto"``) differ, since a
+    server could carry a value over in place of one. A value with no JSON form raises `TypeError`."""
     if params.keys().isdisjoint(_NAMES) or applies_per_request(base_url):  # the common call sets none
         return b""
     present = {name: params[name] for name in CARRIED_PROPERTIES if given(params.get(name))}

@@ -1,7 +1,6 @@
-"""What a refused chained request means (pure): the server forgot the anchor, the organization refuses
-``previous_response_id`` (zero data retention), or the delta names by id an item the anchor's context already
-holds (``Duplicate item``). Every other error is the caller's. docs/compatibility.md has each server's exact
-bodies."""
+"""What a refused chained request means (pure): the anchor is gone, the organization refuses
+``previous_response_id`` (ZDR), or a duplicate item; any other error is the caller's (docs/compatibility.md).
+"""
 
 from __future__ import annotations
 
@@ -101,15 +100,10 @@ def _status(error: BaseException) -> int | None:
 
 
 def _strings(value: object, depth: int) -> Iterator[str]:
-    if depth > _MAX_DEPTH:
-        return
-    if isinstance(value, str):
+    if isinstance(value, str) and depth <= _MAX_DEPTH:
         yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
+    elif isinstance(value, (Mapping, list, tuple)) and depth < _MAX_DEPTH:
+        for item in value.values() if isinstance(value, Mapping) else value:
             yield from _strings(item, depth + 1)
 
 

@@ -87,7 +87,4 @@ def read_request(params: Mapping[str, Any], base_url: str | None = None) -> Requ
 
 def chained_body(request: Request, skip: int, response_id: str) -> dict[str, Any]:
     """Return new arguments sending ``input[skip:]`` after ``previous_response_id``."""
-    body = dict(request.body)
-    body["input"] = request.items[skip:]
-    body["previous_response_id"] = response_id
-    return body
+    return {**request.body, "input": request.items[skip:], "previous_response_id": response_id}

@@ -1,9 +1,6 @@
-"""
-MACs over stored anchors, so whoever can write a shared store cannot steer another tenant's requests (pure).
-
-With a secret key, every anchor carries a MAC over everything the tracker acts on (scope, view, response
-id, count, expiry, properties); one whose MAC does not verify is absent. A MAC cannot prevent deletions
-(a larger request) or an older anchor of the same view put back (still an equivalent chain)."""
+"""MACs over stored anchors (pure), so whoever can write a shared store cannot steer another tenant's
+requests: one whose MAC does not verify is absent. Deletions (a larger request) and an older anchor of the
+same view put back (still an equivalent chain) are not prevented."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The openai SDK's private names anchortrack attaches through, each looked up when a call is made: where one
-is missing (an SDK older or newer than anchortrack knows), that call goes out untracked, exactly as the
-unwrapped client sends it, and one ``RuntimeWarning`` per process names what could not attach.
-docs/compatibility.md lists them and the SDK versions that have them."""
+"""The openai SDK's private names anchortrack attaches through, looked up per call: where one is missing the
+call goes out untracked, with one ``RuntimeWarning`` per process (docs/compatibility.md lists them)."""
 
 from __future__ import annotations
 
@@ -49,19 +47,16 @@ def missing_websocket() -> str | None:
     return None
 
 
-def _version() -> str:
-    return str(sdk("openai", "__version__"))
-
-
 def unattached(seam: str, what: str, *, stacklevel: int = 4) -> None:
     """Warn, once per *seam* in this process, that *what* go out untracked because *seam* is missing."""
     if seam in _warned:
         return
     _warned.add(seam)
+    version = sdk("openai", "__version__")
     warnings.warn(
-        f"anchortrack could not attach to the installed openai {_version()} ({seam}): {what} untracked, "
-        "exactly as the unwrapped client sends them. anchortrack's compatibility notes list the openai "
-        "versions it tracks.",
+        f"anchortrack could not attach to the installed openai {version} ({seam}): {what} "
+        "untracked, exactly as the unwrapped client sends them. anchortrack's compatibility notes list the "
+        "openai versions it tracks.",
         RuntimeWarning,
         stacklevel=stacklevel,
     )

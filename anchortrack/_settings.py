@@ -1,9 +1,6 @@
-"""
-Every setting of a tracked client, one row each (`SETTINGS`): its keyword in `anchortrack.wrap` and
-`Tracker` (None there means "use the setting"), its environment variable, how a value is checked,
-its default, and what a bad value in the environment does: one warning naming the variable, the value
-and the valid values, then the fallback. docs/operations.md's environment table is made from the rows.
-"""
+"""Every setting of a tracked client, one row each (`SETTINGS`): keyword (None there: use the setting),
+variable, check, default, and the fallback a bad variable gets (with one warning). docs/operations.md is made
+from them."""
 
 from __future__ import annotations
 
@@ -77,9 +74,6 @@ def _parsed(setting: Setting[T], text: str) -> T:
         return setting.fallback
 
 
-# -- checks and parsers: a value given in code, the text of a variable ------------------------
-
-
 def _string(value: object, caller: str, name: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{caller}({name}=...) takes a string or None, not {type(value).__name__}")
@@ -110,14 +104,6 @@ def checked_seconds(value: object, caller: str, name: str, *, zero: bool = False
     return float(value)
 
 
-def _key(value: bytes | str, _caller: str, _name: str) -> bytes | None:
-    return (value.encode() if isinstance(value, str) else value) or None
-
-
-def _urls(value: str, _caller: str, _name: str) -> tuple[str, ...]:
-    return tuple(each.rstrip("/") for each in value.replace(",", " ").split())
-
-
 ANY_TEXT = "any text"
 FLAG = "true or false (1, yes, on / 0, no, off)"
 
@@ -142,12 +128,14 @@ SCOPE_BY_API_KEY: Setting[bool] = Setting(
     "scope_by_api_key", True, _flag, FLAG, parse=_flag_text,
     sets="keep anchors apart per API key (a keyed digest of it is part of the scope)")
 SECRET_KEY: Setting[bytes | None] = Setting(
-    "secret_key", None, _key, ANY_TEXT, env="ANCHORTRACK_SECRET_KEY", taken_by="store",
-    read="when a store is created",
+    "secret_key", None, lambda value, _c, _n: (value.encode() if isinstance(value, str) else value) or None,
+    ANY_TEXT, env="ANCHORTRACK_SECRET_KEY", taken_by="store", read="when a store is created",
     sets="the key of keyed view digests and anchor MACs ([stores](guide/stores.md)), of a store made "
     "without `secret_key=`; empty means none")
 PER_REQUEST_PROPERTIES: Setting[tuple[str, ...]] = Setting(
-    "per_request_properties", (), _urls, ANY_TEXT, env="ANCHORTRACK_PER_REQUEST_PROPERTIES", taken_by=None,
+    "per_request_properties", (),
+    lambda text, _c, _n: tuple(u.rstrip("/") for u in text.replace(",", " ").split()),
+    ANY_TEXT, env="ANCHORTRACK_PER_REQUEST_PROPERTIES", taken_by=None,
     read="on every call", sets="base URLs (separated by spaces or commas) of servers that apply request "
     "properties per request ([compatibility](compatibility.md))")
 # fmt: on

@@ -246,8 +246,6 @@ class Stats:
         parts.extend(f"{key.replace('_', ' ')} {n}" for key, n in failed.items() if n)
         return "; ".join(parts)
 
-    _summary = __str__
-
     def observe(self, outcome: Outcome) -> None:
         """Count one call's `Outcome`: its decision and reason, and each row of `METRICS` with a field."""
         o = outcome
@@ -273,10 +271,8 @@ class Stats:
         with self._lock:
             snap: dict[str, Any] = {"requests": _rows(self.requests)}
             for m in METRICS:
-                if m.difference is not None:
-                    value = snap[m.difference[0]] - snap[m.difference[1]]
-                else:
-                    value = getattr(self, m.key)
+                diff = m.difference
+                value = snap[diff[0]] - snap[diff[1]] if diff is not None else getattr(self, m.key)
                 if isinstance(value, Histogram):
                     value = value.snapshot()
                 elif m.label is not None:
@@ -319,12 +315,10 @@ def merge_snapshots(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _rows(requests: Mapping[tuple[str, str, str, str], int]) -> list[dict[str, Any]]:
-    """The ``requests`` of a snapshot: one row per ``(mode, decision, reason, transport)``, sorted."""
     return [dict(zip(_REQUEST_KEY, key, strict=True), count=n) for key, n in sorted(requests.items())]
 
 
 def _add(a: Any, b: Any) -> Any:
-    """Add two snapshot values of the same shape (numbers, or mappings of them)."""
     if isinstance(a, Mapping):
         keys = sorted({*a, *b}, key=str) if "+Inf" not in a else list(a)
         return {k: _add(a.get(k, 0), b.get(k, 0)) for k in keys}

@@ -1,12 +1,8 @@
-"""Tracked event streams: hooks on the SDK's own ``Stream`` / ``AsyncStream`` (its iterator and its
-response's close) that record the response when its terminal event arrives, before the caller sees it;
-a stream that ends or is closed without one is counted (``stream_abandoned``) then. A chained stream is
-*peeked* (its first event read at once), so a refusal inside the stream is recovered from like an HTTP one.
-
-A tracer may hand the SDK its own stream class (logfire subclasses ``Stream`` and overrides
-``__stream__``); any subclass that still iterates through the SDK's ``_iterator`` (a private seam) is
-tracked alike. Where that seam is missing or bypassed the stream goes through untouched, unrecorded, and
-one `RuntimeWarning` names what could not attach."""
+"""Tracked event streams: hooks on the SDK's ``Stream`` / ``AsyncStream`` (its ``_iterator`` and its
+response's close) record the response at its terminal event; a stream that ends without one is
+``stream_abandoned``. A chained stream is *peeked* (its first event read at once), so an in-stream refusal is
+recovered from like an HTTP one. A stream class (a tracer's) that bypasses ``_iterator`` goes through
+unrecorded, with one warning."""
 
 from __future__ import annotations
 
@@ -129,7 +125,6 @@ class StreamCall(_Call):
         return self.refusal(first)
 
     def _discard(self) -> None:
-        """Close a refused stream without counting it anywhere."""
         self.target = None
         self.stream.close()
 
@@ -232,7 +227,6 @@ def _replay(first: object, rest: Iterator[Any]) -> Iterator[Any]:
 
 
 async def _areplay(first: object, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """Async twin of `_replay`."""
     if isinstance(first, BaseException):
         raise first
     if first is not None:

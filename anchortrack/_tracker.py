@@ -28,22 +28,18 @@ class Tracker:
     (its row in ``anchortrack._settings``; docs/operations.md, "Environment variables").
 
     Args:
-        store: Where anchors live: an `AnchorStore`, or a spec string (``"memory"``, ``"sqlite:PATH"``,
-            ``"redis://…"``) opened with `anchortrack.stores.open_store`; by default the process-wide
-            default store (`default_store`).
-        mode: ``chained`` (default), ``shadow`` or ``off``; the ``ANCHORTRACK_MODE`` environment variable
-            wins.
-        namespace: An extra scope partition: anchors recorded under one namespace are never used under
-            another.
-        record_incomplete: Also anchor on ``incomplete`` responses (OpenAI stores them and accepts them
-            as ``previous_response_id``).
+        store: An `AnchorStore` or a store spec, as `anchortrack.wrap` takes; by default the process-wide
+            default store.
+        mode: ``chained`` (default), ``shadow`` or ``off``; ``ANCHORTRACK_MODE`` wins.
+        namespace: Anchors recorded under one namespace are never used under another.
+        record_incomplete: Also anchor on ``incomplete`` responses (OpenAI accepts them as
+            ``previous_response_id``).
         store_timeout: Seconds a store operation may take before the call goes out stateless; also the
             most the write after a response may delay it (None: 1 second).
         store_cooldown: Seconds between two probes of a store that is down (one call tries it, the
             others go without it; None: 1 second); settable on a live tracker.
-        scope_by_api_key: Put a keyed digest of the client's API key in the scope (the default), so
-            clients with different keys sharing a store never share anchors. False keeps anchors usable
-            across a key rotation (then separate tenants with *namespace*).
+        scope_by_api_key: Keep anchors apart per API key (the default); False keeps them usable across a
+            key rotation (then separate tenants with *namespace*).
         clock: Unix time source (tests).
 
     Raises:
@@ -51,18 +47,14 @@ class Tracker:
         ValueError: *store_timeout* is not a finite number above 0, or *store_cooldown* of 0 or more
             (also when set on a live tracker).
 
-    Its public face: the settings above, `stats`, `subscribe`, `flush` and `scope_for`; the transports
-    work through an internal interface (`anchortrack._calls.Calls`).
-
     Attributes:
         shared_default: Whether *store* is the process-wide default store.
         stats: What this tracker did (`Stats`).
         recent: The views this tracker recorded lately; hand them to ``anchortrack.explain(...,
             recent=...)`` to locate where a diverged history first differs.
-        backlog: Anchor writes the store did not take in time, written when it answers again; with a
-            store that may block it also holds the anchors this tracker wrote last, and planning looks
-            there too, so a conversation keeps chaining while the store is down, slow or came back
-            empty. Its ``limit`` is the bound (10,000 by default).
+        backlog: Anchor writes the store did not take in time, written when it answers again (with a
+            store that may block, also the anchors written last, which planning reads too); ``limit``
+            bounds it (10,000 by default).
     """
 
     def __init__(
@@ -99,16 +91,13 @@ class Tracker:
         self._scopes: dict[int, tuple[tuple[Any, ...], Scope]] = {}
         self._lock = ForkSafeLock()
         self._subscribers: tuple[Callable[[Outcome], object], ...] = ()
-        #: The working side the transports use (`anchortrack._calls`).
         self._calls = Calls(self)
 
     def __repr__(self) -> str:
         mode = describe(self.mode)
         store = type(self.store).__name__ + (" (shared default)" if self.shared_default else "")
         namespace = f" namespace={self.namespace!r}" if self.namespace is not None else ""
-        return f"<Tracker mode={mode} store={store}{namespace} {self.stats._summary()}>"
-
-    # -- scope and store settings ---------------------------------------------
+        return f"<Tracker mode={mode} store={store}{namespace} {self.stats}>"
 
     @property
     def store_cooldown(self) -> float:
@@ -130,11 +119,9 @@ class Tracker:
 
     def scope_for(self, client: Any) -> Scope:
         """
-        The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``).
-
-        Its base URL, organization and project, this tracker's namespace and, with ``scope_by_api_key``, a
-        keyed digest of its API key (not of a key from a provider, which rotates: separate such tenants
-        with a namespace).
+        The scope this tracker records *client*'s anchors under (for ``explain`` or ``plan_request``): its
+        base URL, organization and project, this tracker's namespace and, with ``scope_by_api_key``, a keyed
+        digest of its API key (not of a key from a provider, which rotates: use a namespace).
         """
         api_key = getattr(client, "api_key", None)
         provided = getattr(client, "_api_key_provider", None) is not None
@@ -152,17 +139,10 @@ class Tracker:
         cached = self._scopes.get(id(client))
         if cached is not None and cached[0] == settings:
             return cached[1]
-        scope = Scope(
-            base_url=str(settings[0]),
-            organization=settings[1],
-            project=settings[2],
-            namespace=self.namespace,
-            api_key_digest=api_key_digest(api_key, secret) if by_key else None,  # type: ignore[arg-type]
-        )
+        digest = api_key_digest(api_key, secret) if by_key else None  # type: ignore[arg-type]
+        scope = Scope(str(settings[0]), settings[1], settings[2], self.namespace, digest)
         remember(self._lock, self._scopes, id(client), (settings, scope))
         return scope
-
-    # -- outcomes -------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[Outcome], object]) -> Callable[[], None]:
         """

@@ -1,11 +1,5 @@
-"""
-The anchor store contract shared by every backend.
-
-A store maps *view hashes* to the responses whose server-side context they describe. It never holds
-item content: only digests, response ids, counts and times (and, with a secret key, a MAC the
-tracker checks on every read). Stores raise on failure and never swallow errors: the tracker wraps
-every store call in one fail-open guard, written once for all backends.
-"""
+"""The anchor store contract every backend shares: view hashes to response ids, counts and times (and, with a
+secret key, a MAC), never item content. Stores raise on failure; the tracker fails open around them."""
 
 from __future__ import annotations
 
@@ -102,11 +96,9 @@ STORE_METHODS = ("find", "get", "put", "evict", "afind", "aget", "aput", "aevict
 
 
 def runs_inline(store: object) -> bool:
-    """
-    Whether the tracker may call *store* inline, with no deadline: only when the class declaring
-    ``never_blocks = True`` (as `MemoryStore` does) also provides every store method the object uses.
-    A subclass or instance that overrides one (say, to add I/O) must declare the promise anew.
-    """
+    """Whether the tracker may call *store* inline, with no deadline: only when the class declaring
+    ``never_blocks = True`` (as `MemoryStore` does) also provides every store method the object uses. A
+    subclass or instance that overrides one (say, to add I/O) must declare the promise anew."""
     mro = type(store).__mro__
     declaring = next((cls for cls in mro if "never_blocks" in vars(cls)), None)
     if declaring is None or vars(declaring)["never_blocks"] is not True:

@@ -17,7 +17,6 @@ FORBIDDEN_KEY_CHARS = frozenset("{}")
 
 
 def _filled(value: object, kind: type[object]) -> bool:
-    """Whether *value* is a non-empty instance of *kind* (for untyped callers)."""
     return isinstance(value, kind) and bool(value)
 
 

@@ -98,7 +98,6 @@ def closest_spec(spec: str) -> str | None:
 
 
 def _near(word: str, words: list[str]) -> str | None:
-    """The one of *words* that *word* is a near miss of (or equal to), if any."""
     close = difflib.get_close_matches(word, words, n=1, cutoff=0.75)
     return close[0] if close else None
 

@@ -85,10 +85,9 @@ class MemoryStore:
     ) -> None:
         if max_anchors < 1:
             raise ValueError(f"max_anchors must be at least 1, got {max_anchors}")
-        self.max_anchors = max_anchors
+        self.max_anchors, self._clock = max_anchors, clock
         self.ttl = checked_seconds(ttl, type(self).__name__, "ttl")
         self.secret_key = resolve_secret_key(secret_key)
-        self._clock = clock
         self._lock = ForkSafeLock()
         #: (scope, view) -> the anchor recorded there, least recently used first.
         self._anchors: OrderedDict[tuple[str, bytes], Anchor] = OrderedDict()
@@ -150,7 +149,6 @@ class MemoryStore:
     # -- internals (the lock is held) ----------------------------------------
 
     def _view_of(self, scope: str, response_id: str) -> bytes | None:
-        """The view *response_id* is recorded under in *scope*, if any."""
         sc = self._scopes.get(scope)
         return sc.views.get(response_id) if sc is not None else None
 
@@ -166,7 +164,6 @@ class MemoryStore:
         return anchor
 
     def _drop(self, scope: str, view: bytes | None) -> None:
-        """Forget the anchor at *view*, if any, from both structures."""
         anchor = self._anchors.pop((scope, view), None) if view is not None else None
         if anchor is not None:
             sc = self._scopes[scope]

@@ -214,7 +214,6 @@ class RedisStore:
         return self.key_schema.view_keys(scope, views), [self.key_schema.base(scope)]
 
     def _id_call(self, scope: str, response_id: str) -> _Call:
-        """The keys and arguments of `GET` and `EVICT`."""
         key = self.key_schema.response_key(scope, check_response_id(response_id))
         return [key], [self.key_schema.base(scope), response_id]
 
@@ -237,7 +236,6 @@ class _Scripts:
 
 
 def _no_client(method: str, needed: str, held: str, instead: str) -> TypeError:
-    """The error for calling *method* on a store without a client of its kind."""
     return TypeError(
         f"RedisStore.{method}() needs {needed} client, but this store has only {held} one: {instead},"
         " or build the store with RedisStore.from_url() or RedisStore(sync_client, async_client=...)"
@@ -245,7 +243,6 @@ def _no_client(method: str, needed: str, held: str, instead: str) -> TypeError:
 
 
 def _is_async(client: object) -> bool:
-    """Whether *client* is an asyncio Redis client (its commands are coroutines)."""
     return inspect.iscoroutinefunction(getattr(client, "execute_command", None))
 
 
@@ -275,8 +272,6 @@ class KeySchema:
         """Return the reverse key of *response_id* in *scope*."""
         return self.base(scope) + "r:" + response_id
 
-
-# -- values ---------------------------------------------------------------------------------
 
 #: Version tag at the start of every encoded value; version 1 values (without the properties digest
 #: and the MAC) are treated as absent.
@@ -320,17 +315,14 @@ def decode_value(view: bytes, raw: bytes | str) -> Anchor | None:
 
 # -- the Lua scripts: one atomic round trip per find, put, get and evict; "scope base" is `KeySchema.base`
 
+#: ``rid_of(value)``: the response id of a value, and its parent's id (nil without one).
 _RID_OF = """
 local function rid_of(v)
   if not v then return nil end
   local rid = string.match(v, '^2|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(.*)$')
   if rid then return rid end
   local n, rest = string.match(v, '^3|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
-  if n then return string.sub(rest, tonumber(n) + 1) end
-end
-local function parent_of(v)
-  local n, rest = string.match(v or '', '^3|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)|(.*)$')
-  if n then return string.sub(rest, 1, tonumber(n)) end
+  if n then return string.sub(rest, tonumber(n) + 1), string.sub(rest, 1, tonumber(n)) end
 end
 """
 
@@ -379,7 +371,7 @@ local found, skip = {}, #ARGV[1] + 3
 for i, key in ipairs(KEYS) do
   local v = redis.call('GET', key)
   found[i] = v
-  local rid, parent = rid_of(v), parent_of(v)
+  local rid, parent = rid_of(v)
   if rid then
     local rkey, ckey = ARGV[1] .. 'r:' .. rid, parent and ARGV[1] .. 'c:' .. parent
     local lost_r = redis.call('EXISTS', rkey) == 0

@@ -60,9 +60,15 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
-def schema_version(conn: sqlite3.Connection) -> int:
-    """Return the schema version recorded in the database."""
-    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+def schema_version(conn: sqlite3.Connection, known: int | None = None) -> int:
+    """Return the schema version recorded in the database; one above *known* raises `SchemaVersionError`."""
+    found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if known is not None and found > known:
+        raise SchemaVersionError(
+            f"anchor database schema version {found} is newer than this anchortrack "
+            f"supports ({known}); upgrade anchortrack or use another file"
+        )
+    return found
 
 
 def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -> int:
@@ -71,10 +77,10 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -
     migrate it once; *conn* must be in autocommit mode. A newer version than this code's raises
     `SchemaVersionError`."""
     migrations = MIGRATIONS if migrations is None else migrations
-    found = _known_version(conn, len(migrations))
+    found = schema_version(conn, len(migrations))
     if found != len(migrations):
         with _transaction(conn):
-            found = _known_version(conn, len(migrations))
+            found = schema_version(conn, len(migrations))
             for version in range(found, len(migrations)):
                 for statement in migrations[version].split(";"):
                     if statement.strip():
@@ -83,20 +89,8 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str] | None = None) -
     return found
 
 
-def _known_version(conn: sqlite3.Connection, known: int) -> int:
-    """The database's schema version, if this code knows it (*known* versions); else `SchemaVersionError`."""
-    found = schema_version(conn)
-    if found > known:
-        raise SchemaVersionError(
-            f"anchor database schema version {found} is newer than this anchortrack "
-            f"supports ({known}); upgrade anchortrack or use another file"
-        )
-    return found
-
-
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One ``BEGIN IMMEDIATE`` transaction, committed, or rolled back on any exception."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
@@ -122,7 +116,6 @@ _UPSERT = f"INSERT OR REPLACE INTO anchors (scope, {_COLUMNS}) VALUES (?, ?, ?, 
 
 
 def _row(scope: str, a: Anchor) -> tuple[object, ...]:
-    """The `_UPSERT` parameters for *a* in *scope*."""
     return (scope, a.view, a.response_id, a.count, a.created_at, a.expires_at, a.properties, a.mac, a.parent)
 
 
@@ -172,9 +165,7 @@ class SQLiteStore:
         self.path = os.fspath(path)
         self.ttl = checked_seconds(ttl, type(self).__name__, "ttl")
         self.secret_key = resolve_secret_key(secret_key)
-        self.timeout = timeout
-        self.sweep_every = sweep_every
-        self._clock = clock
+        self.timeout, self.sweep_every, self._clock = timeout, sweep_every, clock
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
