@@ -1,9 +1,7 @@
 """The server's state and request logic, free of HTTP.
 
-`ServerState` owns the store and the model, runs a create request through validation → chain resolution →
-context checks → model, saves the response, and keeps what tests look at: every request body received and the
-context the model saw for every response.  The HTTP app is a thin shell over it, and tests drive it in-process
-through ``ResponsesServer.state``.
+`ServerState` runs a create request through validation → chain resolution → context checks → model, saves the
+response, and keeps what tests look at.
 """
 
 from __future__ import annotations
@@ -60,14 +58,8 @@ def open_store(
     clock: Clock = time.time,
     max_responses: int = DEFAULT_MAX_RESPONSES,
 ) -> ResponseStore:
-    """Open a store from its command-line spelling, ``"memory"`` or ``"sqlite:PATH"``.
-
-    A memory store keeps at most *max_responses* (the oldest are evicted); a SQLite file is bounded by
-    *retention* only.
-
-    Raises:
-        ValueError: For any other spelling, or a negative retention.
-    """
+    """Open a store from its command-line spelling, ``"memory"`` or ``"sqlite:PATH"`` (ValueError otherwise,
+    or for a negative retention)."""
     if not retention >= 0:
         raise ValueError(f"retention must be a non-negative number of seconds, got {retention!r}")
     if spec == "memory":
@@ -90,9 +82,8 @@ class Model(Protocol):
 class Turn:
     """A validated create request, not yet answered.
 
-    *chain* holds its stored ancestors (oldest first) when they were read (empty when *ancestry*, the chain's
-    heads and items, came from the `ContextCache`); *context* the chain's items, then the new input, resolved;
-    *owner* (an API key digest) will own the response.
+    *chain*: its stored ancestors when they were read (empty when *ancestry* came from the `ContextCache`);
+    *context*: the chain's items, then the new input, resolved.
     """
 
     request: CreateRequest
@@ -105,20 +96,15 @@ class Turn:
 
 
 class AsyncModel(Protocol):
-    """An asynchronous model backend that answers every HTTP create (the upstream provider is one).
-
-    Both methods raise `APIError` for a call that failed before a response existed.
-    """
+    """An asynchronous model backend that answers every HTTP create (the upstream provider is one); its
+    methods raise `APIError` for a call that failed before a response existed."""
 
     async def reply(self, turn: Turn) -> ModelReply:
         """Answer *turn* (non-streamed)."""
 
     async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
-        """Start answering *turn* as a stream; return once the backend accepted it.
-
-        The iterator gives output item events (no sequence numbers, no lifecycle events), then the final
-        `ModelReply`.
-        """
+        """Start answering *turn* as a stream, once the backend accepted it: output item events (no sequence
+        numbers, no lifecycle events), then the final `ModelReply`."""
 
 
 @dataclass(frozen=True)
@@ -191,8 +177,6 @@ class ServerState:
         # item id → owner → the first stored response seen holding it (oldest ids dropped: ITEM_INDEX_LIMIT)
         self._items: dict[str, dict[str, str]] = {}
         self._contexts = ContextCache()
-
-    # -- what tests read and drive ------------------------------------------------
 
     @property
     def requests(self) -> list[Any]:
@@ -270,8 +254,6 @@ class ServerState:
         """Close the store if this state opened it."""
         if self._owns_store:
             self.store.close()
-
-    # -- the request logic --------------------------------------------------------
 
     def record_request(self, body: object) -> None:
         """Remember a received body while `record` is on (called for every parsed POST, rejected or not)."""
@@ -387,7 +369,7 @@ class ServerState:
                 del self._items[next(iter(self._items))]
 
     def _remember_context(self, pending: PendingResponse, saved: StoredResponse) -> None:
-        """Cache *saved*'s resolved chain: its parent's (the one this request resolved) plus its own items."""
+        """Cache *saved*'s resolved chain: the parent's this request resolved, plus its own items."""
         if saved.status not in CHAINABLE_STATUSES:
             return
         parent = pending.ancestry
@@ -506,10 +488,8 @@ def _unwind(
     step: Callable[[str], tuple[str | None, list[Item], list[Item]] | None],
     max_depth: float = math.inf,
 ) -> list[Item]:
-    """The items of *response_id*'s chain, oldest first, ending with its *own_input*.  *step* gives an
-    ancestor's ``(parent, input items, output items)``, or None where the walk stops (as do a cycle and
-    *max_depth* responses).
-    """
+    """The items of *response_id*'s chain, oldest first, ending with its *own_input*; *step* gives an
+    ancestor's ``(parent, input items, output items)``, or None where the walk stops."""
     segments = [own_input]
     seen = {response_id}
     while parent is not None and parent not in seen and len(seen) <= max_depth:

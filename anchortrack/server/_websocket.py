@@ -1,11 +1,9 @@
 """The Responses API's WebSocket mode at ``/v1/responses`` (``client.responses.connect()``).
 
-One socket carries many ``response.create`` events (a ``POST /v1/responses`` body plus the envelope fields
-``type``, ``stream_id`` and ``generate``), each answered with the event sequence of an HTTP stream, echoing
-its ``stream_id``. Creates of one lane (``stream_id``) run in order, lanes concurrently.  Each lane's latest
-chainable response stays in a connection-local cache that chains on this socket even with ``store: false`` or
-zero data retention. Refusals are error frames.  The semantics follow OpenAI's WebSocket-mode guide and the
-openai SDK; the server guide spells them out.
+Each ``response.create`` event (a ``POST`` body plus ``type``, ``stream_id``, ``generate``) is answered with
+an HTTP stream's events; creates of one lane (``stream_id``) run in order, lanes concurrently.  Each lane's
+latest chainable response is cached on the connection, so it chains there even unstored or under zero data
+retention.  The server guide spells out the semantics.
 """
 
 from __future__ import annotations
@@ -70,12 +68,7 @@ def event_stream_id(event: object) -> str | None:
 
 
 def parse_client_event(event: object) -> CreateEvent:
-    """Validate a decoded client event; only ``response.create`` is served.
-
-    Raises:
-        APIError: 400 for a non-object, an unknown ``type``, a malformed ``stream_id`` (``invalid_stream_id``)
-            or ``generate``.
-    """
+    """Validate a decoded client event (only ``response.create`` is served); APIError 400 otherwise."""
     if not isinstance(event, dict):
         raise _errors.invalid_type("event", "an object", event)
     kind = required(event, "type", "type", str, "a string")
@@ -108,23 +101,18 @@ def error_frame(error: APIError, stream_id: str | None, sequence_number: int | N
 
 
 class ConnectionCache:
-    """The latest chainable response of each lane of one connection (pure, not thread-safe).
-
-    A cached response is kept as one flattened `ChainLink`: its input items are the whole context the model
-    saw, its parent ``None`` — so it resolves without the store, whatever its ancestors' fate.
-    """
+    """The latest chainable response of each lane of one connection (not thread-safe), each as one flattened
+    `ChainLink` (its input items the whole context the model saw): it resolves without the store."""
 
     def __init__(self) -> None:
         self._latest: dict[Lane, ChainLink] = {}
 
     def lookup(self, response_id: str) -> ChainLink | None:
-        """The cached response *response_id* (the latest of some lane), or ``None``."""
         return next((link for link in self._latest.values() if link.id == response_id), None)
 
     def remember(
         self, lane: Lane, response_id: str, status: str, context: list[Item], output: list[Item]
     ) -> None:
-        """Make *response_id* its lane's latest response."""
         self._latest[lane] = ChainLink(
             id=response_id, previous_response_id=None, status=status, input_items=context, output=output
         )
@@ -144,11 +132,9 @@ class ConnectionCache:
         return bool(lanes)
 
     def snapshot(self) -> dict[Lane, str]:
-        """Lane → id of its cached response."""
         return {lane: link.id for lane, link in self._latest.items()}
 
     def clear(self) -> None:
-        """Forget everything (the socket closed)."""
         self._latest.clear()
 
 
@@ -195,7 +181,7 @@ class _Connection:
 
 @dataclass(frozen=True)
 class ReceivedFrame:
-    """One client frame as received: its connection, size in bytes and decoded JSON (or ``None``)."""
+    """One client frame as received: its connection, size and decoded JSON (or ``None``)."""
 
     connection: str
     bytes: int
@@ -205,9 +191,7 @@ class ReceivedFrame:
 class WebSocketHub:
     """The WebSocket endpoint over the `ServerState` the HTTP routes share: open connections and their caches.
 
-    Attributes:
-        max_age: Seconds a connection stays open (for connections opened afterwards).
-        max_named_streams: Distinct named lanes per connection.
+    *max_age* (seconds a connection opened afterwards stays open) and *max_named_streams* may be changed.
     """
 
     def __init__(self, state: ServerState) -> None:
@@ -324,7 +308,6 @@ class WebSocketHub:
                 logger.error("anchortrack.server.save_failed", exc_info=True)
                 await conn.send(error_frame(_errors.save_failed(), event.stream_id))
                 return
-        # *pending*'s events (see `ServerState.live_events`), caching it before the terminal one
         lane_id = {} if event.stream_id is None else {"stream_id": event.stream_id}
         async with aclosing(self.state.live_events(pending, to_save)) as events:
             async for item in events:
@@ -367,14 +350,12 @@ class WebSocketHub:
 
         async def connections(request: Request) -> Response:
             with self._lock:
-                caches = {conn.id: conn.cache.snapshot() for conn in self._connections.values()}
-            data = [
-                {
-                    "id": conn_id,
-                    "cached": [{"stream_id": lane, "response_id": rid} for lane, rid in cached.items()],
-                }
-                for conn_id, cached in caches.items()
+                caches = {conn.id: conn.cache.snapshot().items() for conn in self._connections.values()}
+            rows = [
+                (key, [{"stream_id": k, "response_id": v} for k, v in cached])
+                for key, cached in caches.items()
             ]
+            data = [{"id": key, "cached": cached} for key, cached in rows]
             return JSONResponse({"object": "list", "data": data})
 
         async def drop(request: Request) -> Response:
