@@ -1,9 +1,7 @@
 """The scripted model: a deterministic stand-in for an LLM (pure).
 
-Its reply depends only on the resolved context and the request's instructions, so a chained request and the
-equivalent stateless request get the same answer, and a test can tell from the reply when the server saw a
-different conversation.  `build_response` turns any model's `ModelReply` into the response object the API
-returns.
+Its reply depends only on the resolved context and the instructions, so a chained request and the equivalent
+stateless one get the same answer.  `build_response` turns any model's `ModelReply` into a response object.
 """
 
 from __future__ import annotations
@@ -31,14 +29,6 @@ def context_digest(context: Sequence[Item]) -> str:
     return context_facts(context).digest()[:12]
 
 
-def instructions_digest(instructions: str | Sequence[Any] | None) -> str | None:
-    """First 8 hex digits of the SHA-256 of *instructions*, or ``None`` if empty."""
-    if not instructions:
-        return None
-    text = instructions if isinstance(instructions, str) else canonical_json(list(instructions))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
-
-
 def new_id(prefix: str) -> str:
     """A fresh random id such as ``msg_3f…`` (48 hex digits, like OpenAI's)."""
     return f"{prefix}_{secrets.token_hex(24)}"
@@ -46,8 +36,6 @@ def new_id(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class Script:
-    """The commands and text of one user message."""
-
     text: str = ""
     calls: tuple[tuple[str, str], ...] = ()
     rounds: int = 1
@@ -158,8 +146,9 @@ class ScriptedModel:
         script = Script() if last is None else parse_script(_text(last.get("content"), "\n", ""))
         after = context[user_index + 1 :]
         tags = f"[ctx:{context_digest(context)}] [items:{len(context)}]"
-        instructions_tag = instructions_digest(instructions)
-        tags += f" [instr:{instructions_tag}]" if instructions_tag is not None else ""
+        if instructions:
+            text = instructions if isinstance(instructions, str) else canonical_json(list(instructions))
+            tags += f" [instr:{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}]"
         delay = script.sleep_ms / 1000.0
         if script.fail:
             error = {"code": "server_error", "message": "The scripted model failed as asked (!fail)."}
@@ -221,10 +210,8 @@ def build_response(
 ) -> dict[str, Any]:
     """The response object for *reply*, with every field the spec requires.
 
-    With *announce*, it also says that this server applies ``tools``, ``text`` and the other request
-    properties to the one request that sets them, never over a chain: clients that read it
-    (``anchortrack._properties.announced``) keep chaining when those change.  Spelled here: the server imports
-    nothing of the library.
+    *announce* says that request properties (``tools``, ``text``…) apply per request, never over a chain, so
+    clients that read it (``anchortrack._properties.announced``) keep chaining when those change.
     """
     body = request.body
     input_tokens = math.ceil(context_facts(context).json_length / 4)  # as _tokens(list(context))

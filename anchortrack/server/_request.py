@@ -1,9 +1,4 @@
-"""Validation of ``POST /v1/responses`` bodies (pure).
-
-`parse_create_request` turns a decoded JSON body into a `CreateRequest` or raises `APIError` with OpenAI's
-wording, status and ``param``.  It checks shapes only — what the server needs to run and echo the request
-safely — and leaves every item exactly as received.
-"""
+"""Validation of ``POST /v1/responses`` bodies (pure)."""
 
 from __future__ import annotations
 
@@ -35,14 +30,7 @@ _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 
 @dataclass(frozen=True)
 class CreateRequest:
-    """A validated ``POST /v1/responses`` body.
-
-    Attributes:
-        body: The body as received.
-        input_items: The request's input items as received; a string input becomes one user message item
-            (`user_message`).
-        store: Whether the response is stored (``store`` defaults to true).
-    """
+    """A validated ``POST /v1/responses`` body (*body* as received; a string input is one `user_message`)."""
 
     body: dict[str, Any]
     model: str
@@ -134,12 +122,7 @@ def _check_item(item: object, where: str) -> Item:
 
 
 def parse_create_request(body: object) -> CreateRequest:
-    """Validate a decoded ``POST /v1/responses`` body.
-
-    Raises:
-        APIError: 400 with OpenAI's shape for any malformed body, unknown parameter, ``previous_response_id``
-            together with ``conversation``, or an unsupported mode (conversations, background).
-    """
+    """Validate a decoded body's shapes (APIError 400 in OpenAI's words), leaving its items as received."""
     if not isinstance(body, dict):
         raise APIError(
             400,
@@ -226,20 +209,15 @@ def parse_create_request(body: object) -> CreateRequest:
 MAX_JSON_DEPTH = 100
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _finite_float(text: str) -> float:
     value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} does not fit a double")
+    if not math.isfinite(value):  # NaN and Infinity (parse_constant) too
+        raise ValueError(f"{text} is not valid JSON")
     return value
 
 
 def _check_value(value: Any) -> None:
-    """Refuse a decoded body nested deeper than MAX_JSON_DEPTH or holding a string that is not text (JSON can
-    escape a lone surrogate)."""
+    """Refuse a body nested too deep or holding a lone surrogate (JSON can escape one)."""
     stack = [(value, 1)]
     while stack:
         node, level = stack.pop()
@@ -258,14 +236,10 @@ def _check_value(value: Any) -> None:
 
 
 def decode_json(raw: bytes) -> Any:
-    """Decode a request body: strict JSON (no NaN/Infinity, no lone surrogates), nested at most MAX_JSON_DEPTH
-    deep.
-
-    Checked before anything else happens, so a body the server could not store or answer is a 400 and never a
-    stored response followed by a 500.
-    """
+    """Decode a request body: strict JSON, checked first so that a body the server could not store or answer
+    is a 400, never a stored response followed by a 500."""
     try:
-        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = json.loads(raw, parse_constant=_finite_float, parse_float=_finite_float)
     except (ValueError, RecursionError):
         raise invalid_json() from None
     _check_value(value)
