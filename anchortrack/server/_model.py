@@ -83,7 +83,7 @@ def _is_user_message(item: Item) -> bool:
     return item.get("role") == "user" and item.get("type", "message") in ("message", None)
 
 
-def _text(value: object, separator: str, otherwise: str) -> str:
+def joined_text(value: object, separator: str = "", otherwise: str = "") -> str:
     """*value* as text: a string as it is, its parts' ``text`` joined by *separator*, else *otherwise*."""
     if not isinstance(value, list):
         return value if isinstance(value, str) else otherwise
@@ -143,7 +143,7 @@ class ScriptedModel:
         users = (index for index in reversed(range(len(context))) if _is_user_message(context[index]))
         user_index = next(users, -1)  # the last user message
         last = context[user_index] if user_index >= 0 else None
-        script = Script() if last is None else parse_script(_text(last.get("content"), "\n", ""))
+        script = Script() if last is None else parse_script(joined_text(last.get("content"), "\n"))
         after = context[user_index + 1 :]
         tags = f"[ctx:{context_digest(context)}] [items:{len(context)}]"
         if instructions:
@@ -166,7 +166,7 @@ class ScriptedModel:
                 output.extend(self._call(name, arguments) for name, arguments in script.calls)
             else:
                 outputs = [item.get("output") for item in after if item.get("type") == "function_call_output"]
-                results = " | ".join(_text(value, "", canonical_json(value)) for value in outputs)
+                results = " | ".join(joined_text(value, "", canonical_json(value)) for value in outputs)
                 output.append(self._message(f"tool results: {results} {tags}"))
         else:
             output.append(self._message(echo))
