@@ -1,9 +1,4 @@
-"""Server-Sent Events for a response (pure).
-
-`stream_events` renders a finished response object as the event sequence OpenAI streams, numbered from 0:
-``response.created``, ``response.in_progress``, each output item's added / content / done events
-(`item_events`), then one terminal event.
-"""
+"""Server-Sent Events for a response (pure)."""
 
 from __future__ import annotations
 
@@ -22,7 +17,6 @@ _WORDS = re.compile(r"\S+\s*|\s+")
 _ARGUMENT_CHUNK = 8
 
 
-#: Headers of every Server-Sent Events answer (no caching, no proxy buffering).
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -98,11 +92,8 @@ def item_events(item: Item, index: int) -> list[Event]:
 
 
 def stream_events(response: dict[str, Any]) -> list[Event]:
-    """The full event sequence for a finished *response*, numbered from 0.
-
-    Raises:
-        ValueError: If the response's status has no terminal event.
-    """
+    """The event sequence OpenAI streams for a finished *response*, numbered from 0: created, in progress,
+    each output item's (`item_events`), the terminal one (ValueError for a status that has none)."""
     status = response.get("status")
     terminal = TERMINAL_EVENTS.get(str(status))
     if terminal is None:
@@ -119,6 +110,6 @@ def stream_events(response: dict[str, Any]) -> list[Event]:
 
 
 def encode_sse(event: Event) -> bytes:
-    """One event as Server-Sent Events bytes (``event:`` and ``data:`` lines)."""
+    """One event as Server-Sent Events bytes."""
     data = json.dumps(event, separators=(",", ":"))
     return f"event: {event['type']}\ndata: {data}\n\n".encode()

@@ -40,11 +40,8 @@ _COLUMNS = (
 
 
 class SQLiteResponseStore(ResponseStore):
-    """Responses kept in a SQLite file (WAL mode), surviving restarts.
-
-    The file and its parent directories are created on first use; *path* may be ``":memory:"`` for a private
-    in-memory database.  A file written by a newer schema is refused rather than misread.
-    """
+    """Responses kept in a SQLite file (WAL mode, created with its directories; ``":memory:"`` for a private
+    database), surviving restarts.  A file of a newer schema is refused rather than misread."""
 
     def __init__(
         self,
@@ -139,7 +136,6 @@ class SQLiteResponseStore(ResponseStore):
         return [Head(*values) for values in cursor]
 
     def close(self) -> None:
-        """Close the database connection; idempotent."""
         with self._lock:
             if not self._closed:
                 self._closed = True
