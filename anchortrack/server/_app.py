@@ -142,6 +142,11 @@ async def _error(request: Request, exc: Exception) -> Response:
     return JSONResponse(error.body(), status_code=error.status)
 
 
+def _target(request: Request) -> tuple[str, str]:
+    """The response id in the path, and the request's owner."""
+    return request.path_params["response_id"], request_owner(request.headers)
+
+
 def _query_int(request: Request, name: str, default: int) -> int:
     value = request.query_params.get(name)
     if value is None:
@@ -159,13 +164,11 @@ def create_app(
     Build the ASGI app serving the Responses API over *state*.
 
     Args:
-        state: The server state (a fresh memory-backed one by default);
-            available afterwards as ``app.state.responses``.
-        api_keys: Serve only requests with one of these bearer keys (401
-            otherwise); ``None`` serves any key, or none.  Either way a
-            response is visible only to the key that created it.
-        test_hooks: Also serve the ``/_test`` hooks for out-of-process tests
-            (the server guide lists them).
+        state: The server state (a fresh memory-backed one by default); available afterwards as
+            ``app.state.responses``.
+        api_keys: Serve only requests with one of these bearer keys (401 otherwise); ``None`` serves any key,
+            or none.  Either way a response is visible only to the key that created it.
+        test_hooks: Also serve the ``/_test`` hooks for out-of-process tests (the server guide lists them).
 
     The WebSocket connections are ``app.state.websockets`` (a ``WebSocketHub``).
     """
@@ -206,7 +209,7 @@ def create_app(
 
     async def retrieve_response(request: Request) -> Response:
         response_id = request.path_params["response_id"]
-        response = server_state.get_response(response_id, request_owner(request.headers))
+        response = server_state.get_response(*_target(request))
         if request.query_params.get("stream", "").lower() != "true":
             return JSONResponse(response)
         starting_after = _query_int(request, "starting_after", -1)
@@ -220,23 +223,17 @@ def create_app(
         return _sse_response(b"".join(chunks))
 
     async def delete_response(request: Request) -> Response:
-        owner = request_owner(request.headers)
-        return JSONResponse(server_state.delete_response(request.path_params["response_id"], owner))
+        return JSONResponse(server_state.delete_response(*_target(request)))
 
     async def cancel_response(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        server_state.get_response(response_id, request_owner(request.headers))
+        server_state.get_response(*_target(request))
         raise APIError(400, "Only responses created with background=true can be cancelled.")
 
     async def list_input_items(request: Request) -> Response:
+        after, order = request.query_params.get("after"), request.query_params.get("order", "desc")
+        limit = _query_int(request, "limit", 20)
         return JSONResponse(
-            server_state.input_items(
-                request.path_params["response_id"],
-                request_owner(request.headers),
-                after=request.query_params.get("after"),
-                limit=_query_int(request, "limit", 20),
-                order=request.query_params.get("order", "desc"),
-            )
+            server_state.input_items(*_target(request), after=after, limit=limit, order=order)
         )
 
     routes: list[BaseRoute] = [
