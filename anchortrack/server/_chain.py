@@ -24,10 +24,7 @@ CHAINABLE_STATUSES = frozenset({"completed", "incomplete"})
 
 
 def resolve_chain(
-    previous_response_id: str,
-    get: Callable[[str], ChainLink | None],
-    *,
-    max_depth: int = DEFAULT_MAX_DEPTH,
+    previous_response_id: str, get: Callable[[str], ChainLink | None], *, max_depth: int = DEFAULT_MAX_DEPTH
 ) -> list[ChainLink]:
     """Return the chain ending at *previous_response_id*, oldest first; *get* is a store's ``link``.
 

@@ -166,11 +166,7 @@ class Origin:
 
 
 def reconstruct(
-    completion: object,
-    plan: ChatPlan,
-    origin: Origin,
-    *,
-    ids: dict[str, str] | None = None,
+    completion: object, plan: ChatPlan, origin: Origin, *, ids: dict[str, str] | None = None
 ) -> ModelReply:
     """The reply for a decoded Chat Completion answering *plan* (MalformedReply if it is none); *ids* are
     those a stream already announced (``"reasoning"``, ``"message"``, ``"call:<index>"``)."""

@@ -69,30 +69,20 @@ class _TimedH11Protocol(H11Protocol):
     def _watch(self) -> None:
         """Arm the timer of what the connection waits for: headers, a body, or nothing (answering)."""
         cycle: RequestResponseCycle | None = self.cycle  # None between requests, whatever uvicorn's type says
-        if self.transport.is_closing():
+        reading = None if self.transport.is_closing() else "header"
+        if reading and cycle is not None and not cycle.response_complete:
+            reading = "body" if self.conn.their_state is h11.SEND_BODY else None
+        if reading is None:
             self._stop_timer()
-        elif cycle is None or cycle.response_complete:
-            self._start_timer("header", self.timeouts.header)
-        elif self.conn.their_state is h11.SEND_BODY:
-            self._start_timer("body", self.timeouts.body)
-        else:
-            self._stop_timer()
-
-    def _start_timer(self, reading: str, seconds: float) -> None:
-        if self._reading != reading:  # a slow trickle does not restart the clock
+        elif self._reading != reading:  # a slow trickle does not restart the clock
             self._stop_timer()
             self._reading = reading
-            self._read_timer = self.loop.call_later(seconds, self._timed_out)
+            self._read_timer = self.loop.call_later(getattr(self.timeouts, reading), self.transport.close)
 
     def _stop_timer(self) -> None:
         if self._read_timer is not None:
             self._read_timer.cancel()
         self._read_timer, self._reading = None, None
-
-    def _timed_out(self) -> None:
-        self._read_timer = None
-        if not self.transport.is_closing():
-            self.transport.close()
 
 
 def uvicorn_config(app: ASGIApp, timeouts: Timeouts, **options: Any) -> uvicorn.Config:
@@ -213,10 +203,7 @@ class ResponsesServer:
         config = uvicorn_config(self.app, Timeouts(), log_config=None, access_log=False)
         server = uvicorn.Server(config)
         thread = threading.Thread(
-            target=self._run,
-            args=(server, sock),
-            name=f"anchortrack-server-{self._port}",
-            daemon=True,
+            target=self._run, args=(server, sock), name=f"anchortrack-server-{self._port}", daemon=True
         )
         self._server, self._thread = server, thread
         thread.start()
@@ -254,10 +241,7 @@ class ResponsesServer:
         return self.start()
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
 

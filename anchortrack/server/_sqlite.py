@@ -44,11 +44,7 @@ class SQLiteResponseStore(ResponseStore):
     database), surviving restarts.  A file of a newer schema is refused rather than misread."""
 
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        retention: float = DEFAULT_RETENTION,
-        clock: Clock = time.time,
+        self, path: str | os.PathLike[str], *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time
     ) -> None:
         super().__init__(retention, clock)
         self.path = os.fspath(path)

@@ -280,11 +280,7 @@ class ServerState:
         return self.finish(turn, reply or ModelReply(status="completed"))
 
     def resolve(
-        self,
-        body: object,
-        *,
-        owner: str | None = None,
-        link: Callable[[str], ChainLink | None] | None = None,
+        self, body: object, *, owner: str | None = None, link: Callable[[str], ChainLink | None] | None = None
     ) -> Turn:
         """Validate *body*, resolve its chain and check its context.
 
@@ -472,13 +468,8 @@ class ServerState:
         start = 0 if after is None else ids.index(after) + 1 if after in ids else len(items)
         page = items[start : start + limit]
         first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": first,
-            "last_id": last,
-            "has_more": start + limit < len(items),
-        }
+        more = start + limit < len(items)
+        return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": more}
 
 
 def _unwind(
