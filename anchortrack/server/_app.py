@@ -276,8 +276,7 @@ async def _backend_response(state: ServerState, backend: AsyncModel, body: objec
     """
     turn = state.resolve(body, owner=owner)
     if not turn.request.stream:
-        reply = await backend.reply(turn)
-        pending = state.finish(turn, reply)
+        pending = state.finish(turn, await backend.reply(turn))
         await _save(state, pending)
         return JSONResponse(pending.response)
     source = await backend.open_stream(turn)
@@ -364,22 +363,17 @@ async def _event_stream(state: ServerState, pending: PendingResponse) -> AsyncIt
 
 def _test_routes(state: ServerState) -> list[Route]:
     def by_id(act: Callable[[str], object], answer: Callable[[str, object], dict[str, Any]]) -> Endpoint:
-        """A hook acting on the response in the path: 404 when *act* raises KeyError."""
-
-        async def endpoint(request: Request) -> Response:
+        async def endpoint(request: Request) -> Response:  # 404 when *act* raises KeyError
             response_id = request.path_params["response_id"]
             try:
-                result = act(response_id)
+                return JSONResponse(answer(response_id, act(response_id)))
             except KeyError:
                 raise _errors.response_not_found(response_id) from None
-            return JSONResponse(answer(response_id, result))
 
         return endpoint
 
     def switch(name: str) -> Endpoint:
-        """A hook reading (GET) or setting (POST ``{"enabled": bool}``) the boolean state attribute *name*."""
-
-        async def endpoint(request: Request) -> Response:
+        async def endpoint(request: Request) -> Response:  # GET, or POST {"enabled": bool}
             if request.method == "POST":
                 body = decode_json(await request.body())
                 enabled = body.get("enabled") if isinstance(body, dict) else None

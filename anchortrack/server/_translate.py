@@ -230,14 +230,10 @@ def build_chat_request(
             chat["tool_choice"] = choice
         if isinstance(body.get("parallel_tool_calls"), bool):
             chat["parallel_tool_calls"] = body["parallel_tool_calls"]
-    if body.get("max_output_tokens") is not None:
-        chat[max_tokens_field] = body["max_output_tokens"]
-    for name in ("temperature", "top_p"):
-        if body.get(name) is not None:
-            chat[name] = body[name]
+    sent = {"max_output_tokens": max_tokens_field, "temperature": "temperature", "top_p": "top_p"}
+    chat |= {key: body[name] for name, key in sent.items() if body.get(name) is not None}
     if request.stream:
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
+        chat |= {"stream": True, "stream_options": {"include_usage": True}}
     text = body.get("text")
     fmt = text.get("format") if isinstance(text, dict) else None
     plan = ChatPlan(body=chat, tools=types)
@@ -245,10 +241,8 @@ def build_chat_request(
         chat["response_format"] = {"type": "json_object"}
     elif isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         schema: dict[str, Any] = {"name": fmt.get("name") or "response", "schema": fmt.get("schema") or {}}
-        if isinstance(fmt.get("description"), str):
-            schema["description"] = fmt["description"]
-        if isinstance(fmt.get("strict"), bool):
-            schema["strict"] = fmt["strict"]
+        optional = (("description", str), ("strict", bool))
+        schema |= {key: fmt[key] for key, kind in optional if isinstance(fmt.get(key), kind)}
         chat["response_format"] = {"type": "json_schema", "json_schema": schema}
         plan = replace(plan, json_schema=True)
         if degrade_json_schema:
