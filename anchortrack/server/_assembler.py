@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from anchortrack.server._events import item_events
-from anchortrack.server._items import ITEM_TYPES
+from anchortrack.server._events import Event, item_events
+from anchortrack.server._items import ITEM_TYPES, Item
 from anchortrack.server._model import ModelReply, message_item, new_id
 from anchortrack.server._reconstruct import (
     REDACTED,
@@ -25,10 +25,6 @@ from anchortrack.server._reconstruct import (
     restored_type,
 )
 from anchortrack.server._translate import ChatPlan
-
-
-Item = dict[str, Any]
-Event = dict[str, Any]
 
 
 @dataclass

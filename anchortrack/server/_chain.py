@@ -7,14 +7,11 @@ A chain's context is its ancestors' inputs and outputs, never their ``instructio
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from anchortrack.server._errors import APIError, bad_request, previous_response_not_found
 from anchortrack.server._facts import Facts, is_reference
-from anchortrack.server._records import ChainLink
+from anchortrack.server._records import ChainLink, Item
 
-
-Item = dict[str, Any]
 
 DEFAULT_MAX_DEPTH = 10_000
 """Default maximum number of stored responses in one chain."""

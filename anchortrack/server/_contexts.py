@@ -12,14 +12,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from anchortrack.server._chain import chain_items
 from anchortrack.server._facts import EMPTY_FACTS, Facts
-from anchortrack.server._records import ChainLink, Head, ResponseStore
+from anchortrack.server._records import ChainLink, Head, Item, ResponseStore
 
-
-Item = dict[str, Any]
 
 #: Most responses whose resolved chain is kept (about 40 MB for 1,024 chains of 1,000 shared items).
 CONTEXT_CACHE_LIMIT = 1024

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from anchortrack.server._errors import APIError, bad_request
-from anchortrack.server._items import ITEM_TYPES, OUTPUTS, item_type
+from anchortrack.server._items import ITEM_TYPES, OUTPUTS, Item, item_type
 
 
-Item = dict[str, Any]
 Pair = tuple[str, str]  # (call item type, call_id)
 
 

@@ -10,13 +10,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES
+from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES, Item
 from anchortrack.server._model import ModelReply, joined_text, message_item, new_id
 from anchortrack.server._translate import ChatPlan
-
-
-Item = dict[str, Any]
-Event = dict[str, Any]
 
 
 REDACTED = "[redacted]"

@@ -19,10 +19,8 @@ from anchortrack.server._errors import (
     unknown_parameter,
     unsupported,
 )
-from anchortrack.server._items import OUTPUTS, item_type
+from anchortrack.server._items import OUTPUTS, Item, item_type
 
-
-Item = dict[str, Any]
 
 _ROLES = ("user", "assistant", "system", "developer")
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")

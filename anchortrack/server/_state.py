@@ -29,7 +29,7 @@ from anchortrack.server._chain import (
 from anchortrack.server._contexts import EMPTY, Ancestry, ContextCache
 from anchortrack.server._events import in_progress_snapshot, stream_events
 from anchortrack.server._facts import Context, check_context, context_facts
-from anchortrack.server._items import item_type
+from anchortrack.server._items import Item, item_type
 from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, build_response, new_id
 from anchortrack.server._records import (
@@ -43,8 +43,6 @@ from anchortrack.server._records import (
 from anchortrack.server._request import CreateRequest, parse_create_request
 from anchortrack.server._sqlite import SQLiteResponseStore
 
-
-Item = dict[str, Any]
 
 logger = logging.getLogger("anchortrack.server")
 #: Most item ids the server remembers the holder of (a lookup past it searches the store).

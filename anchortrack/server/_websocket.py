@@ -27,16 +27,14 @@ from starlette.websockets import WebSocket
 from anchortrack.server import _errors
 from anchortrack.server._chain import CHAINABLE_STATUSES
 from anchortrack.server._errors import APIError
-from anchortrack.server._events import TERMINAL_EVENTS
-from anchortrack.server._records import ChainLink, request_owner
+from anchortrack.server._events import TERMINAL_EVENTS, Event
+from anchortrack.server._records import ChainLink, Item, request_owner
 from anchortrack.server._request import decode_json, required
 from anchortrack.server._state import PendingResponse, ServerState
 
 
 logger = logging.getLogger("anchortrack.server")
 
-Item = dict[str, Any]
-Event = dict[str, Any]
 #: A lane: its ``stream_id``, or ``None`` for the default lane.
 Lane = str | None
 
