@@ -34,9 +34,7 @@ CREATE INDEX IF NOT EXISTS responses_previous_response_id ON responses (previous
 CREATE INDEX IF NOT EXISTS responses_expires_at ON responses (expires_at);
 """
 
-_COLUMNS = (
-    "id, previous_response_id, status, created_at, expires_at, input_json, output_json, response_json, owner"
-)
+_COLUMNS = ", ".join(field.name for field in dataclasses.fields(Row))
 
 
 class SQLiteResponseStore(ResponseStore):
@@ -105,10 +103,6 @@ class SQLiteResponseStore(ResponseStore):
 
     def _drop_expired(self, now: float) -> int:
         return self._conn.execute("DELETE FROM responses WHERE expires_at <= ?", (now,)).rowcount
-
-    def _count(self, now: float) -> int:
-        cursor = self._conn.execute("SELECT COUNT(*) FROM responses WHERE expires_at > ?", (now,))
-        return int(cursor.fetchone()[0])
 
     def _holding(self, text: str, now: float) -> list[str]:
         cursor = self._conn.execute(
