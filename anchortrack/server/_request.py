@@ -91,11 +91,9 @@ def _check_item(item: object, where: str) -> Item:
     if kind is None and item.get("role") is None and isinstance(item_id, str):
         return item  # an item reference without "type" (ItemReferenceParam)
     if kind is None or kind == "message":
-        if "role" not in item or item["role"] is None:
+        if item.get("role") is None:
             raise missing_parameter(f"{where}.type" if kind is None else f"{where}.role")
-        role = item["role"]
-        if not isinstance(role, str):
-            raise invalid_type(f"{where}.role", "a string", role)
+        role = required(item, "role", f"{where}.role", str, "a string")
         if role not in _ROLES:
             raise invalid_value(
                 f"{where}.role",
@@ -107,10 +105,9 @@ def _check_item(item: object, where: str) -> Item:
         content = item["content"]
         if not isinstance(content, (str, list)):
             raise invalid_type(f"{where}.content", "a string or an array of content parts", content)
-        if isinstance(content, list):
-            for index, part in enumerate(content):
-                if not isinstance(part, dict):
-                    raise invalid_type(f"{where}.content[{index}]", "an object", part)
+        for index, part in enumerate(content if isinstance(content, list) else []):
+            if not isinstance(part, dict):
+                raise invalid_type(f"{where}.content[{index}]", "an object", part)
         return item
     for name in item_type(kind).required:
         required(item, name, f"{where}.{name}", str, "a string")
@@ -150,9 +147,8 @@ def parse_create_request(body: object) -> CreateRequest:
             if not isinstance(element, kind):
                 raise invalid_type(f"{name}[{index}]", expected, element)
     instructions = body.get("instructions")
-    if isinstance(instructions, list):
-        for index, element in enumerate(instructions):
-            _check_item(element, f"instructions[{index}]")
+    for index, element in enumerate(instructions if isinstance(instructions, list) else []):
+        _check_item(element, f"instructions[{index}]")
     raw_input = body.get("input")
     if raw_input is None:
         items: list[Item] = []
@@ -162,8 +158,7 @@ def parse_create_request(body: object) -> CreateRequest:
         items = [_check_item(item, f"input[{index}]") for index, item in enumerate(raw_input)]
     else:
         raise invalid_type("input", "a string or an array of input items", raw_input)
-    previous = body.get("previous_response_id")
-    conversation = body.get("conversation")
+    previous, conversation = body.get("previous_response_id"), body.get("conversation")
     if previous is not None and conversation is not None:
         raise bad_request(
             "conversation",

@@ -273,7 +273,7 @@ class WebSocketHub:
                 cached if cached is not None or self.state.zdr else self.state.link(response_id, conn.owner)
             )
 
-        parent = event.body.get("previous_response_id")
+        lane, parent = event.stream_id, event.body.get("previous_response_id")
         parent = parent if isinstance(parent, str) else None
         with self._lock:
             parent_cached = parent is not None and conn.cache.lookup(parent) is not None
@@ -289,8 +289,8 @@ class WebSocketHub:
         except APIError as error:
             if parent is not None:
                 with self._lock:
-                    conn.cache.evict_referenced(event.stream_id, parent)
-            await conn.send(error_frame(error, event.stream_id))
+                    conn.cache.evict_referenced(lane, parent)
+            await conn.send(error_frame(error, lane))
             return
         to_save = pending if pending.request.store and not self.state.zdr else None
         if to_save is not None and parent_cached and self.state.link(str(parent), conn.owner) is None:
@@ -304,18 +304,16 @@ class WebSocketHub:
                 self.state.save_in_progress(to_save)
             except Exception:
                 logger.error("anchortrack.server.save_failed", exc_info=True)
-                await conn.send(error_frame(_errors.save_failed(), event.stream_id))
+                await conn.send(error_frame(_errors.save_failed(), lane))
                 return
-        lane_id = {} if event.stream_id is None else {"stream_id": event.stream_id}
+        lane_id = {} if lane is None else {"stream_id": lane}
         async with aclosing(self.state.live_events(pending, to_save)) as events:
             async for item in events:
                 if item["type"] == "error":  # the final save failed
-                    await conn.send(
-                        error_frame(_errors.save_failed(), event.stream_id, item["sequence_number"])
-                    )
+                    await conn.send(error_frame(_errors.save_failed(), lane, item["sequence_number"]))
                     return
                 if item["type"] in TERMINAL_EVENTS.values():
-                    self._update_cache(conn, event.stream_id, pending)
+                    self._update_cache(conn, lane, pending)
                 if not await conn.send({**item, **lane_id}):
                     return
                 if item["type"] == "response.created" and conn.drop_after_created is not None:
