@@ -77,13 +77,9 @@ class ContextCache:
     def add(self, saved: Head, parent: Ancestry, items: Sequence[Item], facts: Facts) -> None:
         """Keep *saved*'s ancestry: *parent*'s as checked when the request was resolved (its generation stays
         the entry's), then *items*; *facts* are of them all."""
+        oldest, owners = min(parent.oldest, saved.created_at), parent.owners | {saved.owner}
         entry = Ancestry(
-            (*parent.heads, saved),
-            (*parent.items, *items),
-            parent.generation,
-            parent.owners | {saved.owner},
-            min(parent.oldest, saved.created_at),
-            facts,
+            (*parent.heads, saved), (*parent.items, *items), parent.generation, owners, oldest, facts
         )
         with self._lock:
             self._entries[saved.id] = entry

@@ -201,14 +201,12 @@ def reconstruct(
         try:
             json.loads(text)
         except ValueError:
-            outcome = Outcome(
-                "failed",
-                error=(
-                    f"The upstream provider {origin.provider} (model {origin.model}) returned output "
-                    f"that is not valid JSON for response {origin.response_id}; the requested json_schema "
-                    "format was sent as json_object, so the output could not be held to the schema."
-                ),
+            invalid = (
+                f"The upstream provider {origin.provider} (model {origin.model}) returned output "
+                f"that is not valid JSON for response {origin.response_id}; the requested json_schema "
+                "format was sent as json_object, so the output could not be held to the schema."
             )
+            outcome = Outcome("failed", error=invalid)
     return ModelReply(
         status=outcome.status,
         output=output,

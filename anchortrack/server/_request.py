@@ -187,15 +187,8 @@ def parse_create_request(body: object) -> CreateRequest:
             f"Invalid 'previous_response_id': '{previous}'. Expected an ID that contains letters, "
             "numbers, underscores, or dashes, but this value contained additional characters.",
         )
-    return CreateRequest(
-        body=body,
-        model=model,
-        input_items=items,
-        instructions=instructions,
-        previous_response_id=previous,
-        store=body.get("store") is not False,
-        stream=body.get("stream") is True,
-    )
+    store, stream = body.get("store") is not False, body.get("stream") is True
+    return CreateRequest(body, model, items, instructions, previous, store, stream)
 
 
 #: Deepest nesting of arrays and objects accepted in a request body.

@@ -331,14 +331,8 @@ class ServerState:
         return pending
 
     def _record(self, pending: PendingResponse, response: dict[str, Any]) -> StoredResponse:
-        return StoredResponse(
-            id=response["id"],
-            previous_response_id=pending.request.previous_response_id,
-            status=response["status"],
-            input_items=pending.input_items,
-            response=response,
-            owner=pending.owner,
-        )
+        head = (response["id"], pending.request.previous_response_id, response["status"], pending.input_items)
+        return StoredResponse(*head, response, owner=pending.owner)
 
     def save_in_progress(self, pending: PendingResponse) -> None:
         """Store the response as ``in_progress`` (streams, before ``response.created``)."""
@@ -349,11 +343,8 @@ class ServerState:
         """Store the finished response (before its id or terminal event is sent)."""
         if not pending.request.store:
             return
-        saved = self.store.save(
-            self._record(pending, pending.response),
-            overwrite=overwrite,
-            expected_previous_response_id=pending.request.previous_response_id,
-        )
+        record, parent = self._record(pending, pending.response), pending.request.previous_response_id
+        saved = self.store.save(record, overwrite=overwrite, expected_previous_response_id=parent)
         self._remember_context(pending, saved)
         with self._lock:  # what ids resolve to (the inputs are resolved: no pointers among them)
             for item in [*pending.input_items, *pending.response["output"]]:
