@@ -95,11 +95,8 @@ def _check_item(item: object, where: str) -> Item:
             raise missing_parameter(f"{where}.type" if kind is None else f"{where}.role")
         role = required(item, "role", f"{where}.role", str, "a string")
         if role not in _ROLES:
-            raise invalid_value(
-                f"{where}.role",
-                f"Invalid value: '{role}'. Supported values are: 'user', 'assistant', "
-                "'system', and 'developer'.",
-            )
+            supported = "Supported values are: 'user', 'assistant', 'system', and 'developer'."
+            raise invalid_value(f"{where}.role", f"Invalid value: '{role}'. {supported}")
         if "content" not in item:
             raise missing_parameter(f"{where}.content")
         content = item["content"]
@@ -119,11 +116,9 @@ def _check_item(item: object, where: str) -> Item:
 def parse_create_request(body: object) -> CreateRequest:
     """Validate a decoded body's shapes (APIError 400 in OpenAI's words), leaving its items as received."""
     if not isinstance(body, dict):
-        raise APIError(
-            400,
-            f"Invalid type for request body: expected an object, but got {json_type_name(body)} instead.",
-            code="invalid_type",
-        )
+        got = json_type_name(body)
+        message = f"Invalid type for request body: expected an object, but got {got} instead."
+        raise APIError(400, message, code="invalid_type")
     for key in body:
         if key not in KNOWN_PARAMETERS:
             raise unknown_parameter(str(key))
@@ -134,14 +129,10 @@ def parse_create_request(body: object) -> CreateRequest:
             accepted = isinstance(value, types) and (bool in types or not isinstance(value, bool))
             if value is not None and not accepted:
                 raise invalid_type(name, expected, value)
-    max_output_tokens = body.get("max_output_tokens")
-    if max_output_tokens is not None and max_output_tokens < 16:
-        raise bad_request(
-            "max_output_tokens",
-            "integer_below_min_value",
-            "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, "
-            f"but got {max_output_tokens} instead.",
-        )
+    tokens = body.get("max_output_tokens")
+    if tokens is not None and tokens < 16:
+        message = "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got"
+        raise bad_request("max_output_tokens", "integer_below_min_value", f"{message} {tokens} instead.")
     for name, kind, expected in (("tools", dict, "an object"), ("include", str, "a string")):
         for index, element in enumerate(body.get(name) or ()):
             if not isinstance(element, kind):
@@ -160,33 +151,23 @@ def parse_create_request(body: object) -> CreateRequest:
         raise invalid_type("input", "a string or an array of input items", raw_input)
     previous, conversation = body.get("previous_response_id"), body.get("conversation")
     if previous is not None and conversation is not None:
-        raise bad_request(
-            "conversation",
-            "mutually_exclusive_parameters",
-            "Mutually exclusive parameters: 'previous_response_id' and 'conversation'. "
-            "Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
-        )
+        message = "Mutually exclusive parameters: 'previous_response_id' and 'conversation'. "
+        message += "Ensure you are only providing one of: 'previous_response_id' or 'conversation'."
+        raise bad_request("conversation", "mutually_exclusive_parameters", message)
     if conversation is not None:
-        raise unsupported(
-            "conversation",
-            "The anchortrack server does not support conversations; "
-            "use previous_response_id or send the full input.",
-        )
+        instead = "use previous_response_id or send the full input."
+        raise unsupported("conversation", f"The anchortrack server does not support conversations; {instead}")
     if body.get("background") is True:
         raise unsupported("background", "The anchortrack server does not support background responses.")
     if previous == "":
+        message = "Invalid 'previous_response_id': empty string. Expected a string with minimum length 1, "
         raise bad_request(
-            "previous_response_id",
-            "empty_string",
-            "Invalid 'previous_response_id': empty string. Expected a string with minimum "
-            "length 1, but got an empty string instead.",
+            "previous_response_id", "empty_string", message + "but got an empty string instead."
         )
     if previous is not None and not _ID_PATTERN.fullmatch(previous):
-        raise invalid_value(
-            "previous_response_id",
-            f"Invalid 'previous_response_id': '{previous}'. Expected an ID that contains letters, "
-            "numbers, underscores, or dashes, but this value contained additional characters.",
-        )
+        message = f"Invalid 'previous_response_id': '{previous}'. Expected an ID that contains letters, "
+        message += "numbers, underscores, or dashes, but this value contained additional characters."
+        raise invalid_value("previous_response_id", message)
     store, stream = body.get("store") is not False, body.get("stream") is True
     return CreateRequest(body, model, items, instructions, previous, store, stream)
 
