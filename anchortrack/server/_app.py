@@ -216,9 +216,8 @@ def create_app(
         try:
             events = stream_events(response)
         except ValueError:
-            raise APIError(
-                400, f"Response '{response_id}' is still in progress and cannot be replayed yet."
-            ) from None
+            message = f"Response '{response_id}' is still in progress and cannot be replayed yet."
+            raise APIError(400, message) from None
         chunks = [encode_sse(event) for event in events if event["sequence_number"] > starting_after]
         return _sse_response(b"".join(chunks))
 

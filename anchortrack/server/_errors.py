@@ -60,13 +60,12 @@ def json_type_name(value: object) -> str:
 
 
 def invalid_json() -> APIError:
-    return APIError(
-        400,
-        "We could not parse the JSON body of your request. (HINT: This likely means you "
-        "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
-        "but what was sent was not valid JSON. If you have trouble figuring out how to fix "
-        "this, please contact us through our help center at help.openai.com.)",
+    message = "We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
+    message += (
+        "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not "
     )
+    message += "valid JSON. If you have trouble figuring out how to fix this, please contact us through our "
+    return APIError(400, message + "help center at help.openai.com.)")
 
 
 def invalid_type(param: str, expected: str, value: object) -> APIError:
@@ -107,11 +106,8 @@ def response_not_found(response_id: str) -> APIError:
 
 
 def missing_api_key() -> APIError:
-    return APIError(
-        401,
-        "You didn't provide an API key. You need to provide your API key in an Authorization "
-        "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-    )
+    message = "You didn't provide an API key. You need to provide your API key in an Authorization header "
+    return APIError(401, message + "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
 
 
 def invalid_api_key(api_key: str) -> APIError:

@@ -76,11 +76,10 @@ def parse_client_event(event: object) -> CreateEvent:
         )
     stream_id = event_stream_id(event)
     if stream_id is None and event.get("stream_id") is not None:
-        raise _errors.bad_request(
-            "stream_id",
-            "invalid_stream_id",
-            "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or periods.",
+        message = (
+            "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or periods."
         )
+        raise _errors.bad_request("stream_id", "invalid_stream_id", message)
     generate = event.get("generate", True)
     if not isinstance(generate, bool):
         raise _errors.invalid_type("generate", "a boolean", generate)
@@ -279,12 +278,9 @@ class WebSocketHub:
             parent_cached = parent is not None and conn.cache.lookup(parent) is not None
         try:
             if self.state.backend is not None:
-                raise _errors.bad_request(
-                    None,
-                    "unsupported_websocket_upstream",
-                    "The WebSocket mode is not served in front of an upstream provider; "
-                    "send this request over HTTP (POST /v1/responses).",
-                )
+                message = "The WebSocket mode is not served in front of an upstream provider; "
+                message += "send this request over HTTP (POST /v1/responses)."
+                raise _errors.bad_request(None, "unsupported_websocket_upstream", message)
             pending = self.state.prepare(event.body, owner=conn.owner, link=link, generate=event.generate)
         except APIError as error:
             if parent is not None:
