@@ -33,6 +33,10 @@ class _Call:
     name: str = ""
     arguments: str = ""
 
+    def chat(self) -> dict[str, Any]:
+        function = {"name": self.name, "arguments": self.arguments}
+        return {"id": self.call_id or new_id("call"), "type": "function", "function": function}
+
 
 @dataclass
 class _Live:
@@ -172,19 +176,9 @@ class StreamAssembler:
         if self._reasoning:
             message["reasoning_content"] = "".join(self._reasoning)
         if self._calls:
-            message["tool_calls"] = [
-                {
-                    "id": call.call_id or new_id("call"),
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for _, call in sorted(self._calls.items())
-            ]
-        return {
-            "object": "chat.completion",
-            "choices": [{"index": 0, "message": message, "finish_reason": self._finish}],
-            "usage": self._usage,
-        }
+            message["tool_calls"] = [call.chat() for _, call in sorted(self._calls.items())]
+        choice = {"index": 0, "message": message, "finish_reason": self._finish}
+        return {"object": "chat.completion", "choices": [choice], "usage": self._usage}
 
     def finish(self) -> tuple[list[Event], ModelReply]:
         """The closing events (in output order) and the final reply (MalformedReply for no completion)."""

@@ -93,13 +93,24 @@ def joined_text(value: object, separator: str = "", otherwise: str = "") -> str:
 
 
 def message_item(text: str, *, item_id: str, status: str) -> Item:
-    """The assistant message item for *text* (every model backend answers with this shape)."""
+    """The assistant message item for *text* (every model backend answers with these shapes)."""
+    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": content}
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str) -> Item:
+    item = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+    return {**item, "status": "completed"}
+
+
+def usage(input_tokens: int, output_tokens: int, total: int, *, cached: int = 0, reasoning: int = 0) -> Item:
+    """A response's ``usage``."""
     return {
-        "id": item_id,
-        "type": "message",
-        "role": "assistant",
-        "status": status,
-        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": total,
     }
 
 
@@ -176,14 +187,7 @@ class ScriptedModel:
         return message_item(text, item_id=self._new_id("msg"), status=status)
 
     def _call(self, name: str, arguments: str) -> Item:
-        return {
-            "id": self._new_id("fc"),
-            "type": "function_call",
-            "call_id": self._new_id("call"),
-            "name": name,
-            "arguments": arguments,
-            "status": "completed",
-        }
+        return function_call_item(self._new_id("fc"), self._new_id("call"), name, arguments)
 
     def _reasoning(self, tags: str) -> Item:
         secret = f"anchortrack-scripted-reasoning {tags}".encode()
@@ -217,6 +221,7 @@ def build_response(
     input_tokens = math.ceil(context_facts(context).json_length / 4)  # as _tokens(list(context))
     input_tokens += _tokens(request.instructions) if request.instructions else 0
     output_tokens = _tokens(reply.output) if reply.output else 0
+    total = input_tokens + output_tokens
     reasoning_tokens = sum(_tokens(item) for item in reply.output if item.get("type") == "reasoning")
     created = int(created_at)
     return {
@@ -247,14 +252,7 @@ def build_response(
         "top_logprobs": body.get("top_logprobs") or 0,
         "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
         "truncation": body.get("truncation") or "disabled",
-        "usage": reply.usage
-        or {
-            "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": output_tokens,
-            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-            "total_tokens": input_tokens + output_tokens,
-        },
+        "usage": reply.usage or usage(input_tokens, output_tokens, total, reasoning=reasoning_tokens),
         "user": body.get("user"),
         "metadata": body.get("metadata") or {},
     } | ({"anchortrack": {"properties": "per_request"}} if announce else {})

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES, Item
-from anchortrack.server._model import ModelReply, joined_text, message_item, new_id
+from anchortrack.server._model import ModelReply, function_call_item, joined_text, message_item, new_id
+from anchortrack.server._model import usage as response_usage
 from anchortrack.server._translate import ChatPlan
 
 
@@ -90,14 +91,8 @@ def restore_tool_call(
         if fields is not None:
             item = {"id": item_id or new_id(spec.prefix), "type": kind, "call_id": call_id, **fields}
             return item | ({"name": provider_name} if "name" in spec.required else {})
-    return {
-        "id": item_id if item_id and item_id.startswith("fc_") else new_id("fc"),
-        "type": "function_call",
-        "call_id": call_id,
-        "name": provider_name,
-        "arguments": arguments,
-        "status": "completed",
-    }
+    item_id = item_id if item_id and item_id.startswith("fc_") else new_id("fc")
+    return function_call_item(item_id, call_id, provider_name, arguments)
 
 
 def map_usage(usage: object) -> dict[str, Any] | None:
@@ -112,18 +107,9 @@ def map_usage(usage: object) -> dict[str, Any] | None:
     input_tokens = number(usage, "prompt_tokens")
     output_tokens = number(usage, "completion_tokens")
     total = number(usage, "total_tokens") or input_tokens + output_tokens
-    return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {
-            "cached_tokens": number(usage.get("prompt_tokens_details"), "cached_tokens"),
-            "cache_write_tokens": 0,
-        },
-        "output_tokens": output_tokens,
-        "output_tokens_details": {
-            "reasoning_tokens": number(usage.get("completion_tokens_details"), "reasoning_tokens")
-        },
-        "total_tokens": total,
-    }
+    cached = number(usage.get("prompt_tokens_details"), "cached_tokens")
+    reasoning = number(usage.get("completion_tokens_details"), "reasoning_tokens")
+    return response_usage(input_tokens, output_tokens, total, cached=cached, reasoning=reasoning)
 
 
 def content_text(content: object, where: str) -> str:
