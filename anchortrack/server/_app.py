@@ -188,15 +188,11 @@ def create_app(
         try:
             pending = server_state.prepare(body, owner=owner)
         except APIError as error:
-            if (
-                server_state.stale_in_stream
-                and error.code == "previous_response_not_found"
-                and isinstance(body, dict)
-                and body.get("stream") is True
-            ):  # llama-stack's refusal: one event, no "event:" line
+            stale = server_state.stale_in_stream and error.code == "previous_response_not_found"
+            if stale and isinstance(body, dict) and body.get("stream") is True:  # llama-stack's refusal
                 message = f"Response '{body.get('previous_response_id')}' not found."
                 message += " Use 'client.responses.list()' to list available Responses."
-                event = {"error": {"message": message, "code": "404"}}
+                event = {"error": {"message": message, "code": "404"}}  # one event, no "event:" line
                 return _sse_response(f"data: {json.dumps(event)}\n\n".encode())
             raise
         if pending.request.stream:

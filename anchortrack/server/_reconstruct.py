@@ -130,12 +130,8 @@ def reasoning_text(message: dict[str, Any]) -> str:
 
 def reasoning_item(text: str, *, item_id: str) -> Item:
     """The reasoning item for a provider's ``reasoning_content``."""
-    return {
-        "id": item_id,
-        "type": "reasoning",
-        "summary": [],
-        "content": [{"type": "reasoning_text", "text": text}],
-    }
+    content = [{"type": "reasoning_text", "text": text}]
+    return {"id": item_id, "type": "reasoning", "summary": [], "content": content}
 
 
 @dataclass(frozen=True)
