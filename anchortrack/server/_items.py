@@ -90,11 +90,8 @@ def _custom(arguments: dict[str, Any]) -> Item | None:
 def _shell(arguments: dict[str, Any]) -> Item | None:
     if not _strings(arguments.get("commands")):
         return None
-    action = {
-        "commands": arguments["commands"],
-        "timeout_ms": _int(arguments.get("timeout_ms")),
-        "max_output_length": _int(arguments.get("max_output_length")),
-    }
+    action = {"commands": arguments["commands"]}
+    action |= {key: _int(arguments.get(key)) for key in ("timeout_ms", "max_output_length")}
     return {"action": action, "status": "completed", "environment": None}
 
 
@@ -102,14 +99,9 @@ def _local_shell(arguments: dict[str, Any]) -> Item | None:
     env = arguments.get("env", {})
     if not _strings(arguments.get("command")) or not isinstance(env, dict) or not _strings([*env.values()]):
         return None
-    action = {
-        "type": "exec",
-        "command": arguments["command"],
-        "env": env,
-        "timeout_ms": _int(arguments.get("timeout_ms")),
-        "working_directory": _str(arguments.get("working_directory")),
-        "user": _str(arguments.get("user")),
-    }
+    timeout = _int(arguments.get("timeout_ms"))
+    action = {"type": "exec", "command": arguments["command"], "env": env, "timeout_ms": timeout}
+    action |= {key: _str(arguments.get(key)) for key in ("working_directory", "user")}
     return {"action": action, "status": "completed"}
 
 

@@ -163,10 +163,8 @@ class ServerState:
         self.max_depth = max_depth
         self.model: Model = model or ScriptedModel()
         self.backend = backend
-        self.zdr = False
-        self.stale_in_stream = False
+        self.zdr = self.stale_in_stream = self.ignore_previous_response_id = False
         self.announce_per_request = True
-        self.ignore_previous_response_id = False
         self.record = record
         self._lock = threading.Lock()
         self._requests: list[Any] = []
