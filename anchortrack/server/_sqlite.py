@@ -74,10 +74,8 @@ class SQLiteResponseStore(ResponseStore):
         with self._transaction():
             version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
             if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path}: schema version {version} is newer than the "
-                    f"supported version {SCHEMA_VERSION}"
-                )
+                newer = f"{self.path}: schema version {version} is newer than the supported version"
+                raise RuntimeError(f"{newer} {SCHEMA_VERSION}")
             if version == 1:
                 self._conn.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
             for statement in _SCHEMA.split(";"):

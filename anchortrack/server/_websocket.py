@@ -110,9 +110,7 @@ class ConnectionCache:
     def remember(
         self, lane: Lane, response_id: str, status: str, context: list[Item], output: list[Item]
     ) -> None:
-        self._latest[lane] = ChainLink(
-            id=response_id, previous_response_id=None, status=status, input_items=context, output=output
-        )
+        self._latest[lane] = ChainLink(response_id, None, status, context, output)
 
     def evict_referenced(self, lane: Lane, response_id: str) -> bool:
         """After a failed create on *lane* that referenced *response_id*: evict it if it is that lane's."""
