@@ -66,10 +66,8 @@ class _Gate:
         self.owners = owners
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        if self.owners is not None and scope["path"].startswith("/v1"):
+        gated = scope["type"] in ("http", "websocket") and scope["path"].startswith("/v1")
+        if self.owners is not None and gated:
             key = api_key(Headers(scope=scope))
             if key is None or owner_digest(key) not in self.owners:
                 error = _errors.missing_api_key() if key is None else _errors.invalid_api_key(key)

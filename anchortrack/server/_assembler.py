@@ -85,8 +85,7 @@ class StreamAssembler:
         self._live[key] = live
         item: Item
         if kind == "reasoning":
-            item = reasoning_item("", item_id=live.item_id)
-            item["content"] = []
+            item = {**reasoning_item("", item_id=live.item_id), "content": []}
         elif kind == "message":
             item = message_item("", item_id=live.item_id, status="in_progress")
         else:
