@@ -120,8 +120,7 @@ class Facts:
         shell_calls = self.shell_calls - {None}
         for item in self.answers:
             if item.get("type") == "mcp_approval_response":
-                if item.get("approval_request_id") not in self.approvals:
-                    request_id = item.get("approval_request_id")
+                if (request_id := item.get("approval_request_id")) not in self.approvals:
                     raise _input_error(f"No MCP approval request found for approval_request_id {request_id}.")
             elif not ({item.get("id"), item.get("call_id")} & shell_calls):
                 raise _input_error(

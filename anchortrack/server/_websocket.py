@@ -327,10 +327,8 @@ class WebSocketHub:
 
     async def _age_out(self, conn: _Connection, max_age: float) -> None:
         await asyncio.sleep(max_age)
-        message = (
-            f"This WebSocket connection has reached its maximum duration of {max_age / 60:g} minutes. "
-            "Open a new connection to continue."
-        )
+        message = f"This WebSocket connection has reached its maximum duration of {max_age / 60:g} minutes. "
+        message += "Open a new connection to continue."
         error = _errors.bad_request(None, "websocket_connection_limit_reached", message)
         await conn.send(error_frame(error, None))
         await conn.close(1001, "connection limit reached")
