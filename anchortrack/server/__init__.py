@@ -1,12 +1,10 @@
 """
 A local OpenAI Responses API server with ``previous_response_id`` chaining.
 
-It runs anywhere with no API key (for anchortrack's own end-to-end tests,
-``anchortrack demo``, and testing agents offline) and follows OpenAI's
-semantics: a chained request's context is every stored input and output item
-of the chain, then the new input; ``instructions`` are not carried over;
-unknown, expired, deleted, unstored or failed parents give 400
-``previous_response_not_found``; a response is saved before its id reaches
+It runs anywhere with no API key (for anchortrack's own end-to-end tests, ``anchortrack demo``, and testing
+agents offline) and follows OpenAI's semantics: a chained request's context is every stored input and output
+item of the chain, then the new input; ``instructions`` are not carried over; unknown, expired, deleted,
+unstored or failed parents give 400 ``previous_response_not_found``; a response is saved before its id reaches
 the client.
 
 ```python
@@ -22,12 +20,10 @@ with ResponsesServer(store="memory") as srv:        # or "sqlite:/path/file.db"
     srv.state.resolved_context(second.id)   # what the model saw
 ```
 
-It also speaks the Responses WebSocket mode at ``/v1/responses`` (see
-`anchortrack.server._websocket`), runs as ``anchortrack serve``, and can front
-a Chat Completions provider (Ollama, vLLM, llama.cpp, Groq, …) instead of the
-deterministic `ScriptedModel`: see `Upstream`.  ``ResponsesServer`` and
-``create_app`` need the ``anchortrack[server]`` extra (Starlette and uvicorn),
-imported on first use.
+It also speaks the Responses WebSocket mode at ``/v1/responses`` (see `anchortrack.server._websocket`), runs
+as ``anchortrack serve``, and can front a Chat Completions provider (Ollama, vLLM, llama.cpp, Groq, …) instead
+of the deterministic `ScriptedModel`: see `Upstream`.  ``ResponsesServer`` and ``create_app`` need the
+``anchortrack[server]`` extra (Starlette and uvicorn), imported on first use.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """
 The HTTP shell: Starlette routes over `ServerState`.
 
-``POST /v1/responses`` (JSON, or Server-Sent Events with ``stream: true``);
-``GET``/``DELETE /v1/responses/{id}`` (``?stream=true&starting_after=N``
-replays a finished response's events); ``GET …/input_items``; ``POST
-…/cancel`` (always refused: there are no background responses); the
-WebSocket mode at ``/v1/responses`` (`anchortrack.server._websocket`); with
-``test_hooks=True``, the ``/_test`` hooks.  Errors have OpenAI's shape and
-every response an ``x-request-id`` header.
-
-A stored response belongs to the API key that created it (kept as a digest):
-another key gets OpenAI's answer for an unknown response.  With ``api_keys``,
-only those keys are served under ``/v1`` (401 otherwise).
+``POST``, ``GET``, ``DELETE /v1/responses[/{id}]``, ``GET …/input_items``, ``POST …/cancel`` (always refused:
+there are no background responses), the WebSocket mode, and with ``test_hooks=True`` the ``/_test`` hooks.  A
+stored response belongs to the API key that created it: another key gets OpenAI's answer for an unknown one.
 """
 
 from __future__ import annotations
@@ -57,18 +49,25 @@ logger = logging.getLogger("anchortrack.server")
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
+#: What a request cut off by the server's shutdown gets (HTTP 503, or an ``error`` event once streaming).
+SHUTTING_DOWN = "The server is shutting down and cancelled this request; send it again."
+_SEQUENCE = re.compile(rb'"sequence_number":(\d+)')
+
+
 class _Gate:
-    """Refuses unknown API keys under ``/v1`` (when keys are required); adds ``x-request-id``."""
+    """
+    Refuses unknown API keys under ``/v1`` (when keys are required); adds ``x-request-id``; answers a request
+    cancelled by the server's shutdown (``--shutdown-timeout`` passed) in OpenAI's shape: 503
+    ``server_error`` before the status line, an ``error`` event after it; one log line, no traceback.
+    """
 
     def __init__(self, app: ASGIApp, owners: frozenset[str] | None) -> None:
         self.app = app
         self.owners = owners
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        if self.owners is not None and scope["path"].startswith("/v1"):
+        gated = scope["type"] in ("http", "websocket") and scope["path"].startswith("/v1")
+        if self.owners is not None and gated:
             key = api_key(Headers(scope=scope))
             if key is None or owner_digest(key) not in self.owners:
                 error = _errors.missing_api_key() if key is None else _errors.invalid_api_key(key)
@@ -78,33 +77,6 @@ class _Gate:
             await self.app(scope, receive, send)
             return
         request_id = f"req_{secrets.token_hex(16)}".encode()
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id)]
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
-
-
-#: What a request cut off by the server's shutdown gets (HTTP 503, or an ``error`` event once streaming).
-SHUTTING_DOWN = "The server is shutting down and cancelled this request; send it again."
-_SEQUENCE = re.compile(rb'"sequence_number":(\d+)')
-
-
-class _Shutdown:
-    """
-    Answers a request cancelled by the server's shutdown (``--shutdown-timeout`` passed) in OpenAI's shape:
-    503 ``server_error`` before the status line, an ``error`` event after it; one log line, no traceback.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
         started = False
         last_sequence = -1
 
@@ -112,6 +84,7 @@ class _Shutdown:
             nonlocal started, last_sequence
             if message["type"] == "http.response.start":
                 started = True
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id)]
             elif message["type"] == "http.response.body" and (
                 found := _SEQUENCE.findall(message.get("body", b""))
             ):
@@ -151,31 +124,25 @@ def _sse_response(content: bytes | AsyncIterator[bytes]) -> Response:
     return StreamingResponse(content, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-def _error_response(error: APIError) -> JSONResponse:
+async def _error(request: Request, exc: Exception) -> Response:
+    """Any failure in OpenAI's shape; a client gone (or cut off by a read timeout) before its body arrived
+    gets a bare 400: nobody reads it."""
+    if isinstance(exc, ClientDisconnect):
+        return Response(status_code=400)
+    if isinstance(exc, APIError):
+        error = exc
+    elif isinstance(exc, HTTPException):
+        url = f"Invalid URL ({request.method} {request.url.path})"
+        error = APIError(exc.status_code, url if exc.status_code in (404, 405) else str(exc.detail))
+    else:
+        logger.error("anchortrack.server.request_failed", exc_info=exc)
+        error = _errors.server_error(f"The server had an error: {type(exc).__name__}.")
     return JSONResponse(error.body(), status_code=error.status)
 
 
-async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, APIError)
-    return _error_response(exc)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    message = f"Invalid URL ({request.method} {request.url.path})"
-    if exc.status_code not in (404, 405):
-        message = str(exc.detail)
-    return _error_response(APIError(exc.status_code, message))
-
-
-async def _client_gone(request: Request, exc: Exception) -> Response:
-    """The client went away (or was cut off by a read timeout) before its body arrived: nobody to answer."""
-    return Response(status_code=400)
-
-
-async def _server_error(request: Request, exc: Exception) -> Response:
-    logger.error("anchortrack.server.request_failed", exc_info=exc)
-    return _error_response(_errors.server_error(f"The server had an error: {type(exc).__name__}."))
+def _target(request: Request) -> tuple[str, str]:
+    """The response id in the path, and the request's owner."""
+    return request.path_params["response_id"], request_owner(request.headers)
 
 
 def _query_int(request: Request, name: str, default: int) -> int:
@@ -195,13 +162,11 @@ def create_app(
     Build the ASGI app serving the Responses API over *state*.
 
     Args:
-        state: The server state (a fresh memory-backed one by default);
-            available afterwards as ``app.state.responses``.
-        api_keys: Serve only requests with one of these bearer keys (401
-            otherwise); ``None`` serves any key, or none.  Either way a
-            response is visible only to the key that created it.
-        test_hooks: Also serve the ``/_test`` hooks for out-of-process tests
-            (the server guide lists them).
+        state: The server state (a fresh memory-backed one by default); available afterwards as
+            ``app.state.responses``.
+        api_keys: Serve only requests with one of these bearer keys (401 otherwise); ``None`` serves any key,
+            or none.  Either way a response is visible only to the key that created it.
+        test_hooks: Also serve the ``/_test`` hooks for out-of-process tests (the server guide lists them).
 
     The WebSocket connections are ``app.state.websockets`` (a ``WebSocketHub``).
     """
@@ -221,15 +186,11 @@ def create_app(
         try:
             pending = server_state.prepare(body, owner=owner)
         except APIError as error:
-            if (
-                server_state.stale_in_stream
-                and error.code == "previous_response_not_found"
-                and isinstance(body, dict)
-                and body.get("stream") is True
-            ):  # llama-stack's refusal: one event, no "event:" line
+            stale = server_state.stale_in_stream and error.code == "previous_response_not_found"
+            if stale and isinstance(body, dict) and body.get("stream") is True:  # llama-stack's refusal
                 message = f"Response '{body.get('previous_response_id')}' not found."
                 message += " Use 'client.responses.list()' to list available Responses."
-                event = {"error": {"message": message, "code": "404"}}
+                event = {"error": {"message": message, "code": "404"}}  # one event, no "event:" line
                 return _sse_response(f"data: {json.dumps(event)}\n\n".encode())
             raise
         if pending.request.stream:
@@ -242,37 +203,30 @@ def create_app(
 
     async def retrieve_response(request: Request) -> Response:
         response_id = request.path_params["response_id"]
-        response = server_state.get_response(response_id, request_owner(request.headers))
+        response = server_state.get_response(*_target(request))
         if request.query_params.get("stream", "").lower() != "true":
             return JSONResponse(response)
         starting_after = _query_int(request, "starting_after", -1)
         try:
             events = stream_events(response)
         except ValueError:
-            raise APIError(
-                400, f"Response '{response_id}' is still in progress and cannot be replayed yet."
-            ) from None
+            message = f"Response '{response_id}' is still in progress and cannot be replayed yet."
+            raise APIError(400, message) from None
         chunks = [encode_sse(event) for event in events if event["sequence_number"] > starting_after]
         return _sse_response(b"".join(chunks))
 
     async def delete_response(request: Request) -> Response:
-        owner = request_owner(request.headers)
-        return JSONResponse(server_state.delete_response(request.path_params["response_id"], owner))
+        return JSONResponse(server_state.delete_response(*_target(request)))
 
     async def cancel_response(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        server_state.get_response(response_id, request_owner(request.headers))
+        server_state.get_response(*_target(request))
         raise APIError(400, "Only responses created with background=true can be cancelled.")
 
     async def list_input_items(request: Request) -> Response:
+        after, order = request.query_params.get("after"), request.query_params.get("order", "desc")
+        limit = _query_int(request, "limit", 20)
         return JSONResponse(
-            server_state.input_items(
-                request.path_params["response_id"],
-                request_owner(request.headers),
-                after=request.query_params.get("after"),
-                limit=_query_int(request, "limit", 20),
-                order=request.query_params.get("order", "desc"),
-            )
+            server_state.input_items(*_target(request), after=after, limit=limit, order=order)
         )
 
     routes: list[BaseRoute] = [
@@ -297,34 +251,25 @@ def create_app(
     app = Starlette(
         lifespan=lifespan,
         routes=routes,
-        exception_handlers={
-            APIError: _api_error,
-            HTTPException: _http_error,
-            ClientDisconnect: _client_gone,
-            Exception: _server_error,
-        },
+        exception_handlers=dict.fromkeys([APIError, HTTPException, ClientDisconnect, Exception], _error),
     )
     app.state.responses = server_state
     app.state.websockets = websockets
     owners = None if api_keys is None else frozenset(owner_digest(key) for key in api_keys if key)
     app.add_middleware(_Gate, owners=owners)
-    app.add_middleware(_Shutdown)
     return app
 
 
 async def _backend_response(state: ServerState, backend: AsyncModel, body: object, owner: str) -> Response:
     """
-    Answer one create request of *owner* (an API key digest) through an asynchronous *backend*.
-
-    A stream starts the backend first, so a provider that is down or refuses
-    gives an HTTP error, not a broken stream.  A failure mid-stream, or a
-    client that goes away, ends it with an ``error`` event and removes the
-    ``in_progress`` record.
+    Answer one create request of *owner* through an asynchronous *backend*.  A stream starts the backend
+    first, so a provider that is down or refuses gives an HTTP error, not a broken stream; a failure
+    mid-stream, or a client that goes away, ends it with an ``error`` event and removes the ``in_progress``
+    record.
     """
     turn = state.resolve(body, owner=owner)
     if not turn.request.stream:
-        reply = await backend.reply(turn)
-        pending = state.finish(turn, reply)
+        pending = state.finish(turn, await backend.reply(turn))
         await _save(state, pending)
         return JSONResponse(pending.response)
     source = await backend.open_stream(turn)
@@ -338,10 +283,7 @@ async def _backend_response(state: ServerState, backend: AsyncModel, body: objec
 
 
 async def _save(state: ServerState, pending: PendingResponse) -> None:
-    """
-    Save a finished response before answering; on SQLite in a worker thread, so that the event loop
-    serves the other requests meanwhile (a write can wait tens of milliseconds on a busy disk).
-    """
+    """Save a finished response before answering; on SQLite in a worker thread (a write can wait)."""
     if isinstance(state.store, SQLiteResponseStore):
         await asyncio.to_thread(state.save_final, pending)
     else:
@@ -414,22 +356,17 @@ async def _event_stream(state: ServerState, pending: PendingResponse) -> AsyncIt
 
 def _test_routes(state: ServerState) -> list[Route]:
     def by_id(act: Callable[[str], object], answer: Callable[[str, object], dict[str, Any]]) -> Endpoint:
-        """A hook acting on the response in the path: 404 when *act* raises KeyError."""
-
-        async def endpoint(request: Request) -> Response:
+        async def endpoint(request: Request) -> Response:  # 404 when *act* raises KeyError
             response_id = request.path_params["response_id"]
             try:
-                result = act(response_id)
+                return JSONResponse(answer(response_id, act(response_id)))
             except KeyError:
                 raise _errors.response_not_found(response_id) from None
-            return JSONResponse(answer(response_id, result))
 
         return endpoint
 
     def switch(name: str) -> Endpoint:
-        """A hook reading (GET) or setting (POST ``{"enabled": bool}``) the boolean state attribute *name*."""
-
-        async def endpoint(request: Request) -> Response:
+        async def endpoint(request: Request) -> Response:  # GET, or POST {"enabled": bool}
             if request.method == "POST":
                 body = decode_json(await request.body())
                 enabled = body.get("enabled") if isinstance(body, dict) else None
@@ -453,12 +390,9 @@ def _test_routes(state: ServerState) -> list[Route]:
         Route("/_test/responses/{response_id}/expire", expire, methods=["POST"]),
         Route("/_test/responses/{response_id}", drop, methods=["DELETE"]),
         Route("/_test/responses/{response_id}/context", context, methods=["GET"]),
-        Route("/_test/zdr", switch("zdr"), methods=["GET", "POST"]),
-        Route("/_test/stale_in_stream", switch("stale_in_stream"), methods=["GET", "POST"]),
-        Route(
-            "/_test/ignore_previous_response_id",
-            switch("ignore_previous_response_id"),
-            methods=["GET", "POST"],
+        *(
+            Route(f"/_test/{name}", switch(name), methods=["GET", "POST"])
+            for name in ("zdr", "stale_in_stream", "ignore_previous_response_id")
         ),
         Route("/_test/requests", requests, methods=["GET", "DELETE"]),
     ]

@@ -1,9 +1,7 @@
 """Streamed replies: Chat Completions chunks → Responses events, then the final reply (pure).
 
-`StreamAssembler` turns chunks into Responses events as they arrive and, at the end, into the same reply
-`anchortrack.server._reconstruct.reconstruct` gives for the equivalent non-streamed completion.  The events'
-shapes are those of `anchortrack.server._events.item_events`: an item's opening and closing events are taken
-from it, only the deltas are built here.
+The final reply is what `reconstruct` gives for the equivalent non-streamed completion; the events' shapes
+are `item_events`'s (only the deltas are built here).
 """
 
 from __future__ import annotations
@@ -11,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from anchortrack.server._events import item_events
-from anchortrack.server._items import ITEM_TYPES
+from anchortrack.server._events import Event, item_events
+from anchortrack.server._items import ITEM_TYPES, Item
 from anchortrack.server._model import ModelReply, message_item, new_id
 from anchortrack.server._reconstruct import (
     REDACTED,
@@ -29,15 +27,15 @@ from anchortrack.server._reconstruct import (
 from anchortrack.server._translate import ChatPlan
 
 
-Item = dict[str, Any]
-Event = dict[str, Any]
-
-
 @dataclass
 class _Call:
     call_id: str = ""
     name: str = ""
     arguments: str = ""
+
+    def chat(self) -> dict[str, Any]:
+        function = {"name": self.name, "arguments": self.arguments}
+        return {"id": self.call_id or new_id("call"), "type": "function", "function": function}
 
 
 @dataclass
@@ -67,10 +65,9 @@ class _Live:
 class StreamAssembler:
     """Responses events from Chat Completions chunks, and the final reply.
 
-    Reasoning, call arguments and the assistant text stream as they arrive (the text only after the calls when
-    tools were offered, so every ``output_index`` is final); calls restored to other types are announced whole
-    at the end.  `finish` gives the closing events and what `reconstruct` gives for the completion the chunks
-    add up to.  *secret* is redacted, in the deltas too (a delta's tail waits while it could start it).
+    Reasoning, call arguments and text stream as they arrive (the text only after the calls when tools were
+    offered, so every ``output_index`` is final); calls restored to other types are announced whole at the
+    end.  *secret* is redacted, in the deltas too.
     """
 
     plan: ChatPlan
@@ -88,14 +85,12 @@ class StreamAssembler:
         self._live[key] = live
         item: Item
         if kind == "reasoning":
-            item = reasoning_item("", item_id=live.item_id)
-            item["content"] = []
+            item = {**reasoning_item("", item_id=live.item_id), "content": []}
         elif kind == "message":
             item = message_item("", item_id=live.item_id, status="in_progress")
         else:
             call = self._calls[int(key.partition(":")[2])]
             item = {"id": live.item_id, "type": "function_call", "call_id": call.call_id, "name": call.name}
-        # the opening events of the item as a whole stream announces it (a message's first part too)
         return live, item_events(item, live.index)[: 2 if kind == "message" else 1]
 
     def _item_delta(self, key: str, kind: str, delta: str) -> list[Event]:
@@ -139,11 +134,7 @@ class StreamAssembler:
         return self._item_delta(key, "function_call", delta)
 
     def feed(self, chunk: object) -> list[Event]:
-        """Take one decoded chunk; return the events it produces.
-
-        Raises:
-            MalformedReply: The chunk is not a Chat Completions chunk.
-        """
+        """Take one decoded chunk; return the events it produces (MalformedReply for no chunk)."""
         if not isinstance(chunk, dict):
             raise MalformedReply("a chunk is not a JSON object")
         if "error" in chunk and not chunk.get("choices"):
@@ -184,26 +175,12 @@ class StreamAssembler:
         if self._reasoning:
             message["reasoning_content"] = "".join(self._reasoning)
         if self._calls:
-            message["tool_calls"] = [
-                {
-                    "id": call.call_id or new_id("call"),
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for _, call in sorted(self._calls.items())
-            ]
-        return {
-            "object": "chat.completion",
-            "choices": [{"index": 0, "message": message, "finish_reason": self._finish}],
-            "usage": self._usage,
-        }
+            message["tool_calls"] = [call.chat() for _, call in sorted(self._calls.items())]
+        choice = {"index": 0, "message": message, "finish_reason": self._finish}
+        return {"object": "chat.completion", "choices": [choice], "usage": self._usage}
 
     def finish(self) -> tuple[list[Event], ModelReply]:
-        """The closing events (in output order) and the final reply.
-
-        Raises:
-            MalformedReply: The chunks do not add up to a Chat Completion.
-        """
+        """The closing events (in output order) and the final reply (MalformedReply for no completion)."""
         completion = redact(self.completion(), self.secret)
         ids = {key: live.item_id for key, live in self._live.items() if not key.startswith("call:")}
         for position, index in enumerate(sorted(self._calls)):  # reconstruct numbers calls by position
@@ -225,7 +202,6 @@ class StreamAssembler:
         return [event for _, announced in closing for event in announced], reply
 
 
-#: The delta event of each kind of streamed item, and what it adds to the item's position.
 _DELTAS: dict[str, tuple[str, Event]] = {
     "message": ("response.output_text.delta", {"content_index": 0, "logprobs": []}),
     "reasoning": ("response.reasoning_text.delta", {"content_index": 0}),
@@ -253,5 +229,4 @@ def _added_and_done(item: Item, index: int) -> list[Event]:
 
 
 def _closing(item: Item, live: _Live) -> list[Event]:
-    """The closing (``….done``) events of an item whose opening and deltas were streamed."""
     return [event for event in _added_and_done(item, live.index) if event["type"].endswith(".done")]

@@ -1,15 +1,8 @@
 """`ContextCache`: the resolved chain of recently saved responses, so a chained request costs its own items.
 
-A request chaining from ``R`` sees every stored item of ``R``'s chain, oldest first, then its own input. The
-cache keeps that list for the latest saved responses (least recently used dropped), each entry built from its
-parent's entry plus the response's own items as saved: resolving a child reads and decodes no ancestor.  An
-entry is used only while every response of its chain is still live, chainable, the same owner's and unchanged.
-While the store's `~ResponseStore.generation` is the one the entry was checked at (no record removed, expired
-or replaced since: by this process, or on SQLite by any) and its oldest response has not reached its
-retention, that holds without a read; otherwise one batched read of every ancestor's parent, status, owner and
-creation time checks it (`ResponseStore.heads`).  A miss (a restart, an evicted entry, a changed chain) walks
-the chain as before.  An entry also keeps its items' `Facts`, so checking a child's context reads the child's
-own items only.
+An entry (its parent's plus the response's own items, and their `Facts`) is used only while its whole chain
+is live, chainable, one owner's and unchanged: known without a read while the store's generation is the one
+it was checked at and its oldest response is within retention, else by one batched read of the heads.
 """
 
 from __future__ import annotations
@@ -19,25 +12,20 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from anchortrack.server._chain import chain_items
 from anchortrack.server._facts import EMPTY_FACTS, Facts
-from anchortrack.server._records import ChainLink, Head, ResponseStore
+from anchortrack.server._records import ChainLink, Head, Item, ResponseStore
 
 
-Item = dict[str, Any]
-
-#: Most responses whose resolved chain is kept.  An entry shares its item objects with the others and holds
-#: a pointer per item of its chain and its `Facts`' sets (about 40 MB for 1,024 chains of 1,000 items).
+#: Most responses whose resolved chain is kept (about 40 MB for 1,024 chains of 1,000 shared items).
 CONTEXT_CACHE_LIMIT = 1024
 
 
 @dataclass(frozen=True)
 class Ancestry:
-    """A chain's responses (oldest first) as `Head` s, with every item they stored, oldest first, as of the
-    store's *generation* (read before the chain was walked or checked).
-    """
+    """A chain's responses (oldest first) as `Head` s, with every item they stored, as of the store's
+    *generation* (read before the chain was walked or checked)."""
 
     heads: tuple[Head, ...]
     items: tuple[Item, ...]
@@ -87,16 +75,11 @@ class ContextCache:
         return entry if fresh else None
 
     def add(self, saved: Head, parent: Ancestry, items: Sequence[Item], facts: Facts) -> None:
-        """Keep the ancestry of *saved*, whose parent's is *parent* (as checked when the request was resolved:
-        its generation stays the entry's), whose own items are *items* and whose chain's items have *facts*.
-        """
+        """Keep *saved*'s ancestry: *parent*'s as checked when the request was resolved (its generation stays
+        the entry's), then *items*; *facts* are of them all."""
+        oldest, owners = min(parent.oldest, saved.created_at), parent.owners | {saved.owner}
         entry = Ancestry(
-            (*parent.heads, saved),
-            (*parent.items, *items),
-            parent.generation,
-            parent.owners | {saved.owner},
-            min(parent.oldest, saved.created_at),
-            facts,
+            (*parent.heads, saved), (*parent.items, *items), parent.generation, owners, oldest, facts
         )
         with self._lock:
             self._entries[saved.id] = entry

@@ -1,8 +1,6 @@
 """Errors in OpenAI's shape, raised by the pure parts of the server.
 
-Every refusal the server sends is an `APIError`; the HTTP layer turns it into ``{"error": {"message", "type",
-"param", "code"}}`` with its status.  The constructors below hold the exact messages the real API sends, so
-the rest of the server never spells an error message twice.
+The constructors hold the exact messages the real API sends, so the server never spells one twice.
 """
 
 from __future__ import annotations
@@ -41,7 +39,6 @@ class APIError(Exception):
 
 
 def bad_request(param: str | None, code: str | None, message: str) -> APIError:
-    """A 400 ``invalid_request_error`` about *param*."""
     return APIError(400, message, param=param, code=code)
 
 
@@ -63,14 +60,12 @@ def json_type_name(value: object) -> str:
 
 
 def invalid_json() -> APIError:
-    """The body is not valid JSON (OpenAI's exact message)."""
-    return APIError(
-        400,
-        "We could not parse the JSON body of your request. (HINT: This likely means you "
-        "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
-        "but what was sent was not valid JSON. If you have trouble figuring out how to fix "
-        "this, please contact us through our help center at help.openai.com.)",
+    message = "We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
+    message += (
+        "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not "
     )
+    message += "valid JSON. If you have trouble figuring out how to fix this, please contact us through our "
+    return APIError(400, message + "help center at help.openai.com.)")
 
 
 def invalid_type(param: str, expected: str, value: object) -> APIError:
@@ -87,23 +82,19 @@ def unknown_parameter(param: str) -> APIError:
 
 
 def invalid_value(param: str, message: str) -> APIError:
-    """A parameter has an allowed type but a refused value."""
     return bad_request(param, "invalid_value", message)
 
 
 def unsupported(param: str, message: str) -> APIError:
-    """A parameter (or value of it) this server cannot serve."""
     return bad_request(param, "unsupported_parameter", message)
 
 
 def previous_response_not_found(response_id: str) -> APIError:
-    """The parent is unknown, expired, deleted, unstored or not chainable."""
     message = f"Previous response with id '{response_id}' not found."
     return bad_request("previous_response_id", "previous_response_not_found", message)
 
 
 def zero_data_retention() -> APIError:
-    """The organization refuses ``previous_response_id`` (zero data retention)."""
     return unsupported(
         "previous_response_id",
         "Previous response cannot be used for this organization due to Zero Data Retention.",
@@ -111,21 +102,15 @@ def zero_data_retention() -> APIError:
 
 
 def response_not_found(response_id: str) -> APIError:
-    """``GET``/``DELETE`` of a response that is not stored."""
     return APIError(404, f"Response with id '{response_id}' not found.")
 
 
 def missing_api_key() -> APIError:
-    """A request without ``Authorization: Bearer …`` where keys are required (OpenAI's wording)."""
-    return APIError(
-        401,
-        "You didn't provide an API key. You need to provide your API key in an Authorization "
-        "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-    )
+    message = "You didn't provide an API key. You need to provide your API key in an Authorization header "
+    return APIError(401, message + "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
 
 
 def invalid_api_key(api_key: str) -> APIError:
-    """A key the server does not know (OpenAI's wording; the key is masked)."""
     masked = f"{api_key[:3]}{'*' * max(len(api_key) - 7, 3)}{api_key[-4:]}" if len(api_key) > 8 else "***"
     return APIError(401, f"Incorrect API key provided: {masked}.", code="invalid_api_key")
 
@@ -145,5 +130,5 @@ def server_error(message: str, status: int = 500, code: str | None = None) -> AP
 
 
 def save_failed() -> APIError:
-    """A response that could not be saved: code ``server_error``, as the HTTP stream's error event says."""
+    """Code ``server_error``, as the HTTP stream's error event says."""
     return server_error(SAVE_FAILED, code="server_error")

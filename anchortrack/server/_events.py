@@ -1,9 +1,4 @@
-"""Server-Sent Events for a response (pure).
-
-`stream_events` renders a finished response object as the event sequence OpenAI streams, numbered from 0:
-``response.created``, ``response.in_progress``, each output item's added / content / done events
-(`item_events`), then one terminal event.
-"""
+"""Server-Sent Events for a response (pure)."""
 
 from __future__ import annotations
 
@@ -22,7 +17,6 @@ _WORDS = re.compile(r"\S+\s*|\s+")
 _ARGUMENT_CHUNK = 8
 
 
-#: Headers of every Server-Sent Events answer (no caching, no proxy buffering).
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -44,10 +38,12 @@ def _added_form(item: Item) -> Item:
     if kind == "function_call":
         return {**item, "status": "in_progress", "arguments": ""}
     if kind == "reasoning":
-        added = {key: value for key, value in item.items() if key != "encrypted_content"}
-        added["summary"] = []
-        return added
+        return {key: value for key, value in item.items() if key != "encrypted_content"} | {"summary": []}
     return copy.deepcopy(item)
+
+
+def _deltas(kind: str, where: Event, chunks: list[str], **extra: Any) -> list[Event]:
+    return [{"type": f"response.{kind}.delta", **where, "delta": chunk, **extra} for chunk in chunks]
 
 
 def item_events(item: Item, index: int) -> list[Event]:
@@ -64,10 +60,7 @@ def item_events(item: Item, index: int) -> list[Event]:
             empty = {**part, "text": ""} if text is not None else part
             events.append({"type": "response.content_part.added", **where, "part": empty})
             if text is not None:
-                events.extend(
-                    {"type": "response.output_text.delta", **where, "delta": chunk, "logprobs": []}
-                    for chunk in text_chunks(text)
-                )
+                events += _deltas("output_text", where, text_chunks(text), logprobs=[])
                 events.append({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
             events.append({"type": "response.content_part.done", **where, "part": part})
     elif kind == "function_call":
@@ -75,9 +68,7 @@ def item_events(item: Item, index: int) -> list[Event]:
         arguments = str(item.get("arguments", ""))
         starts = range(0, len(arguments), _ARGUMENT_CHUNK)
         chunks = [arguments[start : start + _ARGUMENT_CHUNK] for start in starts] or [""]
-        events.extend(
-            {"type": "response.function_call_arguments.delta", **where, "delta": chunk} for chunk in chunks
-        )
+        events += _deltas("function_call_arguments", where, chunks)
         done = {"type": "response.function_call_arguments.done", **where, "name": item.get("name")}
         events.append({**done, "arguments": arguments})
     elif kind == "reasoning":
@@ -87,10 +78,7 @@ def item_events(item: Item, index: int) -> list[Event]:
             events.append(
                 {"type": "response.reasoning_summary_part.added", **where, "part": {**part, "text": ""}}
             )
-            events.extend(
-                {"type": "response.reasoning_summary_text.delta", **where, "delta": chunk}
-                for chunk in text_chunks(text)
-            )
+            events += _deltas("reasoning_summary_text", where, text_chunks(text))
             events.append({"type": "response.reasoning_summary_text.done", **where, "text": text})
             events.append({"type": "response.reasoning_summary_part.done", **where, "part": part})
     events.append({"type": "response.output_item.done", "output_index": index, "item": item})
@@ -98,11 +86,8 @@ def item_events(item: Item, index: int) -> list[Event]:
 
 
 def stream_events(response: dict[str, Any]) -> list[Event]:
-    """The full event sequence for a finished *response*, numbered from 0.
-
-    Raises:
-        ValueError: If the response's status has no terminal event.
-    """
+    """The event sequence OpenAI streams for a finished *response*, numbered from 0: created, in progress,
+    each output item's (`item_events`), the terminal one (ValueError for a status that has none)."""
     status = response.get("status")
     terminal = TERMINAL_EVENTS.get(str(status))
     if terminal is None:
@@ -119,6 +104,6 @@ def stream_events(response: dict[str, Any]) -> list[Event]:
 
 
 def encode_sse(event: Event) -> bytes:
-    """One event as Server-Sent Events bytes (``event:`` and ``data:`` lines)."""
+    """One event as Server-Sent Events bytes."""
     data = json.dumps(event, separators=(",", ":"))
     return f"event: {event['type']}\ndata: {data}\n\n".encode()

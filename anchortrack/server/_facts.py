@@ -1,10 +1,5 @@
 """`Facts`: the one place of the context checks, and what the usage count and the scripted model's digest need
 of a context, kept per cached chain so that a request extends its parent's with its own items only.
-
-`Facts.extend` reads each new item once (its canonical JSON, its id, the call it makes or answers);
-`Facts.check` refuses what the real API refuses, without visiting the older items again. `check_context`
-checks a whole context from the facts it carries; one that still holds an item reference is read again, the
-reference pairing as the item of the context its id names.
 """
 
 from __future__ import annotations
@@ -16,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from anchortrack.server._errors import APIError, bad_request
-from anchortrack.server._items import ITEM_TYPES, OUTPUTS, item_type
+from anchortrack.server._items import ITEM_TYPES, OUTPUTS, Item, item_type
 
 
-Item = dict[str, Any]
 Pair = tuple[str, str]  # (call item type, call_id)
 
 
@@ -41,14 +35,9 @@ def _input_error(message: str) -> APIError:
 
 @dataclass(frozen=True)
 class Facts:
-    """Facts of a context (a sequence of items, oldest first).
-
-    *ids*: its item ids (references aside); *duplicate*: the first id seen twice; *calls* / *outputs*: the
-    paired tool calls made and answered; *unanswered* / *orphans*: those calls without an output and those
-    outputs without a call, in context order; *approvals* / *shell_calls*: ids an MCP approval response or a
-    local shell call output may name; *answers*: those responses and outputs, in order; *count* and *chars*:
-    its items and the length of their canonical JSON; *hasher*: SHA-256 over the canonical JSON of the context
-    as a list, without the closing ``]``.
+    """Facts of a context (items, oldest first): its ids and first duplicate, paired calls made and answered
+    (and those left without the other), ids an MCP approval response or local shell call output may name and
+    those answers; its item count and canonical JSON length; *hasher*: SHA-256 of that JSON, open-ended.
     """
 
     ids: frozenset[str] = frozenset()
@@ -110,21 +99,9 @@ class Facts:
         unanswered = [pair for pair in self.unanswered if pair not in outputs]
         unanswered += [pair for pair in new_calls if pair not in self.calls and pair not in outputs]
         orphans = [pair for pair in [*self.orphans, *new_outputs] if pair not in calls]
-        return Facts(
-            frozenset(ids),
-            duplicate,
-            calls,
-            outputs,
-            tuple(unanswered),
-            tuple(orphans),
-            frozenset(approvals),
-            frozenset(shell_calls),
-            tuple(answers),
-            references,
-            count,
-            chars,
-            hasher,
-        )
+        pairs = (calls, outputs, tuple(unanswered), tuple(orphans))
+        answered = (frozenset(approvals), frozenset(shell_calls), tuple(answers))
+        return Facts(frozenset(ids), duplicate, *pairs, *answered, references, count, chars, hasher)
 
     @property
     def json_length(self) -> int:
@@ -138,18 +115,12 @@ class Facts:
         return hasher.hexdigest()
 
     def check(self, *, pairs: bool = True) -> None:
-        """Refuse what the real API refuses, in its order and words; only the answers without *pairs*.
-
-        Raises:
-            APIError: 400 ``param: input`` for an answer without its request or call (an MCP approval
-                response, a local shell call output), a duplicate item id, a tool output without its call, or
-                a call without its output.
-        """
+        """Refuse what the real API refuses, in its order and words (APIError 400 ``param: input``); only the
+        answers without *pairs*."""
         shell_calls = self.shell_calls - {None}
         for item in self.answers:
             if item.get("type") == "mcp_approval_response":
-                if item.get("approval_request_id") not in self.approvals:
-                    request_id = item.get("approval_request_id")
+                if (request_id := item.get("approval_request_id")) not in self.approvals:
                     raise _input_error(f"No MCP approval request found for approval_request_id {request_id}.")
             elif not ({item.get("id"), item.get("call_id")} & shell_calls):
                 raise _input_error(
@@ -186,7 +157,7 @@ def context_facts(context: Sequence[Item]) -> Facts:
 
 
 def check_context(context: Sequence[Item]) -> None:
-    """Refuse a resolved *context* the real API refuses, raising as `Facts.check` does."""
+    """Refuse a resolved *context* as `Facts.check` does; a reference pairs as the item its id names."""
     facts = context_facts(context)
     if facts.references:
         named: dict[str, Item] = {}

@@ -1,8 +1,6 @@
 """What the server knows about each item type: one row per type in `ITEM_TYPES`.
 
-Request validation, the context checks, the ids the server makes up and the upstream bridge (both ways) read
-the rows; adding an item type is one row, and `tests/server/test_items.py` fails for a call row without its
-Chat Completions form (or ``bridged=False``).
+Validation, the context checks, made-up ids and the upstream bridge read the rows: a new type is one row.
 """
 
 from __future__ import annotations
@@ -27,26 +25,15 @@ def to_json(value: object) -> str:
 
 @dataclass(frozen=True)
 class ItemType:
-    """One item type (a call's fields, then an output's).
+    """One item type: the id *prefix*, the string fields an item must have (a call requiring ``name`` calls a
+    named tool), then a call's fields, then an output's.
 
-    Attributes:
-        prefix: Of the ids the server makes up for items of this type.
-        required: String fields a request's item of this type must have; a call requiring ``name`` calls a
-            named tool, any other is named after its tool type.
-        output: For a call: the type of the item that answers it.
-        tool: For a call: the type of the tool it calls.
-        paired: For a call the context checks pair with its output (and the output with it): how error
-            messages name it; its output must then carry ``output``.
-        arguments: For a call: its provider-side function arguments (JSON text).
-        restore: For a call: its item's fields from the provider's parsed arguments, ``None`` when they do not
-            fit (the call then stays a ``function_call``); no restore: the arguments are kept verbatim
-            (``function_call``).
-        schema: For a call: the parameters of the function standing in for its tool (none: the tool's own);
-            *description*: that function's description (none: the tool's).
-        bridged: ``False`` for a call the bridge has no form for (neither it nor its output is sent).
-        restores: For a call with *restore*: what its restored item carries (docs/server.md's table).
-        content: For an output: the text of its ``tool`` message.
-        call_keys: For an output: its fields naming the call it answers (the first string wins).
+    *paired*: how error messages name a call the context checks pair with its output (which must then carry
+    ``output``); *bridged* ``False``: the bridge sends neither it nor its output; *arguments*: its
+    provider-side arguments (JSON text); *restore*: its fields from the parsed arguments (``None``: they do
+    not fit, it stays a ``function_call``); *schema* and *description*: of the function standing in for its
+    tool (none: the tool's own); *restores*: docs/server.md's table; *content*: an output's ``tool`` message
+    text; *call_keys*: an output's fields naming its call (first string wins).
     """
 
     prefix: str = "item"
@@ -79,7 +66,6 @@ _OPERATIONS = ("create_file", "update_file", "delete_file")
 
 
 def _action(item: Item, schema: Schema) -> str:
-    """A shell call's action fields that *schema* names, without nulls."""
     action = item.get("action")
     action = action if isinstance(action, dict) else {}
     return to_json({key: action[key] for key in schema["properties"] if action.get(key) is not None})
@@ -104,11 +90,8 @@ def _custom(arguments: dict[str, Any]) -> Item | None:
 def _shell(arguments: dict[str, Any]) -> Item | None:
     if not _strings(arguments.get("commands")):
         return None
-    action = {
-        "commands": arguments["commands"],
-        "timeout_ms": _int(arguments.get("timeout_ms")),
-        "max_output_length": _int(arguments.get("max_output_length")),
-    }
+    action = {"commands": arguments["commands"]}
+    action |= {key: _int(arguments.get(key)) for key in ("timeout_ms", "max_output_length")}
     return {"action": action, "status": "completed", "environment": None}
 
 
@@ -116,14 +99,9 @@ def _local_shell(arguments: dict[str, Any]) -> Item | None:
     env = arguments.get("env", {})
     if not _strings(arguments.get("command")) or not isinstance(env, dict) or not _strings([*env.values()]):
         return None
-    action = {
-        "type": "exec",
-        "command": arguments["command"],
-        "env": env,
-        "timeout_ms": _int(arguments.get("timeout_ms")),
-        "working_directory": _str(arguments.get("working_directory")),
-        "user": _str(arguments.get("user")),
-    }
+    timeout = _int(arguments.get("timeout_ms"))
+    action = {"type": "exec", "command": arguments["command"], "env": env, "timeout_ms": timeout}
+    action |= {key: _str(arguments.get(key)) for key in ("working_directory", "user")}
     return {"action": action, "status": "completed"}
 
 
@@ -249,12 +227,10 @@ CALL_OF_TOOL = {spec.tool: kind for kind, spec in CALLS.items() if spec.tool is 
 
 
 def item_type(kind: object) -> ItemType:
-    """What the server knows of item type *kind* (nothing special for a type it does not know)."""
     return ITEM_TYPES.get(kind, _UNKNOWN) if isinstance(kind, str) else _UNKNOWN
 
 
 def bridged_call(kind: object) -> ItemType | None:
-    """The row of call type *kind* when the upstream bridge sends it, else None."""
     spec = CALLS.get(kind) if isinstance(kind, str) else None
     return spec if spec is not None and spec.bridged and spec.arguments is not None else None
 

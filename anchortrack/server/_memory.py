@@ -53,9 +53,6 @@ class MemoryResponseStore(ResponseStore):
             self._drop(key)
         return len(dead)
 
-    def _count(self, now: float) -> int:
-        return sum(1 for row in self._rows.values() if row.expires_at > now)
-
     def _holding(self, text: str, now: float) -> list[str]:
         rows = [row for row in self._rows.values() if row.expires_at > now]
         return [row.id for row in rows if text in row.input_json or text in row.output_json]

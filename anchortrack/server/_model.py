@@ -1,9 +1,7 @@
 """The scripted model: a deterministic stand-in for an LLM (pure).
 
-Its reply depends only on the resolved context and the request's instructions, so a chained request and the
-equivalent stateless request get the same answer, and a test can tell from the reply when the server saw a
-different conversation.  `build_response` turns any model's `ModelReply` into the response object the API
-returns.
+Its reply depends only on the resolved context and the instructions, so a chained request and the equivalent
+stateless one get the same answer.  `build_response` turns any model's `ModelReply` into a response object.
 """
 
 from __future__ import annotations
@@ -31,14 +29,6 @@ def context_digest(context: Sequence[Item]) -> str:
     return context_facts(context).digest()[:12]
 
 
-def instructions_digest(instructions: str | Sequence[Any] | None) -> str | None:
-    """First 8 hex digits of the SHA-256 of *instructions*, or ``None`` if empty."""
-    if not instructions:
-        return None
-    text = instructions if isinstance(instructions, str) else canonical_json(list(instructions))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
-
-
 def new_id(prefix: str) -> str:
     """A fresh random id such as ``msg_3f…`` (48 hex digits, like OpenAI's)."""
     return f"{prefix}_{secrets.token_hex(24)}"
@@ -46,8 +36,6 @@ def new_id(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class Script:
-    """The commands and text of one user message."""
-
     text: str = ""
     calls: tuple[tuple[str, str], ...] = ()
     rounds: int = 1
@@ -95,7 +83,7 @@ def _is_user_message(item: Item) -> bool:
     return item.get("role") == "user" and item.get("type", "message") in ("message", None)
 
 
-def _text(value: object, separator: str, otherwise: str) -> str:
+def joined_text(value: object, separator: str = "", otherwise: str = "") -> str:
     """*value* as text: a string as it is, its parts' ``text`` joined by *separator*, else *otherwise*."""
     if not isinstance(value, list):
         return value if isinstance(value, str) else otherwise
@@ -105,13 +93,24 @@ def _text(value: object, separator: str, otherwise: str) -> str:
 
 
 def message_item(text: str, *, item_id: str, status: str) -> Item:
-    """The assistant message item for *text* (every model backend answers with this shape)."""
+    """The assistant message item for *text* (every model backend answers with these shapes)."""
+    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": content}
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str) -> Item:
+    item = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+    return {**item, "status": "completed"}
+
+
+def usage(input_tokens: int, output_tokens: int, total: int, *, cached: int = 0, reasoning: int = 0) -> Item:
+    """A response's ``usage``."""
     return {
-        "id": item_id,
-        "type": "message",
-        "role": "assistant",
-        "status": status,
-        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": total,
     }
 
 
@@ -155,11 +154,12 @@ class ScriptedModel:
         users = (index for index in reversed(range(len(context))) if _is_user_message(context[index]))
         user_index = next(users, -1)  # the last user message
         last = context[user_index] if user_index >= 0 else None
-        script = Script() if last is None else parse_script(_text(last.get("content"), "\n", ""))
+        script = Script() if last is None else parse_script(joined_text(last.get("content"), "\n"))
         after = context[user_index + 1 :]
         tags = f"[ctx:{context_digest(context)}] [items:{len(context)}]"
-        instructions_tag = instructions_digest(instructions)
-        tags += f" [instr:{instructions_tag}]" if instructions_tag is not None else ""
+        if instructions:
+            text = instructions if isinstance(instructions, str) else canonical_json(list(instructions))
+            tags += f" [instr:{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}]"
         delay = script.sleep_ms / 1000.0
         if script.fail:
             error = {"code": "server_error", "message": "The scripted model failed as asked (!fail)."}
@@ -177,7 +177,7 @@ class ScriptedModel:
                 output.extend(self._call(name, arguments) for name, arguments in script.calls)
             else:
                 outputs = [item.get("output") for item in after if item.get("type") == "function_call_output"]
-                results = " | ".join(_text(value, "", canonical_json(value)) for value in outputs)
+                results = " | ".join(joined_text(value, "", canonical_json(value)) for value in outputs)
                 output.append(self._message(f"tool results: {results} {tags}"))
         else:
             output.append(self._message(echo))
@@ -187,14 +187,7 @@ class ScriptedModel:
         return message_item(text, item_id=self._new_id("msg"), status=status)
 
     def _call(self, name: str, arguments: str) -> Item:
-        return {
-            "id": self._new_id("fc"),
-            "type": "function_call",
-            "call_id": self._new_id("call"),
-            "name": name,
-            "arguments": arguments,
-            "status": "completed",
-        }
+        return function_call_item(self._new_id("fc"), self._new_id("call"), name, arguments)
 
     def _reasoning(self, tags: str) -> Item:
         secret = f"anchortrack-scripted-reasoning {tags}".encode()
@@ -221,15 +214,14 @@ def build_response(
 ) -> dict[str, Any]:
     """The response object for *reply*, with every field the spec requires.
 
-    With *announce*, it also says that this server applies ``tools``, ``text`` and the other request
-    properties to the one request that sets them, never over a chain: clients that read it
-    (``anchortrack._properties.announced``) keep chaining when those change.  Spelled here: the server imports
-    nothing of the library.
+    *announce* says that request properties (``tools``, ``text``…) apply per request, never over a chain, so
+    clients that read it (``anchortrack._properties.announced``) keep chaining when those change.
     """
     body = request.body
     input_tokens = math.ceil(context_facts(context).json_length / 4)  # as _tokens(list(context))
     input_tokens += _tokens(request.instructions) if request.instructions else 0
     output_tokens = _tokens(reply.output) if reply.output else 0
+    total = input_tokens + output_tokens
     reasoning_tokens = sum(_tokens(item) for item in reply.output if item.get("type") == "reasoning")
     created = int(created_at)
     return {
@@ -260,14 +252,7 @@ def build_response(
         "top_logprobs": body.get("top_logprobs") or 0,
         "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
         "truncation": body.get("truncation") or "disabled",
-        "usage": reply.usage
-        or {
-            "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": output_tokens,
-            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-            "total_tokens": input_tokens + output_tokens,
-        },
+        "usage": reply.usage or usage(input_tokens, output_tokens, total, reasoning=reasoning_tokens),
         "user": body.get("user"),
         "metadata": body.get("metadata") or {},
     } | ({"anchortrack": {"properties": "per_request"}} if announce else {})

@@ -1,10 +1,7 @@
 """Response reconstruction: a Chat Completions reply → Responses output (pure).
 
-The finish reason gives the status (`FINISH_REASONS`).  Tool calls are restored to their tool's requested type
-(`ChatPlan.tools`), falling back to a plain ``function_call`` when the arguments do not fit;
-``reasoning_content`` (or ``reasoning``) becomes a reasoning item.  Output order: reasoning, tool calls, then
-the assistant message (when there is text or no tool calls). Streamed replies are assembled by
-`anchortrack.server._assembler` into the same reply.
+Output order: reasoning, tool calls (restored to their tool's requested type when the arguments fit), then
+the assistant message (when there is text or no tool calls).
 """
 
 from __future__ import annotations
@@ -13,16 +10,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES
-from anchortrack.server._model import ModelReply, message_item, new_id
+from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES, Item
+from anchortrack.server._model import ModelReply, function_call_item, joined_text, message_item, new_id
+from anchortrack.server._model import usage as response_usage
 from anchortrack.server._translate import ChatPlan
 
 
-Item = dict[str, Any]
-Event = dict[str, Any]
-
-
-#: What a secret is replaced with.
 REDACTED = "[redacted]"
 
 
@@ -45,8 +38,6 @@ class MalformedReply(ValueError):
 
 @dataclass(frozen=True)
 class Outcome:
-    """The status a finish reason maps to."""
-
     status: str
     incomplete_reason: str | None = None
     error: str | None = None
@@ -66,7 +57,6 @@ FINISH_REASONS: dict[str | None, Outcome] = {
 
 
 def map_finish_reason(reason: object) -> Outcome:
-    """The outcome for a provider's ``finish_reason``."""
     known = FINISH_REASONS.get(reason) if reason is None or isinstance(reason, str) else None
     return known or Outcome(
         "failed", error=f"The upstream provider returned an unexpected finish reason: {reason!r}."
@@ -88,10 +78,8 @@ def restored_type(plan: ChatPlan, provider_name: str) -> str:
 def restore_tool_call(
     plan: ChatPlan, call_id: str, provider_name: str, arguments: str, *, item_id: str | None = None
 ) -> Item:
-    """One provider tool call as the Responses item of its requested type.
-
-    Falls back to a ``function_call`` when the arguments do not fit the requested type.
-    """
+    """One provider tool call as the item of its requested type, or a ``function_call`` if the arguments do
+    not fit it."""
     kind = restored_type(plan, provider_name)
     spec = ITEM_TYPES[kind]
     if spec.restore is not None:
@@ -103,14 +91,8 @@ def restore_tool_call(
         if fields is not None:
             item = {"id": item_id or new_id(spec.prefix), "type": kind, "call_id": call_id, **fields}
             return item | ({"name": provider_name} if "name" in spec.required else {})
-    return {
-        "id": item_id if item_id and item_id.startswith("fc_") else new_id("fc"),
-        "type": "function_call",
-        "call_id": call_id,
-        "name": provider_name,
-        "arguments": arguments,
-        "status": "completed",
-    }
+    item_id = item_id if item_id and item_id.startswith("fc_") else new_id("fc")
+    return function_call_item(item_id, call_id, provider_name, arguments)
 
 
 def map_usage(usage: object) -> dict[str, Any] | None:
@@ -125,31 +107,16 @@ def map_usage(usage: object) -> dict[str, Any] | None:
     input_tokens = number(usage, "prompt_tokens")
     output_tokens = number(usage, "completion_tokens")
     total = number(usage, "total_tokens") or input_tokens + output_tokens
-    return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {
-            "cached_tokens": number(usage.get("prompt_tokens_details"), "cached_tokens"),
-            "cache_write_tokens": 0,
-        },
-        "output_tokens": output_tokens,
-        "output_tokens_details": {
-            "reasoning_tokens": number(usage.get("completion_tokens_details"), "reasoning_tokens")
-        },
-        "total_tokens": total,
-    }
+    cached = number(usage.get("prompt_tokens_details"), "cached_tokens")
+    reasoning = number(usage.get("completion_tokens_details"), "reasoning_tokens")
+    return response_usage(input_tokens, output_tokens, total, cached=cached, reasoning=reasoning)
 
 
 def content_text(content: object, where: str) -> str:
     """The text of a chat message's (or delta's) ``content``: a string or text parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    raise MalformedReply(f"{where} is {type(content).__name__}, not text")
+    if content is not None and not isinstance(content, (str, list)):
+        raise MalformedReply(f"{where} is {type(content).__name__}, not text")
+    return joined_text(content)
 
 
 def reasoning_text(message: dict[str, Any]) -> str:
@@ -163,17 +130,13 @@ def reasoning_text(message: dict[str, Any]) -> str:
 
 def reasoning_item(text: str, *, item_id: str) -> Item:
     """The reasoning item for a provider's ``reasoning_content``."""
-    return {
-        "id": item_id,
-        "type": "reasoning",
-        "summary": [],
-        "content": [{"type": "reasoning_text", "text": text}],
-    }
+    content = [{"type": "reasoning_text", "text": text}]
+    return {"id": item_id, "type": "reasoning", "summary": [], "content": content}
 
 
 @dataclass(frozen=True)
 class Origin:
-    """Who answered, for error messages: the upstream's name and the model."""
+    """Who answered, for error messages."""
 
     provider: str
     model: str
@@ -181,20 +144,10 @@ class Origin:
 
 
 def reconstruct(
-    completion: object,
-    plan: ChatPlan,
-    origin: Origin,
-    *,
-    ids: dict[str, str] | None = None,
+    completion: object, plan: ChatPlan, origin: Origin, *, ids: dict[str, str] | None = None
 ) -> ModelReply:
-    """The reply for a non-streamed Chat Completion (*completion*, the decoded body) answering *plan*.
-
-    *ids* are the item ids a stream already announced (``"reasoning"``, ``"message"``, ``"call:<index>"``);
-    other items get fresh ones.
-
-    Raises:
-        MalformedReply: The body is not a Chat Completion.
-    """
+    """The reply for a decoded Chat Completion answering *plan* (MalformedReply if it is none); *ids* are
+    those a stream already announced (``"reasoning"``, ``"message"``, ``"call:<index>"``)."""
     known = ids or {}
     if not isinstance(completion, dict):
         raise MalformedReply("the body is not a JSON object")
@@ -230,14 +183,12 @@ def reconstruct(
         try:
             json.loads(text)
         except ValueError:
-            outcome = Outcome(
-                "failed",
-                error=(
-                    f"The upstream provider {origin.provider} (model {origin.model}) returned output "
-                    f"that is not valid JSON for response {origin.response_id}; the requested json_schema "
-                    "format was sent as json_object, so the output could not be held to the schema."
-                ),
+            invalid = (
+                f"The upstream provider {origin.provider} (model {origin.model}) returned output "
+                f"that is not valid JSON for response {origin.response_id}; the requested json_schema "
+                "format was sent as json_object, so the output could not be held to the schema."
             )
+            outcome = Outcome("failed", error=invalid)
     return ModelReply(
         status=outcome.status,
         output=output,

@@ -1,13 +1,10 @@
 """What the server's response stores share: records, the store contract, the row codec, the save policy.
 
-`ResponseStore` implements OpenAI's semantics once, over row primitives each backend supplies.  Records are
-kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored, and both backends
-give back the same data.  Stores take an injectable clock, so retention is tested without sleeping.
+Records are kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored.
 """
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import math
@@ -15,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 
 DEFAULT_RETENTION: float = 30 * 24 * 3600.0
@@ -32,10 +29,7 @@ Item = dict[str, Any]
 
 
 def owner_digest(api_key: str | None) -> str:
-    """Whom a response belongs to: a digest of the API key that made it (``""`` without a key).
-
-    Stores keep the digest, never the key; it is stable across restarts.
-    """
+    """Whom a response belongs to: a stable digest of the API key that made it (``""`` without a key)."""
     if not api_key:
         return ""
     salted = b"anchortrack-serve-owner\0" + api_key.encode("utf-8", "surrogatepass")
@@ -53,25 +47,14 @@ def request_owner(headers: Mapping[str, str]) -> str:
     return owner_digest(api_key(headers))
 
 
-class _Unset(enum.Enum):
-    UNSET = "UNSET"
-
-
 #: Marks ``expected_previous_response_id`` as "do not check".
-UNSET = _Unset.UNSET
+_UNSET: Any = object()
 
 
 @dataclass(frozen=True)
 class StoredResponse:
-    """One stored response: what the request sent and what the server answered.
-
-    Attributes:
-        input_items: This request's own input items (a string input is one user message item), not the
-            chain's.
-        response: The response object as returned to the client.
-        created_at: Store-clock time of the first save (set by the store).
-        expires_at: Store-clock time the record is gone at (set by the store).
-        owner: Digest of the API key that created it (`owner_digest`); only that key sees it.
+    """One stored response: this request's own input items, the response as returned, store-clock times of
+    the first save and of expiry (set by the store) and the `owner_digest` of the key that alone sees it.
     """
 
     id: str
@@ -102,10 +85,7 @@ class Head:
 
 @dataclass(frozen=True)
 class ChainLink:
-    """What chain resolution needs of a stored response, decoded once and shared.
-
-    The item lists may be shared between callers: treat them as read-only.
-    """
+    """What chain resolution needs of a stored response, decoded once and shared (read-only)."""
 
     id: str
     previous_response_id: str | None
@@ -157,37 +137,22 @@ def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> 
     return Row(*head, input_json, output_json, _json(record.response), record.owner)
 
 
-def _chain_fields(row: Row) -> dict[str, Any]:
-    """The fields a `StoredResponse` and a `ChainLink` share."""
-    return {
-        "id": row.id,
-        "previous_response_id": row.previous_response_id,
-        "status": row.status,
-        "input_items": json.loads(row.input_json),
-        "owner": row.owner,
-    }
-
-
 def decode_row(row: Row) -> StoredResponse:
     """Decode a row into a fresh, caller-owned record."""
-    return StoredResponse(
-        **_chain_fields(row),
-        response=json.loads(row.response_json),
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-    )
+    head = (row.id, row.previous_response_id, row.status, json.loads(row.input_json))
+    return StoredResponse(*head, json.loads(row.response_json), row.created_at, row.expires_at, row.owner)
 
 
 def row_link(row: Row) -> ChainLink:
-    return ChainLink(**_chain_fields(row), output=json.loads(row.output_json), created_at=row.created_at)
+    head = (row.id, row.previous_response_id, row.status, json.loads(row.input_json))
+    return ChainLink(*head, json.loads(row.output_json), row.owner, row.created_at)
 
 
 class ResponseStore:
-    """The storage contract the server relies on (thread-safe), written once over rows.
+    """The storage contract the server relies on (thread-safe), with OpenAI's semantics written once.
 
-    A backend supplies the row primitives (`_live`, `_put`, `_drop`, `_drop_expired`, `_count`, `_holding`,
-    optionally `_heads`), always called with the store's lock held, and may widen `_transaction` (SQLite makes
-    a save's read-check-write one database transaction, so the policy holds across processes too).
+    A backend supplies the row primitives below, always called with the store's lock held, and may widen
+    `_transaction` (SQLite's makes a save hold across processes too).
     """
 
     def __init__(self, retention: float, clock: Clock) -> None:
@@ -196,8 +161,6 @@ class ResponseStore:
         self._lock = threading.Lock()
         self._last_purge = -math.inf
         self._generation = 0  # counts removals, expiries and replacements of chainable records
-
-    # -- what a backend supplies (the lock is held) ----------------------------------
 
     def _live(self, response_id: str, now: float) -> Row | None:
         """The row of *response_id* if it has not expired by *now*."""
@@ -215,12 +178,9 @@ class ResponseStore:
         """Remove the rows expired by *now*; how many."""
         raise NotImplementedError
 
-    def _count(self, now: float) -> int:
-        """How many rows are live at *now*."""
-        raise NotImplementedError
-
     def _holding(self, text: str, now: float) -> list[str]:
-        """The ids of the rows live at *now* whose input or output JSON contains *text*, oldest first."""
+        """The ids of the rows live at *now* whose input or output JSON holds *text* (all for ``""``), oldest
+        first."""
         raise NotImplementedError
 
     def _heads(self, ids: Sequence[str], now: float) -> list[Head]:
@@ -231,8 +191,6 @@ class ResponseStore:
     def _transaction(self) -> AbstractContextManager[object]:
         """What a read-check-write runs under: the lock."""
         return self._lock
-
-    # -- the contract ------------------------------------------------------------------
 
     def _read(self, response_id: str) -> Row | None:
         with self._lock:
@@ -253,8 +211,7 @@ class ResponseStore:
 
     def generation(self) -> object:
         """A token that changes whenever a record may have been removed, expired early or replaced with
-        another chainable one (a backend shared between processes also counts the other processes').
-        """
+        another chainable one (by any process sharing the backend)."""
         with self._lock:
             return self._generation
 
@@ -279,7 +236,7 @@ class ResponseStore:
         record: StoredResponse,
         *,
         overwrite: bool = False,
-        expected_previous_response_id: str | Literal[_Unset.UNSET] | None = UNSET,
+        expected_previous_response_id: str | None = _UNSET,
     ) -> StoredResponse:
         """Store *record*; return it with ``created_at``/``expires_at`` set (a replaced one keeps its own).
 
@@ -290,9 +247,8 @@ class ResponseStore:
         with self._transaction():
             now = self._clock()
             old = self._live(record.id, now)
-            # The save policy: the expected parent is the record's, and the replaced record's.
             parents = {record.previous_response_id, (old or record).previous_response_id}
-            if expected_previous_response_id is not UNSET and parents != {expected_previous_response_id}:
+            if expected_previous_response_id is not _UNSET and parents != {expected_previous_response_id}:
                 message = "Response parent did not match expected previous response ID."
                 raise StoreConflictError(record.id, message)
             if old is not None and not overwrite:
@@ -331,7 +287,7 @@ class ResponseStore:
     def count(self) -> int:
         """How many live records the store holds."""
         with self._lock:
-            return self._count(self._clock())
+            return len(self._holding("", self._clock()))
 
     def close(self) -> None:
         """Release resources; idempotent (nothing to release here)."""

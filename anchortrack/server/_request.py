@@ -1,9 +1,4 @@
-"""Validation of ``POST /v1/responses`` bodies (pure).
-
-`parse_create_request` turns a decoded JSON body into a `CreateRequest` or raises `APIError` with OpenAI's
-wording, status and ``param``.  It checks shapes only — what the server needs to run and echo the request
-safely — and leaves every item exactly as received.
-"""
+"""Validation of ``POST /v1/responses`` bodies (pure)."""
 
 from __future__ import annotations
 
@@ -24,10 +19,8 @@ from anchortrack.server._errors import (
     unknown_parameter,
     unsupported,
 )
-from anchortrack.server._items import OUTPUTS, item_type
+from anchortrack.server._items import OUTPUTS, Item, item_type
 
-
-Item = dict[str, Any]
 
 _ROLES = ("user", "assistant", "system", "developer")
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
@@ -35,14 +28,7 @@ _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 
 @dataclass(frozen=True)
 class CreateRequest:
-    """A validated ``POST /v1/responses`` body.
-
-    Attributes:
-        body: The body as received.
-        input_items: The request's input items as received; a string input becomes one user message item
-            (`user_message`).
-        store: Whether the response is stored (``store`` defaults to true).
-    """
+    """A validated ``POST /v1/responses`` body (*body* as received; a string input is one `user_message`)."""
 
     body: dict[str, Any]
     model: str
@@ -105,26 +91,20 @@ def _check_item(item: object, where: str) -> Item:
     if kind is None and item.get("role") is None and isinstance(item_id, str):
         return item  # an item reference without "type" (ItemReferenceParam)
     if kind is None or kind == "message":
-        if "role" not in item or item["role"] is None:
+        if item.get("role") is None:
             raise missing_parameter(f"{where}.type" if kind is None else f"{where}.role")
-        role = item["role"]
-        if not isinstance(role, str):
-            raise invalid_type(f"{where}.role", "a string", role)
+        role = required(item, "role", f"{where}.role", str, "a string")
         if role not in _ROLES:
-            raise invalid_value(
-                f"{where}.role",
-                f"Invalid value: '{role}'. Supported values are: 'user', 'assistant', "
-                "'system', and 'developer'.",
-            )
+            supported = "Supported values are: 'user', 'assistant', 'system', and 'developer'."
+            raise invalid_value(f"{where}.role", f"Invalid value: '{role}'. {supported}")
         if "content" not in item:
             raise missing_parameter(f"{where}.content")
         content = item["content"]
         if not isinstance(content, (str, list)):
             raise invalid_type(f"{where}.content", "a string or an array of content parts", content)
-        if isinstance(content, list):
-            for index, part in enumerate(content):
-                if not isinstance(part, dict):
-                    raise invalid_type(f"{where}.content[{index}]", "an object", part)
+        for index, part in enumerate(content if isinstance(content, list) else []):
+            if not isinstance(part, dict):
+                raise invalid_type(f"{where}.content[{index}]", "an object", part)
         return item
     for name in item_type(kind).required:
         required(item, name, f"{where}.{name}", str, "a string")
@@ -134,18 +114,11 @@ def _check_item(item: object, where: str) -> Item:
 
 
 def parse_create_request(body: object) -> CreateRequest:
-    """Validate a decoded ``POST /v1/responses`` body.
-
-    Raises:
-        APIError: 400 with OpenAI's shape for any malformed body, unknown parameter, ``previous_response_id``
-            together with ``conversation``, or an unsupported mode (conversations, background).
-    """
+    """Validate a decoded body's shapes (APIError 400 in OpenAI's words), leaving its items as received."""
     if not isinstance(body, dict):
-        raise APIError(
-            400,
-            f"Invalid type for request body: expected an object, but got {json_type_name(body)} instead.",
-            code="invalid_type",
-        )
+        got = json_type_name(body)
+        message = f"Invalid type for request body: expected an object, but got {got} instead."
+        raise APIError(400, message, code="invalid_type")
     for key in body:
         if key not in KNOWN_PARAMETERS:
             raise unknown_parameter(str(key))
@@ -156,22 +129,17 @@ def parse_create_request(body: object) -> CreateRequest:
             accepted = isinstance(value, types) and (bool in types or not isinstance(value, bool))
             if value is not None and not accepted:
                 raise invalid_type(name, expected, value)
-    max_output_tokens = body.get("max_output_tokens")
-    if max_output_tokens is not None and max_output_tokens < 16:
-        raise bad_request(
-            "max_output_tokens",
-            "integer_below_min_value",
-            "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, "
-            f"but got {max_output_tokens} instead.",
-        )
+    tokens = body.get("max_output_tokens")
+    if tokens is not None and tokens < 16:
+        message = "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got"
+        raise bad_request("max_output_tokens", "integer_below_min_value", f"{message} {tokens} instead.")
     for name, kind, expected in (("tools", dict, "an object"), ("include", str, "a string")):
         for index, element in enumerate(body.get(name) or ()):
             if not isinstance(element, kind):
                 raise invalid_type(f"{name}[{index}]", expected, element)
     instructions = body.get("instructions")
-    if isinstance(instructions, list):
-        for index, element in enumerate(instructions):
-            _check_item(element, f"instructions[{index}]")
+    for index, element in enumerate(instructions if isinstance(instructions, list) else []):
+        _check_item(element, f"instructions[{index}]")
     raw_input = body.get("input")
     if raw_input is None:
         items: list[Item] = []
@@ -181,65 +149,42 @@ def parse_create_request(body: object) -> CreateRequest:
         items = [_check_item(item, f"input[{index}]") for index, item in enumerate(raw_input)]
     else:
         raise invalid_type("input", "a string or an array of input items", raw_input)
-    previous = body.get("previous_response_id")
-    conversation = body.get("conversation")
+    previous, conversation = body.get("previous_response_id"), body.get("conversation")
     if previous is not None and conversation is not None:
-        raise bad_request(
-            "conversation",
-            "mutually_exclusive_parameters",
-            "Mutually exclusive parameters: 'previous_response_id' and 'conversation'. "
-            "Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
-        )
+        message = "Mutually exclusive parameters: 'previous_response_id' and 'conversation'. "
+        message += "Ensure you are only providing one of: 'previous_response_id' or 'conversation'."
+        raise bad_request("conversation", "mutually_exclusive_parameters", message)
     if conversation is not None:
-        raise unsupported(
-            "conversation",
-            "The anchortrack server does not support conversations; "
-            "use previous_response_id or send the full input.",
-        )
+        instead = "use previous_response_id or send the full input."
+        raise unsupported("conversation", f"The anchortrack server does not support conversations; {instead}")
     if body.get("background") is True:
         raise unsupported("background", "The anchortrack server does not support background responses.")
     if previous == "":
+        message = "Invalid 'previous_response_id': empty string. Expected a string with minimum length 1, "
         raise bad_request(
-            "previous_response_id",
-            "empty_string",
-            "Invalid 'previous_response_id': empty string. Expected a string with minimum "
-            "length 1, but got an empty string instead.",
+            "previous_response_id", "empty_string", message + "but got an empty string instead."
         )
     if previous is not None and not _ID_PATTERN.fullmatch(previous):
-        raise invalid_value(
-            "previous_response_id",
-            f"Invalid 'previous_response_id': '{previous}'. Expected an ID that contains letters, "
-            "numbers, underscores, or dashes, but this value contained additional characters.",
-        )
-    return CreateRequest(
-        body=body,
-        model=model,
-        input_items=items,
-        instructions=instructions,
-        previous_response_id=previous,
-        store=body.get("store") is not False,
-        stream=body.get("stream") is True,
-    )
+        message = f"Invalid 'previous_response_id': '{previous}'. Expected an ID that contains letters, "
+        message += "numbers, underscores, or dashes, but this value contained additional characters."
+        raise invalid_value("previous_response_id", message)
+    store, stream = body.get("store") is not False, body.get("stream") is True
+    return CreateRequest(body, model, items, instructions, previous, store, stream)
 
 
 #: Deepest nesting of arrays and objects accepted in a request body.
 MAX_JSON_DEPTH = 100
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _finite_float(text: str) -> float:
     value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} does not fit a double")
+    if not math.isfinite(value):  # NaN and Infinity (parse_constant) too
+        raise ValueError(f"{text} is not valid JSON")
     return value
 
 
 def _check_value(value: Any) -> None:
-    """Refuse a decoded body nested deeper than MAX_JSON_DEPTH or holding a string that is not text (JSON can
-    escape a lone surrogate)."""
+    """Refuse a body nested too deep or holding a lone surrogate (JSON can escape one)."""
     stack = [(value, 1)]
     while stack:
         node, level = stack.pop()
@@ -258,14 +203,10 @@ def _check_value(value: Any) -> None:
 
 
 def decode_json(raw: bytes) -> Any:
-    """Decode a request body: strict JSON (no NaN/Infinity, no lone surrogates), nested at most MAX_JSON_DEPTH
-    deep.
-
-    Checked before anything else happens, so a body the server could not store or answer is a 400 and never a
-    stored response followed by a 500.
-    """
+    """Decode a request body: strict JSON, checked first so that a body the server could not store or answer
+    is a 400, never a stored response followed by a 500."""
     try:
-        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = json.loads(raw, parse_constant=_finite_float, parse_float=_finite_float)
     except (ValueError, RecursionError):
         raise invalid_json() from None
     _check_value(value)

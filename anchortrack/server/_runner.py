@@ -2,11 +2,8 @@
 `ResponsesServer`: the app served by uvicorn in a background thread; `uvicorn_config` for both it and
 ``anchortrack serve``.
 
-The socket is bound before uvicorn starts, so ``port=0`` picks a free port
-known at once that nobody can take in between.  A client cannot hold the
-server: headers and body must arrive within `Timeouts` (else the connection
-is closed), and a shutdown cancels requests still in flight after
-`Timeouts.shutdown` seconds.
+A client cannot hold the server: headers and body must arrive within `Timeouts`, and a shutdown cancels
+requests still in flight after `Timeouts.shutdown` seconds.
 """
 
 from __future__ import annotations
@@ -34,14 +31,8 @@ from anchortrack.server._state import AsyncModel, Model, ServerState
 
 @dataclass(frozen=True)
 class Timeouts:
-    """
-    How long the server waits on a client, in seconds.
-
-    Attributes:
-        header: Until a request's headers end (from the connection's start or the previous response).
-        body: From the end of the headers to the end of the body.
-        shutdown: For requests in flight once shutdown starts; then they are cancelled.
-    """
+    """Seconds the server waits for a request's headers (from the connection's start or the previous
+    response), then for its body, and at shutdown for requests in flight (then they are cancelled)."""
 
     header: float = 10.0
     body: float = 30.0
@@ -78,30 +69,20 @@ class _TimedH11Protocol(H11Protocol):
     def _watch(self) -> None:
         """Arm the timer of what the connection waits for: headers, a body, or nothing (answering)."""
         cycle: RequestResponseCycle | None = self.cycle  # None between requests, whatever uvicorn's type says
-        if self.transport.is_closing():
+        reading = None if self.transport.is_closing() else "header"
+        if reading and cycle is not None and not cycle.response_complete:
+            reading = "body" if self.conn.their_state is h11.SEND_BODY else None
+        if reading is None:
             self._stop_timer()
-        elif cycle is None or cycle.response_complete:
-            self._start_timer("header", self.timeouts.header)
-        elif self.conn.their_state is h11.SEND_BODY:
-            self._start_timer("body", self.timeouts.body)
-        else:
-            self._stop_timer()
-
-    def _start_timer(self, reading: str, seconds: float) -> None:
-        if self._reading != reading:  # a slow trickle does not restart the clock
+        elif self._reading != reading:  # a slow trickle does not restart the clock
             self._stop_timer()
             self._reading = reading
-            self._read_timer = self.loop.call_later(seconds, self._timed_out)
+            self._read_timer = self.loop.call_later(getattr(self.timeouts, reading), self.transport.close)
 
     def _stop_timer(self) -> None:
         if self._read_timer is not None:
             self._read_timer.cancel()
         self._read_timer, self._reading = None, None
-
-    def _timed_out(self) -> None:
-        self._read_timer = None
-        if not self.transport.is_closing():
-            self.transport.close()
 
 
 def uvicorn_config(app: ASGIApp, timeouts: Timeouts, **options: Any) -> uvicorn.Config:
@@ -118,7 +99,8 @@ def uvicorn_config(app: ASGIApp, timeouts: Timeouts, **options: Any) -> uvicorn.
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on *host*:*port* (``0`` picks a free port)."""
+    """A listening TCP socket on *host*:*port*, bound before uvicorn starts: ``0`` picks a free port known at
+    once that nobody can take in between."""
     family, kind, proto, _, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
@@ -148,12 +130,11 @@ class ResponsesServer:
         test_hooks: Also serve the ``/_test`` HTTP hooks (see ``create_app``).
         model: The model backend; the scripted model by default.
         clock: Time source for timestamps and retention.
-        upstream: Answer with a Chat Completions provider instead: its base URL
-            (see ``Upstream`` for the API key and options) or an asynchronous backend.
-        state: Serve this state instead of building one (then the arguments
-            that build one are ignored).
-        api_keys: Serve only these bearer keys (401 otherwise); by default any
-            key, or none.  Either way a response is visible only to its key.
+        upstream: Answer with a Chat Completions provider instead: its base URL (see ``Upstream`` for the API
+            key and options) or an asynchronous backend.
+        state: Serve this state instead of building one (then the arguments that build one are ignored).
+        api_keys: Serve only these bearer keys (401 otherwise); by default any key, or none.  Either way a
+            response is visible only to its key.
 
     Attributes:
         state: The `ServerState` the running app shares.
@@ -213,8 +194,7 @@ class ResponsesServer:
         Start serving in a background thread; return once connections are served.
 
         Raises:
-            RuntimeError: Already started or stopped, or uvicorn did not start
-                within *timeout* seconds.
+            RuntimeError: Already started or stopped, or uvicorn did not start within *timeout* seconds.
         """
         if self._thread is not None or self._stopped:
             raise RuntimeError("a ResponsesServer can be started only once")
@@ -223,10 +203,7 @@ class ResponsesServer:
         config = uvicorn_config(self.app, Timeouts(), log_config=None, access_log=False)
         server = uvicorn.Server(config)
         thread = threading.Thread(
-            target=self._run,
-            args=(server, sock),
-            name=f"anchortrack-server-{self._port}",
-            daemon=True,
+            target=self._run, args=(server, sock), name=f"anchortrack-server-{self._port}", daemon=True
         )
         self._server, self._thread = server, thread
         thread.start()
@@ -264,10 +241,7 @@ class ResponsesServer:
         return self.start()
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
 

@@ -34,24 +34,15 @@ CREATE INDEX IF NOT EXISTS responses_previous_response_id ON responses (previous
 CREATE INDEX IF NOT EXISTS responses_expires_at ON responses (expires_at);
 """
 
-_COLUMNS = (
-    "id, previous_response_id, status, created_at, expires_at, input_json, output_json, response_json, owner"
-)
+_COLUMNS = ", ".join(field.name for field in dataclasses.fields(Row))
 
 
 class SQLiteResponseStore(ResponseStore):
-    """Responses kept in a SQLite file (WAL mode), surviving restarts.
-
-    The file and its parent directories are created on first use; *path* may be ``":memory:"`` for a private
-    in-memory database.  A file written by a newer schema is refused rather than misread.
-    """
+    """Responses kept in a SQLite file (WAL mode, created with its directories; ``":memory:"`` for a private
+    database), surviving restarts.  A file of a newer schema is refused rather than misread."""
 
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        retention: float = DEFAULT_RETENTION,
-        clock: Clock = time.time,
+        self, path: str | os.PathLike[str], *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time
     ) -> None:
         super().__init__(retention, clock)
         self.path = os.fspath(path)
@@ -83,10 +74,8 @@ class SQLiteResponseStore(ResponseStore):
         with self._transaction():
             version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
             if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path}: schema version {version} is newer than the "
-                    f"supported version {SCHEMA_VERSION}"
-                )
+                newer = f"{self.path}: schema version {version} is newer than the supported version"
+                raise RuntimeError(f"{newer} {SCHEMA_VERSION}")
             if version == 1:
                 self._conn.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
             for statement in _SCHEMA.split(";"):
@@ -113,10 +102,6 @@ class SQLiteResponseStore(ResponseStore):
     def _drop_expired(self, now: float) -> int:
         return self._conn.execute("DELETE FROM responses WHERE expires_at <= ?", (now,)).rowcount
 
-    def _count(self, now: float) -> int:
-        cursor = self._conn.execute("SELECT COUNT(*) FROM responses WHERE expires_at > ?", (now,))
-        return int(cursor.fetchone()[0])
-
     def _holding(self, text: str, now: float) -> list[str]:
         cursor = self._conn.execute(
             "SELECT id FROM responses WHERE expires_at > ?"
@@ -139,7 +124,6 @@ class SQLiteResponseStore(ResponseStore):
         return [Head(*values) for values in cursor]
 
     def close(self) -> None:
-        """Close the database connection; idempotent."""
         with self._lock:
             if not self._closed:
                 self._closed = True

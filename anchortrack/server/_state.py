@@ -1,9 +1,7 @@
 """The server's state and request logic, free of HTTP.
 
-`ServerState` owns the store and the model, runs a create request through validation → chain resolution →
-context checks → model, saves the response, and keeps what tests look at: every request body received and the
-context the model saw for every response.  The HTTP app is a thin shell over it, and tests drive it in-process
-through ``ResponsesServer.state``.
+`ServerState` runs a create request through validation → chain resolution → context checks → model, saves the
+response, and keeps what tests look at.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from anchortrack.server._chain import (
 from anchortrack.server._contexts import EMPTY, Ancestry, ContextCache
 from anchortrack.server._events import in_progress_snapshot, stream_events
 from anchortrack.server._facts import Context, check_context, context_facts
-from anchortrack.server._items import item_type
+from anchortrack.server._items import Item, item_type
 from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, build_response, new_id
 from anchortrack.server._records import (
@@ -46,8 +44,6 @@ from anchortrack.server._request import CreateRequest, parse_create_request
 from anchortrack.server._sqlite import SQLiteResponseStore
 
 
-Item = dict[str, Any]
-
 logger = logging.getLogger("anchortrack.server")
 #: Most item ids the server remembers the holder of (a lookup past it searches the store).
 ITEM_INDEX_LIMIT = 100_000
@@ -60,14 +56,8 @@ def open_store(
     clock: Clock = time.time,
     max_responses: int = DEFAULT_MAX_RESPONSES,
 ) -> ResponseStore:
-    """Open a store from its command-line spelling, ``"memory"`` or ``"sqlite:PATH"``.
-
-    A memory store keeps at most *max_responses* (the oldest are evicted); a SQLite file is bounded by
-    *retention* only.
-
-    Raises:
-        ValueError: For any other spelling, or a negative retention.
-    """
+    """Open a store from its command-line spelling, ``"memory"`` or ``"sqlite:PATH"`` (ValueError otherwise,
+    or for a negative retention)."""
     if not retention >= 0:
         raise ValueError(f"retention must be a non-negative number of seconds, got {retention!r}")
     if spec == "memory":
@@ -90,9 +80,8 @@ class Model(Protocol):
 class Turn:
     """A validated create request, not yet answered.
 
-    *chain* holds its stored ancestors (oldest first) when they were read (empty when *ancestry*, the chain's
-    heads and items, came from the `ContextCache`); *context* the chain's items, then the new input, resolved;
-    *owner* (an API key digest) will own the response.
+    *chain*: its stored ancestors when they were read (empty when *ancestry* came from the `ContextCache`);
+    *context*: the chain's items, then the new input, resolved.
     """
 
     request: CreateRequest
@@ -105,20 +94,15 @@ class Turn:
 
 
 class AsyncModel(Protocol):
-    """An asynchronous model backend that answers every HTTP create (the upstream provider is one).
-
-    Both methods raise `APIError` for a call that failed before a response existed.
-    """
+    """An asynchronous model backend that answers every HTTP create (the upstream provider is one); its
+    methods raise `APIError` for a call that failed before a response existed."""
 
     async def reply(self, turn: Turn) -> ModelReply:
         """Answer *turn* (non-streamed)."""
 
     async def open_stream(self, turn: Turn) -> AsyncIterator[dict[str, Any] | ModelReply]:
-        """Start answering *turn* as a stream; return once the backend accepted it.
-
-        The iterator gives output item events (no sequence numbers, no lifecycle events), then the final
-        `ModelReply`.
-        """
+        """Start answering *turn* as a stream, once the backend accepted it: output item events (no sequence
+        numbers, no lifecycle events), then the final `ModelReply`."""
 
 
 @dataclass(frozen=True)
@@ -179,10 +163,8 @@ class ServerState:
         self.max_depth = max_depth
         self.model: Model = model or ScriptedModel()
         self.backend = backend
-        self.zdr = False
-        self.stale_in_stream = False
+        self.zdr = self.stale_in_stream = self.ignore_previous_response_id = False
         self.announce_per_request = True
-        self.ignore_previous_response_id = False
         self.record = record
         self._lock = threading.Lock()
         self._requests: list[Any] = []
@@ -191,8 +173,6 @@ class ServerState:
         # item id → owner → the first stored response seen holding it (oldest ids dropped: ITEM_INDEX_LIMIT)
         self._items: dict[str, dict[str, str]] = {}
         self._contexts = ContextCache()
-
-    # -- what tests read and drive ------------------------------------------------
 
     @property
     def requests(self) -> list[Any]:
@@ -271,8 +251,6 @@ class ServerState:
         if self._owns_store:
             self.store.close()
 
-    # -- the request logic --------------------------------------------------------
-
     def record_request(self, body: object) -> None:
         """Remember a received body while `record` is on (called for every parsed POST, rejected or not)."""
         if self.record:
@@ -298,11 +276,7 @@ class ServerState:
         return self.finish(turn, reply or ModelReply(status="completed"))
 
     def resolve(
-        self,
-        body: object,
-        *,
-        owner: str | None = None,
-        link: Callable[[str], ChainLink | None] | None = None,
+        self, body: object, *, owner: str | None = None, link: Callable[[str], ChainLink | None] | None = None
     ) -> Turn:
         """Validate *body*, resolve its chain and check its context.
 
@@ -355,14 +329,8 @@ class ServerState:
         return pending
 
     def _record(self, pending: PendingResponse, response: dict[str, Any]) -> StoredResponse:
-        return StoredResponse(
-            id=response["id"],
-            previous_response_id=pending.request.previous_response_id,
-            status=response["status"],
-            input_items=pending.input_items,
-            response=response,
-            owner=pending.owner,
-        )
+        head = (response["id"], pending.request.previous_response_id, response["status"], pending.input_items)
+        return StoredResponse(*head, response, owner=pending.owner)
 
     def save_in_progress(self, pending: PendingResponse) -> None:
         """Store the response as ``in_progress`` (streams, before ``response.created``)."""
@@ -373,11 +341,8 @@ class ServerState:
         """Store the finished response (before its id or terminal event is sent)."""
         if not pending.request.store:
             return
-        saved = self.store.save(
-            self._record(pending, pending.response),
-            overwrite=overwrite,
-            expected_previous_response_id=pending.request.previous_response_id,
-        )
+        record, parent = self._record(pending, pending.response), pending.request.previous_response_id
+        saved = self.store.save(record, overwrite=overwrite, expected_previous_response_id=parent)
         self._remember_context(pending, saved)
         with self._lock:  # what ids resolve to (the inputs are resolved: no pointers among them)
             for item in [*pending.input_items, *pending.response["output"]]:
@@ -387,7 +352,7 @@ class ServerState:
                 del self._items[next(iter(self._items))]
 
     def _remember_context(self, pending: PendingResponse, saved: StoredResponse) -> None:
-        """Cache *saved*'s resolved chain: its parent's (the one this request resolved) plus its own items."""
+        """Cache *saved*'s resolved chain: the parent's this request resolved, plus its own items."""
         if saved.status not in CHAINABLE_STATUSES:
             return
         parent = pending.ancestry
@@ -490,13 +455,8 @@ class ServerState:
         start = 0 if after is None else ids.index(after) + 1 if after in ids else len(items)
         page = items[start : start + limit]
         first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": first,
-            "last_id": last,
-            "has_more": start + limit < len(items),
-        }
+        more = start + limit < len(items)
+        return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": more}
 
 
 def _unwind(
@@ -506,10 +466,8 @@ def _unwind(
     step: Callable[[str], tuple[str | None, list[Item], list[Item]] | None],
     max_depth: float = math.inf,
 ) -> list[Item]:
-    """The items of *response_id*'s chain, oldest first, ending with its *own_input*.  *step* gives an
-    ancestor's ``(parent, input items, output items)``, or None where the walk stops (as do a cycle and
-    *max_depth* responses).
-    """
+    """The items of *response_id*'s chain, oldest first, ending with its *own_input*; *step* gives an
+    ancestor's ``(parent, input items, output items)``, or None where the walk stops."""
     segments = [own_input]
     seen = {response_id}
     while parent is not None and parent not in seen and len(seen) <= max_depth:

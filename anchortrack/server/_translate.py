@@ -1,14 +1,7 @@
 """Request building for an upstream provider: Responses → Chat Completions (pure).
 
-`build_chat_request` sends only what Chat Completions accepts: the request's ``instructions`` as a leading
-``system`` message; messages with their text (chat ``image_url`` parts when a user message carries images;
-``developer`` becomes ``system``); consecutive calls of any tool type as one assistant message with
-``tool_calls``, each followed by its ``tool`` message (a call with no output in the context is left out); no
-reasoning items.
-
-Tools other than ``function`` become function tools with a JSON schema wrapper; `ChatPlan.tools` keeps each
-tool's type for restoring the reply.  A ``json_schema`` text format becomes a ``response_format``; degraded to
-``json_object``, the plan remembers the output must be valid JSON.
+Only what Chat Completions accepts is sent: no reasoning items, no call without its output; other tools than
+``function`` become function tools whose type `ChatPlan.tools` keeps for restoring the reply.
 """
 
 from __future__ import annotations
@@ -28,11 +21,8 @@ Message = dict[str, Any]
 
 @dataclass(frozen=True)
 class ChatPlan:
-    """One Chat Completions request and what the reply is restored with.
-
-    *tools* maps a tool's name to the type it was requested as: a provider call is restored to that type.
-    *json_schema*: the ``response_format`` sent is ``json_schema`` (degradable); *requires_valid_json*: it was
-    degraded to ``json_object``, so the output must parse as JSON.
+    """One Chat Completions request and what the reply is restored with: each tool's requested type by name;
+    whether it sends ``json_schema`` (degradable), or was degraded to ``json_object`` (the output must parse).
     """
 
     body: dict[str, Any]
@@ -50,10 +40,6 @@ class ChatPlan:
             return self
         body = dict(self.body, response_format={"type": "json_object"})
         return replace(self, body=body, requires_valid_json=True, json_schema=False)
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
 
 
 #: Content part type → its field holding text.
@@ -167,14 +153,8 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
 
 
 def build_tools(tools: Sequence[Item]) -> tuple[list[Item], dict[str, str]]:
-    """The chat ``tools`` for the request's *tools*, and each tool's requested type by name.
-
-    Tools without a name (``shell``, ``local_shell``, ``apply_patch``) are named after their type.
-
-    Raises:
-        APIError: 400 for a tool type no Chat Completions provider can run, or two tools that would share one
-            provider name.
-    """
+    """The chat ``tools`` for the request's *tools* (an unnamed one named after its type), and each tool's
+    requested type by name; APIError 400 for a tool no provider can run, or two sharing one name."""
     types: dict[str, str] = {}
     chat_tools: list[Item] = []
     for index, tool in enumerate(tools):
@@ -195,7 +175,8 @@ def build_tools(tools: Sequence[Item]) -> tuple[list[Item], dict[str, str]]:
             if tool.get("strict") is True:
                 function["strict"] = True
         else:  # a wrapper: the row's description, else the tool's (and its grammar)
-            description = spec.description or _str(tool.get("description"))
+            description = spec.description or tool.get("description")
+            description = description if isinstance(description, str) else ""
             fmt = tool.get("format")
             if not spec.description and isinstance(fmt, dict) and fmt.get("type") == "grammar":
                 description = (
@@ -237,14 +218,8 @@ def build_chat_request(
     degrade_json_schema: bool = False,
     max_tokens_field: str = "max_tokens",
 ) -> ChatPlan:
-    """The Chat Completions request for *request* over its resolved *context*.
-
-    *degrade_json_schema* sends ``json_object`` instead of ``json_schema``; *max_tokens_field* names where
-    ``max_output_tokens`` goes.
-
-    Raises:
-        APIError: 400 for tools or a ``tool_choice`` the provider cannot take.
-    """
+    """The Chat Completions request for *request* over its resolved *context* (APIError 400 for tools or a
+    ``tool_choice`` the provider cannot take)."""
     body = request.body
     chat: dict[str, Any] = {"model": model, "messages": build_messages(context, request.instructions)}
     tools, types = build_tools(body.get("tools") or [])
@@ -255,14 +230,10 @@ def build_chat_request(
             chat["tool_choice"] = choice
         if isinstance(body.get("parallel_tool_calls"), bool):
             chat["parallel_tool_calls"] = body["parallel_tool_calls"]
-    if body.get("max_output_tokens") is not None:
-        chat[max_tokens_field] = body["max_output_tokens"]
-    for name in ("temperature", "top_p"):
-        if body.get(name) is not None:
-            chat[name] = body[name]
+    sent = {"max_output_tokens": max_tokens_field, "temperature": "temperature", "top_p": "top_p"}
+    chat |= {key: body[name] for name, key in sent.items() if body.get(name) is not None}
     if request.stream:
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
+        chat |= {"stream": True, "stream_options": {"include_usage": True}}
     text = body.get("text")
     fmt = text.get("format") if isinstance(text, dict) else None
     plan = ChatPlan(body=chat, tools=types)
@@ -270,10 +241,8 @@ def build_chat_request(
         chat["response_format"] = {"type": "json_object"}
     elif isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         schema: dict[str, Any] = {"name": fmt.get("name") or "response", "schema": fmt.get("schema") or {}}
-        if isinstance(fmt.get("description"), str):
-            schema["description"] = fmt["description"]
-        if isinstance(fmt.get("strict"), bool):
-            schema["strict"] = fmt["strict"]
+        optional = (("description", str), ("strict", bool))
+        schema |= {key: fmt[key] for key, kind in optional if isinstance(fmt.get(key), kind)}
         chat["response_format"] = {"type": "json_schema", "json_schema": schema}
         plan = replace(plan, json_schema=True)
         if degrade_json_schema:

@@ -1,11 +1,9 @@
 """The Responses API's WebSocket mode at ``/v1/responses`` (``client.responses.connect()``).
 
-One socket carries many ``response.create`` events (a ``POST /v1/responses`` body plus the envelope fields
-``type``, ``stream_id`` and ``generate``), each answered with the event sequence of an HTTP stream, echoing
-its ``stream_id``. Creates of one lane (``stream_id``) run in order, lanes concurrently.  Each lane's latest
-chainable response stays in a connection-local cache that chains on this socket even with ``store: false`` or
-zero data retention. Refusals are error frames.  The semantics follow OpenAI's WebSocket-mode guide and the
-openai SDK; the server guide spells them out.
+Each ``response.create`` event (a ``POST`` body plus ``type``, ``stream_id``, ``generate``) is answered with
+an HTTP stream's events; creates of one lane (``stream_id``) run in order, lanes concurrently.  Each lane's
+latest chainable response is cached on the connection, so it chains there even unstored or under zero data
+retention.  The server guide spells out the semantics.
 """
 
 from __future__ import annotations
@@ -29,16 +27,14 @@ from starlette.websockets import WebSocket
 from anchortrack.server import _errors
 from anchortrack.server._chain import CHAINABLE_STATUSES
 from anchortrack.server._errors import APIError
-from anchortrack.server._events import TERMINAL_EVENTS
-from anchortrack.server._records import ChainLink, request_owner
+from anchortrack.server._events import TERMINAL_EVENTS, Event
+from anchortrack.server._records import ChainLink, Item, request_owner
 from anchortrack.server._request import decode_json, required
 from anchortrack.server._state import PendingResponse, ServerState
 
 
 logger = logging.getLogger("anchortrack.server")
 
-Item = dict[str, Any]
-Event = dict[str, Any]
 #: A lane: its ``stream_id``, or ``None`` for the default lane.
 Lane = str | None
 
@@ -70,12 +66,7 @@ def event_stream_id(event: object) -> str | None:
 
 
 def parse_client_event(event: object) -> CreateEvent:
-    """Validate a decoded client event; only ``response.create`` is served.
-
-    Raises:
-        APIError: 400 for a non-object, an unknown ``type``, a malformed ``stream_id`` (``invalid_stream_id``)
-            or ``generate``.
-    """
+    """Validate a decoded client event (only ``response.create`` is served); APIError 400 otherwise."""
     if not isinstance(event, dict):
         raise _errors.invalid_type("event", "an object", event)
     kind = required(event, "type", "type", str, "a string")
@@ -85,11 +76,10 @@ def parse_client_event(event: object) -> CreateEvent:
         )
     stream_id = event_stream_id(event)
     if stream_id is None and event.get("stream_id") is not None:
-        raise _errors.bad_request(
-            "stream_id",
-            "invalid_stream_id",
-            "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or periods.",
+        message = (
+            "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or periods."
         )
+        raise _errors.bad_request("stream_id", "invalid_stream_id", message)
     generate = event.get("generate", True)
     if not isinstance(generate, bool):
         raise _errors.invalid_type("generate", "a boolean", generate)
@@ -108,26 +98,19 @@ def error_frame(error: APIError, stream_id: str | None, sequence_number: int | N
 
 
 class ConnectionCache:
-    """The latest chainable response of each lane of one connection (pure, not thread-safe).
-
-    A cached response is kept as one flattened `ChainLink`: its input items are the whole context the model
-    saw, its parent ``None`` — so it resolves without the store, whatever its ancestors' fate.
-    """
+    """The latest chainable response of each lane of one connection (not thread-safe), each as one flattened
+    `ChainLink` (its input items the whole context the model saw): it resolves without the store."""
 
     def __init__(self) -> None:
         self._latest: dict[Lane, ChainLink] = {}
 
     def lookup(self, response_id: str) -> ChainLink | None:
-        """The cached response *response_id* (the latest of some lane), or ``None``."""
         return next((link for link in self._latest.values() if link.id == response_id), None)
 
     def remember(
         self, lane: Lane, response_id: str, status: str, context: list[Item], output: list[Item]
     ) -> None:
-        """Make *response_id* its lane's latest response."""
-        self._latest[lane] = ChainLink(
-            id=response_id, previous_response_id=None, status=status, input_items=context, output=output
-        )
+        self._latest[lane] = ChainLink(response_id, None, status, context, output)
 
     def evict_referenced(self, lane: Lane, response_id: str) -> bool:
         """After a failed create on *lane* that referenced *response_id*: evict it if it is that lane's."""
@@ -144,11 +127,9 @@ class ConnectionCache:
         return bool(lanes)
 
     def snapshot(self) -> dict[Lane, str]:
-        """Lane → id of its cached response."""
         return {lane: link.id for lane, link in self._latest.items()}
 
     def clear(self) -> None:
-        """Forget everything (the socket closed)."""
         self._latest.clear()
 
 
@@ -195,7 +176,7 @@ class _Connection:
 
 @dataclass(frozen=True)
 class ReceivedFrame:
-    """One client frame as received: its connection, size in bytes and decoded JSON (or ``None``)."""
+    """One client frame as received: its connection, size and decoded JSON (or ``None``)."""
 
     connection: str
     bytes: int
@@ -205,9 +186,7 @@ class ReceivedFrame:
 class WebSocketHub:
     """The WebSocket endpoint over the `ServerState` the HTTP routes share: open connections and their caches.
 
-    Attributes:
-        max_age: Seconds a connection stays open (for connections opened afterwards).
-        max_named_streams: Distinct named lanes per connection.
+    *max_age* (seconds a connection opened afterwards stays open) and *max_named_streams* may be changed.
     """
 
     def __init__(self, state: ServerState) -> None:
@@ -291,24 +270,21 @@ class WebSocketHub:
                 cached if cached is not None or self.state.zdr else self.state.link(response_id, conn.owner)
             )
 
-        parent = event.body.get("previous_response_id")
+        lane, parent = event.stream_id, event.body.get("previous_response_id")
         parent = parent if isinstance(parent, str) else None
         with self._lock:
             parent_cached = parent is not None and conn.cache.lookup(parent) is not None
         try:
             if self.state.backend is not None:
-                raise _errors.bad_request(
-                    None,
-                    "unsupported_websocket_upstream",
-                    "The WebSocket mode is not served in front of an upstream provider; "
-                    "send this request over HTTP (POST /v1/responses).",
-                )
+                message = "The WebSocket mode is not served in front of an upstream provider; "
+                message += "send this request over HTTP (POST /v1/responses)."
+                raise _errors.bad_request(None, "unsupported_websocket_upstream", message)
             pending = self.state.prepare(event.body, owner=conn.owner, link=link, generate=event.generate)
         except APIError as error:
             if parent is not None:
                 with self._lock:
-                    conn.cache.evict_referenced(event.stream_id, parent)
-            await conn.send(error_frame(error, event.stream_id))
+                    conn.cache.evict_referenced(lane, parent)
+            await conn.send(error_frame(error, lane))
             return
         to_save = pending if pending.request.store and not self.state.zdr else None
         if to_save is not None and parent_cached and self.state.link(str(parent), conn.owner) is None:
@@ -322,19 +298,16 @@ class WebSocketHub:
                 self.state.save_in_progress(to_save)
             except Exception:
                 logger.error("anchortrack.server.save_failed", exc_info=True)
-                await conn.send(error_frame(_errors.save_failed(), event.stream_id))
+                await conn.send(error_frame(_errors.save_failed(), lane))
                 return
-        # *pending*'s events (see `ServerState.live_events`), caching it before the terminal one
-        lane_id = {} if event.stream_id is None else {"stream_id": event.stream_id}
+        lane_id = {} if lane is None else {"stream_id": lane}
         async with aclosing(self.state.live_events(pending, to_save)) as events:
             async for item in events:
                 if item["type"] == "error":  # the final save failed
-                    await conn.send(
-                        error_frame(_errors.save_failed(), event.stream_id, item["sequence_number"])
-                    )
+                    await conn.send(error_frame(_errors.save_failed(), lane, item["sequence_number"]))
                     return
                 if item["type"] in TERMINAL_EVENTS.values():
-                    self._update_cache(conn, event.stream_id, pending)
+                    self._update_cache(conn, lane, pending)
                 if not await conn.send({**item, **lane_id}):
                     return
                 if item["type"] == "response.created" and conn.drop_after_created is not None:
@@ -354,10 +327,8 @@ class WebSocketHub:
 
     async def _age_out(self, conn: _Connection, max_age: float) -> None:
         await asyncio.sleep(max_age)
-        message = (
-            f"This WebSocket connection has reached its maximum duration of {max_age / 60:g} minutes. "
-            "Open a new connection to continue."
-        )
+        message = f"This WebSocket connection has reached its maximum duration of {max_age / 60:g} minutes. "
+        message += "Open a new connection to continue."
         error = _errors.bad_request(None, "websocket_connection_limit_reached", message)
         await conn.send(error_frame(error, None))
         await conn.close(1001, "connection limit reached")
@@ -367,14 +338,12 @@ class WebSocketHub:
 
         async def connections(request: Request) -> Response:
             with self._lock:
-                caches = {conn.id: conn.cache.snapshot() for conn in self._connections.values()}
-            data = [
-                {
-                    "id": conn_id,
-                    "cached": [{"stream_id": lane, "response_id": rid} for lane, rid in cached.items()],
-                }
-                for conn_id, cached in caches.items()
+                caches = {conn.id: conn.cache.snapshot().items() for conn in self._connections.values()}
+            rows = [
+                (key, [{"stream_id": k, "response_id": v} for k, v in cached])
+                for key, cached in caches.items()
             ]
+            data = [{"id": key, "cached": cached} for key, cached in rows]
             return JSONResponse({"object": "list", "data": data})
 
         async def drop(request: Request) -> Response:

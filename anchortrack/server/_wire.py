@@ -1,9 +1,4 @@
-"""`WireTap`: the exact request bodies an openai client puts on the wire.
-
-A `WireTap` is a ``request`` event hook on the openai client's own HTTP client, for tests, demos and
-benchmarks that check or measure what a client sent.  `http_client_classes` names those classes (they differ
-between openai 2 and 3).
-"""
+"""`WireTap`: the exact request bodies an openai client puts on the wire."""
 
 from __future__ import annotations
 
