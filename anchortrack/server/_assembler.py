@@ -52,9 +52,9 @@ class _Live:
         if not self.secret:
             return delta
         text = (self.pending + delta).replace(self.secret, REDACTED)
-        keep = len(self.secret) - 1
-        self.pending = text[-keep:]
-        return text[: max(0, len(text) - keep)]
+        cut = max(0, len(text) - len(self.secret) + 1)  # the tail that could still begin the secret
+        self.pending = text[cut:]
+        return text[:cut]
 
     def flush(self) -> str:
         text, self.pending = self.pending, ""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from anchortrack.server._errors import missing_parameter, unsupported
+from anchortrack.server._facts import is_reference
 from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES, OUTPUTS, TEXT_PARTS, bridged_call, output_text
 from anchortrack.server._request import CreateRequest
 
@@ -103,12 +104,11 @@ def build_messages(context: Sequence[Item], instructions: str | list[Any] | None
             if isinstance(item, dict) and item.get("type", "message") == "message"
         )
 
-    by_id = {
-        item["id"]: item
-        for item in context
-        if isinstance(item.get("id"), str) and item.get("type") != "item_reference"
-    }
-    items = [by_id.get(item["id"], {}) if item.get("type") == "item_reference" else item for item in context]
+    by_id: dict[str, Item] = {}  # a reference names the first item with its id, as `Facts` pairs it
+    for item in context:
+        if isinstance(item.get("id"), str) and not is_reference(item):
+            by_id.setdefault(item["id"], item)
+    items = [by_id.get(item["id"], {}) if is_reference(item) else item for item in context]
     outputs: dict[str, Item] = {}
     for item in items:
         if bridged_call(OUTPUTS.get(str(item.get("type")))) is not None:

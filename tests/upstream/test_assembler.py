@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from anchortrack.server import ServerState
 from anchortrack.server._assembler import StreamAssembler
 from anchortrack.server._reconstruct import Origin, reconstruct
@@ -72,11 +74,16 @@ def test_stream_reply_equals_reconstruction_of_the_same_completion() -> None:
     assert [item["type"] for item in reply.output] == ["reasoning", "message"]
 
 
-def test_a_secret_split_across_deltas_never_leaves_unredacted() -> None:
-    """Deltas hold back a possible secret prefix; joined they equal the redacted final text."""
-    secret = "sk-abcdefgh"
+@pytest.mark.parametrize(
+    ("secret", "size"), [("sk-abcdefgh", 3), ("sk-abcdefgh", 1), ("Q", 3), ("Q", 1), ("QZ", 2)]
+)
+def test_a_secret_split_across_deltas_never_leaves_unredacted(secret: str, size: int) -> None:
+    """Deltas hold back a possible secret prefix; joined they equal the redacted final text (a one-character
+    secret, which holds nothing back, included)."""
     text = f"key={secret}; again {secret[:5]}|{secret} end {secret[:3]}"
-    chunks = [_chunk({"content": text[i : i + 3]}) for i in range(0, len(text), 3)] + [_chunk({}, "stop")]
+    chunks = [_chunk({"content": text[i : i + size]}) for i in range(0, len(text), size)] + [
+        _chunk({}, "stop")
+    ]
 
     events, reply = _run(StreamAssembler(_plan(), ORIGIN, secret=secret), chunks)
 

@@ -251,6 +251,19 @@ def test_message_forms() -> None:
 
 
 @pytest.mark.parametrize(
+    "reference", [{"type": "item_reference", "id": "m1"}, {"id": "m1"}], ids=["typed", "bare"]
+)
+def test_a_reference_is_sent_as_the_item_its_id_names(reference: dict[str, Any]) -> None:
+    """Both spellings of a reference become the first item with that id, as the context checks pair it."""
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}
+    context = [{"id": "m1", **said}, {"id": "m1", **said, "content": "other"}, reference]
+
+    messages = build_messages(context, [])
+
+    assert messages[-1] == {"role": "assistant", "content": "hi"}
+
+
+@pytest.mark.parametrize(
     ("tools", "param", "words"),
     [
         (
