@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 #: Bump once per release in which the canonical bytes of any item change (a type gaining a row included):
 #: it is part of every digest, so anchors recorded under another version are never matched.
-CANONICAL_VERSION = 3
+CANONICAL_VERSION = 4
 
 _INPUT_ROLES = frozenset({"user", "system", "developer"})
 #: Keys the SDK adds to parsed models; never part of the wire form.
@@ -41,7 +41,12 @@ _EMPTY_DEFAULT_KEYS = frozenset({"annotations", "logprobs"})
 _ID_STATUS = frozenset({"id", "status"})
 _ID = frozenset({"id"})
 _NOTHING: frozenset[str] = frozenset()
-_TOOL_PARAMETERS = (("tools", "*", "parameters"), ("tools", "*", "tools", "*", "parameters"))
+#: A tool definition's open JSON schemas, at the top and inside a namespace tool's tools.
+_TOOL_PARAMETERS = tuple(
+    (*outer, key)
+    for outer in (("tools", "*"), ("tools", "*", "tools", "*"))
+    for key in ("parameters", "output_schema")
+)
 
 
 class ItemType(NamedTuple):
@@ -162,14 +167,14 @@ ITEM_TYPES: dict[str, ItemType] = {
         free_form=(("arguments",),),
     ),
     "tool_search_output": ItemType(
-        "call_id is optional: the id may link; tools' parameters verbatim",
+        "call_id is optional: the id may link; tools' parameters and output_schema verbatim",
         answers=("tool_search_call", "call_id"),
         free_form=_TOOL_PARAMETERS,
     ),
     "program": ItemType("the spec requires the id on input"),
     "program_output": ItemType("the spec requires the id on input", answers=("program", "call_id")),
     "additional_tools": ItemType(
-        "not proven bookkeeping; tools' parameters verbatim", free_form=_TOOL_PARAMETERS
+        "not proven bookkeeping; tools' parameters and output_schema verbatim", free_form=_TOOL_PARAMETERS
     ),
     "compaction_trigger": ItemType("not proven bookkeeping"),
     "configuration_update": ItemType(

@@ -54,6 +54,7 @@ def _free_form_pairs(value: object, other: object) -> list[Any]:
     def items(v: object) -> list[tuple[str, dict[str, Any]]]:
         schema = _schema_with(v)
         tool = {"type": "function", "name": "f", "parameters": schema, "strict": False}
+        returning = {"type": "function", "name": "f", "parameters": {}, "output_schema": schema}
         args = {"query": "x"} if v is ... else {"query": "x", "limit": v}
         return [
             ("mcp-list-tools-input-schema", {"type": "mcp_list_tools", "id": "l", "server_label": "s",
@@ -62,7 +63,10 @@ def _free_form_pairs(value: object, other: object) -> list[Any]:
                                              "tools": [{"name": "t", "input_schema": {},
                                                         "annotations": schema}]}),
             ("additional-tools", {"type": "additional_tools", "tools": [tool]}),
+            ("additional-tools-output-schema", {"type": "additional_tools", "tools": [returning]}),
             ("tool-search-output", {"type": "tool_search_output", "call_id": "c", "tools": [tool]}),
+            ("tool-search-output-output-schema", {"type": "tool_search_output", "call_id": "c",
+                                                  "tools": [{"type": "namespace", "tools": [returning]}]}),
             ("tool-search-call-arguments", {"type": "tool_search_call", "call_id": "c", "arguments": args}),
             ("configuration-update-schema", {"type": "configuration_update", "id": "cu",
                                              "text": {"format": {"type": "json_schema", "name": "n",
@@ -924,7 +928,7 @@ def test_model_output_follows_the_row() -> None:
 #: entry is never edited: when the digest changes (an item's canonical bytes changed, or a type gained a
 #: row), bump CANONICAL_VERSION and add the new version's entry; while that version is unreleased, a
 #: further change replaces its entry (docs/code.md, "A new item type").
-CANONICAL_DIGESTS = {3: "c77296dd8ed45c0c61fe77f03cfc8730"}
+CANONICAL_DIGESTS = {3: "c77296dd8ed45c0c61fe77f03cfc8730", 4: "c77296dd8ed45c0c61fe77f03cfc8730"}
 
 
 def test_canonical_bytes_change_only_with_the_canonical_version() -> None:

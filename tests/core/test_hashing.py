@@ -25,14 +25,14 @@ def test_golden_digests_are_stable() -> None:
     scope = Scope("https://api.openai.com/v1")
     history = ["hi", {"role": "assistant", "content": "yo"}]
 
-    assert SCHEME == "anchortrack/3.2"
+    assert SCHEME == "anchortrack/4.2"
     assert fingerprint("hi").hex() == "c12dc832a3536f7c97db6d52e8e861f1"
     assert scope.key == "169b4acc8b78eb44"
-    assert scope.root(None).hex() == "8743b18dcadec05d92323b8fe91d98ac"
-    assert scope.root(b"k").hex() == "732abc956d3d30a52310aebc2dc9ffff"
+    assert scope.root(None).hex() == "26d436002cd56d0e6caf15eb8d072db3"
+    assert scope.root(b"k").hex() == "756aa24756b4288100995043b4b1383f"
     assert (
         prefix_hashes(scope.root(None), [fingerprint(i) for i in history])[-1].hex()
-    ) == "bb055d0f3067cdc58ddff425fb41c99c"
+    ) == "46d389b5b2452f28bb30f6aebbfd5542"
 
 
 def test_scope_parts_and_secret_change_the_root() -> None:
