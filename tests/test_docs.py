@@ -371,6 +371,33 @@ def test_the_operations_page_lists_every_snapshot_key_and_metric() -> None:
     assert _first_column(text, "| metric | type | labels |") == series
 
 
+def test_the_vocabulary_table_has_a_row_for_each_outcome_field() -> None:
+    """
+    "One record, one vocabulary" names every `Outcome` field, in order, under its own name as the event
+    key and ``anchortrack.<field>`` as the span attribute; a field a `METRICS` row counts under its own
+    name shows that snapshot key and that Prometheus series.
+    """
+    import attrs
+
+    from anchortrack._outcome import Outcome
+    from anchortrack._stats import METRICS
+
+    table = _operations().split("| `Outcome` field |", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = cells
+    assert list(rows) == [field.name for field in attrs.fields(Outcome)]
+    for name, (_, snapshot, event, span, prometheus, _) in rows.items():
+        assert event.startswith(f"`{name}`"), name
+        assert span == f"`anchortrack.{name}`", name
+        for m in METRICS:
+            if m.field == name and m.key == name:
+                assert f"`{m.key}`" in snapshot, name
+                assert m.metric is not None
+                assert m.metric in prometheus, name
+
+
 def test_the_operations_page_lists_every_environment_variable() -> None:
     """
     Every ``ANCHORTRACK_*`` variable the package reads has its row in docs/operations.md's table: the
