@@ -243,16 +243,19 @@ def _connecting(base: type[Any]) -> Callable[..., Any]:
 
 
 def _responses(base: type[Any], doc: str, *names: str) -> type[Any]:
-    """The tracked subclass of the SDK's responses resource *base*: *names*, and ``connect`` if it has one."""
-    tracked = {name: _tracked(base, name) for name in names}
-    if hasattr(base, "connect"):  # WebSocket mode (openai >= 2.22)
-        tracked["connect"] = _connecting(base)
+    """The tracked subclass of the SDK's responses resource *base*: those of *names* it has."""
+    tracked = {
+        name: _connecting(base) if name == "connect" else _tracked(base, name)
+        for name in names
+        if hasattr(base, name)  # ``connect``: WebSocket mode (openai >= 2.22)
+    }
     return type(f"_{doc.replace(' ', '')}", (base,), {"__doc__": doc, "__module__": __name__, **tracked})
 
 
-_TrackedResponses = _responses(Responses, "Tracked Responses", "create", "parse")
-_AsyncTrackedResponses = _responses(AsyncResponses, "Async Tracked Responses", "create", "parse")
-try:  # ``client.beta.responses``: ``create`` chains like the stable one, with the same tracker
+_TrackedResponses = _responses(Responses, "Tracked Responses", "create", "parse", "connect")
+_AsyncTrackedResponses = _responses(AsyncResponses, "Async Tracked Responses", "create", "parse", "connect")
+try:  # ``client.beta.responses``: ``create`` chains like the stable one, with the same tracker; its
+    # ``connect`` is the SDK's own, untracked
     from openai.resources.beta.responses import AsyncResponses as AsyncBetaResponses
     from openai.resources.beta.responses import Responses as BetaResponses
 

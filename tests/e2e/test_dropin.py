@@ -215,6 +215,24 @@ beta_only = pytest.mark.skipif(not HAS_BETA_RESPONSES, reason="this openai versi
 
 
 @beta_only
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_beta_connect_is_the_sdks_own(is_async: bool) -> None:
+    """Only the beta resource's ``create`` is tracked: its ``connect()`` sockets go out as the SDK makes
+    them (tracking them broke the SDK's Azure key policy across a reconnect: its own tests)."""
+    client = (openai.AsyncOpenAI if is_async else openai.OpenAI)(api_key="k")
+    wrapped = anchortrack.wrap(client)
+    beta = type(wrapped.beta.responses)
+    sdk = type(client.beta.responses)
+    assert beta is not sdk
+    assert beta.create is not sdk.create
+    if hasattr(sdk, "connect"):
+        assert beta.connect is sdk.connect
+    stable = type(client.responses)
+    if hasattr(stable, "connect"):  # WebSocket mode (openai >= 2.22): tracked on the stable resource
+        assert type(wrapped.responses).connect is not stable.connect
+
+
+@beta_only
 def test_beta_tool_loop_chains_end_to_end(
     server: ResponsesServer, client: openai.OpenAI, wire: WireTap
 ) -> None:
