@@ -301,7 +301,10 @@ def _caller_managed(ctx: CallContext, request: Request) -> Flow:
             # this response: what it was made with is not what was sent.
             skip = Reason.PROPERTIES_CHANGED
         base, n = extend(parent.view, fps), parent.count + len(fps)
-        ticket = Ticket(ctx.scope_key, base, n, None, skip, parent.expires_at, request.properties, parent_id)
+        ticket = Ticket(
+            ctx.scope_key, base, n, skip_reason=skip, expires_at=parent.expires_at,
+            properties=request.properties, parent=parent_id,
+        )  # fmt: skip
     yield from _planned(ctx, Plan(Reason.CALLER_MANAGED, total=len(request.items), rejected=rejected))
     if parent_id is not None:
         event = "anchortrack.hint_caller_managed"

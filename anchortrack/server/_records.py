@@ -132,20 +132,27 @@ def _json(value: object) -> str:
 
 
 def encode_row(record: StoredResponse, created_at: float, expires_at: float) -> Row:
-    input_json, output_json = _json(record.input_items), _json(record.output)
-    head = (record.id, record.previous_response_id, record.status, created_at, expires_at)
-    return Row(*head, input_json, output_json, _json(record.response), record.owner)
+    return Row(
+        record.id, record.previous_response_id, record.status, created_at=created_at, expires_at=expires_at,
+        input_json=_json(record.input_items), output_json=_json(record.output),
+        response_json=_json(record.response), owner=record.owner,
+    )  # fmt: skip
 
 
 def decode_row(row: Row) -> StoredResponse:
     """Decode a row into a fresh, caller-owned record."""
-    head = (row.id, row.previous_response_id, row.status, json.loads(row.input_json))
-    return StoredResponse(*head, json.loads(row.response_json), row.created_at, row.expires_at, row.owner)
+    return StoredResponse(
+        row.id, row.previous_response_id, row.status, input_items=json.loads(row.input_json),
+        response=json.loads(row.response_json), created_at=row.created_at, expires_at=row.expires_at,
+        owner=row.owner,
+    )  # fmt: skip
 
 
 def row_link(row: Row) -> ChainLink:
-    head = (row.id, row.previous_response_id, row.status, json.loads(row.input_json))
-    return ChainLink(*head, json.loads(row.output_json), row.owner, row.created_at)
+    return ChainLink(
+        row.id, row.previous_response_id, row.status, input_items=json.loads(row.input_json),
+        output=json.loads(row.output_json), owner=row.owner, created_at=row.created_at,
+    )  # fmt: skip
 
 
 class ResponseStore:

@@ -169,7 +169,7 @@ def parse_create_request(body: object) -> CreateRequest:
         message += "numbers, underscores, or dashes, but this value contained additional characters."
         raise invalid_value("previous_response_id", message)
     store, stream = body.get("store") is not False, body.get("stream") is True
-    return CreateRequest(body, model, items, instructions, previous, store, stream)
+    return CreateRequest(body, model, items, instructions, previous, store=store, stream=stream)
 
 
 #: Deepest nesting of arrays and objects accepted in a request body.
