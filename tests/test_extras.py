@@ -45,12 +45,13 @@ def test_metrics_without_prometheus_client(tmp_path: Path) -> None:
     ) == proc.stdout
 
 
-@pytest.mark.parametrize(("module", "failing"), [("uvicorn", 1), ("starlette", 2)])
+@pytest.mark.parametrize(("module", "failing"), [("uvicorn", 1), ("starlette", 2), ("h2", 1)])
 def test_server_without_the_web_stack(tmp_path: Path, module: str, failing: int) -> None:
-    """anchortrack.server imports; what needs the web stack (ResponsesServer; create_app) names the extra."""
+    """anchortrack.server imports; what needs the web stack (ResponsesServer; create_app) or h2 (the upstream
+    client, HTTP/2 to a provider) names the extra."""
     code = (
         "import anchortrack.server\n"
-        "for name in ('ResponsesServer', 'create_app'):\n"
+        "for name in ('ResponsesServer', 'create_app', 'Upstream'):\n"
         "    try:\n"
         "        getattr(anchortrack.server, name)\n"
         "    except ImportError as error:\n"
@@ -62,21 +63,6 @@ def test_server_without_the_web_stack(tmp_path: Path, module: str, failing: int)
     lines = proc.stdout.splitlines()
     assert failing == len(lines)
     assert all(f"({module} is missing): pip install 'anchortrack[server]'" in line for line in lines)
-
-
-def test_the_upstream_without_h2(tmp_path: Path) -> None:
-    """The upstream client (HTTP/2 to a provider) names the server extra when h2 is missing."""
-    code = (
-        "import anchortrack.server\n"
-        "try:\n"
-        "    anchortrack.server.Upstream\n"
-        "except ImportError as error:\n"
-        "    print(error)\n"
-    )
-    proc = _run(tmp_path, ["h2"], "-c", code)
-
-    assert 0 == proc.returncode, proc.stderr
-    assert "(h2 is missing): pip install 'anchortrack[server]'" in proc.stdout
 
 
 def test_examples_without_the_web_stack(tmp_path: Path) -> None:
