@@ -1,12 +1,10 @@
-"""Tracking ``client.responses.connect()``, the Responses API's WebSocket mode (openai >= 2.32: the SDK's
-private names it needs are checked by `anchortrack._seams` on each ``connect()``; `anchortrack._client`
-imports this module on the first ``connect()`` of a wrapped client).
-
-The SDK's own manager and connection, retagged to subclasses. ``conn.send`` plans a ``response.create``
-before the SDK serializes it (a chained one serializes only its delta); each socket's transport plans the
-creates nobody planned (a session lane's, one queued while reconnecting). ``recv_bytes`` hands each frame
-to the `SocketBook`: responses are recorded, and the error frame refusing an anchor anchortrack chained to
-is swallowed while the create is resent in full, once; any other frame reaches the caller byte for byte."""
+"""Tracking ``client.responses.connect()`` (WebSocket mode, openai >= 2.32; `anchortrack._seams` checks the
+SDK's private names on each ``connect()``): the SDK's manager and connection, retagged to subclasses.
+``conn.send`` plans a ``response.create`` before the SDK serializes it (a chained one: only its delta); each
+socket's transport plans the creates nobody planned (a session lane's, one queued while reconnecting).
+``recv_bytes`` hands each frame to the `SocketBook`: responses are recorded, and the error frame refusing an
+anchor anchortrack chained to is swallowed while the create is resent in full, once; any other frame reaches
+the caller byte for byte."""
 
 from __future__ import annotations
 
@@ -125,10 +123,9 @@ class _Socket:
     and its send locks. A fault inside anchortrack sends the event, or lets the frame in, as given."""
 
     def __init__(self, calls: Calls, scope: Callable[[], Scope]) -> None:
-        self.calls = calls
+        self.calls, self.scope = calls, scope
         #: Run one of this socket's flows, performing its effects (sync, async).
         self.run, self.arun = calls.run, calls.arun
-        self.scope = scope
         self.book = SocketBook()
         self.send_lock = threading.Lock()
         self.asend_lock = asyncio.Lock()  # bound to its event loop on first use
@@ -278,9 +275,8 @@ class _Socket:
 
     @contextlib.contextmanager
     def sending(self, pending: Pending, framed: _Framed | None = None) -> Iterator[None]:
-        """Send *pending*'s frame inside: its lane awaits its answer, unless the send fails. Then the create
-        ends, unless *framed*, a text openai 2.x sends again itself after reconnecting, keeps it until then
-        (planned again: in full if it chained from this socket's local anchor)."""
+        """Send *pending*'s frame inside: its lane awaits its answer; a failed send ends the create, unless
+        *framed* (a text openai 2.x resends after reconnecting, then planned again) keeps it until then."""
         self.book.commit(pending)
         try:
             yield
@@ -316,8 +312,7 @@ class _Transport:
     """A new socket's connection (attached when made): it sends every frame, planning unplanned creates."""
 
     def __init__(self, ws: Any, socket: _Socket) -> None:
-        self._ws = ws
-        self._socket = socket
+        self._ws, self._socket = ws, socket
         socket.attach()
         socket.transport = self
 
