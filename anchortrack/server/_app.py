@@ -1,5 +1,4 @@
-"""
-The HTTP shell: Starlette routes over `ServerState`.
+"""The HTTP shell: Starlette routes over `ServerState`.
 
 ``POST``, ``GET``, ``DELETE /v1/responses[/{id}]``, ``GET …/input_items``, ``POST …/cancel`` (always refused:
 there are no background responses), the WebSocket mode, and with ``test_hooks=True`` the ``/_test`` hooks.  A
@@ -55,11 +54,9 @@ _SEQUENCE = re.compile(rb'"sequence_number":(\d+)')
 
 
 class _Gate:
-    """
-    Refuses unknown API keys under ``/v1`` (when keys are required); adds ``x-request-id``; answers a request
-    cancelled by the server's shutdown (``--shutdown-timeout`` passed) in OpenAI's shape: 503
-    ``server_error`` before the status line, an ``error`` event after it; one log line, no traceback.
-    """
+    """Refuses unknown API keys under ``/v1`` (when keys are required); adds ``x-request-id``; answers a
+    request cancelled by the server's shutdown (``--shutdown-timeout`` passed) in OpenAI's shape: 503
+    ``server_error`` before the status line, an ``error`` event after it; one log line, no traceback."""
 
     def __init__(self, app: ASGIApp, owners: frozenset[str] | None) -> None:
         self.app = app
@@ -158,8 +155,7 @@ def _query_int(request: Request, name: str, default: int) -> int:
 def create_app(
     state: ServerState | None = None, *, test_hooks: bool = False, api_keys: Iterable[str] | None = None
 ) -> Starlette:
-    """
-    Build the ASGI app serving the Responses API over *state*.
+    """Build the ASGI app serving the Responses API over *state*.
 
     Args:
         state: The server state (a fresh memory-backed one by default); available afterwards as
@@ -261,12 +257,10 @@ def create_app(
 
 
 async def _backend_response(state: ServerState, backend: AsyncModel, body: object, owner: str) -> Response:
-    """
-    Answer one create request of *owner* through an asynchronous *backend*.  A stream starts the backend
+    """Answer one create request of *owner* through an asynchronous *backend*.  A stream starts the backend
     first, so a provider that is down or refuses gives an HTTP error, not a broken stream; a failure
     mid-stream, or a client that goes away, ends it with an ``error`` event and removes the ``in_progress``
-    record.
-    """
+    record."""
     turn = state.resolve(body, owner=owner)
     if not turn.request.stream:
         pending = state.finish(turn, await backend.reply(turn))

@@ -1,5 +1,4 @@
-"""
-`Pool`: the upstream's HTTP client, keep-alive connections to one provider on asyncio streams.
+"""`Pool`: the upstream's HTTP client, keep-alive connections to one provider on asyncio streams.
 
 A request takes the most recently released idle connection (or opens one) and gives it back once its
 answer was read to the end, so a request costs its own bytes whatever the number of connections.
@@ -294,11 +293,9 @@ class Response:
 
 
 class Pool:
-    """
-    Keep-alive connections to the origin of *base_url*, each request waiting *timeout* seconds at most
-    to connect and for each read (`TransportError` ``ConnectTimeout`` / ``ReadTimeout``).  Over TLS
-    *ssl_context* is made to offer HTTP/2 (ALPN).
-    """
+    """Keep-alive connections to the origin of *base_url*, each request waiting *timeout* seconds at most to
+    connect and for each read (`TransportError` ``ConnectTimeout`` / ``ReadTimeout``).  Over TLS *ssl_context*
+    is made to offer HTTP/2 (ALPN)."""
 
     def __init__(
         self, base_url: str, timeout: float, ssl_context: ssl.SSLContext | None, headers: Mapping[str, str]

@@ -1,5 +1,4 @@
-"""
-`ResponsesServer`: the app served by uvicorn in a background thread; `uvicorn_config` for both it and
+"""`ResponsesServer`: the app served by uvicorn in a background thread; `uvicorn_config` for both it and
 ``anchortrack serve``.
 
 A client cannot hold the server: headers and body must arrive within `Timeouts`, and a shutdown cancels
@@ -116,8 +115,7 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
 
 class ResponsesServer:
-    """
-    A local Responses API server on a loopback port, for tests and demos.
+    """A local Responses API server on a loopback port, for tests and demos.
 
     Use it as a context manager (or call `start` and `stop`).
 
@@ -190,8 +188,7 @@ class ResponsesServer:
         return f"{self.url}/v1"
 
     def start(self, timeout: float = 10.0) -> ResponsesServer:
-        """
-        Start serving in a background thread; return once connections are served.
+        """Start serving in a background thread; return once connections are served.
 
         Raises:
             RuntimeError: Already started or stopped, or uvicorn did not start within *timeout* seconds.

@@ -78,10 +78,8 @@ class Model(Protocol):
 
 @dataclass(frozen=True)
 class Turn:
-    """A validated create request, not yet answered.
-
-    *chain*: its stored ancestors when they were read (empty when *ancestry* came from the `ContextCache`);
-    *context*: the chain's items, then the new input, resolved.
+    """A validated create request, not yet answered: *chain*, its stored ancestors when they were read (empty
+    when *ancestry* came from the `ContextCache`); *context*, the chain's items, then the new input, resolved.
     """
 
     request: CreateRequest
@@ -185,10 +183,8 @@ class ServerState:
             self._requests.clear()
 
     def resolved_context(self, response_id: str) -> list[Item]:
-        """The items the model saw for *response_id* (stored or not, while `record` is on), oldest first.
-
-        Item references and by-id reasoning items are resolved; no instructions, not the response's own
-        output.
+        """The items the model saw for *response_id* (stored or not, while `record` is on), oldest first, item
+        references and by-id reasoning items resolved; no instructions, not the response's own output.
 
         Raises:
             KeyError: The server created no such response (or was not recording).
@@ -207,11 +203,9 @@ class ServerState:
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
         """The item with this id of *owner*'s (any, for None) oldest live stored response holding it, or None.
 
-        An id names the item first stored under it, as on OpenAI, where an item id names one item for good: a
-        later input reusing the id with other content (a redacted copy sent back in full) is stored as sent
-        but does not change what the id resolves to, so a request naming the id sees what a chain through the
-        first holder replays.  When the index names no live holder (deleted, expired, saved before a restart),
-        the store is searched, oldest first.
+        An id names the item first stored under it, for good, as on OpenAI: a later input reusing the id with
+        other content is stored as sent but does not change what the id resolves to.  When the index names no
+        live holder (deleted, expired, saved before a restart), the store is searched, oldest first.
         """
         with self._lock:
             known = dict(self._items.get(item_id, {}))
@@ -266,11 +260,8 @@ class ServerState:
         link: Callable[[str], ChainLink | None] | None = None,
         generate: bool = True,
     ) -> PendingResponse:
-        """`resolve` *body*, then answer it with the model.
-
-        *generate* ``False`` answers without the model: a ``completed`` response with no output (a WebSocket
-        warm-up).
-        """
+        """`resolve` *body*, then answer it with the model (*generate* ``False``: without it, a ``completed``
+        response with no output, as a WebSocket warm-up)."""
         turn = self.resolve(body, owner=owner, link=link)
         reply = self.model.respond(turn.context, instructions=turn.request.instructions) if generate else None
         return self.finish(turn, reply or ModelReply(status="completed"))
@@ -379,12 +370,9 @@ class ServerState:
     async def live_events(
         self, pending: PendingResponse, to_save: PendingResponse | None
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """*pending*'s events as a live stream sends them (HTTP and WebSocket alike).
-
-        Its delay is waited after ``response.in_progress``; *to_save* (if any) is saved before the terminal
-        event, which becomes an ``error`` event when that fails.  Closed early (the client went away) it still
-        saves.  Close it with `contextlib.aclosing`.
-        """
+        """*pending*'s events as a live stream sends them (HTTP and WebSocket alike), its delay waited after
+        ``response.in_progress``; *to_save* (if any) is saved before the terminal event (an ``error`` event
+        when that fails), and even if closed early.  Close it with `contextlib.aclosing`."""
         events = stream_events(pending.response)
         finished = False
         try:
@@ -424,10 +412,8 @@ class ServerState:
         limit: int = 20,
         order: str = "desc",
     ) -> dict[str, Any]:
-        """One page of the items used to generate a stored response, read from the store now.
-
-        The walk stops at the first ancestor no longer stored; an item without an ``id`` is listed with a
-        stable one.
+        """One page of the items used to generate a stored response, read from the store now; the walk stops
+        at the first ancestor no longer stored, an item without an ``id`` is listed with a stable one.
 
         Raises:
             APIError: 404 when the response is not stored (or another key's); 400 for a bad ``limit`` or

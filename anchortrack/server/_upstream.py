@@ -1,25 +1,19 @@
-"""
-`Upstream`: a model backend that forwards to a Chat Completions provider.
+"""`Upstream`: a model backend that forwards to a Chat Completions provider.
 
-Each request's resolved context goes to ``{base_url}/chat/completions`` as
-chat ``messages`` (`anchortrack.server._translate`) and the reply comes back
-as Responses output (`anchortrack.server._reconstruct`), with any server
-speaking Chat Completions.  HTTP/1.1 (or HTTP/2 where the provider's TLS
-offers it) goes through one pool of keep-alive connections per server
-(`anchortrack.server._http`), closed at shutdown.  A
-connection error, a 408, 409, 429 or 5xx is retried as the openai SDK
-retries it (`RETRIES` times, exponential backoff from 0.5 s to 8 s less up
-to 25 % jitter, or the provider's ``Retry-After`` up to two minutes), always
-before any byte of the reply reached the caller.
+Each request's resolved context goes to ``{base_url}/chat/completions`` as chat ``messages``
+(`anchortrack.server._translate`) and the reply comes back as Responses output
+(`anchortrack.server._reconstruct`), with any server speaking Chat Completions.  HTTP/1.1 (or HTTP/2 where the
+provider's TLS offers it) goes through one pool of keep-alive connections per server
+(`anchortrack.server._http`), closed at shutdown.  A connection error, a 408, 409, 429 or 5xx is retried as
+the openai SDK retries it (`RETRIES` times, exponential backoff from 0.5 s to 8 s less up to 25 % jitter, or
+the provider's ``Retry-After`` up to two minutes), always before any byte of the reply reached the caller.
 
-Failures become OpenAI-shaped errors naming the upstream: unreachable → 502
-``upstream_unreachable``; no answer within the timeout → 504
-``upstream_timeout``; an HTTP error status → the provider's status (a 5xx as
-502) with its message, ``upstream_error``; a reply that is not a Chat
-Completion → 502 ``upstream_bad_response``.  The API key (from
-``ANCHORTRACK_UPSTREAM_API_KEY`` unless given) only ever goes into the
-``Authorization`` header to the provider: it is replaced by ``[redacted]``
-in everything read back from the provider, and never logged.
+Failures become OpenAI-shaped errors naming the upstream: unreachable → 502 ``upstream_unreachable``; no
+answer within the timeout → 504 ``upstream_timeout``; an HTTP error status → the provider's status (a 5xx as
+502) with its message, ``upstream_error``; a reply that is not a Chat Completion → 502
+``upstream_bad_response``.  The API key (from ``ANCHORTRACK_UPSTREAM_API_KEY`` unless given) only ever goes
+into the ``Authorization`` header to the provider: it is replaced by ``[redacted]`` in everything read back
+from the provider, and never logged.
 """
 
 from __future__ import annotations
@@ -77,22 +71,20 @@ def upstream_name(base_url: str) -> str:
 
 
 class Upstream:
-    """
-    The upstream provider backend (an `~anchortrack.server._state.AsyncModel`).
+    """The upstream provider backend (an `~anchortrack.server._state.AsyncModel`).
 
     Args:
-        base_url: The provider's Chat Completions base URL, e.g.
-            ``http://localhost:11434/v1`` (``/chat/completions`` is appended).
+        base_url: The provider's Chat Completions base URL, e.g. ``http://localhost:11434/v1``
+            (``/chat/completions`` is appended).
         model: Send this model name instead of the request's ``model``.
-        api_key: Bearer token for the provider; default: the environment
-            variable ``ANCHORTRACK_UPSTREAM_API_KEY`` (none if unset).
+        api_key: Bearer token for the provider; default: the environment variable
+            ``ANCHORTRACK_UPSTREAM_API_KEY`` (none if unset).
         timeout: Seconds to wait to connect and for each read.
-        json_schema: ``"auto"`` sends ``json_schema`` formats and degrades to
-            ``json_object`` (then validates the output is JSON) once the
-            provider refuses one; ``"degrade"`` always degrades;
-            ``"native"`` never does.
-        max_tokens_field: Where ``max_output_tokens`` goes: ``max_tokens``
-            (widely supported) or ``max_completion_tokens``.
+        json_schema: ``"auto"`` sends ``json_schema`` formats and degrades to ``json_object`` (then validates
+            the output is JSON) once the provider refuses one; ``"degrade"`` always degrades; ``"native"``
+            never does.
+        max_tokens_field: Where ``max_output_tokens`` goes: ``max_tokens`` (widely supported) or
+            ``max_completion_tokens``.
         headers: Extra request headers for the provider.
         retries: Times a connection error or a 408, 409, 429 or 5xx answer is tried again.
     """
@@ -266,11 +258,10 @@ class Upstream:
         plan, response = await self._send(self.plan(turn))
         try:
             raw = await response.read()
-        except TransportError as error:
-            raise self._transport_error(error) from None
-        try:
             completion = redact(json.loads(raw.decode("utf-8", "replace")), self._secret)
             return reconstruct(completion, plan, self._origin(plan, turn))
+        except TransportError as error:
+            raise self._transport_error(error) from None
         except MalformedReply as error:
             raise self._malformed(str(error)) from None
         except ValueError:
