@@ -161,9 +161,8 @@ def parse_create_request(body: object) -> CreateRequest:
         raise unsupported("background", "The anchortrack server does not support background responses.")
     if previous == "":
         message = "Invalid 'previous_response_id': empty string. Expected a string with minimum length 1, "
-        raise bad_request(
-            "previous_response_id", "empty_string", message + "but got an empty string instead."
-        )
+        message += "but got an empty string instead."
+        raise bad_request("previous_response_id", "empty_string", message)
     if previous is not None and not _ID_PATTERN.fullmatch(previous):
         message = f"Invalid 'previous_response_id': '{previous}'. Expected an ID that contains letters, "
         message += "numbers, underscores, or dashes, but this value contained additional characters."

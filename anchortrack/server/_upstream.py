@@ -64,8 +64,7 @@ def upstream_name(base_url: str) -> str:
     """*base_url* without credentials, query or fragment: how errors name the upstream."""
     parts = urlsplit(base_url)
     host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
+    host = f"[{host}]" if ":" in host else host
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
@@ -103,9 +102,8 @@ class Upstream:
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                f"upstream base URL must be http(s)://HOST[:PORT][/PATH], got {upstream_name(base_url)!r}"
-            )
+            name = upstream_name(base_url)
+            raise ValueError(f"upstream base URL must be http(s)://HOST[:PORT][/PATH], got {name!r}")
         if not timeout > 0:
             raise ValueError("upstream timeout must be positive")
         self.base_url = base_url.rstrip("/")

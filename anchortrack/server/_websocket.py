@@ -71,15 +71,12 @@ def parse_client_event(event: object) -> CreateEvent:
         raise _errors.invalid_type("event", "an object", event)
     kind = required(event, "type", "type", str, "a string")
     if kind != "response.create":
-        raise _errors.invalid_value(
-            "type", f"Invalid value: '{kind}'. This server supports only 'response.create'."
-        )
+        message = f"Invalid value: '{kind}'. This server supports only 'response.create'."
+        raise _errors.invalid_value("type", message)
     stream_id = event_stream_id(event)
     if stream_id is None and event.get("stream_id") is not None:
-        message = (
-            "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or periods."
-        )
-        raise _errors.bad_request("stream_id", "invalid_stream_id", message)
+        message = "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or "
+        raise _errors.bad_request("stream_id", "invalid_stream_id", message + "periods.")
     generate = event.get("generate", True)
     if not isinstance(generate, bool):
         raise _errors.invalid_type("generate", "a boolean", generate)
@@ -338,12 +335,11 @@ class WebSocketHub:
 
         async def connections(request: Request) -> Response:
             with self._lock:
-                caches = {conn.id: conn.cache.snapshot().items() for conn in self._connections.values()}
-            rows = [
-                (key, [{"stream_id": k, "response_id": v} for k, v in cached])
+                caches = {conn.id: conn.cache.snapshot() for conn in self._connections.values()}
+            data = [
+                {"id": key, "cached": [{"stream_id": k, "response_id": v} for k, v in cached.items()]}
                 for key, cached in caches.items()
             ]
-            data = [{"id": key, "cached": cached} for key, cached in rows]
             return JSONResponse({"object": "list", "data": data})
 
         async def drop(request: Request) -> Response:
