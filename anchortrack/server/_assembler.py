@@ -9,21 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from anchortrack.server import _reconstruct
 from anchortrack.server._events import Event, item_events
 from anchortrack.server._items import ITEM_TYPES, Item
 from anchortrack.server._model import ModelReply, message_item, new_id
-from anchortrack.server._reconstruct import (
-    REDACTED,
-    MalformedReply,
-    Origin,
-    arguments_text,
-    content_text,
-    reasoning_item,
-    reasoning_text,
-    reconstruct,
-    redact,
-    restored_type,
-)
+from anchortrack.server._reconstruct import MalformedReply, Origin
 from anchortrack.server._translate import ChatPlan
 
 
@@ -51,7 +41,7 @@ class _Live:
     def push(self, delta: str) -> str:
         if not self.secret:
             return delta
-        text = (self.pending + delta).replace(self.secret, REDACTED)
+        text = (self.pending + delta).replace(self.secret, _reconstruct.REDACTED)
         cut = max(0, len(text) - len(self.secret) + 1)  # the tail that could still begin the secret
         self.pending = text[cut:]
         return text[:cut]
@@ -85,7 +75,7 @@ class StreamAssembler:
         self._live[key] = live
         item: Item
         if kind == "reasoning":
-            item = {**reasoning_item("", item_id=live.item_id), "content": []}
+            item = {**_reconstruct.reasoning_item("", item_id=live.item_id), "content": []}
         elif kind == "message":
             item = message_item("", item_id=live.item_id, status="in_progress")
         else:
@@ -123,10 +113,10 @@ class StreamAssembler:
         function = function or {}
         if isinstance(function.get("name"), str) and function["name"] and not call.name:
             call.name = function["name"]
-        delta = arguments_text(function.get("arguments"))
+        delta = _reconstruct.arguments_text(function.get("arguments"))
         call.arguments += delta
         key = f"call:{index}"
-        if not call.name or restored_type(self.plan, call.name) != "function_call":
+        if not call.name or _reconstruct.restored_type(self.plan, call.name) != "function_call":
             return []
         if key not in self._live:
             call.call_id = call.call_id or new_id("call")
@@ -151,11 +141,11 @@ class StreamAssembler:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise MalformedReply("a chunk's delta is not an object")
-            reasoning = reasoning_text(delta)
+            reasoning = _reconstruct.reasoning_text(delta)
             if reasoning:
                 self._reasoning.append(reasoning)
                 events += self._item_delta("reasoning", "reasoning", reasoning)
-            text = content_text(delta.get("content"), "a chunk's content")
+            text = _reconstruct.content_text(delta.get("content"), "a chunk's content")
             if text:
                 self._text.append(text)
                 if not self.plan.may_call_tools:
@@ -181,13 +171,13 @@ class StreamAssembler:
 
     def finish(self) -> tuple[list[Event], ModelReply]:
         """The closing events (in output order) and the final reply (MalformedReply for no completion)."""
-        completion = redact(self.completion(), self.secret)
+        completion = _reconstruct.redact(self.completion(), self.secret)
         ids = {key: live.item_id for key, live in self._live.items() if not key.startswith("call:")}
         for position, index in enumerate(sorted(self._calls)):  # reconstruct numbers calls by position
             live = self._live.get(f"call:{index}")
             if live is not None:
                 ids[f"call:{position}"] = live.item_id
-        reply = reconstruct(completion, self.plan, self.origin, ids=ids)
+        reply = _reconstruct.reconstruct(completion, self.plan, self.origin, ids=ids)
         by_id = {live.item_id: live for live in self._live.values()}
         next_index = len(self._live)
         closing: list[tuple[int, list[Event]]] = []
@@ -197,7 +187,10 @@ class StreamAssembler:
                 closing.append((next_index, _added_and_done(item, next_index)))
                 next_index += 1
             else:
-                closing.append((live.index, _delta_events(live, live.flush()) + _closing(item, live)))
+                done = [
+                    event for event in _added_and_done(item, live.index) if event["type"].endswith(".done")
+                ]
+                closing.append((live.index, _delta_events(live, live.flush()) + done))
         closing.sort(key=lambda pair: pair[0])
         return [event for _, announced in closing for event in announced], reply
 
@@ -226,7 +219,3 @@ def _added_and_done(item: Item, index: int) -> list[Event]:
             {"type": "response.reasoning_text.done", **where, "text": text},
         ]
     return events
-
-
-def _closing(item: Item, live: _Live) -> list[Event]:
-    return [event for event in _added_and_done(item, live.index) if event["type"].endswith(".done")]

@@ -56,13 +56,6 @@ FINISH_REASONS: dict[str | None, Outcome] = {
 }
 
 
-def map_finish_reason(reason: object) -> Outcome:
-    known = FINISH_REASONS.get(reason) if reason is None or isinstance(reason, str) else None
-    return known or Outcome(
-        "failed", error=f"The upstream provider returned an unexpected finish reason: {reason!r}."
-    )
-
-
 def arguments_text(arguments: object) -> str:
     """A provider call's ``arguments`` as text (some servers send an object; anything else is ``""``)."""
     if isinstance(arguments, dict):
@@ -122,8 +115,7 @@ def content_text(content: object, where: str) -> str:
 def reasoning_text(message: dict[str, Any]) -> str:
     """A chat message's (or delta's) ``reasoning_content`` (or ``reasoning``), or ``""``."""
     for key in ("reasoning_content", "reasoning"):
-        value = message.get(key)
-        if isinstance(value, str) and value:
+        if isinstance(value := message.get(key), str) and value:
             return value
     return ""
 
@@ -163,7 +155,10 @@ def reconstruct(
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise MalformedReply("tool_calls is not a list")
-    outcome = map_finish_reason(choice.get("finish_reason"))
+    reason = choice.get("finish_reason")
+    outcome = FINISH_REASONS.get(reason) if reason is None or isinstance(reason, str) else None
+    unexpected = f"The upstream provider returned an unexpected finish reason: {reason!r}."
+    outcome = outcome or Outcome("failed", error=unexpected)
     output: list[Item] = []
     if reasoning:
         output.append(reasoning_item(reasoning, item_id=known.get("reasoning") or new_id("rs")))
