@@ -34,11 +34,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
-from anchortrack.server._assembler import StreamAssembler
 from anchortrack.server._errors import APIError, server_error
 from anchortrack.server._http import Pool, Response, TransportError
 from anchortrack.server._model import ModelReply
-from anchortrack.server._reconstruct import MalformedReply, Origin, reconstruct, redact
+from anchortrack.server._reconstruct import MalformedReply, Origin, StreamAssembler, reconstruct, redact
 from anchortrack.server._translate import ChatPlan, build_chat_request
 
 
@@ -100,14 +99,12 @@ class Upstream:
         headers: Mapping[str, str] | None = None,
         retries: int = RETRIES,
     ) -> None:
-        parts = urlsplit(base_url)
+        parts, self.name = urlsplit(base_url), upstream_name(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            name = upstream_name(base_url)
-            raise ValueError(f"upstream base URL must be http(s)://HOST[:PORT][/PATH], got {name!r}")
+            raise ValueError(f"upstream base URL must be http(s)://HOST[:PORT][/PATH], got {self.name!r}")
         if not timeout > 0:
             raise ValueError("upstream timeout must be positive")
         self.base_url = base_url.rstrip("/")
-        self.name = upstream_name(base_url)
         self.model = model
         self.timeout = float(timeout)
         self.json_schema = json_schema
