@@ -221,9 +221,8 @@ def create_app(
     async def list_input_items(request: Request) -> Response:
         after, order = request.query_params.get("after"), request.query_params.get("order", "desc")
         limit = _query_int(request, "limit", 20)
-        return JSONResponse(
-            server_state.input_items(*_target(request), after=after, limit=limit, order=order)
-        )
+        page = server_state.input_items(*_target(request), after=after, limit=limit, order=order)
+        return JSONResponse(page)
 
     routes: list[BaseRoute] = [
         Route("/v1/responses", create_response, methods=["POST"]),
@@ -240,9 +239,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        aclose = getattr(server_state.backend, "aclose", None)  # the upstream's pooled connections
-        if aclose is not None:
-            await aclose()
+        await _close(server_state.backend)  # the upstream's pooled connections
 
     app = Starlette(
         lifespan=lifespan,
@@ -284,7 +281,7 @@ async def _save(state: ServerState, pending: PendingResponse) -> None:
         state.save_final(pending)
 
 
-async def _close(source: AsyncIterator[Any]) -> None:
+async def _close(source: object) -> None:
     aclose = getattr(source, "aclose", None)
     if aclose is not None:
         with anyio.CancelScope(shield=True):

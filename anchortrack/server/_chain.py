@@ -1,8 +1,7 @@
 """Chain resolution and context checks (pure), with OpenAI's semantics.
 
 A chain's context is its ancestors' inputs and outputs, never their ``instructions``; only ``completed`` and
-``incomplete`` ancestors chain.
-"""
+``incomplete`` ancestors chain."""
 
 from __future__ import annotations
 

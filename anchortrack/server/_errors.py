@@ -1,7 +1,6 @@
 """Errors in OpenAI's shape, raised by the pure parts of the server.
 
-The constructors hold the exact messages the real API sends, so the server never spells one twice.
-"""
+The constructors hold the exact messages the real API sends, so the server never spells one twice."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """`Facts`: the one place of the context checks, and what the usage count and the scripted model's digest need
-of a context, kept per cached chain so that a request extends its parent's with its own items only.
-"""
+of a context, kept per cached chain so that a request extends its parent's with its own items only."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def _input_error(message: str) -> APIError:
 class Facts:
     """Facts of a context (items, oldest first): its ids and first duplicate, paired calls made and answered
     (and those left without the other), ids an MCP approval response or local shell call output may name and
-    those answers; its item count and canonical JSON length; *hasher*: SHA-256 of that JSON, open-ended.
-    """
+    those answers; its item count and canonical JSON length; *hasher*: SHA-256 of that JSON, open-ended."""
 
     ids: frozenset[str] = frozenset()
     duplicate: str | None = None

@@ -7,8 +7,7 @@ quarter of the server's CPU at 32 concurrent conversations.)  A proxy the enviro
 (`proxy_for`) is used as an HTTP client uses it: a ``CONNECT`` tunnel for https, the absolute URL for http.
 Over TLS the pool offers HTTP/2 (ALPN, the ``h2`` package): a provider that picks it gets the requests as
 streams of one connection (another opens once its ``SETTINGS_MAX_CONCURRENT_STREAMS`` are busy, or after its
-``GOAWAY``); one that does not gets HTTP/1.1.
-"""
+``GOAWAY``); one that does not gets HTTP/1.1."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """What the server knows about each item type: one row per type in `ITEM_TYPES`.
 
-Validation, the context checks, made-up ids and the upstream bridge read the rows: a new type is one row.
-"""
+Validation, the context checks, made-up ids and the upstream bridge read the rows: a new type is one row."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class ItemType:
     provider-side arguments (JSON text); *restore*: its fields from the parsed arguments (``None``: they do
     not fit, it stays a ``function_call``); *schema* and *description*: of the function standing in for its
     tool (none: the tool's own); *restores*: docs/server.md's table; *content*: an output's ``tool`` message
-    text; *call_keys*: an output's fields naming its call (first string wins).
-    """
+    text; *call_keys*: an output's fields naming its call (first string wins)."""
 
     prefix: str = "item"
     required: tuple[str, ...] = ()

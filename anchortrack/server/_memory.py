@@ -15,8 +15,7 @@ class MemoryResponseStore(ResponseStore):
     """Responses kept in memory, for tests and single-process servers (*retention* in seconds).
 
     At most *max_responses* are kept: saving one more evicts the oldest, which is then gone as if expired (a
-    chain through it gets ``previous_response_not_found``).
-    """
+    chain through it gets ``previous_response_not_found``)."""
 
     def __init__(
         self,

@@ -1,8 +1,7 @@
 """The scripted model: a deterministic stand-in for an LLM (pure).
 
 Its reply depends only on the resolved context and the instructions, so a chained request and the equivalent
-stateless one get the same answer.  `build_response` turns any model's `ModelReply` into a response object.
-"""
+stateless one get the same answer.  `build_response` turns any model's `ModelReply` into a response object."""
 
 from __future__ import annotations
 
@@ -215,8 +214,7 @@ def build_response(
     """The response object for *reply*, with every field the spec requires.
 
     *announce* says that request properties (``tools``, ``text``…) apply per request, never over a chain, so
-    clients that read it (``anchortrack._properties.announced``) keep chaining when those change.
-    """
+    clients that read it (``anchortrack._properties.announced``) keep chaining when those change."""
     body = request.body
     input_tokens = math.ceil(context_facts(context).json_length / 4)  # as _tokens(list(context))
     input_tokens += _tokens(request.instructions) if request.instructions else 0

@@ -2,8 +2,7 @@
 then the final reply (`StreamAssembler`).
 
 Output order: reasoning, tool calls (restored to their tool's requested type when the arguments fit), then
-the assistant message (when there is text or no tool calls).
-"""
+the assistant message (when there is text or no tool calls)."""
 
 from __future__ import annotations
 
@@ -237,8 +236,7 @@ class StreamAssembler:
 
     Reasoning, call arguments and text stream as they arrive (the text only after the calls when tools were
     offered, so every ``output_index`` is final); calls restored to other types are announced whole at the
-    end.  *secret* is redacted, in the deltas too.
-    """
+    end.  *secret* is redacted, in the deltas too."""
 
     plan: ChatPlan
     origin: Origin

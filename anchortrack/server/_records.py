@@ -1,7 +1,6 @@
 """What the server's response stores share: records, the store contract, the row codec, the save policy.
 
-Records are kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored.
-"""
+Records are kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ _UNSET: Any = object()
 @dataclass(frozen=True)
 class StoredResponse:
     """One stored response: this request's own input items, the response as returned, store-clock times of
-    the first save and of expiry (set by the store) and the `owner_digest` of the key that alone sees it.
-    """
+    the first save and of expiry (set by the store) and the `owner_digest` of the key that alone sees it."""
 
     id: str
     previous_response_id: str | None
@@ -159,8 +157,7 @@ class ResponseStore:
     """The storage contract the server relies on (thread-safe), with OpenAI's semantics written once.
 
     A backend supplies the row primitives below, always called with the store's lock held, and may widen
-    `_transaction` (SQLite's makes a save hold across processes too).
-    """
+    `_transaction` (SQLite's makes a save hold across processes too)."""
 
     def __init__(self, retention: float, clock: Clock) -> None:
         self.retention = retention

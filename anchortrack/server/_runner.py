@@ -2,8 +2,7 @@
 ``anchortrack serve``.
 
 A client cannot hold the server: headers and body must arrive within `Timeouts`, and a shutdown cancels
-requests still in flight after `Timeouts.shutdown` seconds.
-"""
+requests still in flight after `Timeouts.shutdown` seconds."""
 
 from __future__ import annotations
 

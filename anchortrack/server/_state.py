@@ -1,8 +1,7 @@
 """The server's state and request logic, free of HTTP.
 
 `ServerState` runs a create request through validation → chain resolution → context checks → model, saves the
-response, and keeps what tests look at.
-"""
+response, and keeps what tests look at."""
 
 from __future__ import annotations
 
@@ -277,8 +276,7 @@ class ServerState:
 
         An id names the item first stored under it, for good, as on OpenAI: a later input reusing the id with
         other content is stored as sent but does not change what the id resolves to.  When the index names no
-        live holder (deleted, expired, saved before a restart), the store is searched, oldest first.
-        """
+        live holder (deleted, expired, saved before a restart), the store is searched, oldest first."""
         with self._lock:
             known = dict(self._items.get(item_id, {}))
         for holder, response_id in known.items():

@@ -13,8 +13,7 @@ answer within the timeout → 504 ``upstream_timeout``; an HTTP error status →
 502) with its message, ``upstream_error``; a reply that is not a Chat Completion → 502
 ``upstream_bad_response``.  The API key (from ``ANCHORTRACK_UPSTREAM_API_KEY`` unless given) only ever goes
 into the ``Authorization`` header to the provider: it is replaced by ``[redacted]`` in everything read back
-from the provider, and never logged.
-"""
+from the provider, and never logged."""
 
 from __future__ import annotations
 

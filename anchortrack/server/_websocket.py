@@ -3,8 +3,7 @@
 Each ``response.create`` event (a ``POST`` body plus ``type``, ``stream_id``, ``generate``) is answered with
 an HTTP stream's events; creates of one lane (``stream_id``) run in order, lanes concurrently.  Each lane's
 latest chainable response is cached on the connection, so it chains there even unstored or under zero data
-retention.  The server guide spells out the semantics.
-"""
+retention.  The server guide spells out the semantics."""
 
 from __future__ import annotations
 
@@ -183,8 +182,7 @@ class ReceivedFrame:
 class WebSocketHub:
     """The WebSocket endpoint over the `ServerState` the HTTP routes share: open connections and their caches.
 
-    *max_age* (seconds a connection opened afterwards stays open) and *max_named_streams* may be changed.
-    """
+    *max_age* (seconds a connection opened afterwards stays open) and *max_named_streams* may be changed."""
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
