@@ -75,9 +75,8 @@ def item_events(item: Item, index: int) -> list[Event]:
         for summary_index, part in enumerate(item.get("summary") or []):
             where = {"item_id": item_id, "output_index": index, "summary_index": summary_index}
             text = str(part.get("text", ""))
-            events.append(
-                {"type": "response.reasoning_summary_part.added", **where, "part": {**part, "text": ""}}
-            )
+            added = {"type": "response.reasoning_summary_part.added", **where, "part": {**part, "text": ""}}
+            events.append(added)
             events += _deltas("reasoning_summary_text", where, text_chunks(text))
             events.append({"type": "response.reasoning_summary_text.done", **where, "text": text})
             events.append({"type": "response.reasoning_summary_part.done", **where, "part": part})

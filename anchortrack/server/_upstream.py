@@ -194,7 +194,9 @@ class Upstream:
         loop = asyncio.get_running_loop()
         if self._pool is None or self._pool[0] is not loop or self._pool[1].closed:
             if self._ssl_context is None and self.base_url.startswith("https:"):
-                self._ssl_context = _ssl_context()  # building one costs far more than a request
+                # The openai client's trust store (its HTTP library's); one costs far more than a request.
+                name = "httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx"
+                self._ssl_context = importlib.import_module(name).create_ssl_context()
             self._pool = (loop, Pool(self.base_url, self.timeout, self._ssl_context, self._headers))
         return self._pool[1]
 
@@ -300,13 +302,6 @@ class Upstream:
             yield reply
         finally:
             await response.aclose()
-
-
-def _ssl_context() -> ssl.SSLContext:
-    """The openai client's trust store (its HTTP library's context)."""
-    name = "httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx"
-    context: ssl.SSLContext = importlib.import_module(name).create_ssl_context()
-    return context
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

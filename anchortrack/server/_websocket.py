@@ -284,9 +284,8 @@ class WebSocketHub:
         to_save = pending if pending.request.store and not self.state.zdr else None
         if to_save is not None and parent_cached and self.state.link(str(parent), conn.owner) is None:
             # The parent lives only in this socket's cache: store the whole context.
-            flat = dataclasses.replace(
-                pending.request, previous_response_id=None, input_items=list(pending.context)
-            )
+            context = list(pending.context)
+            flat = dataclasses.replace(pending.request, previous_response_id=None, input_items=context)
             to_save = dataclasses.replace(pending, request=flat)
         if to_save is not None:
             try:
