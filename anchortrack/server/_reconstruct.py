@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from anchortrack.server._events import Event, item_events
 from anchortrack.server._items import CALL_OF_TOOL, ITEM_TYPES, Item
@@ -17,6 +17,7 @@ from anchortrack.server._model import usage as response_usage
 from anchortrack.server._translate import ChatPlan
 
 
+_T = TypeVar("_T")
 REDACTED = "[redacted]"
 
 
@@ -35,6 +36,13 @@ def redact(value: Any, secret: str | None) -> Any:
 
 class MalformedReply(ValueError):
     """The provider's reply is not a Chat Completion (or chunk)."""
+
+
+def _expect(kind: type[_T], value: object, message: str) -> _T:
+    """*value*, a *kind*; MalformedReply(*message*) for anything else."""
+    if not isinstance(value, kind):
+        raise MalformedReply(message)
+    return value
 
 
 @dataclass(frozen=True)
@@ -142,20 +150,15 @@ def reconstruct(
     """The reply for a decoded Chat Completion answering *plan* (MalformedReply if it is none); *ids* are
     those a stream already announced (``"reasoning"``, ``"message"``, ``"call:<index>"``)."""
     known = ids or {}
-    if not isinstance(completion, dict):
-        raise MalformedReply("the body is not a JSON object")
+    completion = _expect(dict, completion, "the body is not a JSON object")
     choices = completion.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise MalformedReply("it has no choices")
     choice = choices[0]
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise MalformedReply("its first choice has no message")
+    message = _expect(dict, choice.get("message"), "its first choice has no message")
     text = content_text(message.get("content"), "the message content")
     reasoning = reasoning_text(message)
-    raw_calls = message.get("tool_calls") or []
-    if not isinstance(raw_calls, list):
-        raise MalformedReply("tool_calls is not a list")
+    raw_calls = _expect(list, message.get("tool_calls") or [], "tool_calls is not a list")
     reason = choice.get("finish_reason")
     outcome = FINISH_REASONS.get(reason) if reason is None or isinstance(reason, str) else None
     unexpected = f"The upstream provider returned an unexpected finish reason: {reason!r}."
@@ -269,8 +272,7 @@ class StreamAssembler:
         return events + _delta_events(live, live.push(delta))
 
     def _call_delta(self, position: int, raw: object) -> list[Event]:
-        if not isinstance(raw, dict):
-            raise MalformedReply("a tool call delta is not an object")
+        raw = _expect(dict, raw, "a tool call delta is not an object")
         index = raw.get("index")
         if not isinstance(index, int) or isinstance(index, bool):
             # No index (some servers send whole calls): a new call unless it continues this one.
@@ -303,22 +305,16 @@ class StreamAssembler:
 
     def feed(self, chunk: object) -> list[Event]:
         """Take one decoded chunk; return the events it produces (MalformedReply for no chunk)."""
-        if not isinstance(chunk, dict):
-            raise MalformedReply("a chunk is not a JSON object")
+        chunk = _expect(dict, chunk, "a chunk is not a JSON object")
         if "error" in chunk and not chunk.get("choices"):
             raise MalformedReply("the stream carried an error")
         if chunk.get("usage") is not None:
             self._usage = chunk["usage"]
-        choices = chunk.get("choices") or []
-        if not isinstance(choices, list):
-            raise MalformedReply("a chunk's choices is not a list")
+        choices = _expect(list, chunk.get("choices") or [], "a chunk's choices is not a list")
         events: list[Event] = []
         for choice in choices[:1]:
-            if not isinstance(choice, dict):
-                raise MalformedReply("a chunk's choice is not an object")
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, dict):
-                raise MalformedReply("a chunk's delta is not an object")
+            choice = _expect(dict, choice, "a chunk's choice is not an object")
+            delta = _expect(dict, choice.get("delta") or {}, "a chunk's delta is not an object")
             reasoning = reasoning_text(delta)
             if reasoning:
                 self._reasoning.append(reasoning)
@@ -328,9 +324,7 @@ class StreamAssembler:
                 self._text.append(text)
                 if not self.plan.may_call_tools:
                     events += self._item_delta("message", "message", text)
-            calls = delta.get("tool_calls") or []
-            if not isinstance(calls, list):
-                raise MalformedReply("a chunk's tool_calls is not a list")
+            calls = _expect(list, delta.get("tool_calls") or [], "a chunk's tool_calls is not a list")
             for position, raw in enumerate(calls):
                 events += self._call_delta(position, raw)
             if choice.get("finish_reason") is not None:
