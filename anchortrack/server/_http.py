@@ -46,10 +46,6 @@ class TransportError(Exception):
         super().__init__(kind)
         self.kind = kind
 
-    @property
-    def timeout(self) -> bool:
-        return self.kind.endswith("Timeout")
-
 
 async def _timed(awaitable: Awaitable[_T], timeout: float, phase: str) -> _T:
     """*awaitable* within *timeout*; no answer in time or a broken connection is a `TransportError`."""

@@ -172,7 +172,7 @@ class Upstream:
         return self._failed("anchortrack.server.upstream_malformed", what, 502, "upstream_bad_response")
 
     def _transport_error(self, error: TransportError) -> APIError:
-        if error.timeout:
+        if error.kind.endswith("Timeout"):
             what = f"did not answer within {self.timeout:g} seconds."
             return self._failed("anchortrack.server.upstream_timeout", what, 504, "upstream_timeout")
         name = error.kind
