@@ -138,7 +138,6 @@ async def _error(request: Request, exc: Exception) -> Response:
 
 
 def _target(request: Request) -> tuple[str, str]:
-    """The response id in the path, and the request's owner."""
     return request.path_params["response_id"], request_owner(request.headers)
 
 

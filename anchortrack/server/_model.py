@@ -103,7 +103,6 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str) ->
 
 
 def usage(input_tokens: int, output_tokens: int, total: int, *, cached: int = 0, reasoning: int = 0) -> Item:
-    """A response's ``usage``."""
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},

@@ -73,12 +73,10 @@ def required(
 def _check_item(item: object, where: str) -> Item:
     if not isinstance(item, dict):
         raise _errors.invalid_type(where, "an input item object", item)
-    kind = item.get("type")
-    if kind is not None and not isinstance(kind, str):
-        raise _errors.invalid_type(f"{where}.type", "a string", kind)
-    item_id = item.get("id")
-    if item_id is not None and not isinstance(item_id, str):
-        raise _errors.invalid_type(f"{where}.id", "a string", item_id)
+    kind, item_id = item.get("type"), item.get("id")
+    for name, value in (("type", kind), ("id", item_id)):
+        if value is not None and not isinstance(value, str):
+            raise _errors.invalid_type(f"{where}.{name}", "a string", value)
     if kind is None and item.get("role") is None and isinstance(item_id, str):
         return item  # an item reference without "type" (ItemReferenceParam)
     if kind is None or kind == "message":

@@ -2,18 +2,15 @@
 
 Each request's resolved context goes to ``{base_url}/chat/completions`` as chat ``messages``
 (`anchortrack.server._translate`) and the reply comes back as Responses output
-(`anchortrack.server._reconstruct`), with any server speaking Chat Completions.  HTTP/1.1 (or HTTP/2 where the
-provider's TLS offers it) goes through one pool of keep-alive connections per server
+(`anchortrack.server._reconstruct`), through one pool of keep-alive connections per server
 (`anchortrack.server._http`), closed at shutdown.  A connection error, a 408, 409, 429 or 5xx is retried as
-the openai SDK retries it (`RETRIES` times, exponential backoff from 0.5 s to 8 s less up to 25 % jitter, or
-the provider's ``Retry-After`` up to two minutes), always before any byte of the reply reached the caller.
+the openai SDK retries it (`_backoff`), always before any byte of the reply reached the caller.
 
 Failures become OpenAI-shaped errors naming the upstream: unreachable → 502 ``upstream_unreachable``; no
 answer within the timeout → 504 ``upstream_timeout``; an HTTP error status → the provider's status (a 5xx as
 502) with its message, ``upstream_error``; a reply that is not a Chat Completion → 502
-``upstream_bad_response``.  The API key (from ``ANCHORTRACK_UPSTREAM_API_KEY`` unless given) only ever goes
-into the ``Authorization`` header to the provider: it is replaced by ``[redacted]`` in everything read back
-from the provider, and never logged."""
+``upstream_bad_response``.  The API key only ever goes into the ``Authorization`` header to the provider: it
+is replaced by ``[redacted]`` in everything read back from the provider, and never logged."""
 
 from __future__ import annotations
 
