@@ -37,9 +37,8 @@ from anchortrack.server._events import (
     stream_events,
 )
 from anchortrack.server._model import ModelReply
-from anchortrack.server._records import api_key, owner_digest, request_owner
+from anchortrack.server._records import SQLiteResponseStore, api_key, owner_digest, request_owner
 from anchortrack.server._request import decode_json
-from anchortrack.server._sqlite import SQLiteResponseStore
 from anchortrack.server._state import AsyncModel, PendingResponse, ServerState, Turn
 
 

@@ -30,18 +30,19 @@ from anchortrack.server._chain import (
 from anchortrack.server._events import in_progress_snapshot, stream_events
 from anchortrack.server._facts import EMPTY_FACTS, Context, Facts, check_context, context_facts
 from anchortrack.server._items import Item, item_type
-from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, build_response, new_id
 from anchortrack.server._records import (
+    DEFAULT_MAX_RESPONSES,
     DEFAULT_RETENTION,
     ChainLink,
     Clock,
     Head,
+    MemoryResponseStore,
     ResponseStore,
+    SQLiteResponseStore,
     StoredResponse,
 )
 from anchortrack.server._request import CreateRequest, parse_create_request
-from anchortrack.server._sqlite import SQLiteResponseStore
 
 
 logger = logging.getLogger("anchortrack.server")

@@ -350,9 +350,8 @@ class WebSocketHub:
                 raise _errors.invalid_type("code", "a close code between 1000 and 4999", code)
             when = body.get("when", "now")
             if when not in _DROP_WHEN:
-                raise _errors.invalid_value(
-                    "when", f"Invalid value: {when!r}. Supported: 'now', 'after_created'."
-                )
+                message = f"Invalid value: {when!r}. Supported: 'now', 'after_created'."
+                raise _errors.invalid_value("when", message)
             with self._lock:
                 conn = self._connections.get(connection_id)
             if conn is None:
