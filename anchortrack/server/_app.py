@@ -252,10 +252,9 @@ def create_app(
 
 
 async def _backend_response(state: ServerState, backend: AsyncModel, body: object, owner: str) -> Response:
-    """Answer one create request of *owner* through an asynchronous *backend*.  A stream starts the backend
-    first, so a provider that is down or refuses gives an HTTP error, not a broken stream; a failure
-    mid-stream, or a client that goes away, ends it with an ``error`` event and removes the ``in_progress``
-    record."""
+    """Answer *owner*'s create request through an asynchronous *backend*.  A stream starts the backend first,
+    so a provider that is down or refuses gives an HTTP error, not a broken stream; a failure mid-stream, or a
+    client that goes away, ends it with an ``error`` event and removes the ``in_progress`` record."""
     turn = state.resolve(body, owner=owner)
     if not turn.request.stream:
         pending = state.finish(turn, await backend.reply(turn))

@@ -188,7 +188,7 @@ class ResponseStore:
         raise NotImplementedError
 
     def _holding(self, text: str, now: float) -> list[str]:
-        """The ids of the rows live at *now* whose input or output JSON holds *text* (all for ``""``), oldest
+        """Ids of the rows live at *now* whose input or output JSON holds *text* (all for ``""``), oldest
         first."""
         raise NotImplementedError
 
