@@ -349,10 +349,8 @@ class Pool:
 
     async def _open(self) -> _Connection | _H2:
         if self._proxy is None:
-            server_hostname = self._host if self._tls else None
-            opening = asyncio.open_connection(
-                self._host, self._port, ssl=self._tls, server_hostname=server_hostname
-            )
+            hostname = self._host if self._tls else None
+            opening = asyncio.open_connection(self._host, self._port, ssl=self._tls, server_hostname=hostname)
         else:
             opening = self._tunnel() if self._tls else asyncio.open_connection(*self._proxy[:2])
         reader, writer = await opening

@@ -81,10 +81,6 @@ def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _custom(arguments: dict[str, Any]) -> Item | None:
-    return {"input": arguments["input"]} if isinstance(arguments.get("input"), str) else None
-
-
 def _shell(arguments: dict[str, Any]) -> Item | None:
     if not _strings(arguments.get("commands")):
         return None
@@ -170,7 +166,7 @@ ITEM_TYPES: dict[str, ItemType] = {
         "custom",
         "custom tool call",
         arguments=lambda item: to_json({"input": item.get("input", "")}),
-        restore=_custom,
+        restore=lambda parsed: {"input": parsed["input"]} if isinstance(parsed.get("input"), str) else None,
         restores="`input` restored verbatim",
         schema=_object(
             {"input": {**_STRING, "description": "The tool's input, verbatim."}},
