@@ -58,8 +58,7 @@ class _Gate:
     ``server_error`` before the status line, an ``error`` event after it; one log line, no traceback."""
 
     def __init__(self, app: ASGIApp, owners: frozenset[str] | None) -> None:
-        self.app = app
-        self.owners = owners
+        self.app, self.owners = app, owners
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gated = scope["type"] in ("http", "websocket") and scope["path"].startswith("/v1")
@@ -73,8 +72,7 @@ class _Gate:
             await self.app(scope, receive, send)
             return
         request_id = f"req_{secrets.token_hex(16)}".encode()
-        started = False
-        last_sequence = -1
+        started, last_sequence = False, -1
 
         async def tracking_send(message: Message) -> None:
             nonlocal started, last_sequence

@@ -20,11 +20,8 @@ class APIError(Exception):
         code: str | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
+        self.status, self.message = status, message
+        self.type, self.param, self.code = type, param, code
 
     def body(self) -> dict[str, Any]:
         """The JSON body OpenAI sends for this error."""

@@ -48,8 +48,7 @@ def _deltas(kind: str, where: Event, chunks: list[str], **extra: Any) -> list[Ev
 
 def item_events(item: Item, index: int) -> list[Event]:
     """The events announcing *item* at *index*: added, its content or arguments, done."""
-    item_id = item.get("id", "")
-    kind = item.get("type")
+    item_id, kind = item.get("id", ""), item.get("type")
     events: list[Event] = [
         {"type": "response.output_item.added", "output_index": index, "item": _added_form(item)}
     ]

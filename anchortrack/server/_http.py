@@ -258,7 +258,6 @@ class Response:
         self._done = True
 
     async def read(self) -> bytes:
-        """The whole body."""
         try:
             return b"".join([piece async for piece in self._pieces()])
         finally:

@@ -165,8 +165,7 @@ class ResponseStore:
     `_transaction` (SQLite's makes a save hold across processes too)."""
 
     def __init__(self, retention: float, clock: Clock) -> None:
-        self.retention = retention
-        self._clock = clock
+        self.retention, self._clock = retention, clock
         self._lock = threading.Lock()
         self._last_purge = -math.inf
         self._generation = 0  # counts removals, expiries and replacements of chainable records

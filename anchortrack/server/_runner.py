@@ -161,8 +161,7 @@ class ResponsesServer:
             store, retention=retention, max_depth=max_depth, model=model, clock=clock, backend=upstream
         )
         self.app = create_app(self.state, test_hooks=test_hooks, api_keys=api_keys)
-        self.host = host
-        self._requested_port = port
+        self.host, self._requested_port = host, port
         self._port: int | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None

@@ -229,8 +229,7 @@ class ServerState:
         self._owns_store = isinstance(store, str)
         if isinstance(store, str):
             store = open_store(store, retention=retention, clock=self._clock, max_responses=max_responses)
-        self.store = store
-        self.max_depth = max_depth
+        self.store, self.max_depth = store, max_depth
         self.model: Model = model or ScriptedModel()
         self.backend = backend
         self.zdr = self.stale_in_stream = self.ignore_previous_response_id = False

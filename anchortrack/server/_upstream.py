@@ -101,12 +101,9 @@ class Upstream:
         if not timeout > 0:
             raise ValueError("upstream timeout must be positive")
         self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.timeout = float(timeout)
-        self.json_schema = json_schema
-        self.max_tokens_field = max_tokens_field
+        self.model, self.timeout, self.retries = model, float(timeout), retries
+        self.json_schema, self.max_tokens_field = json_schema, max_tokens_field
         self._degrade = json_schema == "degrade"
-        self.retries = retries
         self._ssl_context: ssl.SSLContext | None = None
         self._pool: tuple[asyncio.AbstractEventLoop, Pool] | None = None
         self._api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
@@ -222,10 +219,8 @@ class Upstream:
                 await response.aclose()
                 reason = f"HTTP {response.status_code}"
             wait = _backoff(attempt, retry_after)
-            logger.info(
-                "anchortrack.server.upstream_retry",
-                extra={"upstream": self.name, "attempt": attempt + 1, "reason": reason, "wait": wait},
-            )
+            extra = {"upstream": self.name, "attempt": attempt + 1, "reason": reason, "wait": wait}
+            logger.info("anchortrack.server.upstream_retry", extra=extra)
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 

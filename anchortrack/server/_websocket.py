@@ -133,8 +133,7 @@ class _Connection:
     """One open socket: its cache, lanes, workers and a serialized sender."""
 
     def __init__(self, websocket: WebSocket, connection_id: str) -> None:
-        self.id = connection_id
-        self.websocket = websocket
+        self.id, self.websocket = connection_id, websocket
         self.owner = request_owner(websocket.headers)
         self.cache = ConnectionCache()
         self.queues: dict[Lane, asyncio.Queue[CreateEvent]] = {}
@@ -186,8 +185,7 @@ class WebSocketHub:
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
-        self.max_age = MAX_CONNECTION_AGE
-        self.max_named_streams = MAX_NAMED_STREAMS
+        self.max_age, self.max_named_streams = MAX_CONNECTION_AGE, MAX_NAMED_STREAMS
         self._lock = threading.Lock()
         self._connections: dict[str, _Connection] = {}
         self._received: list[ReceivedFrame] = []
