@@ -182,11 +182,9 @@ def reconstruct(
         try:
             json.loads(text)
         except ValueError:
-            invalid = (
-                f"The upstream provider {origin.provider} (model {origin.model}) returned output "
-                f"that is not valid JSON for response {origin.response_id}; the requested json_schema "
-                "format was sent as json_object, so the output could not be held to the schema."
-            )
+            invalid = f"The upstream provider {origin.provider} (model {origin.model}) returned output that "
+            invalid += f"is not valid JSON for response {origin.response_id}; the requested json_schema "
+            invalid += "format was sent as json_object, so the output could not be held to the schema."
             outcome = Outcome("failed", error=invalid)
     return ModelReply(
         status=outcome.status,
@@ -359,9 +357,8 @@ class StreamAssembler:
                 closing.append((next_index, _added_and_done(item, next_index)))
                 next_index += 1
             else:
-                done = [
-                    event for event in _added_and_done(item, live.index) if event["type"].endswith(".done")
-                ]
+                announced = _added_and_done(item, live.index)
+                done = [event for event in announced if event["type"].endswith(".done")]
                 closing.append((live.index, _delta_events(live, live.flush()) + done))
         closing.sort(key=lambda pair: pair[0])
         return [event for _, announced in closing for event in announced], reply

@@ -111,9 +111,8 @@ class ContextCache:
         """Keep *saved*'s ancestry: *parent*'s as checked when the request was resolved (its generation stays
         the entry's), then *items*; *facts* are of them all."""
         oldest, owners = min(parent.oldest, saved.created_at), parent.owners | {saved.owner}
-        entry = Ancestry(
-            (*parent.heads, saved), (*parent.items, *items), parent.generation, owners, oldest, facts
-        )
+        heads = (*parent.heads, saved)
+        entry = Ancestry(heads, (*parent.items, *items), parent.generation, owners, oldest, facts)
         with self._lock:
             self._entries[saved.id] = entry
             self._entries.move_to_end(saved.id)
@@ -420,9 +419,8 @@ class ServerState:
         if saved.previous_response_id is None:
             parent = replace(EMPTY, generation=parent.generation)
         resolved = len(pending.context) - len(pending.request.input_items)
-        if len(parent.items) != resolved or saved.previous_response_id != (
-            parent.heads[-1].id if parent.heads else None
-        ):
+        parent_id = parent.heads[-1].id if parent.heads else None
+        if len(parent.items) != resolved or saved.previous_response_id != parent_id:
             return  # stored otherwise than resolved (a WebSocket parent stored as its whole context)
         head = Head(saved.id, saved.previous_response_id, saved.status, saved.owner, saved.created_at)
         facts = context_facts(pending.context).extend(saved.output)

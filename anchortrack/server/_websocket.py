@@ -258,10 +258,8 @@ class WebSocketHub:
     async def _respond(self, conn: _Connection, event: CreateEvent) -> None:
         def link(response_id: str) -> ChainLink | None:  # this socket's cache, then (without ZDR) the store
             with self._lock:
-                cached = conn.cache.lookup(response_id)
-            return (
-                cached if cached is not None or self.state.zdr else self.state.link(response_id, conn.owner)
-            )
+                found = conn.cache.lookup(response_id)
+            return found if found is not None or self.state.zdr else self.state.link(response_id, conn.owner)
 
         lane, parent = event.stream_id, event.body.get("previous_response_id")
         parent = parent if isinstance(parent, str) else None
@@ -310,10 +308,8 @@ class WebSocketHub:
     def _update_cache(self, conn: _Connection, lane: Lane, pending: PendingResponse) -> None:
         response, parent = pending.response, pending.request.previous_response_id
         with self._lock:
-            if response["status"] in CHAINABLE_STATUSES:
-                conn.cache.remember(
-                    lane, response["id"], response["status"], pending.context, response["output"]
-                )
+            if (status := response["status"]) in CHAINABLE_STATUSES:
+                conn.cache.remember(lane, response["id"], status, pending.context, response["output"])
             elif parent is not None:
                 conn.cache.evict_referenced(lane, parent)
 
