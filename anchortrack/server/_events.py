@@ -49,9 +49,8 @@ def _deltas(kind: str, where: Event, chunks: list[str], **extra: Any) -> list[Ev
 def item_events(item: Item, index: int) -> list[Event]:
     """The events announcing *item* at *index*: added, its content or arguments, done."""
     item_id, kind = item.get("id", ""), item.get("type")
-    events: list[Event] = [
-        {"type": "response.output_item.added", "output_index": index, "item": _added_form(item)}
-    ]
+    added = {"type": "response.output_item.added", "output_index": index, "item": _added_form(item)}
+    events: list[Event] = [added]
     if kind == "message":
         for part_index, part in enumerate(item.get("content") or []):
             where = {"item_id": item_id, "output_index": index, "content_index": part_index}

@@ -197,9 +197,8 @@ class ResponsesServer:
         self._port = int(sock.getsockname()[1])
         config = uvicorn_config(self.app, Timeouts(), log_config=None, access_log=False)
         server = uvicorn.Server(config)
-        thread = threading.Thread(
-            target=self._run, args=(server, sock), name=f"anchortrack-server-{self._port}", daemon=True
-        )
+        name = f"anchortrack-server-{self._port}"
+        thread = threading.Thread(target=self._run, args=(server, sock), name=name, daemon=True)
         self._server, self._thread = server, thread
         thread.start()
         deadline = time.monotonic() + timeout
