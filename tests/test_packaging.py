@@ -83,7 +83,7 @@ def test_the_graph_reader_sees_lazy_and_relative_imports() -> None:
     ]
     assert "anchortrack.server._app" in graph["anchortrack._cli.serve"]  # imported inside the handler
     assert "anchortrack.stores.redis" in graph["anchortrack.stores._open"]  # imported inside a function
-    assert "anchortrack.server._sqlite" in graph["anchortrack.server._state"]
+    assert "anchortrack.server._records" in graph["anchortrack.server._state"]
 
 
 def test_importing_anchortrack_loads_no_command_server_or_optional_dependency() -> None:

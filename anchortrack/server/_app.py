@@ -1,5 +1,4 @@
-"""
-The HTTP shell: Starlette routes over `ServerState`.
+"""The HTTP shell: Starlette routes over `ServerState`.
 
 ``POST``, ``GET``, ``DELETE /v1/responses[/{id}]``, ``GET …/input_items``, ``POST …/cancel`` (always refused:
 there are no background responses), the WebSocket mode, and with ``test_hooks=True`` the ``/_test`` hooks.  A
@@ -38,9 +37,8 @@ from anchortrack.server._events import (
     stream_events,
 )
 from anchortrack.server._model import ModelReply
-from anchortrack.server._records import api_key, owner_digest, request_owner
+from anchortrack.server._records import SQLiteResponseStore, api_key, owner_digest, request_owner
 from anchortrack.server._request import decode_json
-from anchortrack.server._sqlite import SQLiteResponseStore
 from anchortrack.server._state import AsyncModel, PendingResponse, ServerState, Turn
 
 
@@ -55,15 +53,12 @@ _SEQUENCE = re.compile(rb'"sequence_number":(\d+)')
 
 
 class _Gate:
-    """
-    Refuses unknown API keys under ``/v1`` (when keys are required); adds ``x-request-id``; answers a request
-    cancelled by the server's shutdown (``--shutdown-timeout`` passed) in OpenAI's shape: 503
-    ``server_error`` before the status line, an ``error`` event after it; one log line, no traceback.
-    """
+    """Refuses unknown API keys under ``/v1`` (when keys are required); adds ``x-request-id``; answers a
+    request cancelled by the server's shutdown (``--shutdown-timeout`` passed) in OpenAI's shape: 503
+    ``server_error`` before the status line, an ``error`` event after it; one log line, no traceback."""
 
     def __init__(self, app: ASGIApp, owners: frozenset[str] | None) -> None:
-        self.app = app
-        self.owners = owners
+        self.app, self.owners = app, owners
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gated = scope["type"] in ("http", "websocket") and scope["path"].startswith("/v1")
@@ -77,8 +72,7 @@ class _Gate:
             await self.app(scope, receive, send)
             return
         request_id = f"req_{secrets.token_hex(16)}".encode()
-        started = False
-        last_sequence = -1
+        started, last_sequence = False, -1
 
         async def tracking_send(message: Message) -> None:
             nonlocal started, last_sequence
@@ -141,7 +135,6 @@ async def _error(request: Request, exc: Exception) -> Response:
 
 
 def _target(request: Request) -> tuple[str, str]:
-    """The response id in the path, and the request's owner."""
     return request.path_params["response_id"], request_owner(request.headers)
 
 
@@ -158,8 +151,7 @@ def _query_int(request: Request, name: str, default: int) -> int:
 def create_app(
     state: ServerState | None = None, *, test_hooks: bool = False, api_keys: Iterable[str] | None = None
 ) -> Starlette:
-    """
-    Build the ASGI app serving the Responses API over *state*.
+    """Build the ASGI app serving the Responses API over *state*.
 
     Args:
         state: The server state (a fresh memory-backed one by default); available afterwards as
@@ -225,9 +217,8 @@ def create_app(
     async def list_input_items(request: Request) -> Response:
         after, order = request.query_params.get("after"), request.query_params.get("order", "desc")
         limit = _query_int(request, "limit", 20)
-        return JSONResponse(
-            server_state.input_items(*_target(request), after=after, limit=limit, order=order)
-        )
+        page = server_state.input_items(*_target(request), after=after, limit=limit, order=order)
+        return JSONResponse(page)
 
     routes: list[BaseRoute] = [
         Route("/v1/responses", create_response, methods=["POST"]),
@@ -244,9 +235,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        aclose = getattr(server_state.backend, "aclose", None)  # the upstream's pooled connections
-        if aclose is not None:
-            await aclose()
+        await _close(server_state.backend)  # the upstream's pooled connections
 
     app = Starlette(
         lifespan=lifespan,
@@ -261,12 +250,9 @@ def create_app(
 
 
 async def _backend_response(state: ServerState, backend: AsyncModel, body: object, owner: str) -> Response:
-    """
-    Answer one create request of *owner* through an asynchronous *backend*.  A stream starts the backend
-    first, so a provider that is down or refuses gives an HTTP error, not a broken stream; a failure
-    mid-stream, or a client that goes away, ends it with an ``error`` event and removes the ``in_progress``
-    record.
-    """
+    """Answer *owner*'s create request through an asynchronous *backend*.  A stream starts the backend first,
+    so a provider that is down or refuses gives an HTTP error, not a broken stream; a failure mid-stream, or a
+    client that goes away, ends it with an ``error`` event and removes the ``in_progress`` record."""
     turn = state.resolve(body, owner=owner)
     if not turn.request.stream:
         pending = state.finish(turn, await backend.reply(turn))
@@ -290,7 +276,7 @@ async def _save(state: ServerState, pending: PendingResponse) -> None:
         state.save_final(pending)
 
 
-async def _close(source: AsyncIterator[Any]) -> None:
+async def _close(source: object) -> None:
     aclose = getattr(source, "aclose", None)
     if aclose is not None:
         with anyio.CancelScope(shield=True):

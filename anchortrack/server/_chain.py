@@ -1,8 +1,7 @@
 """Chain resolution and context checks (pure), with OpenAI's semantics.
 
 A chain's context is its ancestors' inputs and outputs, never their ``instructions``; only ``completed`` and
-``incomplete`` ancestors chain.
-"""
+``incomplete`` ancestors chain."""
 
 from __future__ import annotations
 
@@ -76,11 +75,9 @@ def resolve_items(
             found = next((i for i in earlier if i.get("id") == item_id), None) or seen.get(item_id)
             found = found or lookup(item_id)
             if found is None or is_reference(found) or (by_id and found.get("type") != "reasoning"):
-                message = (
-                    f"Item with id '{item_id}' not found. Items are not persisted when `store` is set to "
-                    "false. Try again with `store` set to true, or remove this item from your input."
-                )
-                raise APIError(404, message, param="input")
+                message = f"Item with id '{item_id}' not found. Items are not persisted when `store` is set "
+                message += "to false. Try again with `store` set to true, or remove this item from your "
+                raise APIError(404, message + "input.", param="input")
             item = found
         if isinstance(item_id := item.get("id"), str):
             seen.setdefault(item_id, item)

@@ -1,7 +1,6 @@
 """Errors in OpenAI's shape, raised by the pure parts of the server.
 
-The constructors hold the exact messages the real API sends, so the server never spells one twice.
-"""
+The constructors hold the exact messages the real API sends, so the server never spells one twice."""
 
 from __future__ import annotations
 
@@ -21,11 +20,8 @@ class APIError(Exception):
         code: str | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
+        self.status, self.message = status, message
+        self.type, self.param, self.code = type, param, code
 
     def body(self) -> dict[str, Any]:
         """The JSON body OpenAI sends for this error."""
@@ -61,11 +57,9 @@ def json_type_name(value: object) -> str:
 
 def invalid_json() -> APIError:
     message = "We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
-    message += (
-        "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not "
-    )
-    message += "valid JSON. If you have trouble figuring out how to fix this, please contact us through our "
-    return APIError(400, message + "help center at help.openai.com.)")
+    message += "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was "
+    message += "not valid JSON. If you have trouble figuring out how to fix this, please contact us through "
+    return APIError(400, message + "our help center at help.openai.com.)")
 
 
 def invalid_type(param: str, expected: str, value: object) -> APIError:
@@ -95,10 +89,8 @@ def previous_response_not_found(response_id: str) -> APIError:
 
 
 def zero_data_retention() -> APIError:
-    return unsupported(
-        "previous_response_id",
-        "Previous response cannot be used for this organization due to Zero Data Retention.",
-    )
+    message = "Previous response cannot be used for this organization due to Zero Data Retention."
+    return unsupported("previous_response_id", message)
 
 
 def response_not_found(response_id: str) -> APIError:

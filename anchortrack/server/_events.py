@@ -48,11 +48,9 @@ def _deltas(kind: str, where: Event, chunks: list[str], **extra: Any) -> list[Ev
 
 def item_events(item: Item, index: int) -> list[Event]:
     """The events announcing *item* at *index*: added, its content or arguments, done."""
-    item_id = item.get("id", "")
-    kind = item.get("type")
-    events: list[Event] = [
-        {"type": "response.output_item.added", "output_index": index, "item": _added_form(item)}
-    ]
+    item_id, kind = item.get("id", ""), item.get("type")
+    added = {"type": "response.output_item.added", "output_index": index, "item": _added_form(item)}
+    events: list[Event] = [added]
     if kind == "message":
         for part_index, part in enumerate(item.get("content") or []):
             where = {"item_id": item_id, "output_index": index, "content_index": part_index}
@@ -75,9 +73,8 @@ def item_events(item: Item, index: int) -> list[Event]:
         for summary_index, part in enumerate(item.get("summary") or []):
             where = {"item_id": item_id, "output_index": index, "summary_index": summary_index}
             text = str(part.get("text", ""))
-            events.append(
-                {"type": "response.reasoning_summary_part.added", **where, "part": {**part, "text": ""}}
-            )
+            added = {"type": "response.reasoning_summary_part.added", **where, "part": {**part, "text": ""}}
+            events.append(added)
             events += _deltas("reasoning_summary_text", where, text_chunks(text))
             events.append({"type": "response.reasoning_summary_text.done", **where, "text": text})
             events.append({"type": "response.reasoning_summary_part.done", **where, "part": part})

@@ -1,6 +1,5 @@
 """`Facts`: the one place of the context checks, and what the usage count and the scripted model's digest need
-of a context, kept per cached chain so that a request extends its parent's with its own items only.
-"""
+of a context, kept per cached chain so that a request extends its parent's with its own items only."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def _input_error(message: str) -> APIError:
 class Facts:
     """Facts of a context (items, oldest first): its ids and first duplicate, paired calls made and answered
     (and those left without the other), ids an MCP approval response or local shell call output may name and
-    those answers; its item count and canonical JSON length; *hasher*: SHA-256 of that JSON, open-ended.
-    """
+    those answers; its item count and canonical JSON length; *hasher*: SHA-256 of that JSON, open-ended."""
 
     ids: frozenset[str] = frozenset()
     duplicate: str | None = None
@@ -123,16 +121,13 @@ class Facts:
                 if (request_id := item.get("approval_request_id")) not in self.approvals:
                     raise _input_error(f"No MCP approval request found for approval_request_id {request_id}.")
             elif not ({item.get("id"), item.get("call_id")} & shell_calls):
-                raise _input_error(
-                    f"No local shell call found for local shell call output with id {item.get('id')}."
-                )
+                message = f"No local shell call found for local shell call output with id {item.get('id')}."
+                raise _input_error(message)
         if not pairs:
             return
         if self.duplicate is not None:
-            raise _input_error(
-                f"Duplicate item found with id {self.duplicate}. "
-                "Remove duplicate items from your input and try again."
-            )
+            message = f"Duplicate item found with id {self.duplicate}. Remove duplicate items from your "
+            raise _input_error(message + "input and try again.")
         for call_kind, call_id in self.orphans[:1]:
             words = ITEM_TYPES[call_kind].paired
             raise _input_error(f"No tool call found for {words} output with call_id {call_id}.")

@@ -1,18 +1,13 @@
-"""
-`Pool`: the upstream's HTTP client, keep-alive connections to one provider on asyncio streams.
+"""`Pool`: the upstream's HTTP client, keep-alive connections to one provider on asyncio streams.
 
-A request takes the most recently released idle connection (or opens one) and gives it back once its
-answer was read to the end, so a request costs its own bytes whatever the number of connections.
-(The general-purpose pool it replaces re-checked every idle connection's socket on each request and
-release: a quarter of the server's CPU at 32 concurrent conversations.)  The answer's body is framed
-by ``content-length``, ``transfer-encoding: chunked``, or the end of the connection.  A connection
-idle for `KEEPALIVE` seconds is closed rather than reused, and one the provider closed is never reused.
-A proxy the environment names for the provider (``HTTPS_PROXY``/``HTTP_PROXY``, ``NO_PROXY``; an
-``http://`` proxy, with credentials if its URL has them) is used as an HTTP client uses it: a ``CONNECT``
-tunnel for https, the absolute URL for http.  Over TLS the pool offers HTTP/2 (ALPN, the ``h2`` package):
-a provider that picks it gets the requests as streams of one connection (another opens once its
-``SETTINGS_MAX_CONCURRENT_STREAMS`` are busy, or after its ``GOAWAY``); one that does not gets HTTP/1.1.
-"""
+A request takes the most recently released idle connection (or opens one) and gives it back once its answer
+was read to the end, so a request costs its own bytes whatever the number of connections.  (The
+general-purpose pool it replaces re-checked every idle connection's socket on each request and release: a
+quarter of the server's CPU at 32 concurrent conversations.)  A proxy the environment names for the provider
+(`proxy_for`) is used as an HTTP client uses it: a ``CONNECT`` tunnel for https, the absolute URL for http.
+Over TLS the pool offers HTTP/2 (ALPN, the ``h2`` package): a provider that picks it gets the requests as
+streams of one connection (another opens once its ``SETTINGS_MAX_CONCURRENT_STREAMS`` are busy, or after its
+``GOAWAY``); one that does not gets HTTP/1.1."""
 
 from __future__ import annotations
 
@@ -51,10 +46,6 @@ class TransportError(Exception):
         super().__init__(kind)
         self.kind = kind
 
-    @property
-    def timeout(self) -> bool:
-        return self.kind.endswith("Timeout")
-
 
 async def _timed(awaitable: Awaitable[_T], timeout: float, phase: str) -> _T:
     """*awaitable* within *timeout*; no answer in time or a broken connection is a `TransportError`."""
@@ -69,7 +60,8 @@ async def _timed(awaitable: Awaitable[_T], timeout: float, phase: str) -> _T:
 
 
 def proxy_for(base_url: str) -> tuple[str, int, str | None] | None:
-    """The proxy the environment names for *base_url*: its host, port and ``proxy-authorization``."""
+    """The ``http://`` proxy the environment names for *base_url* (``HTTPS_PROXY``/``HTTP_PROXY``,
+    ``NO_PROXY``): its host, port and ``proxy-authorization`` (from the credentials in its URL, if any)."""
     parts = urlsplit(base_url)
     url = urllib.request.getproxies().get(parts.scheme)
     if not url or urllib.request.proxy_bypass(parts.netloc):
@@ -78,11 +70,8 @@ def proxy_for(base_url: str) -> tuple[str, int, str | None] | None:
     if proxy.scheme != "http":
         raise ValueError(f"the upstream goes through http:// proxies only, not {url!r}")
     user = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}" if proxy.username else None
-    return (
-        proxy.hostname or "",
-        proxy.port or 80,
-        user and "Basic " + base64.b64encode(user.encode()).decode(),
-    )
+    auth = user and "Basic " + base64.b64encode(user.encode()).decode()
+    return proxy.hostname or "", proxy.port or 80, auth
 
 
 class _Connection:
@@ -95,8 +84,7 @@ class _Connection:
         return await _timed(awaitable, self.timeout, "Read")
 
     def reusable(self, now: float) -> bool:
-        stale = now - self.idle_since > KEEPALIVE or self.reader.at_eof() or self.writer.is_closing()
-        return not stale
+        return not (now - self.idle_since > KEEPALIVE or self.reader.at_eof() or self.writer.is_closing())
 
     def close(self) -> None:
         self.writer.close()
@@ -270,7 +258,6 @@ class Response:
         self._done = True
 
     async def read(self) -> bytes:
-        """The whole body."""
         try:
             return b"".join([piece async for piece in self._pieces()])
         finally:
@@ -294,11 +281,9 @@ class Response:
 
 
 class Pool:
-    """
-    Keep-alive connections to the origin of *base_url*, each request waiting *timeout* seconds at most
-    to connect and for each read (`TransportError` ``ConnectTimeout`` / ``ReadTimeout``).  Over TLS
-    *ssl_context* is made to offer HTTP/2 (ALPN).
-    """
+    """Keep-alive connections to the origin of *base_url*, each request waiting *timeout* seconds at most to
+    connect and for each read (`TransportError` ``ConnectTimeout`` / ``ReadTimeout``).  Over TLS *ssl_context*
+    is made to offer HTTP/2 (ALPN)."""
 
     def __init__(
         self, base_url: str, timeout: float, ssl_context: ssl.SSLContext | None, headers: Mapping[str, str]
@@ -363,10 +348,8 @@ class Pool:
 
     async def _open(self) -> _Connection | _H2:
         if self._proxy is None:
-            server_hostname = self._host if self._tls else None
-            opening = asyncio.open_connection(
-                self._host, self._port, ssl=self._tls, server_hostname=server_hostname
-            )
+            hostname = self._host if self._tls else None
+            opening = asyncio.open_connection(self._host, self._port, ssl=self._tls, server_hostname=hostname)
         else:
             opening = self._tunnel() if self._tls else asyncio.open_connection(*self._proxy[:2])
         reader, writer = await opening

@@ -1,7 +1,6 @@
 """What the server knows about each item type: one row per type in `ITEM_TYPES`.
 
-Validation, the context checks, made-up ids and the upstream bridge read the rows: a new type is one row.
-"""
+Validation, the context checks, made-up ids and the upstream bridge read the rows: a new type is one row."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class ItemType:
     provider-side arguments (JSON text); *restore*: its fields from the parsed arguments (``None``: they do
     not fit, it stays a ``function_call``); *schema* and *description*: of the function standing in for its
     tool (none: the tool's own); *restores*: docs/server.md's table; *content*: an output's ``tool`` message
-    text; *call_keys*: an output's fields naming its call (first string wins).
-    """
+    text; *call_keys*: an output's fields naming its call (first string wins)."""
 
     prefix: str = "item"
     required: tuple[str, ...] = ()
@@ -81,10 +79,6 @@ def _int(value: object) -> int | None:
 
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _custom(arguments: dict[str, Any]) -> Item | None:
-    return {"input": arguments["input"]} if isinstance(arguments.get("input"), str) else None
 
 
 def _shell(arguments: dict[str, Any]) -> Item | None:
@@ -172,7 +166,7 @@ ITEM_TYPES: dict[str, ItemType] = {
         "custom",
         "custom tool call",
         arguments=lambda item: to_json({"input": item.get("input", "")}),
-        restore=_custom,
+        restore=lambda parsed: {"input": parsed["input"]} if isinstance(parsed.get("input"), str) else None,
         restores="`input` restored verbatim",
         schema=_object(
             {"input": {**_STRING, "description": "The tool's input, verbatim."}},

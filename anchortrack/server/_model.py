@@ -1,8 +1,7 @@
 """The scripted model: a deterministic stand-in for an LLM (pure).
 
 Its reply depends only on the resolved context and the instructions, so a chained request and the equivalent
-stateless one get the same answer.  `build_response` turns any model's `ModelReply` into a response object.
-"""
+stateless one get the same answer.  `build_response` turns any model's `ModelReply` into a response object."""
 
 from __future__ import annotations
 
@@ -104,7 +103,6 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str) ->
 
 
 def usage(input_tokens: int, output_tokens: int, total: int, *, cached: int = 0, reasoning: int = 0) -> Item:
-    """A response's ``usage``."""
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
@@ -215,8 +213,7 @@ def build_response(
     """The response object for *reply*, with every field the spec requires.
 
     *announce* says that request properties (``tools``, ``text``…) apply per request, never over a chain, so
-    clients that read it (``anchortrack._properties.announced``) keep chaining when those change.
-    """
+    clients that read it (``anchortrack._properties.announced``) keep chaining when those change."""
     body = request.body
     input_tokens = math.ceil(context_facts(context).json_length / 4)  # as _tokens(list(context))
     input_tokens += _tokens(request.instructions) if request.instructions else 0

@@ -1,17 +1,21 @@
-"""What the server's response stores share: records, the store contract, the row codec, the save policy.
+"""The server's response stores: records, the store contract, the row codec, the save policy; its backends in
+this process's memory (`MemoryResponseStore`) and in a SQLite file (`SQLiteResponseStore`).
 
-Records are kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored.
-"""
+Records are kept as JSON text (a `Row`), so what a caller saved or read can never change what is stored."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
+import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import astuple, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 
@@ -54,8 +58,7 @@ _UNSET: Any = object()
 @dataclass(frozen=True)
 class StoredResponse:
     """One stored response: this request's own input items, the response as returned, store-clock times of
-    the first save and of expiry (set by the store) and the `owner_digest` of the key that alone sees it.
-    """
+    the first save and of expiry (set by the store) and the `owner_digest` of the key that alone sees it."""
 
     id: str
     previous_response_id: str | None
@@ -159,12 +162,10 @@ class ResponseStore:
     """The storage contract the server relies on (thread-safe), with OpenAI's semantics written once.
 
     A backend supplies the row primitives below, always called with the store's lock held, and may widen
-    `_transaction` (SQLite's makes a save hold across processes too).
-    """
+    `_transaction` (SQLite's makes a save hold across processes too)."""
 
     def __init__(self, retention: float, clock: Clock) -> None:
-        self.retention = retention
-        self._clock = clock
+        self.retention, self._clock = retention, clock
         self._lock = threading.Lock()
         self._last_purge = -math.inf
         self._generation = 0  # counts removals, expiries and replacements of chainable records
@@ -186,7 +187,7 @@ class ResponseStore:
         raise NotImplementedError
 
     def _holding(self, text: str, now: float) -> list[str]:
-        """The ids of the rows live at *now* whose input or output JSON holds *text* (all for ``""``), oldest
+        """Ids of the rows live at *now* whose input or output JSON holds *text* (all for ``""``), oldest
         first."""
         raise NotImplementedError
 
@@ -195,7 +196,7 @@ class ResponseStore:
         rows = [row for response_id in ids if (row := self._live(response_id, now)) is not None]
         return [Head(row.id, row.previous_response_id, row.status, row.owner, row.created_at) for row in rows]
 
-    def _transaction(self) -> AbstractContextManager[object]:
+    def _transaction(self) -> contextlib.AbstractContextManager[object]:
         """What a read-check-write runs under: the lock."""
         return self._lock
 
@@ -298,3 +299,179 @@ class ResponseStore:
 
     def close(self) -> None:
         """Release resources; idempotent (nothing to release here)."""
+
+
+DEFAULT_MAX_RESPONSES = 100_000
+"""Most responses a memory store keeps by default (about 0.6 GB of a typical agent's responses)."""
+
+
+class MemoryResponseStore(ResponseStore):
+    """Responses kept in memory, for tests and single-process servers (*retention* in seconds).
+
+    At most *max_responses* are kept: saving one more evicts the oldest, which is then gone as if expired (a
+    chain through it gets ``previous_response_not_found``)."""
+
+    def __init__(
+        self,
+        *,
+        retention: float = DEFAULT_RETENTION,
+        clock: Clock = time.time,
+        max_responses: int = DEFAULT_MAX_RESPONSES,
+    ) -> None:
+        if max_responses < 1:
+            raise ValueError(f"max_responses must be at least 1, got {max_responses!r}")
+        super().__init__(retention, clock)
+        self.max_responses = max_responses
+        self._rows: dict[str, Row] = {}
+        self._links: dict[str, ChainLink] = {}
+
+    def _live(self, response_id: str, now: float) -> Row | None:
+        row = self._rows.get(response_id)
+        return row if row is not None and row.expires_at > now else None
+
+    def _put(self, row: Row) -> None:
+        if row.id not in self._rows and len(self._rows) >= self.max_responses:
+            self._drop(next(iter(self._rows)))  # the oldest: rows keep their first save's place
+            self._generation += 1
+        self._rows[row.id] = row
+        self._links.pop(row.id, None)
+
+    def _drop(self, response_id: str) -> bool:
+        self._links.pop(response_id, None)
+        return self._rows.pop(response_id, None) is not None
+
+    def _drop_expired(self, now: float) -> int:
+        dead = [key for key, row in self._rows.items() if row.expires_at <= now]
+        for key in dead:
+            self._drop(key)
+        return len(dead)
+
+    def _holding(self, text: str, now: float) -> list[str]:
+        rows = [row for row in self._rows.values() if row.expires_at > now]
+        return [row.id for row in rows if text in row.input_json or text in row.output_json]
+
+    def link(self, response_id: str) -> ChainLink | None:
+        """The live record's chain data, decoded once per save and shared (read-only)."""
+        with self._lock:
+            row = self._live(response_id, self._clock())
+            if row is None:
+                return None
+            if response_id not in self._links:
+                self._links[response_id] = row_link(row)
+            return self._links[response_id]
+
+
+#: Version of the SQLite schema, kept in ``PRAGMA user_version``.  Version 2 added ``owner``; a version-1
+#: file is migrated in place, its responses belonging to requests without an API key.
+SCHEMA_VERSION = 2
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    previous_response_id TEXT,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    input_json TEXT NOT NULL,
+    output_json TEXT NOT NULL,
+    response_json TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS responses_previous_response_id ON responses (previous_response_id);
+CREATE INDEX IF NOT EXISTS responses_expires_at ON responses (expires_at);
+"""
+
+_COLUMNS = ", ".join(column.name for column in fields(Row))
+
+
+class SQLiteResponseStore(ResponseStore):
+    """Responses kept in a SQLite file (WAL mode, created with its directories; ``":memory:"`` for a private
+    database), surviving restarts.  A file of a newer schema is refused rather than misread."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, retention: float = DEFAULT_RETENTION, clock: Clock = time.time
+    ) -> None:
+        super().__init__(retention, clock)
+        self.path = os.fspath(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+        self._closed = False
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """The lock and one ``BEGIN IMMEDIATE`` transaction: a save holds across processes too."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def _migrate(self) -> None:
+        with self._transaction():
+            version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                newer = f"{self.path}: schema version {version} is newer than the supported version"
+                raise RuntimeError(f"{newer} {SCHEMA_VERSION}")
+            if version == 1:
+                self._conn.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._conn.execute(statement)
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _live(self, response_id: str, now: float) -> Row | None:
+        values = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM responses WHERE id = ? AND expires_at > ?",  # noqa: S608
+            (response_id, now),
+        ).fetchone()
+        return None if values is None else Row(*values)
+
+    def _put(self, row: Row) -> None:
+        self._conn.execute(
+            f"INSERT OR REPLACE INTO responses ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
+            astuple(row),
+        )
+
+    def _drop(self, response_id: str) -> bool:
+        return self._conn.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
+
+    def _drop_expired(self, now: float) -> int:
+        return self._conn.execute("DELETE FROM responses WHERE expires_at <= ?", (now,)).rowcount
+
+    def _holding(self, text: str, now: float) -> list[str]:
+        cursor = self._conn.execute(
+            "SELECT id FROM responses WHERE expires_at > ?"
+            " AND (instr(input_json, ?) OR instr(output_json, ?)) ORDER BY created_at, rowid",
+            (now, text, text),
+        )
+        return [values[0] for values in cursor]
+
+    def generation(self) -> object:
+        """This process's count, and SQLite's ``data_version`` (changed by other connections' commits)."""
+        with self._lock:
+            return self._generation, self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def _heads(self, ids: Sequence[str], now: float) -> list[Head]:
+        cursor = self._conn.execute(
+            "SELECT id, previous_response_id, status, owner, created_at FROM responses"
+            " WHERE id IN (SELECT value FROM json_each(?)) AND expires_at > ?",
+            (json.dumps(list(ids)), now),
+        )
+        return [Head(*values) for values in cursor]
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()

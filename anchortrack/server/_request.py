@@ -8,17 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from anchortrack.server._errors import (
-    APIError,
-    bad_request,
-    invalid_json,
-    invalid_type,
-    invalid_value,
-    json_type_name,
-    missing_parameter,
-    unknown_parameter,
-    unsupported,
-)
+from anchortrack.server import _errors
+from anchortrack.server._errors import APIError
 from anchortrack.server._items import OUTPUTS, Item, item_type
 
 
@@ -73,38 +64,36 @@ def required(
     """*mapping*'s value of *name*: present (not null) and of *kind*, else refused as *param*."""
     value = mapping.get(name)
     if value is None:
-        raise missing_parameter(param)
+        raise _errors.missing_parameter(param)
     if not isinstance(value, kind):
-        raise invalid_type(param, expected, value)
+        raise _errors.invalid_type(param, expected, value)
     return value
 
 
 def _check_item(item: object, where: str) -> Item:
     if not isinstance(item, dict):
-        raise invalid_type(where, "an input item object", item)
-    kind = item.get("type")
-    if kind is not None and not isinstance(kind, str):
-        raise invalid_type(f"{where}.type", "a string", kind)
-    item_id = item.get("id")
-    if item_id is not None and not isinstance(item_id, str):
-        raise invalid_type(f"{where}.id", "a string", item_id)
+        raise _errors.invalid_type(where, "an input item object", item)
+    kind, item_id = item.get("type"), item.get("id")
+    for name, value in (("type", kind), ("id", item_id)):
+        if value is not None and not isinstance(value, str):
+            raise _errors.invalid_type(f"{where}.{name}", "a string", value)
     if kind is None and item.get("role") is None and isinstance(item_id, str):
         return item  # an item reference without "type" (ItemReferenceParam)
     if kind is None or kind == "message":
         if item.get("role") is None:
-            raise missing_parameter(f"{where}.type" if kind is None else f"{where}.role")
+            raise _errors.missing_parameter(f"{where}.type" if kind is None else f"{where}.role")
         role = required(item, "role", f"{where}.role", str, "a string")
         if role not in _ROLES:
             supported = "Supported values are: 'user', 'assistant', 'system', and 'developer'."
-            raise invalid_value(f"{where}.role", f"Invalid value: '{role}'. {supported}")
+            raise _errors.invalid_value(f"{where}.role", f"Invalid value: '{role}'. {supported}")
         if "content" not in item:
-            raise missing_parameter(f"{where}.content")
+            raise _errors.missing_parameter(f"{where}.content")
         content = item["content"]
         if not isinstance(content, (str, list)):
-            raise invalid_type(f"{where}.content", "a string or an array of content parts", content)
+            raise _errors.invalid_type(f"{where}.content", "a string or an array of content parts", content)
         for index, part in enumerate(content if isinstance(content, list) else []):
             if not isinstance(part, dict):
-                raise invalid_type(f"{where}.content[{index}]", "an object", part)
+                raise _errors.invalid_type(f"{where}.content[{index}]", "an object", part)
         return item
     for name in item_type(kind).required:
         required(item, name, f"{where}.{name}", str, "a string")
@@ -116,27 +105,28 @@ def _check_item(item: object, where: str) -> Item:
 def parse_create_request(body: object) -> CreateRequest:
     """Validate a decoded body's shapes (APIError 400 in OpenAI's words), leaving its items as received."""
     if not isinstance(body, dict):
-        got = json_type_name(body)
+        got = _errors.json_type_name(body)
         message = f"Invalid type for request body: expected an object, but got {got} instead."
         raise APIError(400, message, code="invalid_type")
     for key in body:
         if key not in KNOWN_PARAMETERS:
-            raise unknown_parameter(str(key))
+            raise _errors.unknown_parameter(str(key))
     model = required(body, "model", "model", str, "a string")
     for names, types, expected in _OPTIONAL:
         for name in names:
             value = body.get(name)
             accepted = isinstance(value, types) and (bool in types or not isinstance(value, bool))
             if value is not None and not accepted:
-                raise invalid_type(name, expected, value)
+                raise _errors.invalid_type(name, expected, value)
     tokens = body.get("max_output_tokens")
     if tokens is not None and tokens < 16:
         message = "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got"
-        raise bad_request("max_output_tokens", "integer_below_min_value", f"{message} {tokens} instead.")
+        message += f" {tokens} instead."
+        raise _errors.bad_request("max_output_tokens", "integer_below_min_value", message)
     for name, kind, expected in (("tools", dict, "an object"), ("include", str, "a string")):
         for index, element in enumerate(body.get(name) or ()):
             if not isinstance(element, kind):
-                raise invalid_type(f"{name}[{index}]", expected, element)
+                raise _errors.invalid_type(f"{name}[{index}]", expected, element)
     instructions = body.get("instructions")
     for index, element in enumerate(instructions if isinstance(instructions, list) else []):
         _check_item(element, f"instructions[{index}]")
@@ -148,26 +138,26 @@ def parse_create_request(body: object) -> CreateRequest:
     elif isinstance(raw_input, list):
         items = [_check_item(item, f"input[{index}]") for index, item in enumerate(raw_input)]
     else:
-        raise invalid_type("input", "a string or an array of input items", raw_input)
+        raise _errors.invalid_type("input", "a string or an array of input items", raw_input)
     previous, conversation = body.get("previous_response_id"), body.get("conversation")
     if previous is not None and conversation is not None:
         message = "Mutually exclusive parameters: 'previous_response_id' and 'conversation'. "
         message += "Ensure you are only providing one of: 'previous_response_id' or 'conversation'."
-        raise bad_request("conversation", "mutually_exclusive_parameters", message)
+        raise _errors.bad_request("conversation", "mutually_exclusive_parameters", message)
     if conversation is not None:
-        instead = "use previous_response_id or send the full input."
-        raise unsupported("conversation", f"The anchortrack server does not support conversations; {instead}")
+        message = "The anchortrack server does not support conversations; use previous_response_id or send "
+        raise _errors.unsupported("conversation", message + "the full input.")
     if body.get("background") is True:
-        raise unsupported("background", "The anchortrack server does not support background responses.")
+        message = "The anchortrack server does not support background responses."
+        raise _errors.unsupported("background", message)
     if previous == "":
         message = "Invalid 'previous_response_id': empty string. Expected a string with minimum length 1, "
-        raise bad_request(
-            "previous_response_id", "empty_string", message + "but got an empty string instead."
-        )
+        message += "but got an empty string instead."
+        raise _errors.bad_request("previous_response_id", "empty_string", message)
     if previous is not None and not _ID_PATTERN.fullmatch(previous):
         message = f"Invalid 'previous_response_id': '{previous}'. Expected an ID that contains letters, "
         message += "numbers, underscores, or dashes, but this value contained additional characters."
-        raise invalid_value("previous_response_id", message)
+        raise _errors.invalid_value("previous_response_id", message)
     store, stream = body.get("store") is not False, body.get("stream") is True
     return CreateRequest(body, model, items, instructions, previous, store=store, stream=stream)
 
@@ -192,7 +182,7 @@ def _check_value(value: Any) -> None:
             try:
                 node.encode("utf-8")
             except UnicodeEncodeError:
-                raise invalid_json() from None
+                raise _errors.invalid_json() from None
         if isinstance(node, (dict, list)):
             if level > MAX_JSON_DEPTH:
                 raise APIError(400, f"Invalid body: JSON nested deeper than {MAX_JSON_DEPTH} levels.")
@@ -208,6 +198,6 @@ def decode_json(raw: bytes) -> Any:
     try:
         value = json.loads(raw, parse_constant=_finite_float, parse_float=_finite_float)
     except (ValueError, RecursionError):
-        raise invalid_json() from None
+        raise _errors.invalid_json() from None
     _check_value(value)
     return value

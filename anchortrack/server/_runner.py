@@ -1,10 +1,8 @@
-"""
-`ResponsesServer`: the app served by uvicorn in a background thread; `uvicorn_config` for both it and
+"""`ResponsesServer`: the app served by uvicorn in a background thread; `uvicorn_config` for both it and
 ``anchortrack serve``.
 
 A client cannot hold the server: headers and body must arrive within `Timeouts`, and a shutdown cancels
-requests still in flight after `Timeouts.shutdown` seconds.
-"""
+requests still in flight after `Timeouts.shutdown` seconds."""
 
 from __future__ import annotations
 
@@ -116,8 +114,7 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
 
 class ResponsesServer:
-    """
-    A local Responses API server on a loopback port, for tests and demos.
+    """A local Responses API server on a loopback port, for tests and demos.
 
     Use it as a context manager (or call `start` and `stop`).
 
@@ -164,8 +161,7 @@ class ResponsesServer:
             store, retention=retention, max_depth=max_depth, model=model, clock=clock, backend=upstream
         )
         self.app = create_app(self.state, test_hooks=test_hooks, api_keys=api_keys)
-        self.host = host
-        self._requested_port = port
+        self.host, self._requested_port = host, port
         self._port: int | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -190,8 +186,7 @@ class ResponsesServer:
         return f"{self.url}/v1"
 
     def start(self, timeout: float = 10.0) -> ResponsesServer:
-        """
-        Start serving in a background thread; return once connections are served.
+        """Start serving in a background thread; return once connections are served.
 
         Raises:
             RuntimeError: Already started or stopped, or uvicorn did not start within *timeout* seconds.
@@ -202,9 +197,8 @@ class ResponsesServer:
         self._port = int(sock.getsockname()[1])
         config = uvicorn_config(self.app, Timeouts(), log_config=None, access_log=False)
         server = uvicorn.Server(config)
-        thread = threading.Thread(
-            target=self._run, args=(server, sock), name=f"anchortrack-server-{self._port}", daemon=True
-        )
+        name = f"anchortrack-server-{self._port}"
+        thread = threading.Thread(target=self._run, args=(server, sock), name=name, daemon=True)
         self._server, self._thread = server, thread
         thread.start()
         deadline = time.monotonic() + timeout

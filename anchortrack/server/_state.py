@@ -1,8 +1,7 @@
 """The server's state and request logic, free of HTTP.
 
 `ServerState` runs a create request through validation → chain resolution → context checks → model, saves the
-response, and keeps what tests look at.
-"""
+response, and keeps what tests look at."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import logging
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -22,31 +22,102 @@ from anchortrack.server import _errors
 from anchortrack.server._chain import (
     CHAINABLE_STATUSES,
     DEFAULT_MAX_DEPTH,
+    chain_items,
     resolve_chain,
     resolve_context,
     resolve_items,
 )
-from anchortrack.server._contexts import EMPTY, Ancestry, ContextCache
 from anchortrack.server._events import in_progress_snapshot, stream_events
-from anchortrack.server._facts import Context, check_context, context_facts
+from anchortrack.server._facts import EMPTY_FACTS, Context, Facts, check_context, context_facts
 from anchortrack.server._items import Item, item_type
-from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
 from anchortrack.server._model import ModelReply, ScriptedModel, build_response, new_id
 from anchortrack.server._records import (
+    DEFAULT_MAX_RESPONSES,
     DEFAULT_RETENTION,
     ChainLink,
     Clock,
     Head,
+    MemoryResponseStore,
     ResponseStore,
+    SQLiteResponseStore,
     StoredResponse,
 )
 from anchortrack.server._request import CreateRequest, parse_create_request
-from anchortrack.server._sqlite import SQLiteResponseStore
 
 
 logger = logging.getLogger("anchortrack.server")
 #: Most item ids the server remembers the holder of (a lookup past it searches the store).
 ITEM_INDEX_LIMIT = 100_000
+#: Most responses whose resolved chain is kept (about 40 MB for 1,024 chains of 1,000 shared items).
+CONTEXT_CACHE_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class Ancestry:
+    """A chain's responses (oldest first) as `Head` s, with every item they stored, as of the store's
+    *generation* (read before the chain was walked or checked)."""
+
+    heads: tuple[Head, ...]
+    items: tuple[Item, ...]
+    generation: object = None
+    owners: frozenset[str] = frozenset()
+    oldest: float = math.inf  # the earliest creation time of the chain
+    facts: Facts = EMPTY_FACTS  # the facts of items
+
+    @staticmethod
+    def of(chain: Sequence[ChainLink], generation: object) -> Ancestry:
+        heads = tuple(link.head for link in chain)
+        items = tuple(chain_items(chain))
+        owners = frozenset(head.owner for head in heads)
+        oldest = min((h.created_at for h in heads), default=math.inf)
+        return Ancestry(heads, items, generation, owners, oldest, Facts.of(items))
+
+
+EMPTY = Ancestry((), ())
+
+
+class ContextCache:
+    """The `Ancestry` of the latest saved responses, by id (thread-safe), so a chained request costs its own
+    items.  An entry is used only while its whole chain is live, chainable, one owner's and unchanged: known
+    without a read while the store's generation is the one it was checked at and its oldest response is within
+    retention, else by one batched read of the heads."""
+
+    def __init__(self, limit: int = CONTEXT_CACHE_LIMIT) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Ancestry] = OrderedDict()
+
+    def lookup(self, response_id: str, owner: str | None, store: ResponseStore) -> Ancestry | None:
+        """*response_id*'s ancestry while its whole chain is live, chainable and *owner*'s (any, for None)."""
+        with self._lock:
+            entry = self._entries.get(response_id)
+            if entry is not None:
+                self._entries.move_to_end(response_id)
+        if entry is None or (owner is not None and entry.owners != {owner}):
+            return None
+        generation = store.generation()
+        if generation == entry.generation and store.now() < entry.oldest + store.retention:
+            return entry  # nothing was removed since it was checked, and nothing of it expired
+        live = store.heads([head.id for head in entry.heads])
+        fresh = all(live.get(head.id) == head for head in entry.heads)
+        with self._lock:
+            if fresh:
+                entry = self._entries[response_id] = replace(entry, generation=generation)
+            else:
+                self._entries.pop(response_id, None)
+        return entry if fresh else None
+
+    def add(self, saved: Head, parent: Ancestry, items: Sequence[Item], facts: Facts) -> None:
+        """Keep *saved*'s ancestry: *parent*'s as checked when the request was resolved (its generation stays
+        the entry's), then *items*; *facts* are of them all."""
+        oldest, owners = min(parent.oldest, saved.created_at), parent.owners | {saved.owner}
+        heads = (*parent.heads, saved)
+        entry = Ancestry(heads, (*parent.items, *items), parent.generation, owners, oldest, facts)
+        with self._lock:
+            self._entries[saved.id] = entry
+            self._entries.move_to_end(saved.id)
+            while len(self._entries) > self.limit:
+                self._entries.popitem(last=False)
 
 
 def open_store(
@@ -78,10 +149,8 @@ class Model(Protocol):
 
 @dataclass(frozen=True)
 class Turn:
-    """A validated create request, not yet answered.
-
-    *chain*: its stored ancestors when they were read (empty when *ancestry* came from the `ContextCache`);
-    *context*: the chain's items, then the new input, resolved.
+    """A validated create request, not yet answered: *chain*, its stored ancestors when they were read (empty
+    when *ancestry* came from the `ContextCache`); *context*, the chain's items, then the new input, resolved.
     """
 
     request: CreateRequest
@@ -159,8 +228,7 @@ class ServerState:
         self._owns_store = isinstance(store, str)
         if isinstance(store, str):
             store = open_store(store, retention=retention, clock=self._clock, max_responses=max_responses)
-        self.store = store
-        self.max_depth = max_depth
+        self.store, self.max_depth = store, max_depth
         self.model: Model = model or ScriptedModel()
         self.backend = backend
         self.zdr = self.stale_in_stream = self.ignore_previous_response_id = False
@@ -185,10 +253,8 @@ class ServerState:
             self._requests.clear()
 
     def resolved_context(self, response_id: str) -> list[Item]:
-        """The items the model saw for *response_id* (stored or not, while `record` is on), oldest first.
-
-        Item references and by-id reasoning items are resolved; no instructions, not the response's own
-        output.
+        """The items the model saw for *response_id* (stored or not, while `record` is on), oldest first, item
+        references and by-id reasoning items resolved; no instructions, not the response's own output.
 
         Raises:
             KeyError: The server created no such response (or was not recording).
@@ -207,12 +273,9 @@ class ServerState:
     def stored_item(self, item_id: str, owner: str | None = None) -> Item | None:
         """The item with this id of *owner*'s (any, for None) oldest live stored response holding it, or None.
 
-        An id names the item first stored under it, as on OpenAI, where an item id names one item for good: a
-        later input reusing the id with other content (a redacted copy sent back in full) is stored as sent
-        but does not change what the id resolves to, so a request naming the id sees what a chain through the
-        first holder replays.  When the index names no live holder (deleted, expired, saved before a restart),
-        the store is searched, oldest first.
-        """
+        An id names the item first stored under it, for good, as on OpenAI: a later input reusing the id with
+        other content is stored as sent but does not change what the id resolves to.  When the index names no
+        live holder (deleted, expired, saved before a restart), the store is searched, oldest first."""
         with self._lock:
             known = dict(self._items.get(item_id, {}))
         for holder, response_id in known.items():
@@ -266,11 +329,8 @@ class ServerState:
         link: Callable[[str], ChainLink | None] | None = None,
         generate: bool = True,
     ) -> PendingResponse:
-        """`resolve` *body*, then answer it with the model.
-
-        *generate* ``False`` answers without the model: a ``completed`` response with no output (a WebSocket
-        warm-up).
-        """
+        """`resolve` *body*, then answer it with the model (*generate* ``False``: without it, a ``completed``
+        response with no output, as a WebSocket warm-up)."""
         turn = self.resolve(body, owner=owner, link=link)
         reply = self.model.respond(turn.context, instructions=turn.request.instructions) if generate else None
         return self.finish(turn, reply or ModelReply(status="completed"))
@@ -359,9 +419,8 @@ class ServerState:
         if saved.previous_response_id is None:
             parent = replace(EMPTY, generation=parent.generation)
         resolved = len(pending.context) - len(pending.request.input_items)
-        if len(parent.items) != resolved or saved.previous_response_id != (
-            parent.heads[-1].id if parent.heads else None
-        ):
+        parent_id = parent.heads[-1].id if parent.heads else None
+        if len(parent.items) != resolved or saved.previous_response_id != parent_id:
             return  # stored otherwise than resolved (a WebSocket parent stored as its whole context)
         head = Head(saved.id, saved.previous_response_id, saved.status, saved.owner, saved.created_at)
         facts = context_facts(pending.context).extend(saved.output)
@@ -379,12 +438,9 @@ class ServerState:
     async def live_events(
         self, pending: PendingResponse, to_save: PendingResponse | None
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """*pending*'s events as a live stream sends them (HTTP and WebSocket alike).
-
-        Its delay is waited after ``response.in_progress``; *to_save* (if any) is saved before the terminal
-        event, which becomes an ``error`` event when that fails.  Closed early (the client went away) it still
-        saves.  Close it with `contextlib.aclosing`.
-        """
+        """*pending*'s events as a live stream sends them (HTTP and WebSocket alike), its delay waited after
+        ``response.in_progress``; *to_save* (if any) is saved before the terminal event (an ``error`` event
+        when that fails), and even if closed early.  Close it with `contextlib.aclosing`."""
         events = stream_events(pending.response)
         finished = False
         try:
@@ -424,10 +480,8 @@ class ServerState:
         limit: int = 20,
         order: str = "desc",
     ) -> dict[str, Any]:
-        """One page of the items used to generate a stored response, read from the store now.
-
-        The walk stops at the first ancestor no longer stored; an item without an ``id`` is listed with a
-        stable one.
+        """One page of the items used to generate a stored response, read from the store now; the walk stops
+        at the first ancestor no longer stored, an item without an ``id`` is listed with a stable one.
 
         Raises:
             APIError: 404 when the response is not stored (or another key's); 400 for a bad ``limit`` or

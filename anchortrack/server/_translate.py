@@ -1,8 +1,7 @@
 """Request building for an upstream provider: Responses → Chat Completions (pure).
 
 Only what Chat Completions accepts is sent: no reasoning items, no call without its output; other tools than
-``function`` become function tools whose type `ChatPlan.tools` keeps for restoring the reply.
-"""
+``function`` become function tools whose type `ChatPlan.tools` keeps for restoring the reply."""
 
 from __future__ import annotations
 

@@ -1,26 +1,16 @@
-"""
-`Upstream`: a model backend that forwards to a Chat Completions provider.
+"""`Upstream`: a model backend that forwards to a Chat Completions provider.
 
-Each request's resolved context goes to ``{base_url}/chat/completions`` as
-chat ``messages`` (`anchortrack.server._translate`) and the reply comes back
-as Responses output (`anchortrack.server._reconstruct`), with any server
-speaking Chat Completions.  HTTP/1.1 (or HTTP/2 where the provider's TLS
-offers it) goes through one pool of keep-alive connections per server
-(`anchortrack.server._http`), closed at shutdown.  A
-connection error, a 408, 409, 429 or 5xx is retried as the openai SDK
-retries it (`RETRIES` times, exponential backoff from 0.5 s to 8 s less up
-to 25 % jitter, or the provider's ``Retry-After`` up to two minutes), always
-before any byte of the reply reached the caller.
+Each request's resolved context goes to ``{base_url}/chat/completions`` as chat ``messages``
+(`anchortrack.server._translate`) and the reply comes back as Responses output
+(`anchortrack.server._reconstruct`), through one pool of keep-alive connections per server
+(`anchortrack.server._http`), closed at shutdown.  A connection error, a 408, 409, 429 or 5xx is retried as
+the openai SDK retries it (`_backoff`), always before any byte of the reply reached the caller.
 
-Failures become OpenAI-shaped errors naming the upstream: unreachable → 502
-``upstream_unreachable``; no answer within the timeout → 504
-``upstream_timeout``; an HTTP error status → the provider's status (a 5xx as
-502) with its message, ``upstream_error``; a reply that is not a Chat
-Completion → 502 ``upstream_bad_response``.  The API key (from
-``ANCHORTRACK_UPSTREAM_API_KEY`` unless given) only ever goes into the
-``Authorization`` header to the provider: it is replaced by ``[redacted]``
-in everything read back from the provider, and never logged.
-"""
+Failures become OpenAI-shaped errors naming the upstream: unreachable → 502 ``upstream_unreachable``; no
+answer within the timeout → 504 ``upstream_timeout``; an HTTP error status → the provider's status (a 5xx as
+502) with its message, ``upstream_error``; a reply that is not a Chat Completion → 502
+``upstream_bad_response``.  The API key only ever goes into the ``Authorization`` header to the provider: it
+is replaced by ``[redacted]`` in everything read back from the provider, and never logged."""
 
 from __future__ import annotations
 
@@ -40,11 +30,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
-from anchortrack.server._assembler import StreamAssembler
 from anchortrack.server._errors import APIError, server_error
 from anchortrack.server._http import Pool, Response, TransportError
 from anchortrack.server._model import ModelReply
-from anchortrack.server._reconstruct import MalformedReply, Origin, reconstruct, redact
+from anchortrack.server._reconstruct import MalformedReply, Origin, StreamAssembler, reconstruct, redact
 from anchortrack.server._translate import ChatPlan, build_chat_request
 
 
@@ -70,29 +59,26 @@ def upstream_name(base_url: str) -> str:
     """*base_url* without credentials, query or fragment: how errors name the upstream."""
     parts = urlsplit(base_url)
     host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
+    host = f"[{host}]" if ":" in host else host
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 class Upstream:
-    """
-    The upstream provider backend (an `~anchortrack.server._state.AsyncModel`).
+    """The upstream provider backend (an `~anchortrack.server._state.AsyncModel`).
 
     Args:
-        base_url: The provider's Chat Completions base URL, e.g.
-            ``http://localhost:11434/v1`` (``/chat/completions`` is appended).
+        base_url: The provider's Chat Completions base URL, e.g. ``http://localhost:11434/v1``
+            (``/chat/completions`` is appended).
         model: Send this model name instead of the request's ``model``.
-        api_key: Bearer token for the provider; default: the environment
-            variable ``ANCHORTRACK_UPSTREAM_API_KEY`` (none if unset).
+        api_key: Bearer token for the provider; default: the environment variable
+            ``ANCHORTRACK_UPSTREAM_API_KEY`` (none if unset).
         timeout: Seconds to wait to connect and for each read.
-        json_schema: ``"auto"`` sends ``json_schema`` formats and degrades to
-            ``json_object`` (then validates the output is JSON) once the
-            provider refuses one; ``"degrade"`` always degrades;
-            ``"native"`` never does.
-        max_tokens_field: Where ``max_output_tokens`` goes: ``max_tokens``
-            (widely supported) or ``max_completion_tokens``.
+        json_schema: ``"auto"`` sends ``json_schema`` formats and degrades to ``json_object`` (then validates
+            the output is JSON) once the provider refuses one; ``"degrade"`` always degrades; ``"native"``
+            never does.
+        max_tokens_field: Where ``max_output_tokens`` goes: ``max_tokens`` (widely supported) or
+            ``max_completion_tokens``.
         headers: Extra request headers for the provider.
         retries: Times a connection error or a 408, 409, 429 or 5xx answer is tried again.
     """
@@ -109,21 +95,15 @@ class Upstream:
         headers: Mapping[str, str] | None = None,
         retries: int = RETRIES,
     ) -> None:
-        parts = urlsplit(base_url)
+        parts, self.name = urlsplit(base_url), upstream_name(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                f"upstream base URL must be http(s)://HOST[:PORT][/PATH], got {upstream_name(base_url)!r}"
-            )
+            raise ValueError(f"upstream base URL must be http(s)://HOST[:PORT][/PATH], got {self.name!r}")
         if not timeout > 0:
             raise ValueError("upstream timeout must be positive")
         self.base_url = base_url.rstrip("/")
-        self.name = upstream_name(base_url)
-        self.model = model
-        self.timeout = float(timeout)
-        self.json_schema = json_schema
-        self.max_tokens_field = max_tokens_field
+        self.model, self.timeout, self.retries = model, float(timeout), retries
+        self.json_schema, self.max_tokens_field = json_schema, max_tokens_field
         self._degrade = json_schema == "degrade"
-        self.retries = retries
         self._ssl_context: ssl.SSLContext | None = None
         self._pool: tuple[asyncio.AbstractEventLoop, Pool] | None = None
         self._api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
@@ -186,7 +166,7 @@ class Upstream:
         return self._failed("anchortrack.server.upstream_malformed", what, 502, "upstream_bad_response")
 
     def _transport_error(self, error: TransportError) -> APIError:
-        if error.timeout:
+        if error.kind.endswith("Timeout"):
             what = f"did not answer within {self.timeout:g} seconds."
             return self._failed("anchortrack.server.upstream_timeout", what, 504, "upstream_timeout")
         name = error.kind
@@ -208,7 +188,9 @@ class Upstream:
         loop = asyncio.get_running_loop()
         if self._pool is None or self._pool[0] is not loop or self._pool[1].closed:
             if self._ssl_context is None and self.base_url.startswith("https:"):
-                self._ssl_context = _ssl_context()  # building one costs far more than a request
+                # The openai client's trust store (its HTTP library's); one costs far more than a request.
+                name = "httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx"
+                self._ssl_context = importlib.import_module(name).create_ssl_context()
             self._pool = (loop, Pool(self.base_url, self.timeout, self._ssl_context, self._headers))
         return self._pool[1]
 
@@ -237,10 +219,8 @@ class Upstream:
                 await response.aclose()
                 reason = f"HTTP {response.status_code}"
             wait = _backoff(attempt, retry_after)
-            logger.info(
-                "anchortrack.server.upstream_retry",
-                extra={"upstream": self.name, "attempt": attempt + 1, "reason": reason, "wait": wait},
-            )
+            extra = {"upstream": self.name, "attempt": attempt + 1, "reason": reason, "wait": wait}
+            logger.info("anchortrack.server.upstream_retry", extra=extra)
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -266,11 +246,10 @@ class Upstream:
         plan, response = await self._send(self.plan(turn))
         try:
             raw = await response.read()
-        except TransportError as error:
-            raise self._transport_error(error) from None
-        try:
             completion = redact(json.loads(raw.decode("utf-8", "replace")), self._secret)
             return reconstruct(completion, plan, self._origin(plan, turn))
+        except TransportError as error:
+            raise self._transport_error(error) from None
         except MalformedReply as error:
             raise self._malformed(str(error)) from None
         except ValueError:
@@ -315,13 +294,6 @@ class Upstream:
             yield reply
         finally:
             await response.aclose()
-
-
-def _ssl_context() -> ssl.SSLContext:
-    """The openai client's trust store (its HTTP library's context)."""
-    name = "httpx2" if int(openai.__version__.split(".")[0]) >= 3 else "httpx"
-    context: ssl.SSLContext = importlib.import_module(name).create_ssl_context()
-    return context
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

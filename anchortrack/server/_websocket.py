@@ -3,8 +3,7 @@
 Each ``response.create`` event (a ``POST`` body plus ``type``, ``stream_id``, ``generate``) is answered with
 an HTTP stream's events; creates of one lane (``stream_id``) run in order, lanes concurrently.  Each lane's
 latest chainable response is cached on the connection, so it chains there even unstored or under zero data
-retention.  The server guide spells out the semantics.
-"""
+retention.  The server guide spells out the semantics."""
 
 from __future__ import annotations
 
@@ -71,15 +70,12 @@ def parse_client_event(event: object) -> CreateEvent:
         raise _errors.invalid_type("event", "an object", event)
     kind = required(event, "type", "type", str, "a string")
     if kind != "response.create":
-        raise _errors.invalid_value(
-            "type", f"Invalid value: '{kind}'. This server supports only 'response.create'."
-        )
+        message = f"Invalid value: '{kind}'. This server supports only 'response.create'."
+        raise _errors.invalid_value("type", message)
     stream_id = event_stream_id(event)
     if stream_id is None and event.get("stream_id") is not None:
-        message = (
-            "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or periods."
-        )
-        raise _errors.bad_request("stream_id", "invalid_stream_id", message)
+        message = "Invalid 'stream_id': expected 1 to 256 ASCII letters, digits, underscores, hyphens or "
+        raise _errors.bad_request("stream_id", "invalid_stream_id", message + "periods.")
     generate = event.get("generate", True)
     if not isinstance(generate, bool):
         raise _errors.invalid_type("generate", "a boolean", generate)
@@ -137,8 +133,7 @@ class _Connection:
     """One open socket: its cache, lanes, workers and a serialized sender."""
 
     def __init__(self, websocket: WebSocket, connection_id: str) -> None:
-        self.id = connection_id
-        self.websocket = websocket
+        self.id, self.websocket = connection_id, websocket
         self.owner = request_owner(websocket.headers)
         self.cache = ConnectionCache()
         self.queues: dict[Lane, asyncio.Queue[CreateEvent]] = {}
@@ -186,13 +181,11 @@ class ReceivedFrame:
 class WebSocketHub:
     """The WebSocket endpoint over the `ServerState` the HTTP routes share: open connections and their caches.
 
-    *max_age* (seconds a connection opened afterwards stays open) and *max_named_streams* may be changed.
-    """
+    *max_age* (seconds a connection opened afterwards stays open) and *max_named_streams* may be changed."""
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
-        self.max_age = MAX_CONNECTION_AGE
-        self.max_named_streams = MAX_NAMED_STREAMS
+        self.max_age, self.max_named_streams = MAX_CONNECTION_AGE, MAX_NAMED_STREAMS
         self._lock = threading.Lock()
         self._connections: dict[str, _Connection] = {}
         self._received: list[ReceivedFrame] = []
@@ -265,10 +258,8 @@ class WebSocketHub:
     async def _respond(self, conn: _Connection, event: CreateEvent) -> None:
         def link(response_id: str) -> ChainLink | None:  # this socket's cache, then (without ZDR) the store
             with self._lock:
-                cached = conn.cache.lookup(response_id)
-            return (
-                cached if cached is not None or self.state.zdr else self.state.link(response_id, conn.owner)
-            )
+                found = conn.cache.lookup(response_id)
+            return found if found is not None or self.state.zdr else self.state.link(response_id, conn.owner)
 
         lane, parent = event.stream_id, event.body.get("previous_response_id")
         parent = parent if isinstance(parent, str) else None
@@ -289,9 +280,8 @@ class WebSocketHub:
         to_save = pending if pending.request.store and not self.state.zdr else None
         if to_save is not None and parent_cached and self.state.link(str(parent), conn.owner) is None:
             # The parent lives only in this socket's cache: store the whole context.
-            flat = dataclasses.replace(
-                pending.request, previous_response_id=None, input_items=list(pending.context)
-            )
+            context = list(pending.context)
+            flat = dataclasses.replace(pending.request, previous_response_id=None, input_items=context)
             to_save = dataclasses.replace(pending, request=flat)
         if to_save is not None:
             try:
@@ -318,10 +308,8 @@ class WebSocketHub:
     def _update_cache(self, conn: _Connection, lane: Lane, pending: PendingResponse) -> None:
         response, parent = pending.response, pending.request.previous_response_id
         with self._lock:
-            if response["status"] in CHAINABLE_STATUSES:
-                conn.cache.remember(
-                    lane, response["id"], response["status"], pending.context, response["output"]
-                )
+            if (status := response["status"]) in CHAINABLE_STATUSES:
+                conn.cache.remember(lane, response["id"], status, pending.context, response["output"])
             elif parent is not None:
                 conn.cache.evict_referenced(lane, parent)
 
@@ -338,12 +326,11 @@ class WebSocketHub:
 
         async def connections(request: Request) -> Response:
             with self._lock:
-                caches = {conn.id: conn.cache.snapshot().items() for conn in self._connections.values()}
-            rows = [
-                (key, [{"stream_id": k, "response_id": v} for k, v in cached])
+                caches = {conn.id: conn.cache.snapshot() for conn in self._connections.values()}
+            data = [
+                {"id": key, "cached": [{"stream_id": k, "response_id": v} for k, v in cached.items()]}
                 for key, cached in caches.items()
             ]
-            data = [{"id": key, "cached": cached} for key, cached in rows]
             return JSONResponse({"object": "list", "data": data})
 
         async def drop(request: Request) -> Response:
@@ -357,9 +344,8 @@ class WebSocketHub:
                 raise _errors.invalid_type("code", "a close code between 1000 and 4999", code)
             when = body.get("when", "now")
             if when not in _DROP_WHEN:
-                raise _errors.invalid_value(
-                    "when", f"Invalid value: {when!r}. Supported: 'now', 'after_created'."
-                )
+                message = f"Invalid value: {when!r}. Supported: 'now', 'after_created'."
+                raise _errors.invalid_value("when", message)
             with self._lock:
                 conn = self._connections.get(connection_id)
             if conn is None:

@@ -67,7 +67,7 @@ class TestServe:
     def test_max_responses_bounds_the_memory_store_and_is_printed(self, tmp_path: Path) -> None:
         """--max-responses (default 100,000) reaches the memory store; the start line names the bounds."""
         from anchortrack._cli.serve import build_state, store_bounds
-        from anchortrack.server._memory import DEFAULT_MAX_RESPONSES, MemoryResponseStore
+        from anchortrack.server._records import DEFAULT_MAX_RESPONSES, MemoryResponseStore
 
         parser = argparse.ArgumentParser()
         register(parser.add_subparsers())

@@ -16,9 +16,7 @@ import openai
 import pytest
 
 from anchortrack.server import ResponsesServer
-from anchortrack.server._memory import MemoryResponseStore
-from anchortrack.server._records import ResponseStore
-from anchortrack.server._sqlite import SQLiteResponseStore
+from anchortrack.server._records import MemoryResponseStore, ResponseStore, SQLiteResponseStore
 
 from ..helpers import FakeClock
 from .helpers import make_client

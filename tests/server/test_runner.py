@@ -10,8 +10,7 @@ import openai
 import pytest
 
 from anchortrack.server import ResponsesServer, ServerState, create_app
-from anchortrack.server._memory import MemoryResponseStore
-from anchortrack.server._records import StoredResponse, owner_digest
+from anchortrack.server._records import MemoryResponseStore, StoredResponse, owner_digest
 
 from ..helpers import FakeClock, user_message
 from .helpers import API_KEY, as_items, make_client

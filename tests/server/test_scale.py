@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 
 from anchortrack.server import ResponsesServer
-from anchortrack.server._memory import MemoryResponseStore
-from anchortrack.server._records import ResponseStore
-from anchortrack.server._sqlite import SQLiteResponseStore
+from anchortrack.server._records import MemoryResponseStore, ResponseStore, SQLiteResponseStore
 
 from ..helpers import FakeClock, user
 from .helpers import post_json

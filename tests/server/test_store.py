@@ -9,9 +9,15 @@ from typing import Any
 
 import pytest
 
-from anchortrack.server._memory import MemoryResponseStore
-from anchortrack.server._records import ChainLink, ResponseStore, StoreConflictError, StoredResponse
-from anchortrack.server._sqlite import SCHEMA_VERSION, SQLiteResponseStore
+from anchortrack.server._records import (
+    SCHEMA_VERSION,
+    ChainLink,
+    MemoryResponseStore,
+    ResponseStore,
+    SQLiteResponseStore,
+    StoreConflictError,
+    StoredResponse,
+)
 from anchortrack.server._state import open_store
 
 from ..helpers import FakeClock

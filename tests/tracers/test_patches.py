@@ -24,8 +24,7 @@ import pytest
 
 import anchortrack
 from anchortrack import _patches
-from anchortrack.server import ResponsesServer
-from anchortrack.server._wire import http_client_classes
+from anchortrack.server import ResponsesServer, http_client_classes
 from anchortrack.stores import MemoryStore
 
 from ..helpers import user

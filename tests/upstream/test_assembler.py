@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 
 from anchortrack.server import ServerState
-from anchortrack.server._assembler import StreamAssembler
-from anchortrack.server._reconstruct import Origin, reconstruct
+from anchortrack.server._reconstruct import Origin, StreamAssembler, reconstruct
 from anchortrack.server._translate import ChatPlan, build_chat_request
 
 from .helpers import normalized

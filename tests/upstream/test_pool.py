@@ -12,8 +12,7 @@ import openai
 import pytest
 
 from anchortrack.server import ResponsesServer, Upstream
-from anchortrack.server._records import Row
-from anchortrack.server._sqlite import SQLiteResponseStore
+from anchortrack.server._records import Row, SQLiteResponseStore
 
 from .helpers import API_KEY
 from .provider import FakeProvider, Reply
