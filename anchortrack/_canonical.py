@@ -188,7 +188,7 @@ ITEM_TYPES: dict[str, ItemType] = {
 #: ``json.dumps`` with these options, without building an encoder each time.
 _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
 _dump_string = json.JSONEncoder(ensure_ascii=False).encode
-#: What `_dumps` escapes in a string, the likeliest first; and how long a string must be for `_dump_text`
+#: What `_dumps` escapes in a string, the likeliest first; and how long a string must be for `_chunks`
 #: to look for them (a few scans of the whole string, in C) rather than escape it character by character.
 _ESCAPED = ("\n", '"', "\\", "\t", "\r", *map(chr, (*range(9), 11, 12, *range(14, 32))))
 _LONG_TEXT = 4096
@@ -286,29 +286,52 @@ def _keep_verbatim(source: object, out: object, path: tuple[str, ...]) -> None:
 
 def dump_canonical(canonical: dict[str, Any]) -> bytes:
     """The bytes of an item in canonical form; a lone surrogate as its three surrogate-escaped bytes."""
-    text = _dumps(canonical) if _encoder is None else "".join(_encoder({}, *_ENCODER_ARGS)(canonical, 0))
-    return text.encode("utf-8", "surrogatepass")
+    return b"".join(canonical_chunks(canonical))
 
 
-def _dump_text(text: str) -> str:
-    """A string as `_dumps` writes it: a long ASCII one that holds nothing to escape, as it is."""
-    if len(text) >= _LONG_TEXT and text.isascii() and not any(char in text for char in _ESCAPED):
-        return f'"{text}"'  # one copy
-    return _escape(text)
+def canonical_chunks(canonical: dict[str, Any]) -> list[bytes]:
+    """
+    `dump_canonical` as chunks whose join is its bytes: each long string that holds nothing to escape is
+    a chunk of its own, encoded once and never copied into a text with the rest (a screenshot's digest
+    reads its 300 KB once, not four times).
+    """
+    if _encoder is None:
+        return [_dumps(canonical).encode("utf-8", "surrogatepass")]
+    return _chunks(_encoder, canonical)
+
+
+def _chunks(make_encoder: Any, canonical: object) -> list[bytes]:
+    """`canonical_chunks` with ``json.encoder.c_make_encoder`` *make_encoder*, writing as `_dumps` does."""
+    long: list[str] = []
+
+    def text(value: str) -> str:
+        if len(value) >= _LONG_TEXT and value.isascii() and not any(char in value for char in _ESCAPED):
+            long.append(value)
+            return '"\x00"'  # a JSON text has no raw NUL: where to put the string back
+        return _escape(value)
+
+    encode = make_encoder({}, _DEFAULT, text, None, ":", ",", True, False, True)
+    out = "".join(encode(canonical, 0))
+    if not long:
+        return [out.encode("utf-8", "surrogatepass")]
+    head, *rest = out.split("\x00")
+    chunks = [head.encode("utf-8", "surrogatepass")]
+    for value, after in zip(long, rest, strict=True):
+        chunks += value.encode("ascii"), after.encode("utf-8", "surrogatepass")
+    return chunks
 
 
 def _c_encoder() -> Any:
-    """The C encoder `_dumps` runs (with `_dump_text` for strings), if this Python has it and it agrees."""
+    """The C encoder `canonical_chunks` runs, if this Python has it and it agrees with `_dumps`."""
     make: Any = getattr(json.encoder, "c_make_encoder", None)
     try:
-        sample = {"b": [1, 2.5, None, True], "a": "\u00e9\n" + "x" * _LONG_TEXT}
-        return make if "".join(make({}, *_ENCODER_ARGS)(sample, 0)) == _dumps(sample) else None
+        sample = {"b": [1, 2.5, None, True], "a": "\u00e9\n" + "x" * _LONG_TEXT, "c": "y" * _LONG_TEXT}
+        return make if b"".join(_chunks(make, sample)) == _dumps(sample).encode() else None
     except Exception:  # noqa: BLE001 - another signature, or none: `_dumps` as it is
         return None
 
 
-#: `json.encoder.c_make_encoder`'s arguments after its markers, as `_dumps` passes them.
-_ENCODER_ARGS = (json.JSONEncoder().default, _dump_text, None, ":", ",", True, False, True)
+_DEFAULT = json.JSONEncoder().default
 _encoder = _c_encoder()
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from ._canonical import CANONICAL_VERSION, ITEM_TYPES, canonical_item, dump_canonical
+from ._canonical import CANONICAL_VERSION, ITEM_TYPES, canonical_chunks, canonical_item
 from ._seal import fit_key
 
 
@@ -248,11 +248,9 @@ class Memo:
     def known(self, item: object, new: bool = False) -> Known:
         """The fingerprint, canonical size and model-output flag of *item* (`ItemError`: not an item)."""
         seen = self._seen.get(id(item))
-        if seen is not None and type(item) is seen[0]:
-            copy = seen[1]
-            if _same_model(item, copy) if type(copy) is _Fields else _strings(item) and item == copy:
-                seen[4] = self._call
-                return seen[2]  # type: ignore[no-any-return]
+        if seen is not None and type(item) is seen[0] and _proven(item, seen[1]):
+            seen[4] = self._call
+            return seen[2]  # type: ignore[no-any-return]
         plain = new and (type(item) is dict or type(item) is str)  # a loop's new item: copied first
         copied = _copied(item) if plain and self._seen.full != self._call else None
         if copied is not None and copied[1] > self.max_item_bytes:
@@ -345,6 +343,11 @@ def _model_copied(model: Any) -> tuple[_Fields, int, str | None] | None:
     return _Fields((copy, frozenset(model.__pydantic_fields_set__), extra is None)), counted, longest
 
 
+def _proven(item: object, copy: Any) -> bool:
+    """Whether *item* (of its remembered type) still holds what its copy (`_copied`, `_model_copied`) does."""
+    return _same_model(item, copy) if type(copy) is _Fields else _strings(item) and item == copy
+
+
 def _same_model(model: Any, fields: _Fields) -> bool:
     """
     Whether *model* (of the type it had) still serializes as when *fields* were taken: the same `_strings`
@@ -417,11 +420,15 @@ def kind_of(canon: dict[str, Any]) -> Kind:
 def _fingerprint_one(item: object) -> Known:
     canon = canonical_item(item)
     kind, role = kind_of(canon)
-    data = dump_canonical(canon)
+    data, *long = canonical_chunks(canon)
+    digest, size = _sha256(data), len(data)
+    for chunk in long:  # each long string, and what follows it
+        digest.update(chunk)
+        size += len(chunk)
     row = ITEM_TYPES.get(kind)
     made = False if row is None else row.model_output  # a role name: model output in that role only
     is_model = made is True or made == role
-    return _sha256(data).digest()[:DIGEST_SIZE], len(data), is_model
+    return digest.digest()[:DIGEST_SIZE], size, is_model
 
 
 def fingerprint_items(

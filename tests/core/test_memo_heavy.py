@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from anchortrack import _hashing
-from anchortrack._canonical import canonical_item
+from anchortrack import _canonical, _hashing
+from anchortrack._canonical import canonical_chunks, canonical_item
 from anchortrack._hashing import Memo, fingerprint, fingerprint_history
 
 from .test_memo_proof import MaskedStr, SameInt
@@ -364,6 +364,35 @@ def test_a_long_string_is_written_as_json_dumps_writes_it(size: int) -> None:
     assert fingerprint(base) == _reference_fingerprint(base)
     long_key = {"type": "x", base: base, "call_id": "c"}
     assert fingerprint(long_key) == _reference_fingerprint(long_key)
+
+
+@pytest.mark.parametrize("c_encoder", [True, False])
+def test_each_long_string_is_hashed_as_a_chunk_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, c_encoder: bool
+) -> None:
+    """
+    A long string with nothing to escape is a chunk of its own (hashed as it is, never copied into one
+    text with the rest of the item); the chunks join to the canonical bytes ``json.dumps`` writes, and
+    the size counted is their length. Without the C encoder the bytes are the same, in one chunk.
+    """
+    if not c_encoder:
+        monkeypatch.setattr(_canonical, "_encoder", None)
+    first, second, escaped = _shot(1, 5000), _shot(2, 6000), _shot(3, 5000) + "\n"
+    content = [
+        {"type": "input_text", "text": first},
+        {"type": "input_image", "image_url": second, "detail": "high"},
+        {"type": "input_text", "text": escaped},
+    ]
+    item = {"type": "message", "role": "user", "content": content}
+    chunks = canonical_chunks(canonical_item(item))
+    if c_encoder:  # the escaped one stays in the text
+        assert chunks[1::2] == [first.encode(), second.encode()]
+    else:
+        assert len(chunks) == 1
+    text = json.dumps(canonical_item(item), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    assert b"".join(chunks) == text.encode("utf-8", "surrogatepass")
+    assert fingerprint(item) == _reference_fingerprint(item)
+    assert _hashing._fingerprint_one(item)[1] == len(text.encode())
 
 
 def test_a_loop_sweeps_no_entry_its_call_uses(monkeypatch: pytest.MonkeyPatch) -> None:
