@@ -7,11 +7,11 @@ import functools
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import closing
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import _otel
 from ._chaindrop import ChainDropped, ChainWatch
-from ._failopen import is_store_effect
+from ._failopen import FailOpen, is_store_effect
 from ._flow import (
     FLUSH,
     HINTS,
@@ -28,21 +28,31 @@ from ._flow import (
     relay,
 )
 from ._fork import ForkSafeLock
-from ._hashing import Scope
+from ._hashing import Memo, Scope
 from ._log import debug_enabled, get_logger, short
 from ._mode import Mode
 from ._outcome import Outcome, event, outcome_of, passed_through
-from ._plan import Reason, anchor_of, unrecordable
+from ._plan import Reason, RecentViews, anchor_of, unrecordable
 from ._refusal import classify
 from ._request import Request, read_request
 from ._seal import mac_key
 from ._settings import resolve
-from ._stats import HTTP, WEBSOCKET
-from .stores._base import Anchor
+from ._stats import HTTP, WEBSOCKET, Stats
+from .stores._base import Anchor, AnchorStore
 
 
-if TYPE_CHECKING:
-    from ._tracker import Tracker
+class TrackerState(Protocol):
+    """What `Calls` reads of its tracker (`anchortrack.Tracker`, which holds the `Calls`)."""
+
+    mode: Mode | None
+    record_incomplete: bool
+    store: AnchorStore
+    stats: Stats
+    recent: RecentViews
+    clock: Callable[[], float]
+    failopen: FailOpen
+    _memo: Memo
+    _subscribers: tuple[Callable[[Outcome], object], ...]
 
 
 #: The call whose ``POST /responses`` is being sent: its `Calls`, its ticket and the tracked streams the SDK
@@ -66,7 +76,7 @@ class Calls:
     """One tracker's calls: `call` (HTTP); `begin`, `relay`, `run`, `settle`, `fault`, `chaining_disabled`
     (a socket's creates); `observe`, `abandoned`, `flush` (recording)."""
 
-    def __init__(self, tracker: Tracker) -> None:
+    def __init__(self, tracker: TrackerState) -> None:
         self.tracker, self.store, self.stats = tracker, tracker.store, tracker.stats
         self.recent, self.clock = tracker.recent, tracker.clock
         self.failopen, self._memo = tracker.failopen, tracker._memo
